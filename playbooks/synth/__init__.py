@@ -1,0 +1,152 @@
+"""Incident-job generator: job directories of the seed system's shape with a real TSDB and a truth file.
+
+Public API:
+    SCENARIOS            names of the scenarios (one per diagnosis class, plus "healthy")
+    generate_job(...)    build one scenario (two job directories for restore-resource-leak)
+    GeneratedJob         what was built
+    SynthError           a build step failed
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import _emit, _log, _sim, _tsdb
+from ._models import GPU_MODELS, SCENARIO_TABLE, SCENARIOS, Scenario
+from ._tsdb import SynthError
+
+__all__ = ["GPU_MODELS", "SCENARIOS", "SCENARIO_TABLE", "GeneratedJob", "Scenario", "SynthError", "generate_job"]
+
+
+@dataclass(frozen=True)
+class GeneratedJob:
+    """What `generate_job` built.
+
+    Attributes:
+        job_dirs: the job directories, the incident first (restore-resource-leak: restored, then baseline).
+        truth: the primary job's truth (also written to <job_dir>/truth.json).
+        stats: series/sample counts and build times per job directory.
+    """
+
+    job_dirs: list[Path]
+    truth: dict
+    stats: list[dict]
+
+
+def _config(job: _sim.Job, job_dir_name: str) -> dict[str, str]:
+    p = job.passthrough
+    return {
+        "steps": p["steps"], "checkpoint_period": p["checkpoint_period"],
+        "enable_checkpointing": p["enable_checkpointing"], "async_checkpointing": p["async_checkpointing"],
+        "per_device_batch_size": p["per_device_batch_size"], "max_target_length": p["max_target_length"],
+        "remat_policy": p["remat_policy"], "dcn_data_parallelism": p["dcn_data_parallelism"],
+        "ici_fsdp_parallelism": str(job.gpus), "log_period": "100", "profiler": "",
+        "jax_distributed_heartbeat_timeout_seconds": str(job.hb_timeout),
+        "run_name": f"{job.model_name}_train", "model_name": job.model_name,
+        "tensorboard_dir": f"/outputs/{job_dir_name}/{job.model_name}_train/tensorboard",
+        "quantization": "", "enable_single_replica_ckpt_restoring": p.get("enable_single_replica_ckpt_restoring",
+                                                                           "false"),
+    }
+
+
+def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict:
+    sc = job.scenario
+    return {
+        "scenario": sc.name, "class": sc.klass, "root_cause_family": sc.family,
+        "culprits": job.culprits, "onset": job.onset,
+        "job_id": job.job_id, "job_name": job.job_name, "status": sc.status, "triage_class": sc.triage_class,
+        "first_step": int(job.step_num[0]) if len(job.step_num) else None, "last_step": job.last_step,
+        "steps_total": job.steps_total, "checkpoint_period": job.ckpt_period,
+        "restored_from": job.restored_from, "crash_time": job.crash_time, "stall_time": job.stall_time,
+        "train_start": job.train_start, "job_start": job.start, "job_end": job.job_end,
+        "heartbeat_timeout_s": job.hb_timeout, "accused_tasks": job.accused_tasks,
+        "accused_hosts": [job.hosts[a] for a in job.accused_tasks],
+        "profile": job.profile, "gpu_model": job.gpu.name, "nodes": job.nodes, "gpus_per_host": job.gpus,
+        "hosts": job.hosts, "head": job.head, "interval_s": job.interval,
+        "checkpoint_steps": job.ckpt_steps, "warmup_end": getattr(job, "_warm_end", None),
+        "data_range": [float(job.t[0]), float(job.t[-1])],
+        "red_herrings": job.red_herrings, "notes": job.notes, "description": sc.description,
+        "seed": job.seed, "log": str(log_path), "job_dir": str(job_dir),
+    }
+
+
+def _build_one(job: _sim.Job, job_dir: Path, *, wal_tail_minutes: float, promtool: str, prometheus: str,
+               keep_openmetrics: bool) -> dict:
+    t0 = time.monotonic()
+    if job_dir.exists():
+        shutil.rmtree(job_dir)
+    job_dir.mkdir(parents=True)
+    log_path = job_dir.parent / f"{job_dir.name}.log"
+    job.config = _config(job, job_dir.name)
+    _log.write_log(job, log_path, job_dir.name)
+    os.symlink(f"../{log_path.name}", job_dir / "log")
+    tsdb = job_dir / "prometheus"
+    tsdb.mkdir()
+    om = job_dir / "metrics.om"
+    cut = float(job.t[-1]) - wal_tail_minutes * 60.0 if wal_tail_minutes > 0 else None
+    tail, om_stats = _tsdb.write_openmetrics(_emit.series(job), om, cut)
+    t_om = time.monotonic()
+    _tsdb.promtool_blocks(om, tsdb, promtool)
+    t_blocks = time.monotonic()
+    if not keep_openmetrics:
+        om.unlink()
+    wal_stats = _tsdb.write_wal_tail(tsdb, tail, prometheus) if tail else {"samples": 0}
+    truth = _truth(job, job_dir, log_path)
+    truth["wal_tail_start"] = cut
+    (job_dir / "truth.json").write_text(json.dumps(truth, indent=2, sort_keys=True))
+    return {"job_dir": str(job_dir), "openmetrics": om_stats, "wal": wal_stats,
+            "seconds": {"openmetrics": round(t_om - t0, 2), "promtool": round(t_blocks - t_om, 2),
+                        "wal": round(time.monotonic() - t_blocks, 2)}}
+
+
+def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profile: str = "amd", gpus: int = 8,
+                 interval: float = 15.0, hours: float | None = None, wal_tail_minutes: float | None = None,
+                 promtool: str = "promtool", prometheus: str = "prometheus",
+                 keep_openmetrics: bool = False) -> GeneratedJob:
+    """Build the job directory `out` (log at `<out>.log`, `out/log` symlink, `out/prometheus/`, truth).
+
+    restore-resource-leak builds the restored job at `out` and its fresh-start baseline at
+    `<out>-baseline`. `wal_tail_minutes` (default 30; 0 disables) is the final part of the data that
+    lives only in the WAL, as in a real finished job.
+    """
+    if scenario not in SCENARIO_TABLE:
+        raise SynthError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    if profile not in ("amd", "nvidia"):
+        raise SynthError(f"unknown profile {profile!r}; known: amd, nvidia")
+    if nodes < 1 or gpus < 1 or interval <= 0:
+        raise SynthError("nodes, gpus and interval must be positive")
+    out = Path(out).resolve()
+    tail_min = 30.0 if wal_tail_minutes is None else float(wal_tail_minutes)
+    kw = dict(wal_tail_minutes=tail_min, promtool=promtool, prometheus=prometheus,
+              keep_openmetrics=keep_openmetrics)
+    jobs: list[tuple[_sim.Job, Path]] = []
+    if scenario == "restore-resource-leak":
+        base = _sim.simulate(_sim.plan("healthy", seed, nodes, profile=profile, gpus=gpus, interval=interval,
+                                       hours=hours))
+        base.scenario = SCENARIO_TABLE["restore-resource-leak"]
+        restored_from = base.ckpt_steps[max(1, len(base.ckpt_steps) // 3)] if len(base.ckpt_steps) > 1 else 0
+        restored = _sim.plan(scenario, seed, nodes, profile=profile, gpus=gpus, interval=interval, hours=hours,
+                             restored_from=restored_from, base=base)
+        restored = _sim.simulate(restored)
+        base.scenario = SCENARIO_TABLE["healthy"]
+        jobs = [(restored, out), (base, out.with_name(out.name + "-baseline"))]
+    else:
+        jobs = [(_sim.simulate(_sim.plan(scenario, seed, nodes, profile=profile, gpus=gpus, interval=interval,
+                                         hours=hours)), out)]
+    for job, d in jobs:
+        tag = "-".join(f"{k}_{v}" for k, v in list(job.passthrough.items())[:2])
+        job.job_name = f"JAX-{job.model_name}-{tag}"
+    stats = [_build_one(job, d, **kw) for job, d in jobs]
+    truths = [json.loads((d / "truth.json").read_text()) for _, d in jobs]
+    if len(jobs) == 2:
+        truths[0]["compare_with"] = str(jobs[1][1])
+        truths[1]["compare_with"] = str(jobs[0][1])
+        truths[1]["notes"].append("fresh-start baseline of a restore-resource-leak pair")
+        for (_, d), tr in zip(jobs, truths, strict=True):
+            (d / "truth.json").write_text(json.dumps(tr, indent=2, sort_keys=True))
+    return GeneratedJob(job_dirs=[d for _, d in jobs], truth=truths[0], stats=stats)
