@@ -88,7 +88,9 @@ def _build_one(job: _sim.Job, job_dir: Path, *, wal_tail_minutes: float, promtoo
     tsdb = job_dir / "prometheus"
     tsdb.mkdir()
     om = job_dir / "metrics.om"
-    cut = float(job.t[-1]) - wal_tail_minutes * 60.0 if wal_tail_minutes > 0 else None
+    # the WAL tail never holds more than half of a job's data, so that blocks always exist too
+    tail_s = min(wal_tail_minutes * 60.0, 0.5 * float(job.t[-1] - job.t[0]))
+    cut = float(job.t[-1]) - tail_s if wal_tail_minutes > 0 else None
     tail, om_stats = _tsdb.write_openmetrics(_emit.series(job), om, cut)
     t_om = time.monotonic()
     _tsdb.promtool_blocks(om, tsdb, promtool)
@@ -129,7 +131,8 @@ def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profi
         base = _sim.simulate(_sim.plan("healthy", seed, nodes, profile=profile, gpus=gpus, interval=interval,
                                        hours=hours))
         base.scenario = SCENARIO_TABLE["restore-resource-leak"]
-        restored_from = base.ckpt_steps[max(1, len(base.ckpt_steps) // 3)] if len(base.ckpt_steps) > 1 else 0
+        # restore from an early checkpoint so that both runs share a long overlapping step range
+        restored_from = base.ckpt_steps[1] if len(base.ckpt_steps) > 1 else 0
         restored = _sim.plan(scenario, seed, nodes, profile=profile, gpus=gpus, interval=interval, hours=hours,
                              restored_from=restored_from, base=base)
         restored = _sim.simulate(restored)

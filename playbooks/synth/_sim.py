@@ -46,6 +46,7 @@ class Job:
     replicas: int
     first_step: int
     restored_from: int | None
+    steps_limit: int | None = None
     # timeline
     train_start: float = 0.0
     job_end: float = 0.0
@@ -162,6 +163,7 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
         passthrough["load_balance_loss_weight"] = "0.01"
     if base is not None:
         passthrough = dict(base.passthrough)
+        ckpt_period, hb_timeout, replicas = base.ckpt_period, base.hb_timeout, base.replicas
     job = Job(
         scenario=sc, seed=seed, profile=profile, gpu=gpu, hosts=hosts, gpus=gpus, interval=float(interval),
         job_id="", job_name="", model_name=model_name, moe=moe, start=start,
@@ -172,6 +174,8 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
     job.job_id = _job_identity(rng, seed, start, profile)
     job.train_start = start + job.setup_s
     job.job_end = start + hours * 3600.0
+    if base is not None:
+        job.steps_limit = base.steps_total  # same config: the restored run ends at the same last step
     return job
 
 
@@ -200,7 +204,7 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown) -> None:
             d *= float(rng.uniform(1.2, 2.2))  # warm-up
         if step > 0 and (step - 1) % job.ckpt_period == 0 and step - 1 in job.ckpt_steps:
             d += job._ckpt_extra[step - 1]  # type: ignore[attr-defined]
-        if t + d > stop_at:
+        if t + d > stop_at or (job.steps_limit is not None and step >= job.steps_limit):
             break
         t += d
         nums.append(step)
@@ -283,6 +287,8 @@ def simulate(job: Job) -> Job:
 
     # host-oom: the fatal checkpoint is the first one after the planned onset.
     _simulate_steps(job, rng, slowdown)
+    if job.steps_limit is not None and job.last_step == job.steps_limit - 1:
+        job.job_end = float(job.step_end[-1]) + float(rng.uniform(40, 120))
     if sc.name == "host-oom":
         fatal = [c for c in job.ckpt_steps if job.step_end[c - job.first_step] >= onset]
         c = fatal[0] if fatal else job.ckpt_steps[-1]
@@ -295,8 +301,7 @@ def simulate(job: Job) -> Job:
         job.job_end = job.crash_time + float(rng.uniform(60, 150))
         keep = job.step_end <= kill
         _truncate_steps(job, keep)
-        job._oom = dict(host=(culprit_h % job.replicas_hosts()) if hasattr(job, "replicas_hosts") else 0,
-                        ramp_start=ramp_start, kill=kill)  # type: ignore[attr-defined]
+        job._oom = dict(ramp_start=ramp_start, kill=kill)  # type: ignore[attr-defined]
     elif job.stall_time is not None:
         _truncate_steps(job, job.step_end <= job.stall_time)
 
@@ -661,7 +666,8 @@ def _tb_export(job: Job, rng: np.random.Generator) -> None:
     # the best-effort bridge drops a few steps (plugin timeouts)
     if n > 20:
         exported[rng.choice(n, size=max(1, n // 150), replace=False)] = False
-    exported[-1] = True if n else exported
+    if n:
+        exported[-1] = True  # the final step is always exported
     job.tb_exported = exported
     fills: list[tuple[float, int]] = []
     times = job.step_end[exported]
