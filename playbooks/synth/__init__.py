@@ -54,12 +54,22 @@ def _config(job: _sim.Job, job_dir_name: str) -> dict[str, str]:
     }
 
 
+def _tgs_class(job: _sim.Job, default: str | None) -> str | None:
+    """Return what the seed's TGS check makes of this run: last 10 steps >10 % below steps 5-15."""
+    n = len(job.tgs)
+    if job.scenario.ending != "complete" or n < 20:
+        return default
+    early = job.tgs[5:16].mean()
+    late = job.tgs[-10:].mean()
+    return "tgs-degradation" if (late - early) / early < -0.10 else None
+
+
 def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict:
     sc = job.scenario
     return {
         "scenario": sc.name, "class": sc.klass, "root_cause_family": sc.family,
         "culprits": job.culprits, "onset": job.onset,
-        "job_id": job.job_id, "job_name": job.job_name, "status": sc.status, "triage_class": sc.triage_class,
+        "job_id": job.job_id, "job_name": job.job_name, "status": sc.status, "triage_class": _tgs_class(job, sc.triage_class),
         "first_step": int(job.step_num[0]) if len(job.step_num) else None, "last_step": job.last_step,
         "steps_total": job.steps_total, "checkpoint_period": job.ckpt_period,
         "restored_from": job.restored_from, "crash_time": job.crash_time, "stall_time": job.stall_time,
@@ -83,6 +93,8 @@ def _build_one(job: _sim.Job, job_dir: Path, *, wal_tail_minutes: float, promtoo
     job_dir.mkdir(parents=True)
     log_path = job_dir.parent / f"{job_dir.name}.log"
     job.config = _config(job, job_dir.name)
+    if job.job_id.startswith("k8s-"):
+        job.notes.append("k8s job: the primary log is rank 0's, other ranks in rank-N.log")
     _log.write_log(job, log_path, job_dir.name)
     os.symlink(f"../{log_path.name}", job_dir / "log")
     tsdb = job_dir / "prometheus"
@@ -141,7 +153,7 @@ def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profi
     else:
         jobs = [(_sim.simulate(_sim.plan(scenario, seed, nodes, profile=profile, gpus=gpus, interval=interval,
                                          hours=hours)), out)]
-    for job, d in jobs:
+    for job, _ in jobs:
         tag = "-".join(f"{k}_{v}" for k, v in list(job.passthrough.items())[:2])
         job.job_name = f"JAX-{job.model_name}-{tag}"
     stats = [_build_one(job, d, **kw) for job, d in jobs]

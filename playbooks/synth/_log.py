@@ -77,6 +77,7 @@ class _Writer:
         self.k8s = job.job_id.startswith("k8s-")
         self.width = len(str(job.nodes - 1))
         self.events: list[tuple[float, int, str]] = []  # (time, seq, line)
+        self.rank_events: dict[int, list[tuple[float, int, str]]] = {}
         self.seq = 0
         self.absl = bool(rng.random() < 0.7)
         self.pids = [int(x) for x in rng.integers(20_000, 90_000, job.nodes)]
@@ -87,9 +88,10 @@ class _Writer:
         return f"{rank:>{self.width}}: "
 
     def add(self, ts: float, line: str, rank: int | None = None) -> None:
-        if self.k8s and rank not in (None, 0):
-            return  # the primary k8s log holds rank 0 only
         self.seq += 1
+        if self.k8s and rank not in (None, 0):
+            self.rank_events.setdefault(rank, []).append((ts, self.seq, line))
+            return  # the primary k8s log holds rank 0 only
         self.events.append((ts, self.seq, self.lab(rank) + line))
 
     def all_ranks(self, ts: float, line: str, jitter: float = 0.0) -> None:
@@ -180,8 +182,11 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
         for r, h in enumerate(hosts):
             w.add(cfg_t + 30 + wave * 20, f"{h}:{w.pids[r]}:{w.pids[r] + 17} [0] init.cc:2095 NCCL WARN MSCCL++: "
                   "Feature not enabled", r)
-    w.all_ranks(job.train_start - 30, "====== BARRIER: Synchronizing hosts before training loop ======")
-    w.all_ranks(job.train_start - 1, "====== BARRIER PASSED: Starting training loop ======")
+    for r in range(K):
+        w.add(job.train_start - 30, _absl("I", job.train_start - 30, w.pids[r], "train.py:612")
+              + "====== BARRIER: Synchronizing hosts before training loop ======", r)
+        w.add(job.train_start - 1, _absl("I", job.train_start - 1, w.pids[r], "train.py:615")
+              + "====== BARRIER PASSED: Starting training loop ======", r)
     w.add(cfg_t + 40, HARMLESS[int(rng.integers(0, len(HARMLESS)))], 0)
 
     # steps
@@ -214,6 +219,12 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
     with open(path, "w", encoding="utf-8") as fh:
         for _, _, line in w.events:
             fh.write(line + "\n")
+    if w.k8s:
+        # k8s: the primary log is rank 0's; every other rank's full output is rank-N.log in the job dir
+        for r in range(1, K):
+            with open(path.parent / job_dir_name / f"rank-{r}.log", "w", encoding="utf-8") as fh:
+                for _, _, line in sorted(w.rank_events.get(r, [])):
+                    fh.write(line + "\n")
 
 
 def _summary(w: _Writer, t: float, rc: int, reason: str) -> None:
@@ -233,7 +244,7 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
     K, hosts = job.nodes, job.hosts
     end = job.job_end
     if job.scenario.ending == "complete":
-        w.add(end - 20, "== Training END (%ds) ==" % int(end - job.train_start))
+        w.add(end - 20, f"== Training END ({int(end - job.train_start)}s) ==")
         w.add(end - 10, "[Ray] Cleaning up...", 0)
         _summary(w, end - 5, 0, "")
         return
@@ -249,7 +260,7 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
         for r, h in enumerate(hosts):
             w.add(end - 3, f"NODE_EXIT host={h} exit=143", r)
             w.add(end - 2.5, f"srun: error: {h}: task {r}: Exited with exit code 143")
-        w.add(end - 2, "== Training FAILED (exit=143, %ds) ==" % int(end - job.train_start))
+        w.add(end - 2, f"== Training FAILED (exit=143, {int(end - job.train_start)}s) ==")
         _summary(w, end - 1, 143, "CANCELLED (scancel / SIGTERM)")
         return
     crash = float(job.crash_time)
@@ -273,7 +284,7 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
             if name == "node-death" and r in job.accused_tasks:
                 continue
             w.add(crash + 5, f"NODE_EXIT host={h} exit=1", r)
-        w.add(crash + 30, "== Training FAILED (exit=1, %ds) ==" % int(crash - job.train_start))
+        w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
         _summary(w, crash + 40, 1, "Training FAILED (exit=1)")
         return
     if name == "host-oom":
@@ -288,7 +299,7 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
             w.add(crash - 1, f"{host}:{w.pids[r]}:{w.pids[r] + 40} [0] NCCL WARN Timeout waiting for peer", r)
             w.add(crash + 2, f"NODE_EXIT host={host} exit=143", r)
         w.add(crash + 3, f"srun: error: {hosts[h]}: task {h}: Exited with exit code 137")
-        w.add(crash + 10, "== Training FAILED (exit=137, %ds) ==" % int(crash - job.train_start))
+        w.add(crash + 10, f"== Training FAILED (exit=137, {int(crash - job.train_start)}s) ==")
         _summary(w, crash + 20, 1, "Training FAILED (exit=137)")
         return
     if name == "gpu-hardware-fault":
@@ -307,7 +318,7 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
             if r != h:
                 w.add(crash + 4, f"NODE_EXIT host={host} exit=143", r)
         w.add(crash + 5, f"srun: error: {hosts[h]}: task {h}: Exited with exit code 134")
-        w.add(crash + 10, "== Training FAILED (exit=134, %ds) ==" % int(crash - job.train_start))
+        w.add(crash + 10, f"== Training FAILED (exit=134, {int(crash - job.train_start)}s) ==")
         _summary(w, crash + 20, 1, "Training FAILED (exit=134)")
         return
     raise ValueError(f"no log ending for scenario {name}")

@@ -249,7 +249,7 @@ def simulate(job: Job) -> Job:
     culprit_g = int(rng.integers(0, G))
     onset_frac = float(rng.uniform(0.35, 0.65))
     onset = job.train_start + onset_frac * train_window
-    slow = {"t0": None, "factor": 1.0, "ramp": 1.0}
+    slow: dict = {"t0": None, "factor": 1.0, "ramp": 1.0, "until": None}
 
     if sc.ending == "hang":
         job.stall_time = onset
@@ -277,10 +277,15 @@ def simulate(job: Job) -> Job:
     elif sc.name == "restore-resource-leak" and job.restored_from is not None:
         slow.update(t0=job.train_start, factor=float(rng.uniform(1.009, 1.014)), ramp=1.0)
     elif sc.name == "training-instability":
-        slow.update(t0=onset + float(rng.uniform(180, 420)), factor=float(rng.uniform(1.1, 1.2)), ramp=300.0)
+        t0 = onset + float(rng.uniform(180, 420))
+        # the system follows the training metrics for a while, then recovers with them
+        slow.update(t0=t0, factor=float(rng.uniform(1.1, 1.2)), ramp=300.0,
+                    until=min(t0 + float(rng.uniform(900, 1500)), job.job_end - 900.0))
 
     def slowdown(t: float) -> float:
         if slow["t0"] is None or t < slow["t0"]:
+            return 1.0
+        if slow.get("until") is not None and t > slow["until"]:
             return 1.0
         frac = min(1.0, (t - slow["t0"]) / slow["ramp"])
         return 1.0 + (slow["factor"] - 1.0) * frac
@@ -329,7 +334,6 @@ def simulate(job: Job) -> Job:
     t = np.arange(job.start, job.job_end + 1e-6, job.interval)
     job.t = t
     N = len(t)
-    idx = _steps_done_at(job, t)
     training = (t >= job.train_start) & (t < (job.stall_time if job.stall_time is not None else job.job_end))
     if len(job.step_end) == 0:
         training[:] = False
@@ -550,7 +554,7 @@ def simulate(job: Job) -> Job:
         job.culprits = [{"host": job.hosts[ch], "gpu": str(cg)}]
     elif name == "training-instability":
         lag0 = float(slow["t0"])
-        on = (t >= lag0) & training
+        on = (t >= lag0) & (t <= float(slow["until"])) & training
         weak = rng.choice(G, size=max(1, G // 4), replace=False)
         for h in range(K):
             util[h, weak] = np.where(on, util[h, weak] - rng.uniform(10, 25, (len(weak), N)), util[h, weak])

@@ -161,7 +161,6 @@ def write_wal_tail(tsdb_dir: Path, tail: list, prometheus: str = "prometheus", t
     cfg = tsdb_dir.parent / ".wal-writer.yml"
     cfg.write_text("global:\n  scrape_interval: 1h\n  evaluation_interval: 1h\nscrape_configs: []\n")
     log = tsdb_dir.parent / ".wal-writer.log"
-    last_err = ""
     try:
         return _push_tail(tsdb_dir, tail, prometheus, timeout, cfg, log)
     finally:

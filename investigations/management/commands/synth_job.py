@@ -11,6 +11,7 @@ from playbooks.synth import SCENARIOS, SynthError, generate_job
 
 
 class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # stdout carries only the result
     help = ("Write a job directory of the seed system's shape (log, prometheus/ TSDB, truth.json) for an "
             "incident scenario. restore-resource-leak also writes <out>-baseline.")
 
