@@ -1,0 +1,719 @@
+"""Read-only client for the Prometheus HTTP API.
+
+Stepwise only ever reads a job's TSDB, so the client refuses every path that is not one of the read
+endpoints (no admin API, no lifecycle, no remote write) before any I/O happens. Transient faults
+(connection errors, timeouts, HTTP 5xx) are retried with exponential backoff and jitter; a query that
+Prometheus rejects (HTTP 400/422) is never retried and carries Prometheus's own error text.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import random
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlencode, urlsplit
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Prometheus rejects a range query whose (end - start) / step exceeds 11,000.
+MAX_POINTS = 11000
+
+# Long PromQL goes in a POST form body so that proxy and server URL limits (often 4-8 KiB) never bite.
+_POST_THRESHOLD = 2000
+
+# Selects every series; used in instant queries and in range queries of at most 49 steps.
+_ALL_SERIES = '{__name__=~".+"}'
+
+_READ_PATHS = frozenset(
+    {
+        "/api/v1/query",
+        "/api/v1/query_range",
+        "/api/v1/series",
+        "/api/v1/labels",
+        "/api/v1/status/tsdb",
+        "/api/v1/status/buildinfo",
+        "/api/v1/status/runtimeinfo",
+        "/api/v1/status/flags",
+        "/api/v1/targets",
+        "/api/v1/metadata",
+        "/-/ready",
+        "/-/healthy",
+    }
+)
+_POSTABLE_PATHS = frozenset({"/api/v1/query", "/api/v1/query_range", "/api/v1/series", "/api/v1/labels"})
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_LABEL_VALUES_PATH = re.compile(r"^/api/v1/label/[A-Za-z_][A-Za-z0-9_]*/values$")
+
+# "Nice" steps in seconds: sub-second decades, then the usual dashboard steps up to a day.
+_NICE_STEPS = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
+    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
+)  # fmt: skip
+_DAY = 86400.0
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
+_DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
+
+# Binary searches over /api/v1/labels stop at this width (seconds); see data_time_range().
+_SEARCH_RESOLUTION = 1.0
+_DEFAULT_LOOKBACK = 300.0
+_SCAN_POINTS = 48
+_SCAN_WINDOWS = 4
+_MAX_BACKOFF = 10.0
+
+
+class PrometheusError(Exception):
+    """Base of every error the client raises; str() is one line a user can read."""
+
+
+class PrometheusUnreachable(PrometheusError):
+    """Connection refused, DNS failure or connection reset, after all attempts."""
+
+
+class PrometheusTimeout(PrometheusError):
+    """A request (or the query on the server) timed out, after all attempts."""
+
+
+class PrometheusQueryError(PrometheusError):
+    """Prometheus rejected the request (HTTP 400/422, e.g. errorType bad_data or execution).
+
+    Attributes:
+        error_type: Prometheus's errorType, e.g. "bad_data", "execution".
+        message: Prometheus's own error text, verbatim.
+        query: The PromQL (or matchers) that was sent.
+    """
+
+    def __init__(self, error_type: str, message: str, query: str) -> None:
+        self.error_type = error_type
+        self.message = message
+        self.query = query
+        one_line = " ".join(message.split())
+        super().__init__(f"Prometheus rejected the query ({error_type}): {one_line}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep the attributes when pickled (Celery results, multiprocessing).
+        return (type(self), (self.error_type, self.message, self.query))
+
+
+class PrometheusBadResponse(PrometheusError):
+    """Non-JSON body, status other than success, unexpected shape, or HTTP 5xx after all attempts."""
+
+
+class PrometheusForbidden(PrometheusError):
+    """The path or method is not one of the read-only endpoints; raised before any I/O."""
+
+
+@dataclass(frozen=True)
+class InstantSample:
+    """One sample of an instant query.
+
+    Attributes:
+        labels: The series labels ({} for a scalar or string result).
+        timestamp: Unix seconds.
+        value: The sample value (NaN for a string result that is not a number).
+    """
+
+    labels: dict[str, str]
+    timestamp: float
+    value: float
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of a range query.
+
+    Attributes:
+        labels: The series labels.
+        timestamps: Unix seconds, ascending.
+        values: One value per timestamp.
+    """
+
+    labels: dict[str, str]
+    timestamps: tuple[float, ...]
+    values: tuple[float, ...]
+
+
+@dataclass
+class ClientStats:
+    """Cumulative request statistics, safe to update from several threads.
+
+    Attributes:
+        requests: HTTP requests sent, retries included.
+        seconds: Time spent waiting on Prometheus, summed over requests (parallel requests add up).
+    """
+
+    requests: int = 0
+    seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def record(self, seconds: float) -> None:
+        """Count one request that took `seconds`."""
+        with self._lock:
+            self.requests += 1
+            self.seconds += seconds
+
+
+def choose_step(start: float, end: float, *, min_step: float = 1.0, max_points: int = MAX_POINTS) -> float:
+    """Return the smallest nice step >= min_step giving at most max_points points over [start, end].
+
+    Nice steps are 1-2-5 below a second, then 1, 2, 5, 10, 15, 30 s, 1, 2, 5, 10, 15, 30 min,
+    1, 2, 3, 6, 12 h, then whole days.
+    """
+    if end < start:
+        raise ValueError(f"end ({end}) is before start ({start})")
+    if min_step <= 0 or max_points < 2:
+        raise ValueError("min_step must be > 0 and max_points >= 2")
+    needed = max(min_step, (end - start) / (max_points - 1))
+    for step in _NICE_STEPS:
+        if step >= needed and (end - start) / step + 1 <= max_points:
+            return float(step)
+    return math.ceil(needed / _DAY) * _DAY
+
+
+def parse_duration(text: str) -> float:
+    """Return the seconds of a Prometheus duration such as "15m" or "1h30m"."""
+    parts = _DURATION_PART.findall(text.strip())
+    if not parts or "".join(n + u for n, u in parts) != text.strip():
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    return sum(float(n) * _DURATION_SECONDS[u] for n, u in parts)
+
+
+def _fmt_time(t: float) -> str:
+    return f"{float(t):.3f}"
+
+
+def _as_float(raw: Any) -> float:
+    try:
+        return float(raw)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _point_value(point: Mapping[str, Any]) -> tuple[float, float]:
+    # Native histograms carry "histogram": [ts, {...}] instead of "value"; their count is the value.
+    if "value" in point:
+        ts, raw = point["value"]
+        return float(ts), _as_float(raw)
+    ts, hist = point["histogram"]
+    return float(ts), _as_float(hist.get("count"))
+
+
+def _transport_reason(exc: BaseException) -> str:
+    """Return a short human reason ("connection refused", ...) for a transport exception."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, socket.gaierror):
+            return "name resolution failed"
+        if isinstance(cur, OSError) and cur.errno is not None:
+            return {
+                errno.ECONNREFUSED: "connection refused",
+                errno.ECONNRESET: "connection reset",
+                errno.EHOSTUNREACH: "host unreachable",
+                errno.ENETUNREACH: "network unreachable",
+                errno.ECONNABORTED: "connection aborted",
+                errno.EPIPE: "connection closed",
+            }.get(cur.errno, cur.strerror or type(cur).__name__)
+        cur = cur.__cause__ or cur.__context__
+    text = str(exc).lower()
+    for needle, reason in (
+        ("connection refused", "connection refused"),
+        ("name or service not known", "name resolution failed"),
+        ("nodename nor servname", "name resolution failed"),
+        ("temporary failure in name resolution", "name resolution failed"),
+        ("reset", "connection reset"),
+        ("disconnected", "server closed the connection"),
+    ):
+        if needle in text:
+            return reason
+    return str(exc) or type(exc).__name__
+
+
+class PrometheusClient:
+    """Read-only client for one Prometheus server.
+
+    One pooled httpx.Client is shared by all threads. Every request has a timeout; connection errors,
+    timeouts and HTTP 5xx are retried up to `retries` attempts in total with exponential backoff and
+    jitter; 4xx is never retried.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.25,
+        max_connections: int = 16,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"Prometheus URL must look like http://host:port, got {base_url!r}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = float(timeout)
+        self.attempts = max(1, int(retries))
+        self.backoff = max(0.0, float(backoff))
+        self.stats = ClientStats()
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(self.timeout),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=transport,
+            # A job's Prometheus is reached directly or through an SSH tunnel, never via an HTTP proxy.
+            trust_env=False,
+            headers={"Accept": "application/json"},
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PrometheusClient({self.base_url!r})"
+
+    # -- queries ---------------------------------------------------------------------------------
+
+    def query(self, promql: str, at: float | None = None) -> list[InstantSample]:
+        """Return the result of an instant query at `at` (server's now when None).
+
+        A scalar or string result becomes one sample with {} labels; a range-vector result (e.g.
+        ``x[5m]``) is flattened into one sample per raw point.
+        """
+        params: dict[str, Any] = {"query": promql}
+        if at is not None:
+            params["time"] = _fmt_time(at)
+        data = self._api("/api/v1/query", params, query=promql)
+        try:
+            kind, result = data["resultType"], data["result"]
+            if kind == "vector":
+                return [InstantSample(dict(r["metric"]), *_point_value(r)) for r in result]
+            if kind in ("scalar", "string"):
+                return [InstantSample({}, float(result[0]), _as_float(result[1]))]
+            if kind == "matrix":
+                return [
+                    InstantSample(dict(r["metric"]), float(ts), _as_float(v))
+                    for r in result
+                    for ts, v in r.get("values", ())
+                ]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise self._shape_error("/api/v1/query", exc) from exc
+        raise PrometheusBadResponse(f"Prometheus at {self.base_url} returned unknown resultType {kind!r}")
+
+    def query_range(self, promql: str, start: float, end: float, step: float | None = None) -> list[Series]:
+        """Return the series of a range query over [start, end].
+
+        step None picks choose_step(start, end); a given step too small for the window is raised to
+        the smallest legal nice step, so the query never hits Prometheus's 11,000-point limit.
+        """
+        if end < start:
+            raise ValueError(f"end ({end}) is before start ({start})")
+        if step is None:
+            step = choose_step(start, end)
+        elif step <= 0:
+            raise ValueError(f"step must be > 0, got {step}")
+        elif (end - start) / step + 1 > MAX_POINTS:
+            step = choose_step(start, end, min_step=step)
+        params = {
+            "query": promql,
+            "start": _fmt_time(start),
+            "end": _fmt_time(end),
+            "step": repr(float(step)),
+        }
+        data = self._api("/api/v1/query_range", params, query=promql)
+        try:
+            if data["resultType"] != "matrix":
+                raise ValueError(f"resultType {data['resultType']!r}")
+            out = []
+            for r in data["result"]:
+                points = r.get("values") or [(ts, h.get("count")) for ts, h in r.get("histograms", ())]
+                out.append(
+                    Series(
+                        dict(r["metric"]),
+                        tuple(float(ts) for ts, _ in points),
+                        tuple(_as_float(v) for _, v in points),
+                    )
+                )
+            return out
+        except (KeyError, TypeError, ValueError) as exc:
+            raise self._shape_error("/api/v1/query_range", exc) from exc
+
+    def series(
+        self, matchers: Sequence[str], start: float | None = None, end: float | None = None
+    ) -> list[dict[str, str]]:
+        """Return the label sets of the series matching any of `matchers` in [start, end]."""
+        if isinstance(matchers, str) or not matchers:
+            raise ValueError("series() needs a non-empty sequence of matchers")
+        data = self._api("/api/v1/series", self._match_params(matchers, start, end), query=" ".join(matchers))
+        if not isinstance(data, list):
+            raise self._shape_error("/api/v1/series", TypeError(type(data).__name__))
+        return [dict(s) for s in data]
+
+    def label_names(
+        self, matchers: Sequence[str] = (), start: float | None = None, end: float | None = None
+    ) -> list[str]:
+        """Return the label names of the series matching `matchers` (all series when empty)."""
+        data = self._api("/api/v1/labels", self._match_params(matchers, start, end), query=" ".join(matchers))
+        if not isinstance(data, list):
+            raise self._shape_error("/api/v1/labels", TypeError(type(data).__name__))
+        return [str(n) for n in data]
+
+    def label_values(
+        self, name: str, matchers: Sequence[str] = (), start: float | None = None, end: float | None = None
+    ) -> list[str]:
+        """Return the values of label `name` on the series matching `matchers`."""
+        if not _LABEL_NAME.match(name):
+            raise PrometheusQueryError("bad_data", f"invalid label name {name!r}", name)
+        path = f"/api/v1/label/{name}/values"
+        data = self._api(path, self._match_params(matchers, start, end), query=" ".join(matchers) or name)
+        if not isinstance(data, list):
+            raise self._shape_error(path, TypeError(type(data).__name__))
+        return [str(v) for v in data]
+
+    def tsdb_status(self) -> dict:
+        """Return /api/v1/status/tsdb data (headStats covers the in-memory head only)."""
+        return self._api_dict("/api/v1/status/tsdb")
+
+    def buildinfo(self) -> dict:
+        """Return /api/v1/status/buildinfo data."""
+        return self._api_dict("/api/v1/status/buildinfo")
+
+    def runtimeinfo(self) -> dict:
+        """Return /api/v1/status/runtimeinfo data."""
+        return self._api_dict("/api/v1/status/runtimeinfo")
+
+    def flags(self) -> dict:
+        """Return /api/v1/status/flags data (flag name -> value as text)."""
+        return self._api_dict("/api/v1/status/flags")
+
+    def targets(self) -> dict:
+        """Return /api/v1/targets data (activeTargets, droppedTargets)."""
+        return self._api_dict("/api/v1/targets")
+
+    def metadata(self, metric: str | None = None) -> dict:
+        """Return /api/v1/metadata data (metric name -> list of type/help/unit)."""
+        return self._api_dict("/api/v1/metadata", {"metric": metric} if metric else None)
+
+    def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Return the `data` of a GET on a read-only API path (the text body for /-/ paths)."""
+        if path.startswith("/-/"):
+            self._check_allowed("GET", path)
+            return self._send("GET", path, params).text
+        return self._api(path, dict(params or {}), query="")
+
+    def ready(self) -> bool:
+        """Return True if GET /-/ready answers 200; never raises, never retries."""
+        try:
+            self._check_allowed("GET", "/-/ready")
+            started = time.monotonic()
+            try:
+                resp = self._http.get("/-/ready", timeout=min(self.timeout, 5.0))
+            finally:
+                self.stats.record(time.monotonic() - started)
+            return resp.status_code == 200
+        except (httpx.HTTPError, PrometheusError, OSError):
+            return False
+
+    # -- data range ------------------------------------------------------------------------------
+
+    def data_time_range(self) -> tuple[float, float] | None:
+        """Return the (first, last) sample times in unix seconds of all data served, None if there is none.
+
+        /api/v1/status/tsdb only covers the in-memory head, so the range is derived from the data with
+        read APIs only, on any Prometheus-compatible server:
+
+        1. /status/tsdb: the head's maxTime, when the head holds series (Prometheus only).
+        2. /status/flags: the lookback delta (5 m when the server does not say).
+        3. /labels over [0, now + 1 y]: no label names means no data, return None.
+        4. Earliest: binary search with /labels?start=0&end=m (an index lookup: a block or the head
+           overlaps the window) down to 1 s. A Prometheus block's minTime is its first sample.
+        5. Refine with the instant query min(timestamp({__name__=~".+"})) at the found time. If the
+           index boundary was not a sample (blocks aligned to 2 h, other backends), scan forward with
+           range queries at lookback steps, then zoom in twice (precision lookback/2,304).
+        6. Latest: the head's maxTime checked with max(timestamp(...)) at that time; otherwise the mirror
+           image of 4 and 5 with /labels?start=m&end=far.
+
+        Requests: 3 + about 31 + 1 for the earliest, + 1 for the latest with a non-empty head (about
+        36), or + about 31 + 1 without one (about 67); at most 6 more per end when a scan is needed.
+        Every request is an index lookup or a query over at most 49 steps.
+        """
+        head_max = self._head_max_time()
+        lookback = self._lookback()
+        far = max(time.time(), head_max or 0.0) + 366 * _DAY
+        if not self.label_names(start=0.0, end=far):
+            return None
+
+        # Earliest: smallest m such that the index holds data in [0, m].
+        lo, hi = 0.0, far
+        if head_max is not None:
+            hi = head_max
+        lo, hi = self._bisect(lambda m: bool(self.label_names(start=0.0, end=m)), lo, hi)
+        first = self._instant_time("min", hi)
+        if first is None:
+            first = self._scan(hi, forward=True, lookback=lookback)
+        if first is None:
+            log.warning("%s: no sample found after index start %s; using it", self.base_url, hi)
+            first = hi
+
+        last: float | None = None
+        if head_max is not None:
+            last = self._instant_time("max", head_max)
+            if last is not None and abs(last - head_max) > 0.001:
+                last = None
+        if last is None:
+            # Latest: largest m such that the index holds data in [m, far].
+            lo, hi = self._bisect(lambda m: not self.label_names(start=m, end=far), first, far)
+            last = self._instant_time("max", hi)
+            if last is None:
+                last = self._scan(hi, forward=False, lookback=lookback)
+            if last is None:
+                log.warning("%s: no sample found before index end %s; using it", self.base_url, lo)
+                last = lo
+        return (first, max(first, last))
+
+    def _head_max_time(self) -> float | None:
+        try:
+            head = self.tsdb_status().get("headStats") or {}
+        except PrometheusError:
+            return None
+        # An empty head reports numSeries 0 with minTime == maxTime == the newest block's maxTime,
+        # or the int64 sentinels when there are no blocks either.
+        try:
+            if int(head.get("numSeries", 0)) <= 0:
+                return None
+            max_ms, min_ms = int(head["maxTime"]), int(head["minTime"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if max_ms < min_ms or max_ms >= 2**63 - 1 or max_ms <= -(2**63):
+            return None
+        return max_ms / 1000.0
+
+    def _lookback(self) -> float:
+        try:
+            return parse_duration(str(self.flags().get("query.lookback-delta", "5m")))
+        except (PrometheusError, ValueError):
+            return _DEFAULT_LOOKBACK
+
+    @staticmethod
+    def _bisect(pred: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
+        """Return (lo, hi) with hi - lo <= 1 s, pred(lo) False and pred(hi) True, given pred is monotone."""
+        while hi - lo > _SEARCH_RESOLUTION:
+            mid = math.floor((lo + hi) / 2 * 1000) / 1000
+            if mid <= lo or mid >= hi:
+                break
+            if pred(mid):
+                hi = mid
+            else:
+                lo = mid
+        return lo, hi
+
+    def _instant_time(self, agg: str, at: float) -> float | None:
+        samples = self.query(f"{agg}(timestamp({_ALL_SERIES}))", at=at)
+        values = [s.value for s in samples if not math.isnan(s.value)]
+        return values[0] if values else None
+
+    def _scan(self, origin: float, *, forward: bool, lookback: float) -> float | None:
+        """Return the first (forward) or last sample time next to `origin`, scanning window by window.
+
+        Each range query samples every `lookback` seconds, so no sample falls between two steps; a hit
+        is then zoomed into twice with 48 finer steps.
+        """
+        agg = "min" if forward else "max"
+        expr = f"{agg}(timestamp({_ALL_SERIES}))"
+        width = lookback * _SCAN_POINTS
+        for k in range(_SCAN_WINDOWS):
+            start = origin + k * width if forward else origin - (k + 1) * width
+            hit = self._first_point(expr, start, start + width, lookback, forward)
+            if hit is None:
+                continue
+            if not forward:
+                # The last step with data sees every series' latest sample: its max is exact.
+                return hit[1]
+            step = lookback
+            for _ in range(2):
+                sub = step / _SCAN_POINTS
+                lo = hit[0] - step
+                refined = self._first_point(expr, max(lo, 0.0), lo + step, sub, forward)
+                if refined is None:
+                    break
+                hit, step = refined, sub
+            return hit[1]
+        return None
+
+    def _first_point(
+        self, expr: str, start: float, end: float, step: float, forward: bool
+    ) -> tuple[float, float] | None:
+        series = self.query_range(expr, start, end, step)
+        points = [(t, v) for s in series for t, v in zip(s.timestamps, s.values, strict=True)]
+        if not points:
+            return None
+        return min(points) if forward else max(points, key=lambda p: p[1])
+
+    # -- concurrency -----------------------------------------------------------------------------
+
+    def run_parallel(
+        self, calls: Sequence[Callable[[], T]], *, max_concurrency: int = 8
+    ) -> list[T | PrometheusError]:
+        """Return the results of `calls` in order, running at most max_concurrency at a time.
+
+        A call that raises PrometheusError yields that exception in its slot and the others still
+        complete. Any other exception is a bug: it is re-raised once every call has finished.
+        """
+        if not calls:
+            return []
+        workers = max(1, min(max_concurrency, len(calls)))
+        results: list[Any] = [None] * len(calls)
+        bug: BaseException | None = None
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prometheus") as pool:
+            futures = [pool.submit(call) for call in calls]
+            for i, fut in enumerate(futures):
+                try:
+                    results[i] = fut.result()
+                except PrometheusError as exc:
+                    results[i] = exc
+                except Exception as exc:  # noqa: BLE001 - re-raised below after the others finish
+                    results[i] = exc
+                    bug = bug or exc
+        if bug is not None:
+            raise bug
+        return results
+
+    # -- transport -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _match_params(matchers: Sequence[str], start: float | None, end: float | None) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if matchers:
+            params["match[]"] = list(matchers)
+        if start is not None:
+            params["start"] = _fmt_time(start)
+        if end is not None:
+            params["end"] = _fmt_time(end)
+        return params
+
+    def _check_allowed(self, method: str, path: str) -> None:
+        allowed = path in _READ_PATHS or bool(_LABEL_VALUES_PATH.match(path))
+        if method == "POST":
+            allowed = path in _POSTABLE_PATHS
+        elif method != "GET":
+            allowed = False
+        if not allowed:
+            raise PrometheusForbidden(
+                f"refusing {method} {path} on Prometheus at {self.base_url}: "
+                "Stepwise only calls the read-only query and status endpoints"
+            )
+
+    def _api_dict(self, path: str, params: Mapping[str, Any] | None = None) -> dict:
+        data = self._api(path, dict(params or {}), query="")
+        if not isinstance(data, dict):
+            raise self._shape_error(path, TypeError(type(data).__name__))
+        return data
+
+    def _api(self, path: str, params: dict[str, Any], *, query: str) -> Any:
+        """Return the `data` of a successful JSON API reply, or raise the matching PrometheusError."""
+        method = "GET"
+        if path in _POSTABLE_PATHS and len(urlencode(params, doseq=True)) > _POST_THRESHOLD:
+            method = "POST"
+        self._check_allowed(method, path)
+        resp = self._send(method, path, params)
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        after = f" after {self.attempts} attempts" if resp.status_code >= 500 else ""
+        if not isinstance(body, dict):
+            snippet = " ".join(resp.text[:200].split())
+            raise PrometheusBadResponse(
+                f"Prometheus at {self.base_url} answered {path} with HTTP {resp.status_code}{after} and "
+                f"non-JSON content ({resp.headers.get('content-type', 'no content-type')}): {snippet!r}"
+            )
+        if body.get("status") == "success" and resp.status_code < 400:
+            for warning in body.get("warnings") or ():
+                log.info("Prometheus warning for %s: %s", path, warning)
+            if "data" not in body:
+                raise self._shape_error(path, KeyError("data"))
+            return body["data"]
+        error_type = str(body.get("errorType", ""))
+        message = str(body.get("error", ""))
+        if resp.status_code in (400, 422) or error_type in ("bad_data", "execution"):
+            raise PrometheusQueryError(error_type or f"http_{resp.status_code}", message, query)
+        if error_type in ("timeout", "canceled"):
+            raise PrometheusTimeout(
+                f"Prometheus at {self.base_url} gave up on the query ({error_type}){after}: "
+                f"{' '.join(message.split())}"
+            )
+        raise PrometheusBadResponse(
+            f"Prometheus at {self.base_url} answered {path} with HTTP {resp.status_code}{after}, "
+            f"status {body.get('status')!r}: {error_type} {' '.join(message.split())}".rstrip()
+        )
+
+    def _send(self, method: str, path: str, params: Mapping[str, Any] | None) -> httpx.Response:
+        """Return the response of the first attempt that is not a transport error or HTTP 5xx."""
+        last_exc: httpx.HTTPError | None = None
+        last_resp: httpx.Response | None = None
+        for attempt in range(1, self.attempts + 1):
+            started = time.monotonic()
+            try:
+                if method == "POST":
+                    resp = self._http.post(path, data=dict(params or {}))
+                else:
+                    resp = self._http.get(path, params=params)
+            except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:
+                raise PrometheusUnreachable(f"Prometheus URL {self.base_url} is not usable: {exc}") from exc
+            except httpx.TransportError as exc:
+                last_exc, last_resp = exc, None
+            else:
+                if resp.status_code < 500:
+                    return resp
+                last_exc, last_resp = None, resp
+            finally:
+                self.stats.record(time.monotonic() - started)
+            if attempt < self.attempts:
+                delay = min(_MAX_BACKOFF, self.backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+                log.debug("retrying %s %s in %.2f s (attempt %d failed)", method, path, delay, attempt)
+                time.sleep(delay)
+        if last_resp is not None:
+            # 5xx after all attempts: let _api() report Prometheus's own error text when there is one.
+            if path.startswith("/-/"):
+                raise PrometheusBadResponse(
+                    f"Prometheus at {self.base_url} answered {path} with HTTP {last_resp.status_code} "
+                    f"after {self.attempts} attempts"
+                )
+            return last_resp
+        assert last_exc is not None
+        n = f"{self.attempts} attempt" + ("s" if self.attempts != 1 else "")
+        if isinstance(last_exc, httpx.TimeoutException):
+            kind = type(last_exc).__name__.replace("Timeout", " timeout").strip().lower()
+            raise PrometheusTimeout(
+                f"Prometheus at {self.base_url} did not answer within {self.timeout:g} s ({kind}) after {n}"
+            ) from last_exc
+        raise PrometheusUnreachable(
+            f"Prometheus at {self.base_url} is unreachable ({_transport_reason(last_exc)}) after {n}"
+        ) from last_exc
+
+    def _shape_error(self, path: str, exc: BaseException) -> PrometheusBadResponse:
+        return PrometheusBadResponse(
+            f"Prometheus at {self.base_url} answered {path} with an unexpected shape ({type(exc).__name__}: {exc})"
+        )
