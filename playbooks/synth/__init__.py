@@ -143,8 +143,9 @@ def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profi
         base = _sim.simulate(_sim.plan("healthy", seed, nodes, profile=profile, gpus=gpus, interval=interval,
                                        hours=hours))
         base.scenario = SCENARIO_TABLE["restore-resource-leak"]
-        # restore from an early checkpoint so that both runs share a long overlapping step range
-        restored_from = base.ckpt_steps[1] if len(base.ckpt_steps) > 1 else 0
+        # restore from an early checkpoint (~25 % in) so that both runs share a long overlapping step range
+        quarter = 0.25 * base.steps_total
+        restored_from = min(base.ckpt_steps, key=lambda c: abs(c - quarter)) if base.ckpt_steps else 0
         restored = _sim.plan(scenario, seed, nodes, profile=profile, gpus=gpus, interval=interval, hours=hours,
                              restored_from=restored_from, base=base)
         restored = _sim.simulate(restored)

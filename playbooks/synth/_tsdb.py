@@ -63,7 +63,9 @@ def write_openmetrics(items: Iterable[Item], path: Path, cut: float | None) -> t
             if cut is not None:
                 tl = ok & (ts >= cut)
                 if tl.any():
-                    tail.append((name, labels, ts[tl], vals[tl]))
+                    # the same rounding as the text samples, so both parts of a series agree exactly
+                    vf = _FMT[fmt]
+                    tail.append((name, labels, ts[tl], np.array([float(vf % v) for v in vals[tl].tolist()])))
         fh.write("# EOF\n")
     return tail, {"series": n_series, "samples": n_samples}
 

@@ -178,9 +178,11 @@ def test_restored_job_carries_extra_runnable_threads(served_job):
     """Every host of the restored job runs >10 more runnable processes than in the fresh baseline."""
     client, truth, _ = served_job("restore-resource-leak")
     base = load_truth(Path(truth["compare_with"]))
-    restored = _by(client, "avg_over_time(hw_procs_running[20m])", truth["job_end"] - 300, "host")
-    fresh = _by(served_job.dir(Path(base["job_dir"])), "avg_over_time(hw_procs_running[20m])",
-                base["job_end"] - 300, "host")
+    def mid(t: dict) -> float:
+        return t["train_start"] + 0.7 * (t["job_end"] - t["train_start"])
+
+    restored = _by(client, "avg_over_time(hw_procs_running[5m])", mid(truth), "host")
+    fresh = _by(served_job.dir(Path(base["job_dir"])), "avg_over_time(hw_procs_running[5m])", mid(base), "host")
     assert set(restored) == set(fresh) == set(truth["hosts"])
     assert all(restored[h] - fresh[h] > 10 for h in restored)
 
