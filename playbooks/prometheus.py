@@ -36,6 +36,9 @@ _POST_THRESHOLD = 2000
 
 # Selects every series; used in instant queries and in range queries of at most 49 steps.
 _ALL_SERIES = '{__name__=~".+"}'
+# timestamp() drops the metric name, so series that differ only by name would collide ("vector cannot
+# contain metrics with the same labelset"); copying the name into a label keeps every series distinct.
+_ALL_SERIES_TS = 'timestamp(label_replace({__name__=~".+"}, "stepwise_name", "$1", "__name__", "(.+)"))'
 
 _READ_PATHS = frozenset(
     {
@@ -530,7 +533,7 @@ class PrometheusClient:
         return lo, hi
 
     def _instant_time(self, agg: str, at: float) -> float | None:
-        samples = self.query(f"{agg}(timestamp({_ALL_SERIES}))", at=at)
+        samples = self.query(f"{agg}({_ALL_SERIES_TS})", at=at)
         values = [s.value for s in samples if not math.isnan(s.value)]
         return values[0] if values else None
 
@@ -541,7 +544,7 @@ class PrometheusClient:
         is then zoomed into twice with 48 finer steps.
         """
         agg = "min" if forward else "max"
-        expr = f"{agg}(timestamp({_ALL_SERIES}))"
+        expr = f"{agg}({_ALL_SERIES_TS})"
         width = lookback * _SCAN_POINTS
         for k in range(_SCAN_WINDOWS):
             start = origin + k * width if forward else origin - (k + 1) * width

@@ -212,3 +212,11 @@ def test_nvidia_hardware_fault_raises_xid(served_job):
                                                  truth["job_end"]).items() if v > 0]
     assert [(x["Hostname"], x["gpu"]) for x in xid] == [(c["host"], c["gpu"])]
     assert xid[0]["v"] in (48, 79)
+
+
+def test_data_time_range_of_a_generated_job_matches_its_truth(served_job):
+    """The client's real data range works where many metrics share a label set (timestamp() drops names)."""
+    client, truth, _ = served_job("healthy")
+    first, last = client.data_time_range()
+    assert first == pytest.approx(truth["data_range"][0], abs=1)
+    assert last == pytest.approx(truth["data_range"][1], abs=1)

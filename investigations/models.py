@@ -1,0 +1,229 @@
+"""Investigations, the jobs they look at, where each job's metrics live, and query runs against them.
+
+Times are stored as aware UTC datetimes; query windows inside JSON are unix seconds (float), as in
+the diagnosis contract.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+
+class Investigation(models.Model):
+    """An incident being investigated: one or more training jobs, who owns it, how bad it is."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        MONITORING = "monitoring", "Monitoring"
+        RESOLVED = "resolved", "Resolved"
+
+    class Severity(models.TextChoices):
+        SEV1 = "sev1", "SEV1 (critical)"
+        SEV2 = "sev2", "SEV2 (major)"
+        SEV3 = "sev3", "SEV3 (minor)"
+        SEV4 = "sev4", "SEV4 (info)"
+
+    title = models.CharField(max_length=200)
+    summary = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    severity = models.CharField(max_length=8, choices=Severity.choices, default=Severity.SEV3)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="owned_investigations",
+    )
+    team = models.CharField(max_length=100, blank=True)
+    jobs = models.ManyToManyField("Job", through="InvestigationJob", related_name="investigations")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["status", "-created"], name="investigation_status_idx")]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Job(models.Model):
+    """A training job, keyed by (cluster, job_id).
+
+    Paths are attributes, never the key: tools rename a job's log and directory after it ends
+    (a TGS tag is appended), while JOB_ID stays.
+    """
+
+    cluster = models.CharField(max_length=100, blank=True, help_text="Empty for local or demo jobs.")
+    job_id = models.CharField(max_length=100, help_text="Slurm id, k8s-… or local_… id.")
+    name = models.CharField(max_length=255, blank=True)
+    job_dir = models.CharField(max_length=1024, blank=True)
+    log_path = models.CharField(max_length=1024, blank=True)
+    log_upload = models.FileField(upload_to="logs/%Y/%m/", blank=True)
+    triage = models.JSONField(default=dict, blank=True)
+    config = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["cluster", "job_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "job_id"], name="job_unique_cluster_job_id")
+        ]
+
+    def __str__(self) -> str:
+        prefix = f"{self.cluster}/" if self.cluster else ""
+        return f"{prefix}{self.job_id} {self.name}".strip()
+
+
+class InvestigationJob(models.Model):
+    """A job's place in an investigation: the primary job, a healthy baseline, or another to compare."""
+
+    class Role(models.TextChoices):
+        PRIMARY = "primary", "Primary"
+        BASELINE = "baseline", "Baseline"
+        COMPARE = "compare", "Compare"
+
+    investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="job_links")
+    # PROTECT: a job that an investigation cites cannot vanish from under its findings.
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="investigation_links")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.PRIMARY)
+    position = models.PositiveSmallIntegerField(default=0)
+
+    class Meta:
+        ordering = ["investigation", "position", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["investigation", "job"], name="investigationjob_unique_job"),
+            models.UniqueConstraint(
+                fields=["investigation"],
+                condition=Q(role="primary"),
+                name="investigationjob_one_primary",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.investigation_id}:{self.job_id} ({self.role})"
+
+
+class DataSource(models.Model):
+    """Where a job's metrics can be queried.
+
+    kind=job_tsdb: `address` is a job directory; Stepwise serves a read-only copy of its
+    prometheus/ TSDB and records the URL in `served_url`. kind=url: `address` is the base URL of a
+    running Prometheus. kind=ssh_tunnel: `address` is the local end of a tunnel (a URL), `tunnel`
+    describes it (user, host, remote port) for display and re-creation.
+    """
+
+    class Kind(models.TextChoices):
+        JOB_TSDB = "job_tsdb", "Job TSDB"
+        URL = "url", "Prometheus URL"
+        SSH_TUNNEL = "ssh_tunnel", "SSH tunnel"
+
+    class State(models.TextChoices):
+        UNKNOWN = "unknown", "Unknown"
+        STARTING = "starting", "Starting"
+        UP = "up", "Up"
+        DOWN = "down", "Down"
+        ERROR = "error", "Error"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="datasources")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    address = models.CharField(max_length=1024)
+    tunnel = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.UNKNOWN)
+    state_detail = models.TextField(blank=True)
+    served_url = models.CharField(max_length=255, blank=True)
+    last_checked = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["job__job_id", "pk"]
+
+    def __str__(self) -> str:
+        if self.job_id is not None:
+            return f"{self.job} ({self.get_kind_display()})"
+        return f"{self.address} ({self.get_kind_display()})"
+
+
+class QueryRun(models.Model):
+    """A batch of PromQL queries against one data source, executed by a worker.
+
+    `queries` is a list of {name, promql, kind: instant|range|buildinfo, start, end, step}; times are
+    unix seconds or null (null: the data source's own time range, as a finished job's data is old).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    FINISHED = (Status.DONE, Status.FAILED, Status.CANCELLED)
+
+    datasource = models.ForeignKey(DataSource, on_delete=models.CASCADE, related_name="runs")
+    investigation = models.ForeignKey(
+        Investigation, on_delete=models.SET_NULL, null=True, blank=True, related_name="runs"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    queries = models.JSONField(default=list)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+        indexes = [models.Index(fields=["status"], name="queryrun_status_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(progress_done__lte=F("progress_total")), name="queryrun_progress_le_total"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} on {self.datasource} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def progress_pct(self) -> int:
+        if not self.progress_total:
+            return 100 if self.is_finished else 0
+        return round(100 * self.progress_done / self.progress_total)
+
+
+class QueryResult(models.Model):
+    """The stored outcome of one named query of a run; re-running a run replaces it (upsert).
+
+    `summary` is {"window": {...}, "series": [{labels, min, max, last, points: [[t, v], ...]}],
+    "omitted_series": int} for PromQL, or {"build": {...}} for a buildinfo check. Series and points
+    are capped (STEPWISE_RESULT_MAX_SERIES/_POINTS); `series_count` is the uncapped count.
+    """
+
+    run = models.ForeignKey(QueryRun, on_delete=models.CASCADE, related_name="results")
+    name = models.CharField(max_length=100)
+    kind = models.CharField(max_length=16, default="instant")
+    promql = models.TextField(blank=True)
+    ok = models.BooleanField(default=False)
+    error = models.TextField(blank=True)
+    series_count = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(default=dict, blank=True)
+    duration_s = models.FloatField(default=0.0)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run", "pk"]
+        constraints = [models.UniqueConstraint(fields=["run", "name"], name="queryresult_unique_run_name")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'ok' if self.ok else 'error'})"

@@ -1,0 +1,98 @@
+"""Pages. Thin: fetch through a helper that 404s, call one service or selector, render."""
+
+from __future__ import annotations
+
+import logging
+
+from django.contrib import messages
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.middleware import HtmxDetails
+from kombu.exceptions import OperationalError as BrokerError
+
+from . import selectors, services
+from .forms import DataSourceURLForm
+from .models import DataSource, QueryRun
+from .tasks import queryrun_execute_task
+
+logger = logging.getLogger(__name__)
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+# Every signed-in user may read and query every data source: there are no teams yet. The helpers
+# are the one place to add that check, and partials go through them too.
+def _get_datasource(request: HttpRequest, source_id: int) -> DataSource:
+    return get_object_or_404(DataSource.objects.select_related("job"), pk=source_id)
+
+
+def _get_run(request: HttpRequest, run_id: int) -> QueryRun:
+    return get_object_or_404(QueryRun.objects.select_related("datasource__job"), pk=run_id)
+
+
+def _home(request: HttpRequest, form: DataSourceURLForm, status: int = 200) -> HttpResponse:
+    context = {
+        "datasources": selectors.datasource_list(),
+        "runs": selectors.queryrun_recent(),
+        "form": form,
+    }
+    return render(request, "investigations/home.html", context, status=status)
+
+
+@require_GET
+def home(request: HtmxHttpRequest) -> HttpResponse:
+    return _home(request, DataSourceURLForm())
+
+
+@require_POST
+def source_add(request: HtmxHttpRequest) -> HttpResponse:
+    form = DataSourceURLForm(request.POST)
+    if not form.is_valid():
+        return _home(request, form, status=400)
+    services.datasource_create(kind=DataSource.Kind.URL, address=form.cleaned_data["address"])
+    messages.success(request, f"Added {form.cleaned_data['address']}.")
+    return redirect("investigations:home")
+
+
+@require_POST
+def run_start(request: HtmxHttpRequest, source_id: int) -> HttpResponse:
+    datasource = _get_datasource(request, source_id)
+    try:
+        with transaction.atomic():
+            run = services.queryrun_create(datasource, services.SAMPLE_QUERIES, created_by=request.user)
+            queryrun_execute_task.delay_on_commit(run.pk)
+    except BrokerError as exc:
+        # The row is committed but the task never left: say so instead of leaving it queued forever.
+        logger.error("could not enqueue query run %s: %s", run.pk, exc)
+        services.queryrun_finish(
+            run.pk,
+            QueryRun.Status.FAILED,
+            f"Could not reach the task broker: {exc}",
+            from_status=QueryRun.Status.QUEUED,
+        )
+    return redirect("investigations:run_detail", run_id=run.pk)
+
+
+@require_GET
+@never_cache
+@vary_on_headers("HX-Request")
+def run_detail(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+    run = _get_run(request, run_id)
+    template = "investigations/run_detail.html"
+    if request.htmx:
+        template += "#run-status"
+    return render(request, template, {"run": run, "results": selectors.queryresult_list(run)})
+
+
+@require_POST
+def run_cancel(request: HtmxHttpRequest, run_id: int) -> HttpResponse:
+    run = _get_run(request, run_id)
+    if not services.queryrun_cancel(run):
+        messages.info(request, "The run had already finished.")
+    return redirect("investigations:run_detail", run_id=run.pk)

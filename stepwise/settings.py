@@ -1,0 +1,351 @@
+"""Django settings for Stepwise.
+
+Every knob is read from the environment through the small typed helpers below. Each helper raises
+ImproperlyConfigured with the variable's name and the accepted values when a value is wrong, and
+accepts NAME_FILE (a path whose contents are the value) wherever NAME is accepted, for Docker
+secrets. Defaults suit a developer machine and pytest: SQLite and an embedded broker under the data
+directory, loopback binding, login required everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envstr(name: str, default: str | None = None) -> str | None:
+    """Return NAME, else the contents of the file named by NAME_FILE, else `default`."""
+    if name in os.environ:
+        return os.environ[name]
+    file_name = os.environ.get(f"{name}_FILE")
+    if file_name:
+        try:
+            return Path(file_name).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"{name}_FILE={file_name!r} cannot be read: {exc.strerror or exc}"
+            ) from exc
+    return default
+
+
+def envbool(name: str, default: bool) -> bool:
+    """Return NAME as a boolean (1/0, true/false, yes/no, on/off)."""
+    value = envstr(name)
+    if value is None:
+        return default
+    folded = value.strip().lower()
+    if folded in _TRUE:
+        return True
+    if folded in _FALSE:
+        return False
+    raise ImproperlyConfigured(
+        f"{name}={value!r} is not a boolean: use 1 or 0 (or true/false, yes/no, on/off)"
+    )
+
+
+def envint(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """Return NAME as an integer within [minimum, maximum]."""
+    value = envstr(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}")
+    if maximum is not None and number > maximum:
+        raise ImproperlyConfigured(f"{name}={number} is above the maximum of {maximum}")
+    return number
+
+
+def envlist(name: str, default: str, *, sep: str = ",") -> list[str]:
+    """Return NAME split on `sep`, items stripped, empty items dropped."""
+    value = envstr(name)
+    if value is None:
+        value = default
+    return [item.strip() for item in value.split(sep) if item.strip()]
+
+
+def envpath(name: str, default: Path) -> Path:
+    """Return NAME as an absolute path (~ expanded); relative paths are taken from the repository."""
+    value = envstr(name)
+    if value is None or value.strip() == "":
+        return default
+    return _abspath(value)
+
+
+def _abspath(value: str) -> Path:
+    path = Path(value.strip()).expanduser()
+    return path if path.is_absolute() else (BASE_DIR / path)
+
+
+def envsecret(name: str, generated_file: Path) -> str:
+    """Return NAME (or NAME_FILE), else a random value generated once into `generated_file`.
+
+    The generated file is written with mode 0600 through a temporary file and a hard link, so that
+    the web server and the worker starting at the same moment agree on one value.
+    """
+    value = envstr(name)
+    if value is not None:
+        if len(value) < 32:
+            raise ImproperlyConfigured(f"{name} is too short ({len(value)} characters): use at least 32")
+        return value
+    try:
+        return generated_file.read_text().strip()
+    except FileNotFoundError:
+        pass
+    generated_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = generated_file.with_name(f".{generated_file.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secrets.token_urlsafe(50) + "\n")
+    try:
+        os.link(tmp, generated_file)
+    except FileExistsError:
+        pass  # another process won the race; use its value
+    finally:
+        tmp.unlink(missing_ok=True)
+    return generated_file.read_text().strip()
+
+
+def _bind(name: str, default: str) -> str:
+    """Return NAME as HOST:PORT (IPv6 hosts in brackets)."""
+    value = (envstr(name) or default).strip()
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ImproperlyConfigured(f"{name}={value!r} is not HOST:PORT (for example 127.0.0.1:8000)")
+    return value
+
+
+# --- Paths --------------------------------------------------------------------------------------
+
+STEPWISE_DATA_DIR = envpath("STEPWISE_DATA_DIR", BASE_DIR / "data")
+STEPWISE_DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+# --- Core -----------------------------------------------------------------------------------------
+
+SECRET_KEY = envsecret("SECRET_KEY", STEPWISE_DATA_DIR / "secret_key")
+DEBUG = envbool("DEBUG", False)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "localhost,127.0.0.1")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "investigations.apps.InvestigationsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every view needs a signed-in user unless it is marked @login_not_required (the login page).
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "stepwise.urls"
+WSGI_APPLICATION = "stepwise.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------------
+
+DATABASE_URL = envstr("DATABASE_URL") or f"sqlite:///{STEPWISE_DATA_DIR / 'stepwise.sqlite3'}"
+try:
+    _default_db = dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+except (ValueError, dj_database_url.UnknownSchemeError) as exc:
+    raise ImproperlyConfigured(
+        f"DATABASE_URL is not a database URL ({exc}): use sqlite:////path/db.sqlite3 or "
+        "postgres://user:password@host:5432/name"
+    ) from exc
+if _default_db["ENGINE"] == "django.db.backends.sqlite3":
+    # The web server and the worker write the same file: WAL lets readers proceed during a write,
+    # IMMEDIATE takes the write lock up front instead of failing on upgrade, and timeout waits.
+    _default_db["CONN_MAX_AGE"] = 0
+    _default_db["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL",
+        **_default_db.get("OPTIONS", {}),
+    }
+DATABASES = {"default": _default_db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Auth and security ----------------------------------------------------------------------------
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "investigations:home"
+LOGOUT_REDIRECT_URL = "login"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+# STEPWISE_TLS=1 when the app is served over HTTPS (normally by a reverse proxy that terminates TLS
+# and sets X-Forwarded-Proto). Cookies are then only sent over HTTPS and browsers pinned to it.
+# Off by default because the demo is plain HTTP on loopback, where secure cookies would never be sent.
+STEPWISE_TLS = envbool("STEPWISE_TLS", False)
+SESSION_COOKIE_SECURE = STEPWISE_TLS
+CSRF_COOKIE_SECURE = STEPWISE_TLS
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if STEPWISE_TLS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = envbool("STEPWISE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = envint("STEPWISE_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("STEPWISE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = envbool("STEPWISE_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading binds the whole domain to HTTPS for browsers, for good: its owner opts in with
+        # STEPWISE_HSTS_PRELOAD=1; until then `check --deploy` need not warn about it.
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
+# --- Internationalisation -------------------------------------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# --- Static and uploaded files --------------------------------------------------------------------
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = envpath("STEPWISE_STATIC_ROOT", STEPWISE_DATA_DIR / "staticfiles")
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every start when it is missing
+# WhiteNoise serves static files from the app itself (gunicorn does not), straight from the finders
+# when collectstatic has not been run, so the demo needs no extra step and no CDN.
+WHITENOISE_USE_FINDERS = True
+MEDIA_ROOT = envpath("STEPWISE_MEDIA_ROOT", STEPWISE_DATA_DIR / "media")
+MEDIA_URL = "media/"
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+
+# --- Stepwise -------------------------------------------------------------------------------------
+
+STEPWISE_BIND = _bind("STEPWISE_BIND", "127.0.0.1:8000")
+# Prometheus servers the app may query: host, host:port, [v6]:port or a CIDR. Hostnames are compared
+# literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not parse.
+STEPWISE_ALLOWED_PROMETHEUS = envlist("STEPWISE_ALLOWED_PROMETHEUS", "127.0.0.1,localhost,::1")
+STEPWISE_DEMO_JOBS = STEPWISE_DATA_DIR / "demo-jobs"
+# Folders whose job directories may be read (os.pathsep-separated); anything else is refused.
+STEPWISE_JOB_ROOTS = [
+    _abspath(p) for p in envlist("STEPWISE_JOB_ROOTS", str(STEPWISE_DEMO_JOBS), sep=os.pathsep)
+]
+STEPWISE_PROMETHEUS_BIN = envstr("STEPWISE_PROMETHEUS_BIN") or "prometheus"
+STEPWISE_TSDB_VIEWS = envpath("STEPWISE_TSDB_VIEWS", STEPWISE_DATA_DIR / "tsdb-views")
+# A served TSDB copy unused this long is stopped by the next query run (the worker has no other clock).
+STEPWISE_TSDB_IDLE_SECONDS = envint("STEPWISE_TSDB_IDLE_SECONDS", 1800, minimum=60)
+STEPWISE_PROMETHEUS_TIMEOUT = envint("STEPWISE_PROMETHEUS_TIMEOUT", 30, minimum=1)
+STEPWISE_QUERY_CONCURRENCY = envint("STEPWISE_QUERY_CONCURRENCY", 4, minimum=1, maximum=64)
+STEPWISE_RESULT_MAX_SERIES = envint("STEPWISE_RESULT_MAX_SERIES", 50, minimum=1)
+STEPWISE_RESULT_MAX_POINTS = envint("STEPWISE_RESULT_MAX_POINTS", 200, minimum=2)
+STEPWISE_TASK_MAX_RETRIES = envint("STEPWISE_TASK_MAX_RETRIES", 4, minimum=0)
+
+# --- Celery ---------------------------------------------------------------------------------------
+
+REDIS_URL = envstr("REDIS_URL") or ""
+STEPWISE_BROKER_DIR = STEPWISE_DATA_DIR / "broker"
+if REDIS_URL:
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        # With acks_late, Redis redelivers an unacknowledged task after this long: keep it above
+        # the hard time limit so a slow task is not run twice while still running.
+        "visibility_timeout": 3600,
+    }
+else:
+    # Embedded broker: kombu's filesystem transport, pure Python. Producer and consumer share this
+    # configuration, so they must read and write the same folder ("messages"). Processed messages
+    # are moved (an atomic rename on the same filesystem, so two workers never both take one) to
+    # "processed", which `rundemo` prunes.
+    CELERY_BROKER_URL = "filesystem://localhost/"  # the host is ignored; naming one avoids a warning
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(STEPWISE_BROKER_DIR / "messages"),
+        "data_folder_out": str(STEPWISE_BROKER_DIR / "messages"),
+        "processed_folder": str(STEPWISE_BROKER_DIR / "processed"),
+        "control_folder": str(STEPWISE_BROKER_DIR / "control"),
+        "store_processed": True,
+        "polling_interval": 0.5,
+    }
+    for _sub in ("messages", "processed", "control"):
+        (STEPWISE_BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
+    # Remote control needs broadcast replies that the filesystem transport does not deliver.
+    CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+
+# Results go to the database (QueryRun/QueryResult rows), so Celery keeps none.
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = envint("STEPWISE_TASK_SOFT_TIME_LIMIT", 600, minimum=1)
+CELERY_TASK_TIME_LIMIT = envint("STEPWISE_TASK_TIME_LIMIT", CELERY_TASK_SOFT_TIME_LIMIT + 60, minimum=2)
+if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        f"STEPWISE_TASK_TIME_LIMIT={CELERY_TASK_TIME_LIMIT} must exceed "
+        f"STEPWISE_TASK_SOFT_TIME_LIMIT={CELERY_TASK_SOFT_TIME_LIMIT}"
+    )
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- Logging --------------------------------------------------------------------------------------
+
+STEPWISE_LOG_LEVEL = (envstr("STEPWISE_LOG_LEVEL") or "INFO").upper()
+if STEPWISE_LOG_LEVEL not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+    raise ImproperlyConfigured(
+        f"STEPWISE_LOG_LEVEL={STEPWISE_LOG_LEVEL!r} is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"
+    )
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": STEPWISE_LOG_LEVEL},
+    # One line per Prometheus request is noise at INFO; failures surface through the client's errors.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+}

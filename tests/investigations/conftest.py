@@ -1,0 +1,81 @@
+"""Fixtures for the investigations app: users, allowed job roots, data sources and runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from investigations.models import DataSource, QueryResult, QueryRun
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings) -> None:
+    # PBKDF2 at production strength costs about half a second per user on this machine.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _private_tsdb_views(settings, tmp_path: Path) -> None:
+    # Tasks prune idle TSDB servers: never in the developer's own data/tsdb-views.
+    settings.STEPWISE_TSDB_VIEWS = tmp_path / "tsdb-views"
+
+
+@pytest.fixture
+def alice(django_user_model):
+    """Alice, a signed-up engineer."""
+    return django_user_model.objects.create_user("alice", password="alice-correct-horse-42")
+
+
+@pytest.fixture
+def alice_client(client: Client, alice) -> Client:
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def job_root(tmp_path: Path, settings) -> Path:
+    """An empty folder that is the only allowed job root."""
+    root = tmp_path / "jobs"
+    root.mkdir()
+    settings.STEPWISE_JOB_ROOTS = [root]
+    return root
+
+
+@pytest.fixture
+def url_source(db) -> DataSource:
+    """A URL data source on a loopback port where nothing listens."""
+    return DataSource.objects.create(kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
+
+
+@pytest.fixture
+def make_run(url_source):
+    """Return make(status="queued", results=[(name, ok, last)]) -> QueryRun on url_source."""
+
+    def make(status: str = QueryRun.Status.QUEUED, results: tuple = ()) -> QueryRun:
+        queries = [
+            {"name": n, "promql": "up", "kind": "instant", "start": None, "end": None, "step": None}
+            for n, *_ in results
+        ]
+        run = QueryRun.objects.create(
+            datasource=url_source,
+            status=status,
+            queries=queries
+            or [{"name": "up", "promql": "up", "kind": "instant", "start": None, "end": None, "step": None}],
+            progress_total=max(len(results), 1),
+            progress_done=len(results),
+        )
+        for name, ok, last in results:
+            QueryResult.objects.create(
+                run=run,
+                name=name,
+                promql="up",
+                ok=ok,
+                error="" if ok else "PrometheusQueryError: bad query",
+                series_count=1 if ok else 0,
+                summary={"min": last, "max": last, "last": last, "series": []} if ok else {},
+            )
+        return run
+
+    return make

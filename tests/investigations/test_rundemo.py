@@ -1,0 +1,144 @@
+"""`manage.py rundemo` serves the app with a worker, runs queries end to end, and leaves nothing behind.
+
+One test, because starting the whole stack costs seconds: build a one-job demo, sign in as the demo
+user, run the sample queries through the page (web server -> broker -> worker -> served TSDB), then
+Ctrl-C, and check that every process the command started, and every Prometheus, is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from playbooks import tsdb_server
+
+REPO = Path(__file__).resolve().parents[2]
+_SCRUB = ("DATABASE_URL", "REDIS_URL", "SECRET_KEY", "DEBUG", "STEPWISE_", "DJANGO_SETTINGS_MODULE")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _proc_table() -> dict[int, tuple[int, str]]:
+    """Return {pid: (ppid, state)} from /proc."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        table[int(entry)] = (int(fields[1]), fields[0])
+    return table
+
+
+def _descendants(root: int) -> set[int]:
+    table = _proc_table()
+    found, frontier = set(), {root}
+    while frontier:
+        children = {pid for pid, (ppid, _) in table.items() if ppid in frontier} - found
+        found |= children
+        frontier = children
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Return True if `pid` runs (a zombie has exited: only its parent has not collected it)."""
+    state = _proc_table().get(pid)
+    return state is not None and state[1] != "Z"
+
+
+def _wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen, log: Path):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, (
+            f"rundemo exited ({proc.returncode}) before {what}:\n{log.read_text()[-4000:]}"
+        )
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.3)
+    pytest.fail(f"no {what} within {timeout} s:\n{log.read_text()[-4000:]}")
+
+
+def _get(client: httpx.Client, path: str, **kw) -> httpx.Response | None:
+    try:
+        return client.get(path, **kw)
+    except httpx.TransportError:
+        return None
+
+
+def test_rundemo_serves_runs_queries_and_stops_cleanly(tmp_path: Path) -> None:
+    port = _free_port()
+    data = tmp_path / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
+    env.update(STEPWISE_DATA_DIR=str(data), PYTHONUNBUFFERED="1")
+    log = tmp_path / "rundemo.log"
+    cmd = [
+        sys.executable, "manage.py", "rundemo", "--scenarios", "healthy", "--nodes", "2", "--hours", "1",
+        "--bind", f"127.0.0.1:{port}", "--web-workers", "1", "--concurrency", "1",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    try:
+        login = _wait_for(
+            lambda: (r := _get(client, "/login/")) is not None and r.status_code == 200 and r,
+            90, "login page", proc, log,
+        )  # fmt: skip
+        _wait_for(lambda: "Stepwise is running at" in log.read_text(), 10, "banner", proc, log)
+        password = (data / "demo_password").read_text().strip()
+        assert f"password: {password}" in log.read_text()
+
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+        signed_in = client.post(
+            "/login/", data={"username": "demo", "password": password, "csrfmiddlewaretoken": token}
+        )
+        assert signed_in.status_code == 302, signed_in.text[:500]
+        home = client.get("/")
+        start = re.search(r'action="(/sources/\d+/sample-run/)"', home.text).group(1)
+        started = client.post(start, headers={"X-CSRFToken": client.cookies["csrftoken"]})
+        assert started.status_code == 302
+        run_url = started.headers["location"]
+
+        def finished() -> str | None:
+            body = client.get(run_url, headers={"HX-Request": "true"}).text
+            return None if "hx-trigger" in body else body
+
+        status = _wait_for(finished, 60, "finished run", proc, log)
+        assert 'class="badge badge-done"' in status, status[:2000]
+        assert "Prometheus 2." in status
+        views = data / "tsdb-views"
+        assert len(tsdb_server.list_served(views)) == 1
+
+        started_pids = _descendants(proc.pid)
+        assert len(started_pids) >= 5  # worker, its pool process, gunicorn, its worker, Prometheus
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=40) == 0, log.read_text()[-4000:]
+    finally:
+        client.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            tsdb_server.reap_leftovers(data / "tsdb-views")
+
+    left = sorted(pid for pid in started_pids if _alive(pid))
+    assert not left, f"still running after rundemo exited: {left}"
+    assert tsdb_server.list_served(views) == []
+    assert "Stopped 1 TSDB server(s)." in log.read_text()
