@@ -36,9 +36,10 @@ _POST_THRESHOLD = 2000
 
 # Selects every series; used in instant queries and in range queries of at most 49 steps.
 _ALL_SERIES = '{__name__=~".+"}'
-# timestamp() drops the metric name, so series that differ only by name would collide ("vector cannot
-# contain metrics with the same labelset"); copying the name into a label keeps every series distinct.
-_ALL_SERIES_TS = 'timestamp(label_replace({__name__=~".+"}, "stepwise_name", "$1", "__name__", "(.+)"))'
+# Raw samples of every series in a short window: their own timestamps, with no name dropped. (timestamp()
+# drops the metric name, so series that differ only by name would collide: "vector cannot contain
+# metrics with the same labelset".)
+_RAW_WINDOW = "2s"
 
 _READ_PATHS = frozenset(
     {
@@ -452,10 +453,10 @@ class PrometheusClient:
         3. /labels over [0, now + 1 y]: no label names means no data, return None.
         4. Earliest: binary search with /labels?start=0&end=m (an index lookup: a block or the head
            overlaps the window) down to 1 s. A Prometheus block's minTime is its first sample.
-        5. Refine with the instant query min(timestamp({__name__=~".+"})) at the found time. If the
+        5. Refine with the raw samples of {__name__=~".+"}[2s] at the found time. If the
            index boundary was not a sample (blocks aligned to 2 h, other backends), scan forward with
            range queries at lookback steps, then zoom in twice (precision lookback/2,304).
-        6. Latest: the head's maxTime checked with max(timestamp(...)) at that time; otherwise the mirror
+        6. Latest: the head's maxTime checked with the raw samples at that time; otherwise the mirror
            image of 4 and 5 with /labels?start=m&end=far.
 
         Requests: 3 + about 31 + 1 for the earliest, + 1 for the latest with a non-empty head (about
@@ -533,9 +534,12 @@ class PrometheusClient:
         return lo, hi
 
     def _instant_time(self, agg: str, at: float) -> float | None:
-        samples = self.query(f"{agg}({_ALL_SERIES_TS})", at=at)
-        values = [s.value for s in samples if not math.isnan(s.value)]
-        return values[0] if values else None
+        """Return the min/max timestamp of the raw samples in the short window ending at `at`."""
+        samples = self.query(f"{_ALL_SERIES}[{_RAW_WINDOW}]", at=at)
+        times = [s.timestamp for s in samples]
+        if not times:
+            return None
+        return min(times) if agg == "min" else max(times)
 
     def _scan(self, origin: float, *, forward: bool, lookback: float) -> float | None:
         """Return the first (forward) or last sample time next to `origin`, scanning window by window.
@@ -544,11 +548,15 @@ class PrometheusClient:
         is then zoomed into twice with 48 finer steps.
         """
         agg = "min" if forward else "max"
-        expr = f"{agg}({_ALL_SERIES_TS})"
+        expr = f"{agg}(timestamp({_ALL_SERIES}))"
         width = lookback * _SCAN_POINTS
         for k in range(_SCAN_WINDOWS):
             start = origin + k * width if forward else origin - (k + 1) * width
-            hit = self._first_point(expr, start, start + width, lookback, forward)
+            try:
+                hit = self._first_point(expr, start, start + width, lookback, forward)
+            except PrometheusQueryError:
+                # metrics sharing a label set make timestamp() ambiguous; the index boundary must do
+                return None
             if hit is None:
                 continue
             if not forward:
