@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import struct
 import subprocess
 import time
@@ -20,6 +19,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from ..tsdb_server import find_free_port
 from ._emit import Item
 
 
@@ -124,12 +124,6 @@ def _snappy_literal(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _batches(tail: list, slice_s: float, max_samples: int) -> Iterator[bytes]:
     """Yield remote-write payloads in time order: every series' samples of one time slice per batch."""
     if not tail:
@@ -172,7 +166,7 @@ def write_wal_tail(tsdb_dir: Path, tail: list, prometheus: str = "prometheus", t
 def _push_tail(tsdb_dir: Path, tail: list, prometheus: str, timeout: float, cfg: Path, log: Path) -> dict:
     last_err = ""
     for _attempt in range(5):
-        port = _free_port()
+        port = find_free_port()
         with open(log, "w") as lf:
             try:
                 proc = subprocess.Popen(
