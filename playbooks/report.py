@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-__all__ = ["fmt_time", "triage_markdown"]
+__all__ = ["diagnosis_markdown", "fmt_time", "triage_markdown"]
 
 
 def fmt_time(ts: float | None) -> str:
@@ -55,4 +55,61 @@ def triage_markdown(d: dict[str, Any]) -> str:
             lines += ["", "### Config", "", *[f"- `{k}` = `{d['config'][k]}`" for k in keys]]
     if d["unreadable"]:
         lines += ["", "### Could not read", "", *[f"- {u}" for u in d["unreadable"]]]
+    return "\n".join(lines) + "\n"
+
+
+_ANALYSIS_TYPE = {
+    "collective-hang": "hang", "network-hang": "hang", "node-death": "hardware",
+    "heartbeat-false-positive": "heartbeat", "host-oom": "oom", "thermal-straggler": "gpu-health",
+    "rdma-degradation": "network-health", "restore-resource-leak": "multi-job-comparison",
+    "monitoring-ghost-data": "gpu-health", "gpu-driver-fault": "hardware", "gpu-hardware-fault": "hardware",
+    "training-instability": "training-stability", "healthy": "gpu-health",
+}
+
+
+def _cell(x: Any) -> str:
+    return _v(x).replace("|", "\\|")
+
+
+def diagnosis_markdown(d: dict[str, Any]) -> str:
+    """Return the seeds' `## TSDB Diagnosis` report for a diagnosis JSON object."""
+    job, src, dg = d["job"], d["source"], d["diagnosis"]
+    t0, t1 = src["time_range"]
+    hosts = src["hosts"]
+    lines = [f"## TSDB Diagnosis: {_v(job.get('id'))}", "",
+             f"**Analysis type:** {_ANALYSIS_TYPE.get(dg['class'], 'gpu-health')}  ",
+             f"**Time window:** {fmt_time(t0)} to {fmt_time(t1)} ({(t1 - t0) / 60:.0f} min)  ",
+             f"**Nodes:** {len(hosts)} ({', '.join(hosts[:16])}{', ...' if len(hosts) > 16 else ''})  ",
+             f"**Class:** {dg['class']} (root cause: {dg['root_cause_family']}, confidence {dg['confidence']:.0%})  ",
+             f"**Onset:** {fmt_time(dg['onset'])}  ",
+             "**Culprits:** " + (", ".join(f"{c['host']}" + (f" GPU {c['gpu']}" if c.get("gpu") is not None else "")
+                                           for c in dg["culprits"]) or "none"), "",
+             "### Findings", "", dg["summary"], ""]
+    if dg["chain"]:
+        lines += ["**Causal chain:**", "", *[f"{i}. {c}" for i, c in enumerate(dg["chain"], 1)], ""]
+    lines += ["### Metric evidence", ""]
+    shown = [f for f in d["findings"] if f["severity"] != "info"] or d["findings"][:3]
+    for f in shown:
+        lines += [f"**{f['title']}** ({f['severity']}, {f['playbook']}, onset {fmt_time(f['onset'])})", "",
+                  "| Host | GPU | Value | Interpretation |", "|------|-----|-------|----------------|"]
+        for e in f["evidence"][:10]:
+            lab = e["labels"]
+            lines.append(f"| {_cell(lab.get('host'))} | {_cell(lab.get('gpu'))} | {_cell(e['value'])} | "
+                         f"{_cell(e['interpretation'])} |")
+        if f["evidence"]:
+            lines += ["", f"Query: `{f['evidence'][0]['query'][:300]}`"]
+        lines.append("")
+    lines += ["### Anomalies detected", ""]
+    anomalies = [f for f in d["findings"] if f["severity"] != "info"]
+    lines += [f"- {f['severity']}: {f['title']}" for f in anomalies] or ["None"]
+    infos = [f for f in d["findings"] if f["severity"] == "info"]
+    if infos:
+        lines += ["", "Other observations:", *[f"- {f['title']}" for f in infos]]
+    lines += ["", "### Correlation with triage", ""]
+    tc = job.get("triage_class")
+    lines.append(f"Triage classified the job as `{tc}` (status {_v(job.get('status'))}); the TSDB points at "
+                 f"`{dg['class']}`." if tc or job.get("status") else "No job log was triaged.")
+    t = d.get("timings", {})
+    lines += ["", f"_{t.get('queries', 0)} queries, {t.get('prometheus_s', 0):.2f} s in Prometheus, "
+                  f"{t.get('total_s', 0):.2f} s in total._"]
     return "\n".join(lines) + "\n"

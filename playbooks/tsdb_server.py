@@ -304,29 +304,62 @@ def _entry_lock(entry: Path, *, blocking: bool = True) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def _entries(work_root: str | os.PathLike[str]) -> list[Path]:
-    root = Path(work_root)
-    if not root.is_dir():
-        return []
-    return [
-        p for p in sorted(root.iterdir())
-        if _ENTRY.match(p.name) and p.is_dir() and (p / _MARKER).exists()
-    ]  # fmt: skip
+@dataclass(frozen=True)
+class EntryStore:
+    """Folders of one kind under a work root, one per process Stepwise started, each with a JSON record.
+
+    Shared by the TSDB servers here and the SSH tunnels of `tunnel.py`.
+
+    Attributes:
+        pattern: what an entry folder's name must match.
+        marker: a file every entry holds; with the name pattern, the proof that we created the folder.
+        record: the JSON record's file name.
+        what: the kind of entry in words, for log messages.
+    """
+
+    pattern: re.Pattern[str]
+    marker: str
+    record: str
+    what: str
+
+    def entries(self, work_root: str | os.PathLike[str]) -> list[Path]:
+        """Return the entry folders under `work_root`, sorted."""
+        root = Path(work_root)
+        if not root.is_dir():
+            return []
+        return [
+            p for p in sorted(root.iterdir())
+            if self.pattern.match(p.name) and p.is_dir() and (p / self.marker).exists()
+        ]  # fmt: skip
+
+    def read(self, entry: Path) -> dict[str, Any] | None:
+        """Return the entry's record, None when it is missing or not a JSON object."""
+        try:
+            rec = json.loads((entry / self.record).read_text())
+        except (OSError, ValueError):
+            return None
+        return rec if isinstance(rec, dict) else None
+
+    def write(self, entry: Path, rec: Mapping[str, Any]) -> None:
+        """Replace the entry's record atomically."""
+        # Readers in other processes must never see a half-written record: write, then rename.
+        tmp = entry / f".{self.record}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(rec, indent=2, sort_keys=True))
+        os.replace(tmp, entry / self.record)
+
+    def remove(self, entry: str | os.PathLike[str]) -> None:
+        """Delete the entry folder, only if its name and marker say we created it."""
+        path = Path(os.path.realpath(entry))
+        # Never delete anything we did not create: the name pattern AND our marker file must both match.
+        if not (self.pattern.match(path.name) and (path / self.marker).exists()):
+            if path.exists():
+                log.warning("not deleting %s: it is not a Stepwise %s", path, self.what)
+            return
+        shutil.rmtree(path, ignore_errors=True)
 
 
-def _read_record(entry: Path) -> dict[str, Any] | None:
-    try:
-        rec = json.loads((entry / _RECORD).read_text())
-    except (OSError, ValueError):
-        return None
-    return rec if isinstance(rec, dict) else None
-
-
-def _write_record(entry: Path, rec: Mapping[str, Any]) -> None:
-    # Readers in other processes must never see a half-written record: write, then rename.
-    tmp = entry / f".{_RECORD}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(rec, indent=2, sort_keys=True))
-    os.replace(tmp, entry / _RECORD)
+_STORE = EntryStore(_ENTRY, _MARKER, _RECORD, "TSDB copy")
+_entries, _read_record, _write_record, _remove_entry = _STORE.entries, _STORE.read, _STORE.write, _STORE.remove
 
 
 def _served_from(rec: Mapping[str, Any]) -> ServedTSDB:
@@ -342,16 +375,6 @@ def _served_from(rec: Mapping[str, Any]) -> ServedTSDB:
         note=str(rec.get("note", "")),
         time_range=(float(tr[0]), float(tr[1])) if tr else None,
     )
-
-
-def _remove_entry(entry: str | os.PathLike[str]) -> None:
-    path = Path(os.path.realpath(entry))
-    # Never delete anything we did not create: the name pattern AND our marker file must both match.
-    if not (_ENTRY.match(path.name) and (path / _MARKER).exists()):
-        if path.exists():
-            log.warning("not deleting %s: it is not a Stepwise TSDB copy", path)
-        return
-    shutil.rmtree(path, ignore_errors=True)
 
 
 # -- processes --------------------------------------------------------------------------------------
@@ -548,12 +571,16 @@ def _copy_tsdb(src: str, data: Path, inv: _Inventory, *, include_head: bool) -> 
 # -- starting ---------------------------------------------------------------------------------------
 
 
+def find_executable(name: str) -> str | None:
+    """Return the absolute path of `name` (a path, or a command looked up on PATH) if it can be run."""
+    if os.sep in name:
+        path = os.path.abspath(name)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(name)
+
+
 def _find_prometheus(prometheus_bin: str) -> str:
-    if os.sep in prometheus_bin:
-        path = os.path.abspath(prometheus_bin)
-        found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    else:
-        found = shutil.which(prometheus_bin)
+    found = find_executable(prometheus_bin)
     if not found:
         raise PrometheusNotInstalled(
             f"Prometheus binary {prometheus_bin!r} not found: install Prometheus "
@@ -596,17 +623,31 @@ def _log_reason(tail: str) -> str:
     return " ".join(last[0].split())[:300]
 
 
-def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float) -> bool:
-    """Return True once `url` answers /-/ready, False if the process exits or `timeout` passes."""
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float, data_dir: Path) -> bool:
+    """Return True once `url` answers /-/ready *from a server on `data_dir`*, False if the process exits or
+    `timeout` passes.
+
+    Another process may take the port between our check and Prometheus's bind and answer the probe
+    itself; queries would then read someone else's TSDB. Its flags tell whose data it serves, and ours
+    exits with "address already in use", which `_start` turns into another try.
+    """
     deadline = time.monotonic() + timeout
     delay = 0.05
     with PrometheusClient(url, timeout=1.0, retries=1) as client:
         while proc.poll() is None and time.monotonic() < deadline:
-            if client.ready():
+            if client.ready() and _serves_dir(client, data_dir):
                 return True
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
     return False
+
+
+def _serves_dir(client: PrometheusClient, data_dir: Path) -> bool:
+    try:
+        path = str(client.flags().get("storage.tsdb.path", ""))
+    except PrometheusError:
+        return False
+    return bool(path) and Path(path).resolve() == data_dir.resolve()
 
 
 def _start(
@@ -627,7 +668,7 @@ def _start(
         with _CHILDREN_LOCK:
             _CHILDREN[proc.pid] = proc
         try:
-            if _wait_ready(proc, f"http://127.0.0.1:{chosen}", ready_timeout):
+            if _wait_ready(proc, f"http://127.0.0.1:{chosen}", ready_timeout, entry / "data"):
                 return proc.pid, chosen, cmd
         except BaseException:
             # Ctrl-C while waiting: the server is not recorded yet, so nobody else could stop it.

@@ -7,6 +7,7 @@ exporter series of a profile and `_log` into the job's log.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -105,11 +106,15 @@ def _hostnames(rng: np.random.Generator, n: int) -> list[str]:
     return names
 
 
-def _job_identity(rng: np.random.Generator, seed: int, start: float, profile: str) -> str:
+def _job_identity(rng: np.random.Generator, seed: int, start: float, profile: str, scenario: str) -> str:
+    # Jobs of one seed share hosts and start time across scenarios; their ids must still differ, as two
+    # real jobs' do. The scenario and profile are mixed in without drawing from `rng`, so every other
+    # value of the job stays what the seed made it.
+    salt = zlib.crc32(f"{scenario}/{profile}".encode())
     if profile == "nvidia" and rng.random() < 0.5:
         stamp = _utc(start).strftime("%Y%m%d-%H%M%S")
-        return f"k8s-{stamp}-{int(rng.integers(0, 0xFFFF)):04x}"
-    return str(int(rng.integers(10_000, 99_999)))
+        return f"k8s-{stamp}-{(int(rng.integers(0, 0xFFFF)) ^ salt) & 0xFFFF:04x}"
+    return str(10_000 + (int(rng.integers(10_000, 99_999)) + salt) % 89_999)
 
 
 def _utc(ts: float):
@@ -171,7 +176,7 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
         ckpt_period=ckpt_period, hb_timeout=hb_timeout, replicas=replicas,
         first_step=0 if restored_from is None else restored_from + 1, restored_from=restored_from,
     )
-    job.job_id = _job_identity(rng, seed, start, profile)
+    job.job_id = _job_identity(rng, seed, start, profile, scenario)
     job.train_start = start + job.setup_s
     job.job_end = start + hours * 3600.0
     if base is not None:

@@ -181,6 +181,11 @@ def _push_tail(tsdb_dir: Path, tail: list, prometheus: str, timeout: float, cfg:
             if not _wait_ready(proc, url, timeout):
                 last_err = log.read_text()[-1500:]
                 continue
+            if not _serves(url, tsdb_dir):
+                # Another process took the port between our check and our bind (generators running side by
+                # side): ours could not listen, and pushing to theirs would write into a foreign TSDB.
+                last_err = f"port {port} was taken by another Prometheus"
+                continue
             with httpx.Client(timeout=60.0) as client:
                 for payload in _batches(tail, 600.0, 250_000):
                     r = client.post(f"{url}/api/v1/write", content=_snappy_literal(payload), headers={
@@ -207,6 +212,15 @@ def _wait_ready(proc: subprocess.Popen, url: str, timeout: float) -> bool:
             pass
         time.sleep(0.2)
     return False
+
+
+def _serves(url: str, tsdb_dir: Path) -> bool:
+    """Return True if the Prometheus at `url` stores its data in `tsdb_dir`."""
+    try:
+        flags = httpx.get(f"{url}/api/v1/status/flags", timeout=5.0).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return False
+    return Path(flags.get("storage.tsdb.path", "")).resolve() == tsdb_dir.resolve()
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -146,3 +146,13 @@ def test_bad_arguments_raise_a_clear_error(tmp_path):
 def test_nodelist_is_compressed_like_slurm(hosts, expected):
     """JOB_NODELIST uses Slurm's compressed form."""
     assert compress_nodelist(hosts) == expected
+
+
+def test_jobs_of_one_seed_have_their_own_job_ids() -> None:
+    """Two scenarios (or profiles) of one seed are two jobs: their JOB_IDs differ, their hosts do not."""
+    from playbooks.synth import _sim
+
+    ids = {(sc, prof): _sim.plan(sc, 1, 4, profile=prof).job_id
+           for sc in ("healthy", "thermal-straggler", "host-oom") for prof in ("amd", "nvidia")}
+    assert len(set(ids.values())) == len(ids)
+    assert _sim.plan("healthy", 1, 4).hosts == _sim.plan("host-oom", 1, 4).hosts

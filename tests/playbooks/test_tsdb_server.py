@@ -342,6 +342,27 @@ def test_a_taken_port_makes_it_try_another(blocks_dir: Path, tmp_path: Path, mon
         taken.close()
 
 
+def test_a_port_answered_by_another_prometheus_is_never_taken_for_ours(
+    blocks_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A real Prometheus already on the chosen port answers /-/ready; the copy is served elsewhere, not mistaken for it."""
+    with served(blocks_dir, tmp_path / "other") as other:
+        real = tsdb_server.find_free_port
+        calls = []
+
+        def racy(start: int = 19190, end: int = 19990, host: str = "127.0.0.1") -> int:
+            calls.append(start)
+            return other.port if len(calls) == 1 else real(start=start, end=end, host=host)
+
+        monkeypatch.setattr(tsdb_server, "find_free_port", racy)
+        with served(blocks_dir, tmp_path / "work") as server:
+            assert server.port != other.port
+            with PrometheusClient(server.url) as client:
+                path = Path(client.flags()["storage.tsdb.path"]).resolve()
+            assert path.is_relative_to(Path(server.copy_dir).resolve())
+        assert len(calls) == 2
+
+
 def test_a_directory_without_data_is_refused_clearly(tmp_path: Path) -> None:
     """A dir without blocks and with an empty or missing wal/ raises 'no TSDB data in …'."""
     empty = tmp_path / "empty"

@@ -1,0 +1,200 @@
+"""Generic anomaly detectors on small aligned arrays (one row per host or GPU, one column per grid time).
+
+Everything here is numpy on values already aggregated by PromQL. The detectors judge a series against
+its own earlier behaviour and against its peers at the same instant (median / MAD across the pack)
+before any fixed number; fixed numbers only enter as floors ("any sustained RDMA retransmit") or as
+GPU-model priors passed in by the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = [
+    "Grid", "change_points", "first_sustained", "nan_median", "peer_deviation", "rate_excess", "robust_spread",
+    "walk_back",
+]
+
+MAD_SCALE = 1.4826
+
+
+@dataclass
+class Grid:
+    """A range-query result on a regular grid.
+
+    Attributes:
+        t: grid times (unix seconds), shape (N,).
+        labels: one label dict per row.
+        values: shape (S, N), NaN where the series had no value.
+    """
+
+    t: np.ndarray
+    labels: list[dict[str, str]]
+    values: np.ndarray
+
+    @classmethod
+    def from_result(cls, data: dict) -> Grid:
+        """Return the grid of a stored range result ({"start", "step", "n", "series": [...]})."""
+        n = int(data["n"])
+        t = float(data["start"]) + float(data["step"]) * np.arange(n)
+        rows = data.get("series", [])
+        vals = np.full((len(rows), n), np.nan)
+        for i, s in enumerate(rows):
+            vals[i] = np.array([np.nan if v is None else v for v in s["values"]], dtype=float)
+        return cls(t=t, labels=[dict(s["labels"]) for s in rows], values=vals)
+
+    @property
+    def step(self) -> float:
+        return float(self.t[1] - self.t[0]) if len(self.t) > 1 else 0.0
+
+    def row(self, **labels: str) -> np.ndarray | None:
+        """Return the first row whose labels include `labels`, or None."""
+        for lab, v in zip(self.labels, self.values, strict=True):
+            if all(lab.get(k) == val for k, val in labels.items()):
+                return v
+        return None
+
+    def single(self) -> np.ndarray | None:
+        """Return the only row of a job-scope result (the first if several), or None when empty."""
+        return self.values[0] if len(self.values) else None
+
+    def key(self, i: int) -> tuple[str, str | None]:
+        lab = self.labels[i]
+        return lab.get("host", ""), lab.get("gpu")
+
+    def index(self, when: float) -> int:
+        """Return the index of the grid time nearest `when` (clipped to the grid)."""
+        if not len(self.t):
+            return 0
+        return int(np.clip(round((when - self.t[0]) / max(self.step, 1e-9)), 0, len(self.t) - 1))
+
+    def mask(self, start: float | None, end: float | None) -> np.ndarray:
+        m = np.ones(len(self.t), bool)
+        if start is not None:
+            m &= self.t >= start
+        if end is not None:
+            m &= self.t <= end
+        return m
+
+
+def robust_spread(x: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Return MAD x 1.4826 along `axis` (a standard deviation that outliers cannot inflate)."""
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(x, axis=axis, keepdims=True)
+        return MAD_SCALE * np.nanmedian(np.abs(x - med), axis=axis)
+
+
+def first_sustained(mask: np.ndarray, length: int, fraction: float = 0.8) -> int | None:
+    """Return the first index i where at least `fraction` of mask[i:i+length] is True, starting on a True."""
+    n = len(mask)
+    if n == 0:
+        return None
+    length = max(1, min(length, n))
+    c = np.concatenate([[0], np.cumsum(mask.astype(int))])
+    need = fraction * length
+    for i in np.nonzero(mask)[0]:
+        j = min(n, i + length)
+        # near the end of the data a shorter tail counts if it is all True and at least half the length
+        if j - i < length:
+            if (c[j] - c[i]) == (j - i) and (j - i) >= max(1, length // 2):
+                return int(i)
+            continue
+        if c[j] - c[i] >= need:
+            return int(i)
+    return None
+
+
+def walk_back(x: np.ndarray, i: int, level: float, *, up: bool = True) -> int:
+    """Return the earliest index <= i such that x stays beyond `level` from it up to i (NaNs are skipped)."""
+    j = i
+    while j > 0:
+        v = x[j - 1]
+        if np.isnan(v):
+            j -= 1
+            continue
+        if (v > level) if up else (v < level):
+            j -= 1
+        else:
+            break
+    while j < i and np.isnan(x[j]):
+        j += 1
+    return j
+
+
+def peer_deviation(values: np.ndarray, baseline_cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Return (deviation, spread, median) of each row against the pack at each instant.
+
+    deviation[s, t] = x[s, t] - median_s(x[:, t]) - offset[s], where offset is the row's own median
+    deviation over `baseline_cols` (its habitual place in the pack: a GPU that always runs 4 degC warmer is
+    not anomalous). spread is the typical (median over time) robust spread of the pack.
+    """
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(values, axis=0)
+        dev = values - med[None, :]
+        if baseline_cols.any():
+            offset = np.nanmedian(dev[:, baseline_cols], axis=1)
+            offset = np.where(np.isnan(offset), 0.0, offset)
+        else:
+            offset = np.zeros(len(values))
+        dev = dev - offset[:, None]
+        spread_t = robust_spread(values, axis=0)
+        spread = float(np.nanmedian(spread_t)) if np.isfinite(spread_t).any() else 0.0
+    return dev, np.full(values.shape[1], spread), med
+
+
+def rate_excess(rates: np.ndarray, baseline_cols: np.ndarray, *, floor: float, factor: float) -> np.ndarray:
+    """Return a mask of where each row's rate exceeds the floor and `factor` x (its peers' median or its own
+    baseline median), i.e. it left both the pack and its own normal."""
+    with np.errstate(all="ignore"):
+        peer = np.nanmedian(rates, axis=0)
+        if baseline_cols.any():
+            own = np.nanmedian(rates[:, baseline_cols], axis=1)
+        else:
+            own = np.full(len(rates), np.nan)
+        own = np.where(np.isnan(own), 0.0, own)
+        peer = np.where(np.isnan(peer), 0.0, peer)
+        above_floor = rates > floor
+        vs_peer = rates > factor * peer[None, :]
+        vs_self = rates > factor * own[:, None]
+        return above_floor & (vs_peer | vs_self) & ~np.isnan(rates)
+
+
+def change_points(x: np.ndarray, t: np.ndarray, valid: np.ndarray, *, window: float, z: float,
+                  min_rel: float, ref_points: int = 8) -> list[int]:
+    """Return indices where x jumps upward against its own recent history.
+
+    The reference is the median of the `ref_points` previous valid points; the noise scale comes from the
+    point-to-point changes over the preceding `window` seconds (robust to a slow trend such as a falling
+    loss, which a plain median/MAD of the window would mistake for noise). Only `valid` points (warm-up and
+    checkpoint windows excluded) enter baselines or may fire.
+    """
+    out: list[int] = []
+    idx = np.nonzero(valid & ~np.isnan(x))[0]
+    if len(idx) < ref_points + 2:
+        return out
+    tv, xv = t[idx], x[idx]
+    dx = np.abs(np.diff(xv))
+    lo = 0
+    for k in range(ref_points, len(idx)):
+        while tv[lo] < tv[k] - window:
+            lo += 1
+        ref = float(np.median(xv[k - ref_points:k]))
+        steps = dx[lo:k - 1]
+        steps = steps[steps > 0]
+        noise = MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0
+        scale = max(noise, 0.01 * abs(ref), 1e-12)
+        if ref == 0 and xv[k] == 0:
+            continue
+        rel = (xv[k] - ref) / abs(ref) if ref else np.inf
+        if (xv[k] - ref) / scale >= z and rel >= min_rel:
+            out.append(int(idx[k]))
+    return out
+
+
+def nan_median(x: Sequence[float] | np.ndarray) -> float:
+    arr = np.asarray(x, dtype=float)
+    arr = arr[~np.isnan(arr)]
+    return float(np.median(arr)) if len(arr) else float("nan")

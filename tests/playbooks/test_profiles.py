@@ -1,0 +1,107 @@
+"""Metric profiles: every signal of both profiles evaluates on a real TSDB with normalised labels."""
+
+from __future__ import annotations
+
+import pytest
+
+from playbooks.profiles import PROFILES, SIGNALS, ProfileError, detect_profile, signal_info
+
+
+def _names(client) -> list[str]:
+    return client.label_values("__name__")
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_it_recognises_the_profile_from_the_metric_names(served_job, profile):
+    """detect_profile picks the exporter family the TSDB was written with."""
+    client, _, _ = served_job("healthy", profile=profile)
+    assert detect_profile(_names(client)).name == profile
+
+
+def test_it_refuses_a_tsdb_of_unknown_metrics():
+    """A TSDB with none of the anchors is not guessed at."""
+    with pytest.raises(ProfileError, match="no known metric profile"):
+        detect_profile(["go_goroutines", "process_cpu_seconds_total"])
+
+
+def test_prefer_overrides_detection_and_unknown_names_are_refused():
+    """An explicit profile wins; a misspelt one is a clear error."""
+    assert detect_profile(["DCGM_FI_DEV_POWER_USAGE"], prefer="amd").name == "amd"
+    with pytest.raises(ProfileError, match="unknown profile"):
+        detect_profile([], prefer="intel")
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_every_signal_yields_normalised_labels_on_real_data(served_job, profile):
+    """Each signal's PromQL runs and gives one series per host/GPU with exactly the scope's labels."""
+    client, truth, _ = served_job("healthy", profile=profile)
+    prof = PROFILES[profile]
+    available = prof.available(_names(client))
+    start, end = truth["data_range"]
+    at = start + 0.6 * (end - start)
+    hosts = set(truth["hosts"])
+    for name, sig in prof.signals.items():
+        if not available[name]:
+            continue
+        samples = client.query(sig.expr(window="5m"), at=at)
+        assert samples, f"{profile}:{name} returned nothing: {sig.expr()}"
+        for s in samples:
+            assert set(s.labels) == set(sig.labels), (name, s.labels)
+        if sig.scope == "host":
+            assert {s.labels["host"] for s in samples} == hosts, name
+        elif sig.scope == "gpu":
+            assert len(samples) == len(hosts) * truth["gpus_per_host"], name
+            assert {s.labels["host"] for s in samples} == hosts, name
+        else:
+            assert len(samples) == 1, name
+
+
+def test_units_are_normalised_across_profiles(served_job):
+    """VRAM is bytes and I/O pressure a percentage in both profiles, whatever the exporter's own unit."""
+    values = {}
+    for profile in ("amd", "nvidia"):
+        client, truth, _ = served_job("healthy", profile=profile)
+        start, end = truth["data_range"]
+        at = start + 0.6 * (end - start)
+        prof = PROFILES[profile]
+        total = client.query(prof.expr("gpu_vram_total", by=(), agg="max"), at=at)[0].value
+        io = client.query(prof.expr("io_pressure", by=(), agg="max"), at=at)[0].value
+        values[profile] = (total, io)
+        assert 16 * 2**30 <= total <= 512 * 2**30, (profile, total)
+        assert 0 <= io <= 100, (profile, io)
+
+
+def test_missing_signals_are_reported_not_guessed():
+    """The NVIDIA profile has no RDMA retransmit counter and says so; asking for it names the gap."""
+    nvidia = PROFILES["nvidia"]
+    assert "rdma_retransmits" in nvidia.unavailable()
+    assert "gpu_xid" in PROFILES["amd"].unavailable()
+    with pytest.raises(ProfileError, match="nvidia profile has no rdma_retransmits"):
+        nvidia.expr("rdma_retransmits")
+    assert set(nvidia.unavailable(["DCGM_FI_DEV_POWER_USAGE"])) >= {"gpu_temp", "loss"}
+
+
+def test_counters_only_take_counter_functions_and_are_rated():
+    """A counter is never used raw: rate by default, gauge-only functions refused."""
+    sig = PROFILES["amd"].signal("rdma_retransmits")
+    assert sig.expr() == "sum by (host) (rate(hw_rdma_tx_retx_pkts_total[5m]))"
+    assert "increase(" in sig.expr("increase", window="1h")
+    with pytest.raises(ProfileError, match="is a counter"):
+        sig.expr("max_over_time")
+    with pytest.raises(ProfileError, match="is a gauge"):
+        PROFILES["amd"].signal("gpu_power").expr("rate")
+
+
+def test_training_signals_drop_staleness_fills():
+    """Seed-system training gauges filter the repeated samples the TensorBoard bridge writes."""
+    expr = PROFILES["amd"].expr("step_time")
+    assert "unless on() (tb_metrics_plugin_staleness_fill == 1)" in expr
+
+
+def test_signal_catalogue_is_consistent():
+    """Every signal of every profile is in the catalogue with a domain, scope and kind."""
+    for prof in PROFILES.values():
+        for name in prof.signals:
+            info = signal_info(name)
+            assert info["domain"] and info["scope"] in {"gpu", "host", "job"}
+    assert len(SIGNALS) == len(set(SIGNALS))

@@ -1,0 +1,445 @@
+"""Timeline panels: downsampling, band and outlier selection, fallbacks, marks, figures; then served jobs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from playbooks import timeline as tl
+from playbooks.alignment import StepAxis
+from playbooks.profiles import PROFILES
+from playbooks.prometheus import InstantSample, PrometheusClient, Series
+
+NOW = 1_773_000_000.0
+START, END = NOW, NOW + 3600.0
+TIMES = tuple(NOW + 15.0 * i for i in range(241))
+
+
+def _ctx(profile: str = "amd", gpus: int = 32, hosts: int = 4, **kw) -> tl.TimelineContext:
+    axis = StepAxis.from_samples([NOW + 30.0 * i for i in range(121)], list(range(121)))
+    return tl.TimelineContext(
+        profile=PROFILES[profile], start=START, end=END, axis=axis, interval=15.0, gpu_series=gpus,
+        host_series=hosts, **kw,
+    )  # fmt: skip
+
+
+def _series(labels: dict[str, str], values) -> Series:
+    return Series(labels, TIMES, tuple(float(v) for v in values))
+
+
+class CannedClient(PrometheusClient):
+    """Answers range queries from a function of the PromQL; counts what it was asked."""
+
+    def __init__(self, answer) -> None:
+        super().__init__("http://127.0.0.1:9")
+        self.answer = answer
+        self.asked: list[str] = []
+
+    def query_range(self, promql, start, end, step=None):
+        self.asked.append(promql)
+        return self.answer(promql)
+
+    def query(self, promql, at=None):
+        self.asked.append(promql)
+        return self.instant
+
+
+def _gpu(host: str, gpu: int, base: float, bump: float = 0.0) -> Series:
+    values = np.full(len(TIMES), float(base))
+    values[150:] += bump
+    return _series({"host": host, "gpu": str(gpu)}, values)
+
+
+# --- downsampling ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("n", "budget"), [(10_000, 200), (999, 100), (50, 100), (12_345, 801)])
+def test_downsampling_keeps_spikes_and_the_budget(n, budget) -> None:
+    """Min/max per bucket keeps a one-sample spike up and down and the ends, within the budget."""
+    t = np.arange(n, dtype=float)
+    v = np.sin(t / 50.0)
+    v[n // 3] = 50.0
+    v[2 * n // 3] = -50.0
+    dt, dv = tl.minmax_downsample(t, v, budget)
+    assert len(dt) <= max(budget, n)
+    assert 50.0 in dv and -50.0 in dv
+    assert dt[0] == 0 and dt[-1] == n - 1
+    assert np.all(np.diff(dt) > 0)
+
+
+def test_downsampling_survives_nan() -> None:
+    """Buckets that are all NaN do not break the selection."""
+    v = np.full(1000, np.nan)
+    v[500] = 3.0
+    _, dv = tl.minmax_downsample(np.arange(1000.0), v, 50)
+    assert 3.0 in dv
+
+
+# --- queries, band and outliers --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("panel", "gpus", "hosts", "mode", "roles"),
+    [
+        ("loss", 32, 4, "single", {"line"}),
+        ("gpu_temp", 16, 4, "lines", {"line"}),
+        ("gpu_temp", 17, 4, "band", {"band", "score", "hosts"}),
+        ("procs_running", 1024, 128, "band", {"band", "score", "hosts"}),
+        ("procs_running", 1024, 8, "lines", {"line"}),
+    ],
+)
+def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, mode, roles) -> None:
+    """Few series are drawn one line each; many get a band plus top-k outliers aggregated in PromQL."""
+    plan = tl.panel_queries(tl.PANELS[panel], _ctx(gpus=gpus, hosts=hosts), START, END, hosts=["h1"])
+    assert plan.mode == mode
+    assert set(plan.queries) == roles
+    assert plan.step >= 15.0
+    if mode == "band":
+        assert "quantile(0.5" in plan.queries["band"] and plan.queries["score"].startswith("topk(3,")
+        assert 'label_replace(vector(1), "host", "h1"' in plan.queries["hosts"]
+
+
+def test_band_edges_keep_spikes_between_steps() -> None:
+    """With a step coarser than the scrape interval, the band's min and max come from *_over_time."""
+    plan = tl.panel_queries(tl.PANELS["gpu_temp"], _ctx(gpus=1024), START, START + 86400)
+    assert plan.step > 15.0
+    assert "min_over_time(" in plan.queries["band"] and "max_over_time(" in plan.queries["band"]
+
+
+def test_counters_are_rated() -> None:
+    """A counter panel queries a rate, never the raw counter."""
+    plan = tl.panel_queries(tl.PANELS["rdma_retransmits"], _ctx(hosts=4), START, END)
+    assert plan.queries["line"].count("rate(") == 1
+
+
+def test_band_mode_names_the_outliers_the_score_selected() -> None:
+    """Band traces come from the stat label; the top-k are fetched by label, those above the bar named."""
+
+    def answer(promql: str):
+        if '"stat"' in promql:
+            return [
+                _series({"stat": "min"}, [60] * 241),
+                _series({"stat": "median"}, [65] * 241),
+                _series({"stat": "max"}, [65] * 150 + [95] * 91),
+            ]
+        every = [_gpu("n07", 3, 66), _gpu("n12", 5, 65, bump=30), _gpu("n01", 0, 64)]
+        return [s for s in every if f'"{s.labels["host"]}"' in promql]
+
+    client = CannedClient(answer)
+    client.instant = [
+        InstantSample({"host": "n12", "gpu": "5"}, END, 30.0),
+        InstantSample({"host": "n07", "gpu": "3"}, END, 9.0),
+        InstantSample({"host": "n01", "gpu": "0"}, END, 1.5),
+        InstantSample({"stat": "median"}, END, 1.0),
+    ]
+    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
+    assert panel.mode == "band"
+    assert [o["name"] for o in panel.outliers] == ["n12 GPU 5", "n07 GPU 3"]  # n01 is within 3x the typical
+    assert panel.outliers[0]["score"] == pytest.approx(30.0)
+    assert [t.role for t in panel.traces] == ["min", "median", "max", "outlier", "outlier", "top"]
+    assert len(client.asked) == 3  # band, score, then the top-k in one query by label
+    fetch = client.asked[-1]
+    assert 'label_replace(label_replace(vector(1), "host", "n12", "", ""), "gpu", "5", "", "")' in fetch
+    names = [d["name"] for d in tl.figure_build(panel, _ctx(gpus=1024))["data"]]
+    assert "n12 GPU 5 (outlier)" in names and "n01 GPU 0 (top deviation)" in names
+
+
+def test_band_mode_names_no_outlier_when_nothing_deviates() -> None:
+    """Every series equal (an idle counter): the score is 0 everywhere and no outlier is fetched."""
+    client = CannedClient(lambda q: [_series({"stat": "median"}, [0] * 241)])
+    client.instant = [InstantSample({"host": "n1"}, END, 0.0), InstantSample({"stat": "median"}, END, 0.0)]
+    (panel,) = tl.panels_fetch(client, _ctx(hosts=128), ["oom_kills"], START, END)
+    assert panel.outliers == [] and len(client.asked) == 2
+
+
+def test_lines_mode_ranks_outliers_from_the_lines() -> None:
+    """With few series, only one deviating well beyond the typical series is named."""
+    series = [_gpu(f"h{i}", g, 60 + g) for i in range(2) for g in range(4)]
+    series.append(_gpu("h2", 1, 61, bump=25))
+    (panel,) = tl.panels_fetch(CannedClient(lambda q: series), _ctx(gpus=9), ["gpu_temp"], START, END)
+    assert panel.mode == "lines"
+    assert len(panel.traces) == 9
+    assert [(o["host"], o["gpu"]) for o in panel.outliers] == [("h2", "1")]  # the others differ by noise
+
+
+def test_a_panel_whose_signal_the_profile_lacks_says_so() -> None:
+    """The NVIDIA profile has no RDMA retransmit counter: the panel is unavailable and sends no query."""
+    client = CannedClient(lambda q: [])
+    (panel,) = tl.panels_fetch(client, _ctx("nvidia"), ["rdma_retransmits"], START, END)
+    assert panel.mode == "unavailable"
+    assert "nvidia profile has no rdma_retransmits" in panel.message
+    assert client.asked == []
+    fig = tl.figure_build(panel, _ctx("nvidia"))
+    assert fig["layout"]["meta"]["message"].startswith("Not available")
+
+
+@pytest.mark.parametrize(
+    ("profile", "present", "absent"),
+    [
+        ("amd", {"rdma_retransmits", "gpu_temp"}, {"rdma_transmit_wait"}),
+        ("nvidia", {"rdma_transmit_wait"}, set()),
+    ],
+)
+def test_default_panels_add_vendor_extras_only_when_exported(profile, present, absent) -> None:
+    """Core panels are always listed; InfiniBand extras only for a profile that has them."""
+    panels = set(tl.default_panels(PROFILES[profile]))
+    assert present <= panels and not (absent & panels)
+    assert "rdma_retransmits" in panels  # core: shown as unavailable on NVIDIA
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("gpu_temp,loss", ["loss", "gpu_temp"]), ("", None), (None, None), (" loss ,", ["loss"])],
+)
+def test_parse_panels_orders_and_defaults(text, expected) -> None:
+    """Panels come back in stacking order; nothing asked means the defaults."""
+    got = tl.parse_panels(text, PROFILES["amd"])
+    assert got == (expected or tl.default_panels(PROFILES["amd"]))
+
+
+def test_parse_panels_refuses_unknown_names() -> None:
+    """An unknown panel is an error naming it."""
+    with pytest.raises(tl.TimelineError, match="bogus"):
+        tl.parse_panels("loss,bogus", PROFILES["amd"])
+
+
+# --- annotations and figures -----------------------------------------------------------------------
+
+
+def test_annotations_come_from_triage_axis_and_findings() -> None:
+    """Checkpoints, warm-up end, restore point, crash, hang start, heartbeat stop and finding onsets."""
+    triage = {
+        "job": {"status": "failed", "crash_time": NOW + 3500, "triage_class": "heartbeat-timeout"},
+        "matches": [{"class": "heartbeat-timeout"}, {"class": "hang"}],
+        "progress": {"restored_from": 0, "step_time_s": 30},
+        "config": {"checkpoint_period": "50", "jax_distributed_heartbeat_timeout_seconds": "100"},
+        "details": {},
+    }
+    findings = [{"id": 7, "title": "GPU hot", "onset": NOW + 600, "hosts": ["n12"]}, {"id": 8, "onset": None}]
+    marks = tl.annotations_build(_ctx(warmup_end=NOW + 300), triage, findings)
+    kinds = [m.kind for m in marks]
+    assert kinds.count("checkpoint") == 3  # steps 0, 50, 100
+    assert {"warmup-end", "restore", "crash", "hang-start", "heartbeat-stop", "finding"} <= set(kinds)
+    heartbeat = next(m for m in marks if m.kind == "heartbeat-stop")
+    assert heartbeat.time == NOW + 3400
+    finding = next(m for m in marks if m.kind == "finding")
+    assert (finding.finding_id, finding.step, finding.hosts) == (7, 20.0, ("n12",))
+
+
+@pytest.mark.parametrize(
+    ("xmode", "axis_type", "first_x"),
+    [("step", "linear", 0.0), ("time-utc", "date", NOW * 1000), ("time-local", "date", (NOW + 3600) * 1000)],
+)
+def test_figure_x_axis_follows_the_mode(xmode, axis_type, first_x) -> None:
+    """The same panel is drawn against the step or the time (UTC or shifted to the viewer's zone)."""
+    panel = tl.PanelData(tl.PANELS["loss"], "single", step=15.0, start=START, end=END)
+    panel.traces = [tl.Trace("loss", "line", {}, np.asarray(TIMES), np.linspace(3, 2, len(TIMES)))]
+    marks = [tl.Annotation("finding", "hot", NOW + 600, 20.0, finding_id=3)]
+    fig = tl.figure_build(panel, _ctx(), xmode=xmode, annotations=marks, tz_offset_s=3600)
+    assert fig["layout"]["xaxis"]["type"] == axis_type
+    assert fig["data"][0]["x"][0] == pytest.approx(first_x)
+    assert fig["data"][0]["type"] == "scatter"  # few points: SVG starts faster than WebGL
+    assert fig["layout"]["meta"]["marks"][0]["finding_id"] == 3
+    assert fig["layout"]["annotations"][0]["captureevents"] is True
+    json.dumps(fig, allow_nan=False)
+
+
+def test_figure_breaks_lines_at_gaps_and_restores() -> None:
+    """A hole in the samples, or the step going back, leaves a break (None) instead of a joining line."""
+    axis = StepAxis.from_samples([NOW + 10 * i for i in range(10)], [0, 1, 2, 3, 4, 2, 3, 4, 5, 6])
+    ctx = tl.TimelineContext(PROFILES["amd"], START, END, axis, interval=10.0)
+    t = np.asarray([NOW + 10 * i for i in range(10) if i != 2] + [NOW + 200.0])
+    panel = tl.PanelData(tl.PANELS["loss"], "single", step=10.0, start=START, end=END)
+    panel.traces = [tl.Trace("loss", "line", {}, t, np.ones(len(t)))]
+    assert tl.figure_build(panel, ctx, xmode="step")["data"][0]["x"].count(None) == 1  # the restore
+    assert tl.figure_build(panel, ctx, xmode="time-utc")["data"][0]["x"].count(None) == 1  # the hole
+
+
+def test_figure_keeps_to_its_payload_budget() -> None:
+    """Many long traces are thinned so that the figure keeps to its point budget."""
+    long_t = np.arange(20_000.0) + NOW
+    panel = tl.PanelData(tl.PANELS["gpu_temp"], "lines", step=1.0, start=START, end=END)
+    panel.traces = [
+        tl.Trace(f"g{i}", "line", {"host": f"h{i}"}, long_t, np.random.default_rng(i).random(20_000))
+        for i in range(16)
+    ]
+    fig = tl.figure_build(panel, _ctx(), xmode="time-utc", points_per_figure=8000)
+    assert sum(len(d["y"]) for d in fig["data"]) <= 8000 + 16 * 2
+
+
+def test_unknown_x_mode_is_refused() -> None:
+    """Only step, time-utc and time-local are x-axis modes."""
+    with pytest.raises(tl.TimelineError):
+        tl.figure_build(tl.PanelData(tl.PANELS["loss"], "single"), _ctx(), xmode="wall")
+
+
+# --- served generated jobs -------------------------------------------------------------------------
+
+
+def _served_panels(served_job, scenario, profile, keys, **kw):
+    client, truth, _ = served_job(scenario, profile=profile)
+    start, end = truth["data_range"]
+    ctx = tl.context_build(client, PROFILES[profile], start, end)
+    return truth, ctx, tl.panels_fetch(client, ctx, keys, start, end, **kw)
+
+
+@pytest.mark.parametrize("max_lines", [16, 4])
+def test_thermal_stragglers_hot_gpu_is_the_named_outlier(served_job, max_lines) -> None:
+    """The hot GPU tops the outliers of the temperature and clock panels, as lines or as a band."""
+    truth, ctx, panels = _served_panels(
+        served_job, "thermal-straggler", "amd", ["gpu_temp", "gpu_clock"], max_lines=max_lines
+    )
+    (culprit,) = truth["culprits"]
+    assert ctx.gpu_series == 16 and ctx.host_series == 4
+    for panel in panels:
+        assert panel.mode == ("lines" if max_lines == 16 else "band")
+        top = panel.outliers[0]
+        assert (top["host"], top["gpu"]) == (culprit["host"], culprit["gpu"]), panel.spec.key
+        fig = tl.figure_build(panel, ctx, xmode="step")
+        assert any(f"{culprit['host']} GPU {culprit['gpu']} (outlier)" == d["name"] for d in fig["data"])
+
+
+@pytest.mark.parametrize(
+    ("profile", "panel"), [("amd", "rdma_retransmits"), ("nvidia", "rdma_transmit_wait")]
+)
+def test_rdma_degraded_host_is_the_named_outlier(served_job, profile, panel) -> None:
+    """The degraded host tops the RDMA panel (AMD) or the InfiniBand panel (NVIDIA) in band mode."""
+    truth, ctx, (data,) = _served_panels(served_job, "rdma-degradation", profile, [panel], max_lines=2)
+    assert data.mode == "band", (ctx.to_dict(), data.message, data.queries)
+    assert data.outliers[0]["host"] in {c["host"] for c in truth["culprits"]}
+
+
+def test_served_job_marks_checkpoints_and_warmup(served_job) -> None:
+    """A generated job gets its checkpoint steps from the triage and its warm-up end from the learning rate."""
+    from playbooks.triage import triage_job
+
+    client, truth, job_dir = served_job("thermal-straggler")
+    ctx = tl.context_build(client, PROFILES["amd"], *truth["data_range"])
+    marks = tl.annotations_build(ctx, triage_job(job_dir).to_dict())
+    assert [m.step for m in marks if m.kind == "checkpoint"] == [float(s) for s in truth["checkpoint_steps"]]
+    warm = next(m for m in marks if m.kind == "warmup-end")
+    # The generator's learning rate rises linearly for 20 to 80 steps, then decays.
+    assert 20 <= warm.step <= 80
+    assert warm.time == pytest.approx(ctx.axis.time_at(warm.step), abs=1.0)
+
+
+@pytest.mark.parametrize(
+    ("span", "expected"), [(86400.0, 300.0), (4 * 3600.0, 30.0), (3600.0, 15.0), (600.0, 15.0)]
+)
+def test_zooming_in_lowers_the_query_step_down_to_the_scrape_interval(span, expected) -> None:
+    """A narrower range is queried at a finer step, never finer than the scrape interval."""
+    assert tl.query_step(_ctx(), START, START + span) == expected
+
+
+def test_many_checkpoints_get_lines_but_few_labels() -> None:
+    """Every checkpoint is a line; only about ten carry a label, and labels map to marks one to one."""
+    marks = tl.annotations_build(_ctx(), {"config": {"checkpoint_period": "5"}})
+    assert len(marks) == 25  # steps 0, 5, ..., 120
+    panel = tl.PanelData(tl.PANELS["loss"], "single", step=15.0, start=START, end=END)
+    panel.traces = [tl.Trace("loss", "line", {}, np.asarray(TIMES), np.ones(len(TIMES)))]
+    layout = tl.figure_build(panel, _ctx(), annotations=marks)["layout"]
+    assert len(layout["shapes"]) == 25
+    assert 1 < len(layout["annotations"]) <= tl.MAX_CHECKPOINT_LABELS
+    assert [a["text"] for a in layout["annotations"]] == [m["label"] for m in layout["meta"]["marks"]]
+
+
+def test_band_mode_groups_by_the_exporters_labels_and_renames_the_outliers() -> None:
+    """At scale no label_replace runs per series: DCGM's Hostname and Ray's instance become host in Python."""
+    client = CannedClient(
+        lambda q: (
+            [_series({"stat": "median"}, [50] * 241)]
+            if '"stat"' in q
+            else [_series({"Hostname": "n12", "gpu": "5"}, [90] * 241)]
+        )
+    )
+    client.instant = [
+        InstantSample({"Hostname": "n12", "gpu": "5"}, END, 40.0),
+        InstantSample({"stat": "median"}, END, 1.0),
+    ]
+    (panel,) = tl.panels_fetch(client, _ctx("nvidia", gpus=1024), ["gpu_temp"], START, END)
+    assert "by (Hostname, gpu)" in client.asked[0] and '"host"' not in client.asked[0]
+    assert panel.outliers == [{"host": "n12", "gpu": "5", "name": "n12 GPU 5", "score": 40.0}]
+
+    plan = tl.panel_queries(tl.PANELS["gpu_util"], _ctx("amd", gpus=1024), START, END)
+    assert plan.labels == ("instance", "GpuIndex") and "label_replace(ray" not in plan.queries["band"]
+    assert tl._normalise({"instance": "dgx031:55080", "GpuIndex": "3"}, plan.rename) == {
+        "host": "dgx031",
+        "gpu": "3",
+    }
+
+
+def test_a_context_without_series_counts_is_an_error() -> None:
+    """If Prometheus cannot count the GPUs, the timeline fails instead of drawing 1,024 lines per panel."""
+    from playbooks.prometheus import PrometheusUnreachable
+
+    def answer(promql: str):
+        if promql.startswith("count("):
+            raise PrometheusUnreachable("connection refused")
+        return [_series({}, range(241))]
+
+    client = CannedClient(answer)
+    client.instant = []
+    with pytest.raises(PrometheusUnreachable):
+        tl.context_build(client, PROFILES["amd"], START, END)
+
+
+def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> None:
+    """One series per GPU: band and score run on the raw selector; the top-k are fetched by exact matchers."""
+    ctx = _ctx("nvidia", gpus=1024, unique=frozenset({"gpu_temp"}))
+    client = CannedClient(
+        lambda q: (
+            [_series({"stat": "median"}, [50] * 241)]
+            if '"stat"' in q
+            else [_series({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, [90] * 241)]
+        )
+    )
+    client.instant = [
+        InstantSample({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, END, 40.0),
+        InstantSample({"stat": "median"}, END, 1.0),
+    ]
+    (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], START, END)
+    assert all(" by (" not in q for q in client.asked), client.asked
+    assert client.asked[-1] == 'DCGM_FI_DEV_GPU_TEMP{Hostname="n12", gpu="5"}'
+    assert panel.outliers == [{"host": "n12", "gpu": "5", "name": "n12 GPU 5", "score": 40.0}]
+    # A counter with one series per host is rated per series, not summed.
+    plan = tl.panel_queries(
+        tl.PANELS["tcp_retransmits"], _ctx(hosts=128, unique=frozenset({"tcp_retransmits"})), START, END
+    )
+    assert (
+        plan.bare and "sum by" not in plan.queries["band"] and "rate(hw_tcp_retransmits_total[" in plan.expr
+    )
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_served_unique_band_matches_the_aggregated_band(served_job, profile) -> None:
+    """Skipping the aggregation changes no band value and no outlier of a served job."""
+    client, truth, _ = served_job("thermal-straggler", profile=profile)
+    start, end = truth["data_range"]
+    ctx = tl.context_build(client, PROFILES[profile], start, end)
+    keys = ["gpu_temp", "gpu_clock"] + (["procs_running"] if profile == "amd" else [])
+    assert set(keys) <= ctx.unique, ctx.unique
+    bare = tl.panels_fetch(client, ctx, keys, start, end, max_lines=2)
+    agg = tl.panels_fetch(client, dataclasses.replace(ctx, unique=frozenset()), keys, start, end, max_lines=2)
+    for b, a in zip(bare, agg, strict=True):
+        assert b.mode == a.mode == "band"
+        assert " by (" not in b.queries[0] and " by (" in a.queries[0]
+        for tb, ta in zip(b.traces[:3], a.traces[:3], strict=True):
+            assert tb.role == ta.role and np.allclose(tb.v, ta.v, equal_nan=True), (b.spec.key, tb.role)
+        assert b.outliers == a.outliers, b.spec.key
+    (culprit,) = truth["culprits"]
+    assert (bare[0].outliers[0]["host"], bare[0].outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
+
+
+def test_many_points_are_drawn_with_webgl() -> None:
+    """Lines mode at its point budget (16 series) is WebGL; a band of a few hundred points per edge is SVG."""
+    t = np.arange(2000.0) * 1.8 + NOW  # within the step axis
+    panel = tl.PanelData(tl.PANELS["gpu_temp"], "lines", step=15.0, start=START, end=END)
+    panel.traces = [
+        tl.Trace(f"h GPU {g}", "line", {"host": "h", "gpu": str(g)}, t, np.sin(t + g)) for g in range(16)
+    ]
+    assert {d["type"] for d in tl.figure_build(panel, _ctx())["data"]} == {"scattergl"}
+    panel.traces = [tl.Trace(r, r, {}, t[:480], np.ones(480)) for r in ("min", "median", "max")]
+    assert {d["type"] for d in tl.figure_build(panel, _ctx())["data"]} == {"scatter"}
