@@ -1,8 +1,50 @@
+"""Admin pages for every model: searchable lists, filters, and stored JSON shown read-only and indented."""
+
 from __future__ import annotations
 
-from django.contrib import admin
+import json
+from typing import Any
 
-from .models import DataSource, Investigation, InvestigationJob, Job, QueryResult, QueryRun
+from django.contrib import admin
+from django.utils.html import format_html
+
+from .models import (
+    DataSource,
+    DiagnosisRun,
+    Finding,
+    Investigation,
+    InvestigationJob,
+    Job,
+    PinnedChart,
+    PlaybookExecution,
+    QueryResult,
+    QueryRun,
+)
+
+
+def _pretty(value: Any) -> str:
+    """Return stored JSON as an indented <pre> block (large results stay readable, and cannot be mis-edited)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    if len(text) > 200_000:
+        text = text[:200_000] + "\n… (cut at 200,000 characters)"
+    return format_html('<pre style="white-space: pre-wrap; max-height: 40rem; overflow: auto">{}</pre>', text)
+
+
+def _json_display(field: str) -> Any:
+    """Return an admin method showing the JSON field read-only.
+
+    Results written by workers (triage, discovery, diagnosis output, query summaries) are records,
+    not settings: editing them by hand would make the pages disagree with what was found.
+    """
+
+    @admin.display(description=field.replace("_", " "))
+    def show(self: admin.ModelAdmin, obj: Any) -> str:
+        return _pretty(getattr(obj, field)) if obj is not None and obj.pk else "—"
+
+    return show
+
+
+# --- Investigations and jobs ---------------------------------------------------------------------
 
 
 class InvestigationJobInline(admin.TabularInline):
@@ -11,28 +53,64 @@ class InvestigationJobInline(admin.TabularInline):
     autocomplete_fields = ["job"]
 
 
+class FindingInline(admin.TabularInline):
+    model = Finding
+    extra = 0
+    fields = ["severity", "incident_class", "title", "playbook", "rule", "job"]
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+
+
 @admin.register(Investigation)
 class InvestigationAdmin(admin.ModelAdmin):
-    list_display = ["title", "status", "severity", "owner", "team", "created", "updated"]
-    list_filter = ["status", "severity", "team"]
-    search_fields = ["title", "summary", "team"]
-    inlines = [InvestigationJobInline]
+    list_display = ["title", "status", "severity", "incident_class", "owner", "team", "created", "updated"]
+    list_filter = ["status", "severity", "incident_class", "team"]
+    search_fields = ["title", "summary", "team", "jobs__job_id", "jobs__name"]
+    date_hierarchy = "created"
+    inlines = [InvestigationJobInline, FindingInline]
     raw_id_fields = ["owner"]
 
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ["job_id", "cluster", "name", "job_dir", "created"]
+    list_display = ["job_id", "cluster", "name", "triage_state", "triage_class", "job_dir", "created"]
     list_filter = ["cluster"]
-    search_fields = ["job_id", "name", "job_dir"]
+    search_fields = ["job_id", "name", "job_dir", "log_path"]
+    exclude = ["triage", "config"]
+    readonly_fields = ["triage_json", "config_json"]
+    triage_json = _json_display("triage")
+    config_json = _json_display("config")
+
+    @admin.display(description="triage")
+    def triage_state(self, obj: Job) -> str:
+        return (obj.triage or {}).get("state", "—")
+
+    @admin.display(description="class")
+    def triage_class(self, obj: Job) -> str:
+        return ((obj.triage or {}).get("job") or {}).get("triage_class") or "—"
+
+
+@admin.register(InvestigationJob)
+class InvestigationJobAdmin(admin.ModelAdmin):
+    list_display = ["investigation", "job", "role", "position"]
+    list_filter = ["role"]
+    search_fields = ["investigation__title", "job__job_id", "job__name"]
+    raw_id_fields = ["investigation", "job"]
 
 
 @admin.register(DataSource)
 class DataSourceAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "kind", "state", "served_url", "last_checked"]
-    list_filter = ["kind", "state"]
-    search_fields = ["address", "job__job_id", "job__name"]
+    list_display = ["__str__", "kind", "state", "discovery_status", "served_url", "last_checked"]
+    list_filter = ["kind", "state", "discovery_status"]
+    search_fields = ["address", "served_url", "job__job_id", "job__name"]
     raw_id_fields = ["job"]
+    exclude = ["discovery"]
+    readonly_fields = ["discovery_json"]
+    discovery_json = _json_display("discovery")
+
+
+# --- Query runs ----------------------------------------------------------------------------------
 
 
 class QueryResultInline(admin.TabularInline):
@@ -46,10 +124,23 @@ class QueryResultInline(admin.TabularInline):
 
 @admin.register(QueryRun)
 class QueryRunAdmin(admin.ModelAdmin):
-    list_display = ["pk", "datasource", "status", "progress_done", "progress_total", "created", "finished"]
+    list_display = [
+        "pk",
+        "datasource",
+        "investigation",
+        "status",
+        "progress_done",
+        "progress_total",
+        "created",
+        "finished",
+    ]
     list_filter = ["status"]
+    search_fields = ["datasource__address", "datasource__job__job_id", "error"]
     raw_id_fields = ["datasource", "investigation", "created_by"]
     inlines = [QueryResultInline]
+    exclude = ["queries"]
+    readonly_fields = ["queries_json"]
+    queries_json = _json_display("queries")
 
 
 @admin.register(QueryResult)
@@ -58,3 +149,86 @@ class QueryResultAdmin(admin.ModelAdmin):
     list_filter = ["ok", "kind"]
     search_fields = ["name", "promql"]
     raw_id_fields = ["run"]
+    exclude = ["summary"]
+    readonly_fields = ["summary_json"]
+    summary_json = _json_display("summary")
+
+
+# --- Diagnosis -----------------------------------------------------------------------------------
+
+
+class PlaybookExecutionInline(admin.TabularInline):
+    model = PlaybookExecution
+    extra = 0
+    fields = ["playbook", "status", "duration_s", "error"]
+    readonly_fields = fields
+    can_delete = False
+    show_change_link = True
+
+
+@admin.register(DiagnosisRun)
+class DiagnosisRunAdmin(admin.ModelAdmin):
+    list_display = [
+        "pk",
+        "investigation",
+        "job",
+        "status",
+        "progress_done",
+        "progress_total",
+        "created",
+        "finished",
+    ]
+    list_filter = ["status"]
+    search_fields = ["investigation__title", "job__job_id", "error"]
+    raw_id_fields = ["investigation", "job", "datasource", "created_by"]
+    inlines = [PlaybookExecutionInline]
+    exclude = ["playbooks", "window", "result"]
+    readonly_fields = ["playbooks_json", "window_json", "result_json"]
+    playbooks_json = _json_display("playbooks")
+    window_json = _json_display("window")
+    result_json = _json_display("result")
+
+
+@admin.register(PlaybookExecution)
+class PlaybookExecutionAdmin(admin.ModelAdmin):
+    list_display = ["playbook", "run", "status", "duration_s", "updated"]
+    list_filter = ["status", "playbook"]
+    search_fields = ["playbook", "error"]
+    raw_id_fields = ["run"]
+    exclude = ["queries", "output"]
+    readonly_fields = ["queries_json", "output_json"]
+    queries_json = _json_display("queries")
+    output_json = _json_display("output")
+
+
+@admin.register(Finding)
+class FindingAdmin(admin.ModelAdmin):
+    list_display = [
+        "title",
+        "severity",
+        "incident_class",
+        "playbook",
+        "rule",
+        "investigation",
+        "job",
+        "created",
+    ]
+    list_filter = ["severity", "incident_class", "playbook"]
+    search_fields = ["title", "rule", "playbook", "investigation__title", "job__job_id"]
+    raw_id_fields = ["investigation", "job", "run"]
+    exclude = ["hosts", "gpus", "evidence"]
+    readonly_fields = ["hosts_json", "gpus_json", "evidence_json"]
+    hosts_json = _json_display("hosts")
+    gpus_json = _json_display("gpus")
+    evidence_json = _json_display("evidence")
+
+
+@admin.register(PinnedChart)
+class PinnedChartAdmin(admin.ModelAdmin):
+    list_display = ["title", "investigation", "job", "created_by", "created"]
+    search_fields = ["title", "note", "investigation__title"]
+    raw_id_fields = ["investigation", "job", "finding", "created_by"]
+    exclude = ["view", "figure"]
+    readonly_fields = ["view_json", "figure_json"]
+    view_json = _json_display("view")
+    figure_json = _json_display("figure")

@@ -11,6 +11,35 @@ from django.db import models
 from django.db.models import F, Q
 
 
+class TaskStatus(models.TextChoices):
+    """The life of any background piece of work whose row a worker claims."""
+
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class _RunProgress:
+    """Progress of a run row with `status`, `FINISHED`, `progress_done` and `progress_total`."""
+
+    status: str
+    FINISHED: tuple[str, ...]
+    progress_done: int
+    progress_total: int
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+    @property
+    def progress_pct(self) -> int:
+        if not self.progress_total:
+            return 100 if self.is_finished else 0
+        return round(100 * self.progress_done / self.progress_total)
+
+
 class Investigation(models.Model):
     """An incident being investigated: one or more training jobs, who owns it, how bad it is."""
 
@@ -37,6 +66,9 @@ class Investigation(models.Model):
         related_name="owned_investigations",
     )
     team = models.CharField(max_length=100, blank=True)
+    # The primary job's incident class, for the list filter: the diagnosis class once a diagnosis ran,
+    # else the triage class; empty while unknown.
+    incident_class = models.CharField(max_length=40, blank=True, db_index=True)
     jobs = models.ManyToManyField("Job", through="InvestigationJob", related_name="investigations")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -136,6 +168,11 @@ class DataSource(models.Model):
     state_detail = models.TextField(blank=True)
     served_url = models.CharField(max_length=255, blank=True)
     last_checked = models.DateTimeField(null=True, blank=True)
+    # Discovery: what the TSDB holds (families, hosts, GPUs, range, targets, profile, identity check).
+    discovery_status = models.CharField(max_length=16, choices=TaskStatus.choices, blank=True)
+    discovery = models.JSONField(default=dict, blank=True)
+    discovery_error = models.TextField(blank=True)
+    discovered = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -147,7 +184,7 @@ class DataSource(models.Model):
         return f"{self.address} ({self.get_kind_display()})"
 
 
-class QueryRun(models.Model):
+class QueryRun(_RunProgress, models.Model):
     """A batch of PromQL queries against one data source, executed by a worker.
 
     `queries` is a list of {name, promql, kind: instant|range|buildinfo, start, end, step}; times are
@@ -191,16 +228,6 @@ class QueryRun(models.Model):
     def __str__(self) -> str:
         return f"run {self.pk} on {self.datasource} ({self.status})"
 
-    @property
-    def is_finished(self) -> bool:
-        return self.status in self.FINISHED
-
-    @property
-    def progress_pct(self) -> int:
-        if not self.progress_total:
-            return 100 if self.is_finished else 0
-        return round(100 * self.progress_done / self.progress_total)
-
 
 class QueryResult(models.Model):
     """The stored outcome of one named query of a run; re-running a run replaces it (upsert).
@@ -227,3 +254,129 @@ class QueryResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({'ok' if self.ok else 'error'})"
+
+
+class DiagnosisRun(_RunProgress, models.Model):
+    """One automated diagnosis of one job of an investigation: the playbooks run, then the decision.
+
+    `playbooks` lists the playbook names planned; `window` is {"start": s, "end": s} (unix seconds) or
+    empty for the job's whole range; `result` is the contract's output object (job, source, diagnosis,
+    findings, timings) once done.
+    """
+
+    investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="diagnosis_runs")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="diagnosis_runs")
+    datasource = models.ForeignKey(DataSource, on_delete=models.SET_NULL, null=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED)
+    playbooks = models.JSONField(default=list, blank=True)
+    window = models.JSONField(default=dict, blank=True)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    FINISHED = (TaskStatus.DONE, TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+        indexes = [models.Index(fields=["status"], name="diagnosisrun_status_idx")]
+
+    def __str__(self) -> str:
+        return f"diagnosis {self.pk} of {self.job} ({self.status})"
+
+
+class PlaybookExecution(models.Model):
+    """One playbook of a diagnosis run: its queries and their stored outcomes, kept after the source is gone.
+
+    `queries` is a list of {name, promql, ok, error, duration_s, summary}; `output` is the playbook's
+    JSON-serialisable result that the decision step reads.
+    """
+
+    run = models.ForeignKey(DiagnosisRun, on_delete=models.CASCADE, related_name="executions")
+    playbook = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED)
+    queries = models.JSONField(default=list, blank=True)
+    output = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    duration_s = models.FloatField(default=0.0)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["run", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "playbook"], name="playbookexecution_unique_run_playbook")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.playbook} of run {self.run_id} ({self.status})"
+
+
+class Finding(models.Model):
+    """Something a playbook rule (or a person) found in a job: class, severity, where, since when, and why.
+
+    `evidence` is a list of {query, labels, value, interpretation} rows, as in the contract. Re-running a
+    diagnosis replaces a finding with the same (investigation, job, playbook, rule) instead of adding one.
+    """
+
+    class Severity(models.TextChoices):
+        INFO = "info", "Info"
+        WARNING = "warning", "Warning"
+        CRITICAL = "critical", "Critical"
+
+    investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="findings")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="findings")
+    run = models.ForeignKey(DiagnosisRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="findings")
+    playbook = models.CharField(max_length=64)
+    rule = models.CharField(max_length=100)
+    incident_class = models.CharField(max_length=40)
+    severity = models.CharField(max_length=16, choices=Severity.choices, default=Severity.INFO)
+    title = models.CharField(max_length=300)
+    hosts = models.JSONField(default=list, blank=True)
+    gpus = models.JSONField(default=list, blank=True)
+    onset = models.FloatField(null=True, blank=True, help_text="Unix seconds, UTC.")
+    evidence = models.JSONField(default=list, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["onset", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["investigation", "job", "playbook", "rule"], name="finding_unique_rule"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.severity}: {self.title}"
+
+
+class PinnedChart(models.Model):
+    """A timeline chart frozen into an investigation as evidence: it renders without its data source.
+
+    `view` is the timeline view it came from (panels, range, x-axis mode); `figure` is the Plotly figure
+    JSON with its data.
+    """
+
+    investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="pinned_charts")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    finding = models.ForeignKey(Finding, on_delete=models.SET_NULL, null=True, blank=True, related_name="charts")
+    title = models.CharField(max_length=200)
+    note = models.TextField(blank=True)
+    view = models.JSONField(default=dict, blank=True)
+    figure = models.JSONField(default=dict)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created", "-pk"]
+
+    def __str__(self) -> str:
+        return self.title

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.contrib.auth import get_user_model
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 
-from .models import DataSource, QueryResult, QueryRun
+from .models import DataSource, Investigation, InvestigationJob, QueryResult, QueryRun
 
 
 def datasource_list() -> QuerySet[DataSource]:
@@ -24,3 +25,70 @@ def queryrun_recent(limit: int = 10) -> QuerySet[QueryRun]:
 def queryresult_list(run: QueryRun) -> QuerySet[QueryResult]:
     """Return the run's results in the order its queries were stored."""
     return run.results.order_by("pk")
+
+
+def investigation_list(
+    *, status: str = "", cluster: str = "", klass: str = "", search: str = ""
+) -> QuerySet[Investigation]:
+    """Return investigations newest first, filtered, with their primary job's id, name, cluster and triage.
+
+    `search` matches the title, the job id or name of any job held, or a host: of its triage's node
+    list or head node, or of what discovery found in its data sources.
+    """
+    primary = InvestigationJob.objects.filter(
+        investigation=OuterRef("pk"), role=InvestigationJob.Role.PRIMARY
+    ).select_related(None)
+    rows = Investigation.objects.select_related("owner").annotate(
+        primary_job_pk=Subquery(primary.values("job__pk")[:1]),
+        primary_job_id=Subquery(primary.values("job__job_id")[:1]),
+        primary_job_name=Subquery(primary.values("job__name")[:1]),
+        primary_cluster=Subquery(primary.values("job__cluster")[:1]),
+        primary_triage_state=Subquery(primary.values("job__triage__state")[:1]),
+        primary_status=Subquery(primary.values("job__triage__job__status")[:1]),
+    )
+    if status:
+        rows = rows.filter(status=status)
+    if cluster:
+        rows = rows.filter(job_links__role=InvestigationJob.Role.PRIMARY, job_links__job__cluster=cluster)
+    if klass:
+        rows = rows.filter(incident_class=klass)
+    search = search.strip()
+    if search:
+        matching = Investigation.objects.filter(
+            Q(title__icontains=search)
+            | Q(jobs__job_id__icontains=search)
+            | Q(jobs__name__icontains=search)
+            | Q(jobs__triage__nodes__icontains=search)
+            | Q(jobs__triage__prometheus__head__icontains=search)
+            | Q(jobs__datasources__discovery__hosts__icontains=search)
+        )
+        rows = rows.filter(pk__in=matching.values("pk"))
+    return rows.order_by("-created", "-pk")
+
+
+def investigation_filter_choices() -> dict[str, list[str]]:
+    """Return the clusters and incident classes that occur, for the list's filter menus."""
+    clusters = (
+        InvestigationJob.objects.filter(role=InvestigationJob.Role.PRIMARY)
+        .exclude(job__cluster="")
+        .values_list("job__cluster", flat=True)
+        .distinct()
+        .order_by("job__cluster")
+    )
+    classes = (
+        Investigation.objects.exclude(incident_class="")
+        .values_list("incident_class", flat=True)
+        .distinct()
+        .order_by("incident_class")
+    )
+    return {"clusters": list(clusters), "classes": list(classes)}
+
+
+def investigation_jobs(investigation: Investigation) -> QuerySet[InvestigationJob]:
+    """Return the investigation's job links, primary first, with their jobs."""
+    return investigation.job_links.select_related("job").order_by("position", "pk")
+
+
+def user_choices() -> QuerySet:
+    """Return the active users an investigation can be given to, by name."""
+    return get_user_model().objects.filter(is_active=True).order_by("username")

@@ -131,3 +131,5 @@ def test_the_dockerfile_copies_only_the_app_and_runs_unprivileged() -> None:
     assert "COPY . ." not in dockerfile  # would ship .venv and data/
     assert re.search(r"^USER stepwise$", dockerfile, re.MULTILINE)
     assert "apt-get install -y --no-install-recommends prometheus" in dockerfile
+    # The worker opens SSH tunnels to live jobs' Prometheus with the system ssh.
+    assert re.search(r"apt-get install[^\n]*\bopenssh-client\b", dockerfile)

@@ -112,7 +112,9 @@ def test_rundemo_serves_runs_queries_and_stops_cleanly(tmp_path: Path) -> None:
         )
         assert signed_in.status_code == 302, signed_in.text[:500]
         home = client.get("/")
-        start = re.search(r'action="(/sources/\d+/sample-run/)"', home.text).group(1)
+        assert "Healthy on job" in home.text  # the demo job's investigation
+        sources = client.get("/sources/")
+        start = re.search(r'action="(/sources/\d+/sample-run/)"', sources.text).group(1)
         started = client.post(start, headers={"X-CSRFToken": client.cookies["csrftoken"]})
         assert started.status_code == 302
         run_url = started.headers["location"]

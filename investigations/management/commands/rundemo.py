@@ -4,7 +4,8 @@
 1. Stop TSDB servers a previous crashed run left behind (only those recorded under our work root).
 2. Generate the demo job set under <data>/demo-jobs, once (a marker file records what was built).
 3. Create or update the `demo` user; its password is generated once into <data>/demo_password.
-4. Register a Job and a job_tsdb DataSource per demo job directory.
+4. Register a Job and a job_tsdb DataSource per demo job directory, and open an investigation per demo
+   job that has none (its triage and discovery are queued for the worker).
 5. Start a Celery worker and gunicorn, each in its own process group, and wait for the login page.
 6. On Ctrl-C or SIGTERM: stop both groups, stop every TSDB server started meanwhile, exit 0.
 """
@@ -29,9 +30,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
 from investigations import services
-from playbooks import tsdb_server
+from investigations.models import Investigation, InvestigationJob, Job
+from investigations.services import investigations as inv
+from investigations.tasks import job_triage_task
+from playbooks import tsdb_server, tunnel
 
 DEMO_SCENARIOS = (
     "healthy",
@@ -112,6 +117,9 @@ class Command(BaseCommand):
         reaped = tsdb_server.reap_leftovers(work_root)
         if reaped:
             self.stdout.write(f"Stopped {len(reaped)} TSDB server(s) left by an earlier run: {reaped}")
+        closed = tunnel.reap_leftover_tunnels(settings.STEPWISE_TUNNELS_DIR)
+        if closed:
+            self.stdout.write(f"Closed {len(closed)} SSH tunnel(s) left by an earlier run: {closed}")
         self._prune_broker()
         if not _port_free(opts["bind"]):
             raise CommandError(f"{opts['bind']} is already in use: stop what listens there or pass --bind.")
@@ -125,12 +133,16 @@ class Command(BaseCommand):
                 raise CommandError(f"{exc} (the demo jobs live in {settings.STEPWISE_DEMO_JOBS})") from exc
             self.stdout.write(f"  registered job {job.job_id} ({job_dir.name})")
         password = self._demo_user()
+        self._demo_investigations(job_dirs)
         try:
             self._serve(opts, password, work_root)
         finally:
             stopped = tsdb_server.reap_leftovers(work_root)
             if stopped:
                 self.stdout.write(f"Stopped {len(stopped)} TSDB server(s).")
+            closed = tunnel.reap_leftover_tunnels(settings.STEPWISE_TUNNELS_DIR)
+            if closed:
+                self.stdout.write(f"Closed {len(closed)} SSH tunnel(s).")
 
     # --- demo data -----------------------------------------------------------------------------
 
@@ -152,7 +164,7 @@ class Command(BaseCommand):
             marker = {}
         job_dirs: list[Path] = []
         for index, scenario in enumerate(scenarios):
-            # A seed per scenario: the generator derives the JOB_ID from the seed, and jobs are keyed by it.
+            # A seed per scenario: demo jobs differ in hosts, GPU model and start time, not only in the incident.
             params = {"nodes": nodes, "seed": seed + 101 * index, "hours": hours}
             built = marker.get(scenario)
             dirs = [root / name for name in built["job_dirs"]] if built else []
@@ -189,6 +201,49 @@ class Command(BaseCommand):
         user.set_password(password)
         user.save()
         return password
+
+    def _demo_investigations(self, job_dirs: list[Path]) -> None:
+        """Open one investigation per demo job that has none (a baseline joins its job's), triage queued.
+
+        The triage tasks wait in the broker until the worker starts; each then enqueues its discovery.
+        """
+        owner = get_user_model().objects.get(username="demo")
+        baselines = {d.name.removesuffix("-baseline"): d for d in job_dirs if d.name.endswith("-baseline")}
+        for job_dir in job_dirs:
+            if job_dir.name.endswith("-baseline"):
+                continue
+            job, _ = services.job_register(job_dir, cluster="demo")
+            if InvestigationJob.objects.filter(job=job).exists():
+                continue
+            truth = _truth(job_dir)
+            scenario = truth.get("scenario") or job_dir.name
+            with transaction.atomic():
+                investigation = inv.investigation_create(
+                    title=f"{scenario.replace('-', ' ').capitalize()} on job {job.job_id}",
+                    severity=Investigation.Severity.SEV4
+                    if scenario == "healthy"
+                    else Investigation.Severity.SEV2,
+                    team="demo",
+                    owner=owner,
+                    source=inv.SourceRequest(kind="job_dir", job_dir=str(job_dir), cluster="demo"),
+                )
+                investigation.summary = truth.get("description", "")
+                investigation.save(update_fields=["summary"])
+                baseline = baselines.get(job_dir.name)
+                links = [job]
+                if baseline is not None:
+                    links.append(
+                        inv.investigation_job_add(
+                            investigation,
+                            job_dir=str(baseline),
+                            role=InvestigationJob.Role.BASELINE,
+                            cluster="demo",
+                        ).job
+                    )
+                for queued in links:
+                    if (Job.objects.get(pk=queued.pk).triage or {}).get("state") == "queued":
+                        job_triage_task.delay_on_commit(queued.pk)
+            self.stdout.write(f"  opened investigation #{investigation.pk}: {investigation.title}")
 
     def _prune_broker(self) -> None:
         """Delete embedded-broker messages processed more than a day ago (they are only a record)."""
@@ -297,6 +352,14 @@ class Command(BaseCommand):
         self.stdout.write(f"   (kept in {Path(settings.STEPWISE_DATA_DIR) / 'demo_password'})")
         self.stdout.write(self.style.SUCCESS(f" Press Ctrl-C to stop.\n{line}"))
         self.stdout.flush()
+
+
+def _truth(job_dir: Path) -> dict[str, Any]:
+    try:
+        truth = json.loads((job_dir / "truth.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return truth if isinstance(truth, dict) else {}
 
 
 def _sibling_tool(prometheus_bin: str, tool: str) -> str:

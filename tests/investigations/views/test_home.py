@@ -14,7 +14,7 @@ def test_it_lists_data_sources_with_their_state(alice_client, url_source) -> Non
     DataSource.objects.filter(pk=url_source.pk).update(
         state=DataSource.State.DOWN, state_detail="connection refused"
     )
-    response = alice_client.get(reverse("investigations:home"))
+    response = alice_client.get(reverse("investigations:sources"))
     body = response.content.decode()
     assert response.status_code == 200
     assert "http://127.0.0.1:9" in body
@@ -23,7 +23,7 @@ def test_it_lists_data_sources_with_their_state(alice_client, url_source) -> Non
 
 
 def test_it_says_how_to_get_data_when_there_is_none(alice_client) -> None:
-    body = alice_client.get(reverse("investigations:home")).content.decode()
+    body = alice_client.get(reverse("investigations:sources")).content.decode()
     assert "No data sources yet" in body
     assert "make demo" in body
 

@@ -33,7 +33,7 @@ from playbooks.prometheus import (
 )
 from stepwise.checks import allow_rules
 
-from .models import DataSource, Investigation, Job, QueryResult, QueryRun
+from ..models import DataSource, Investigation, Job, QueryResult, QueryRun
 
 logger = logging.getLogger(__name__)
 
@@ -222,6 +222,12 @@ def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, 
     if ds.kind == DataSource.Kind.JOB_TSDB:
         served = _datasource_serve(ds)
         url, time_range = served.url, served.time_range
+    elif ds.kind == DataSource.Kind.SSH_TUNNEL:
+        # Imported here because services/tunnels.py builds on this module. Reuses the tunnel if healthy,
+        # else (re)opens it; its local end is loopback on a port Stepwise chose.
+        from .tunnels import tunnel_open
+
+        url, time_range = tunnel_open(ds).url, None
     else:
         url, time_range = prometheus_url_check(ds.address), None
     return PrometheusClient(url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT)), time_range
@@ -230,8 +236,9 @@ def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, 
 def datasource_client(ds: DataSource) -> PrometheusClient:
     """Return a client for the data source; the caller closes it (it is a context manager).
 
-    A job TSDB is served first (recording served_url and state); a URL must pass the allow-list.
-    The served URL is loopback on a port Stepwise chose, so it is not checked against the list.
+    A job TSDB is served first (recording served_url and state); an SSH tunnel is opened, or reopened
+    when it is down; a URL must pass the allow-list. The served and tunnelled URLs are loopback on a
+    port Stepwise chose, so they are not checked against the list.
     """
     return _datasource_connect(ds)[0]
 

@@ -11,19 +11,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.middleware import HtmxDetails
 from kombu.exceptions import OperationalError as BrokerError
 
-from . import selectors, services
-from .forms import DataSourceURLForm
-from .models import DataSource, QueryRun
-from .tasks import queryrun_execute_task
+from .. import selectors, services
+from ..forms import DataSourceURLForm
+from ..models import DataSource, QueryRun
+from ..tasks import queryrun_execute_task
+from ._common import HtmxHttpRequest
 
 logger = logging.getLogger(__name__)
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 # Every signed-in user may read and query every data source: there are no teams yet. The helpers
@@ -57,7 +53,7 @@ def source_add(request: HtmxHttpRequest) -> HttpResponse:
         return _home(request, form, status=400)
     services.datasource_create(kind=DataSource.Kind.URL, address=form.cleaned_data["address"])
     messages.success(request, f"Added {form.cleaned_data['address']}.")
-    return redirect("investigations:home")
+    return redirect("investigations:sources")
 
 
 @require_POST

@@ -11,8 +11,9 @@ from django.utils import timezone
 
 from playbooks.prometheus import PrometheusError
 
-from . import services
-from .models import QueryRun
+from .. import services
+from ..models import QueryRun
+from ._housekeeping import prune_idle
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +25,9 @@ def _retry_delay(retries: int) -> int:
     return min(2 ** (retries + 1), RETRY_BACKOFF_CAP_S)
 
 
-@shared_task(bind=True, max_retries=settings.STEPWISE_TASK_MAX_RETRIES)
+@shared_task(
+    bind=True, name="investigations.tasks.queryrun_execute_task", max_retries=settings.STEPWISE_TASK_MAX_RETRIES
+)
 def queryrun_execute_task(self, run_id: int) -> None:
     """Execute a queued QueryRun and mark it done or failed; transient Prometheus errors are retried."""
     claimed = QueryRun.objects.filter(pk=run_id, status=QueryRun.Status.QUEUED).update(
@@ -33,7 +36,7 @@ def queryrun_execute_task(self, run_id: int) -> None:
     if claimed != 1:
         logger.info("query run %s is not queued: another worker got there first, or it was cancelled", run_id)
         return
-    services.tsdb_views_prune()
+    prune_idle()
     try:
         services.queryrun_execute(run_id)
     except services.TRANSIENT_ERRORS as exc:

@@ -1,0 +1,190 @@
+"""`manage.py diagnose (--job-dir DIR | --prometheus URL [--log FILE]) [--start T] [--end T] [--format ...]`.
+
+Follows the diagnosis contract. With --job-dir the job's TSDB is served read-only (a private copy on a
+free loopback port, in a temporary work root) and the server is stopped before the command returns: on
+success, on error, on Ctrl-C and on SIGTERM. A TSDB locked by a live Prometheus is refused.
+Exit status: 0 when a diagnosis was made, 2 for bad arguments or unreadable input, 3 when the data
+source could not be reached. stdout carries the result only; logs go to stderr.
+
+The window defaults to the data's range (--job-dir) or, with --prometheus and --log, to where the log
+says the job ran (10 minutes either side), else the data's range.
+
+What the log adds: the triage picks the playbooks and anchors their windows. Without a log (--prometheus
+alone) every playbook runs and the data alone decides; a heartbeat false positive (it needs the log's
+accused hosts and heartbeat timeout) and a restore leak (it needs the log's restore) then come out
+healthy. A restored job diagnosed on its own is judged against a prior on runnable processes per host
+(low confidence); `compare` against its fresh-start baseline is the real test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from django.core.management.base import BaseCommand
+
+from investigations.management.signals import ExitOnSignal
+from investigations.services import DataSourceError, prometheus_url_check
+from playbooks import tsdb_server
+from playbooks.diagnose import DiagnosisError, run_diagnosis, serves_copy
+from playbooks.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
+from playbooks.report import diagnosis_markdown
+from playbooks.triage import TriageError, find_job_log, triage_job, triage_log
+
+
+class _Exit(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def parse_time(raw: str | None, name: str) -> float | None:
+    """Return unix seconds from unix seconds or ISO 8601 (naive times are UTC); raise _Exit(2) otherwise."""
+    if raw is None:
+        return None
+    text = raw.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise _Exit(2, f"{name} {raw!r} is neither unix seconds nor ISO 8601") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
+
+
+def log_window(triage: dict, margin: float = 600.0) -> tuple[float | None, float | None]:
+    """Return (start, end) of the job as its log tells it, with a margin; (None, None) when it cannot.
+
+    The end is the crash time, else the last step plus the stall the log saw after it; the start is
+    that end minus the job's wall time from the log's summary.
+    """
+    job, prog, det = triage.get("job") or {}, triage.get("progress") or {}, triage.get("details") or {}
+    last = prog.get("last_step_time")
+    end = job.get("crash_time") or (last + float(det.get("stall_after_last_step_s") or 0.0) if last else None)
+    if end is None:
+        return None, None
+    wall = det.get("wall_s")
+    start = end - float(wall) - margin if wall else None
+    return start, end + margin
+
+
+class Command(BaseCommand):
+    requires_system_checks: list[str] = []  # stdout carries only the result
+    help = "Diagnose a job from its Prometheus TSDB: class, root-cause family, culprits, onset, findings."
+
+    def add_arguments(self, parser):
+        src = parser.add_mutually_exclusive_group(required=True)
+        src.add_argument("--job-dir", help="a job directory (log + prometheus/)")
+        src.add_argument("--prometheus", help="URL of a Prometheus that is already up (a tunnel, a live job)")
+        parser.add_argument("--log", help="the job's log (with --prometheus)")
+        parser.add_argument("--start", help="window start: unix seconds or ISO 8601 (default: the data's)")
+        parser.add_argument("--end", help="window end: unix seconds or ISO 8601 (default: the data's)")
+        parser.add_argument("--format", choices=("json", "markdown"), default="json")
+        parser.add_argument("--profile", default="auto", help="metric profile: auto, amd or nvidia")
+        parser.add_argument("--playbooks", default=None,
+                            help="comma-separated playbooks to run, or 'all' (default: what the triage calls for)")
+
+    def handle(self, *args, **opts):
+        with ExitOnSignal("diagnose") as signals:
+            self._signals = signals
+            try:
+                result = self._diagnose(opts)
+            except _Exit as exc:
+                sys.stderr.write(f"diagnose: {exc}\n")
+                sys.exit(exc.code)
+            except SystemExit:
+                signals.exit_if_signalled()  # the server is already stopped (finally in _served)
+                raise
+            signals.exit_if_signalled()  # a signal whose raise was swallowed: still no result on stdout
+        if opts["format"] == "json":
+            sys.stdout.write(json.dumps(result) + "\n")
+        else:
+            sys.stdout.write(diagnosis_markdown(result))
+
+    def _diagnose(self, opts: dict) -> dict:
+        if opts["profile"] not in ("auto", "amd", "nvidia"):
+            raise _Exit(2, f"unknown profile {opts['profile']!r}; use auto, amd or nvidia")
+        start, end = parse_time(opts["start"], "--start"), parse_time(opts["end"], "--end")
+        if start is not None and end is not None and end <= start:
+            raise _Exit(2, "--end must be after --start")
+        playbooks = [p.strip() for p in opts["playbooks"].split(",") if p.strip()] if opts["playbooks"] else None
+        if opts["job_dir"]:
+            if opts["log"]:
+                raise _Exit(2, "--log goes with --prometheus; a job directory has its own log")
+            job_dir = Path(opts["job_dir"])
+            if not job_dir.is_dir():
+                raise _Exit(2, f"job directory not found: {job_dir}")
+            tsdb = job_dir / "prometheus"
+            if not tsdb.is_dir() or not any(tsdb.iterdir()):
+                raise _Exit(2, f"no TSDB in {job_dir} (expected {tsdb}/ with blocks or a WAL)")
+            triage = None
+            if find_job_log(job_dir) is not None:
+                try:
+                    triage = triage_job(job_dir).to_dict()
+                except TriageError as exc:
+                    raise _Exit(2, str(exc)) from exc
+            return self._served(tsdb, triage, opts["profile"], start, end, playbooks)
+        try:
+            url = prometheus_url_check(opts["prometheus"])
+        except DataSourceError as exc:
+            raise _Exit(2, str(exc)) from exc
+        triage = None
+        if opts["log"]:
+            try:
+                triage = triage_log(opts["log"]).to_dict()
+            except TriageError as exc:
+                raise _Exit(2, str(exc)) from exc
+            # a live or shared Prometheus may hold more than this job: look where the log says it ran
+            log_start, log_end = log_window(triage)
+            start = log_start if start is None else start
+            end = log_end if end is None else end
+        return self._run(url, triage, opts["profile"], start, end, playbooks)
+
+    def _served(self, tsdb: Path, triage, profile, start, end, playbooks) -> dict:
+        work_root = Path(tempfile.mkdtemp(prefix="stepwise-diagnose-"))
+        served = None
+        try:
+            for _attempt in range(3):
+                try:
+                    served = tsdb_server.ensure_served(tsdb, work_root=work_root)
+                except tsdb_server.TSDBLocked as exc:
+                    raise _Exit(2, f"{tsdb.parent}: {exc}") from exc
+                except tsdb_server.TSDBServerError as exc:
+                    raise _Exit(3, f"{tsdb.parent}: could not serve its TSDB: {exc}") from exc
+                if serves_copy(served):
+                    break
+                # Another process took the port between the free-port check and our server's bind, and
+                # answered our readiness probe: never diagnose someone else's data. Try another port.
+                sys.stderr.write(f"diagnose: {served.url} answers for another TSDB; serving again\n")
+                tsdb_server.stop(served)
+                served = None
+            else:
+                raise _Exit(3, f"{tsdb.parent}: could not serve its TSDB on a port of its own")
+            return self._run(served.url, triage, profile, start, end, playbooks, served.time_range)
+        finally:
+            with self._signals.shielded():
+                if served is not None:
+                    tsdb_server.stop(served)
+                tsdb_server.reap_leftovers(work_root)
+                shutil.rmtree(work_root, ignore_errors=True)
+
+    @staticmethod
+    def _run(url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
+        with PrometheusClient(url, timeout=60.0, retries=2, backoff=0.2) as client:
+            try:
+                return run_diagnosis(client, triage=triage, profile=profile, start=start, end=end,
+                                     playbooks=playbooks, time_range=time_range)
+            except DiagnosisError as exc:
+                raise _Exit(2, str(exc)) from exc
+            except PrometheusQueryError as exc:
+                raise _Exit(2, f"Prometheus refused a query: {exc}") from exc
+            except PrometheusError as exc:
+                raise _Exit(3, f"cannot reach Prometheus at {url}: {exc}") from exc

@@ -1,0 +1,65 @@
+"""SIGTERM and Ctrl-C for the commands that start Prometheus servers (`diagnose`, `compare`).
+
+While a command works, SIGTERM and SIGINT become `SystemExit(128 + n)` so that its `finally` blocks stop
+every server it started. Two things make a bare "raise in the handler" unreliable:
+
+- Python runs a signal handler between any two bytecodes of the main thread, also inside a `__del__`, a
+  weakref callback or a generator's close, where an exception is printed as "Exception ignored" and
+  dropped: the command would then finish normally and exit 0 although it was told to stop.
+- A signal that arrives while the servers are being stopped must not cut that cleanup short.
+
+So the signal is also remembered: `shielded()` turns raising off for the cleanup, and `exit_if_signalled()`
+ends the command with 128 + n afterwards, whatever became of the raise.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class ExitOnSignal:
+    """Context manager: SIGTERM/SIGINT raise SystemExit(128 + n) inside it and are remembered."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.received: int | None = None
+        self._raising = False
+        self._previous: dict[int, object] = {}
+
+    def _handler(self, signum: int, frame) -> None:
+        if self.received is None:
+            self.received = signum
+        if self._raising:
+            raise SystemExit(128 + signum)
+
+    def __enter__(self) -> ExitOnSignal:
+        self._previous = {s: signal.signal(s, self._handler) for s in _SIGNALS}
+        self._raising = True
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # signal.signal() runs the handlers of signals already pending before it swaps them, so nothing
+        # that arrived while we were installed is dropped here.
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+        self._previous = {}
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Run cleanup that must finish: signals arriving inside are remembered, not raised."""
+        raising, self._raising = self._raising, False
+        try:
+            yield
+        finally:
+            self._raising = raising
+
+    def exit_if_signalled(self) -> None:
+        """Exit 128 + n, with one line on stderr, if a signal arrived (even if its raise was swallowed)."""
+        if self.received is not None:
+            sys.stderr.write(f"{self.command}: interrupted by {signal.Signals(self.received).name}\n")
+            sys.exit(128 + self.received)

@@ -1,0 +1,645 @@
+"""Open investigations, add jobs to them, browse the job roots, and triage a job's log.
+
+Glue only: rows in and out, playbooks.triage for the log. Views enqueue the tasks (triage, then
+discovery); nothing here imports a task. `investigation_create` saves everything in one transaction,
+or nothing: a bad path, a refused or silent Prometheus, a missing TSDB or an unreadable upload raises
+InvestigationError naming the form field to blame, and leaves no row (and no uploaded file) behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from playbooks import triage as triage_lib
+from playbooks.prometheus import PrometheusClient, PrometheusError
+
+from ..models import DataSource, Investigation, InvestigationJob, Job, TaskStatus
+from . import (
+    DataSourceError,
+    _inside_job_roots,
+    _job_roots,
+    datasource_create,
+    discovery,
+    job_dir_validate,
+    job_register,
+    prometheus_url_check,
+    tunnels,
+)
+
+logger = logging.getLogger(__name__)
+
+SOURCE_KINDS = ("job_dir", "upload", "url", "tunnel")
+#: Seconds the new-investigation form waits for a Prometheus URL to answer before calling it down.
+PROBE_TIMEOUT_S = 5.0
+#: Lines (and at most bytes) of an uploaded log read for its JOB_ID / JOB_NAME header.
+HEADER_LINES = 200
+HEADER_BYTES = 64 * 1024
+#: A folder listing shows at most this many entries (a root with 10,000 jobs stays a usable page).
+BROWSE_MAX_ENTRIES = 500
+
+# The header of a seed log, possibly behind an `srun -l` task label.
+_HEADER_RE = re.compile(rb"\A(?:\d+: )?(JOB_ID|JOB_NAME)=(\S+)")
+
+TRIAGE_PENDING = ("queued", "running")
+TRIAGE_FINISHED = ("done", "failed", "none")
+
+
+class InvestigationError(Exception):
+    """The request cannot be carried out; `field` names the form field to blame (None: the whole form)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+# --- Creating investigations --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """Where the new investigation's job and metrics come from.
+
+    Attributes:
+        kind: job_dir (a job directory inside the roots), upload (a log file, with an optional
+            Prometheus URL), url (a running Prometheus) or tunnel (an SSH tunnel Stepwise opens).
+        job_dir: the job directory, for kind job_dir.
+        log: the uploaded log, for kind upload.
+        prometheus_url: the Prometheus URL, for kind url (optional for upload).
+        tunnel: a tunnel spec or the pasted ssh command, for kind tunnel (the tunnels service parses it).
+        job_id, cluster: how to key the job when no job directory or log header names it.
+    """
+
+    kind: str
+    job_dir: str = ""
+    log: UploadedFile | None = None
+    prometheus_url: str = ""
+    tunnel: Any = None
+    job_id: str = ""
+    cluster: str = ""
+
+
+def investigation_create(
+    *,
+    title: str,
+    source: SourceRequest,
+    severity: str = Investigation.Severity.SEV3,
+    team: str = "",
+    owner: Any = None,
+) -> Investigation:
+    """Return a new Investigation with its primary Job, the link and the job's DataSource.
+
+    1. Check what needs no database: the URL against the allow-list and that it answers; the job
+       directory inside the roots with a prometheus/ folder; the upload not empty and not too big.
+    2. In one transaction: create or update the Job (keyed by cluster and JOB_ID), save an upload to
+       Job.log_upload, create the DataSource, the Investigation and its primary InvestigationJob,
+       and mark the job's triage queued when it has a log (the caller enqueues it after commit).
+    Any failure raises InvestigationError; the transaction and a saved upload are undone.
+    """
+    if source.kind not in SOURCE_KINDS:
+        raise InvestigationError(f"Unknown source {source.kind!r}.", "source")
+    title = title.strip()
+    if not title:
+        raise InvestigationError("Give the investigation a title.", "title")
+    if severity not in Investigation.Severity.values:
+        raise InvestigationError(f"Unknown severity {severity!r}.", "severity")
+
+    url = ""
+    if source.kind == "url" or (source.kind == "upload" and source.prometheus_url.strip()):
+        url = prometheus_probe(source.prometheus_url)
+    if source.kind == "job_dir":
+        _job_dir_with_tsdb(source.job_dir)
+    if source.kind == "upload":
+        _upload_check(source.log)
+
+    saved_upload: Job | None = None
+    try:
+        with transaction.atomic():
+            job, saved_upload = _job_for(source, url)
+            if url:
+                # A job seen before keeps one source per address: reuse it rather than pile up copies.
+                ds = job.datasources.filter(kind=DataSource.Kind.URL, address=url).first()
+                _mark_up(ds or datasource_create(kind=DataSource.Kind.URL, address=url, job=job))
+            elif source.kind == "tunnel":
+                _tunnel_datasource(job, source.tunnel)
+            investigation = Investigation.objects.create(
+                title=title,
+                severity=severity,
+                team=team.strip(),
+                owner=owner if getattr(owner, "is_authenticated", False) else None,
+            )
+            InvestigationJob.objects.create(
+                investigation=investigation, job=job, role=InvestigationJob.Role.PRIMARY
+            )
+            job_triage_queue(job)
+            _discovery_queue(job)
+    except BaseException:
+        if saved_upload is not None and saved_upload.log_upload:
+            saved_upload.log_upload.delete(save=False)
+        raise
+    return investigation
+
+
+def _job_for(source: SourceRequest, url: str) -> tuple[Job, Job | None]:
+    """Return (job, job whose upload was saved or None) for the source, inside the caller's transaction."""
+    cluster = source.cluster.strip()
+    if source.kind == "job_dir":
+        try:
+            job, _ = job_register(source.job_dir, cluster=cluster)
+        except DataSourceError as exc:
+            raise InvestigationError(str(exc), "job_dir") from exc
+        return job, None
+    if source.kind == "upload":
+        assert source.log is not None
+        job_id, name = _log_header(source.log)
+        job_id = source.job_id.strip() or job_id or _generated_id("upload")
+        job, _ = Job.objects.get_or_create(cluster=cluster, job_id=job_id)
+        if name and not job.name:
+            job.name = name
+        elif not job.name:
+            job.name = Path(source.log.name or "log").name[:255]
+        source.log.seek(0)
+        job.log_upload.save(Path(source.log.name or "job.log").name, source.log, save=False)
+        job.save()
+        return job, job
+    if source.kind == "url":
+        parts = urlsplit(url)
+        job_id = source.job_id.strip() or f"prom-{parts.hostname}-{parts.port or 80}"
+    else:
+        job_id = source.job_id.strip() or _generated_id("tunnel")
+    job, _ = Job.objects.get_or_create(cluster=cluster, job_id=job_id)
+    return job, None
+
+
+def _generated_id(prefix: str) -> str:
+    return f"{prefix}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def _job_dir_with_tsdb(path: str) -> Path:
+    """Return the resolved job directory; it must be inside the roots and hold a prometheus/ folder."""
+    if not path.strip():
+        raise InvestigationError("Pick a job directory.", "job_dir")
+    try:
+        job_dir = job_dir_validate(path.strip())
+    except DataSourceError as exc:
+        raise InvestigationError(str(exc), "job_dir") from exc
+    tsdb = job_dir / "prometheus"
+    if not tsdb.is_dir():
+        raise InvestigationError(
+            f"{job_dir} has no prometheus/ folder: no TSDB was recorded for this job. Upload its log "
+            "instead, or give the URL of a Prometheus that holds its metrics.",
+            "job_dir",
+        )
+    try:
+        job_dir_validate(tsdb)
+    except DataSourceError as exc:
+        raise InvestigationError(f"{tsdb} leads outside the allowed job roots.", "job_dir") from exc
+    return job_dir
+
+
+def _upload_check(log: UploadedFile | None) -> None:
+    if log is None:
+        raise InvestigationError("Choose a log file to upload.", "log")
+    limit = settings.STEPWISE_LOG_UPLOAD_MAX_MB
+    if log.size is not None and log.size > limit * 1024 * 1024:
+        raise InvestigationError(
+            f"{log.name} is {log.size / 1024 / 1024:.0f} MB; the limit is {limit} MB "
+            "(STEPWISE_LOG_UPLOAD_MAX_MB).",
+            "log",
+        )
+    try:
+        log.seek(0)
+        first = log.read(1)
+        log.seek(0)
+    except OSError as exc:
+        raise InvestigationError(f"{log.name} could not be read: {exc}.", "log") from exc
+    if not first:
+        raise InvestigationError(f"{log.name} is empty: there is nothing to triage.", "log")
+
+
+def _log_header(log: UploadedFile) -> tuple[str, str]:
+    """Return (JOB_ID, JOB_NAME) from the head of an uploaded log, "" for what it lacks.
+
+    Only the first HEADER_BYTES are read: a log of binary garbage without newlines stays cheap.
+    """
+    found: dict[str, str] = {}
+    log.seek(0)
+    head = log.read(HEADER_BYTES)
+    log.seek(0)
+    for raw in head.splitlines()[:HEADER_LINES]:
+        match = _HEADER_RE.match(raw[:1024])
+        if match:
+            key = match.group(1).decode()
+            found.setdefault(key, match.group(2).decode("utf-8", errors="replace").strip('"')[:100])
+        if len(found) == 2:
+            break
+    return found.get("JOB_ID", ""), found.get("JOB_NAME", "")
+
+
+def prometheus_probe(url: str) -> str:
+    """Return the normalised URL if the allow-list admits it and a Prometheus answers there."""
+    if not url.strip():
+        raise InvestigationError("Give the Prometheus URL.", "prometheus_url")
+    try:
+        url = prometheus_url_check(url)
+    except DataSourceError as exc:
+        raise InvestigationError(str(exc), "prometheus_url") from exc
+    try:
+        with PrometheusClient(url, timeout=PROBE_TIMEOUT_S, retries=1) as client:
+            client.buildinfo()
+    except PrometheusError as exc:
+        raise InvestigationError(
+            f"No Prometheus answers at {url}: {exc}. Check the address, and that the tunnel or "
+            "port-forward is open.",
+            "prometheus_url",
+        ) from exc
+    return url
+
+
+def _mark_up(ds: DataSource) -> None:
+    """Record that the probe just found the server up, so the page starts with a true badge."""
+    ds.state = DataSource.State.UP
+    ds.state_detail = "answered when the investigation was opened"
+    ds.last_checked = timezone.now()
+    ds.save(update_fields=["state", "state_detail", "last_checked"])
+
+
+def _tunnel_datasource(job: Job, spec_or_text: Any) -> DataSource:
+    """Return the job's SSH-tunnel source (not opened yet: the caller enqueues tunnel_open_task)."""
+    if spec_or_text is None:
+        raise InvestigationError(
+            "Paste the tunnel command from the log, or give the head node and port.", "tunnel"
+        )
+    try:
+        return tunnels.tunnel_datasource_create(job, spec_or_text)
+    except DataSourceError as exc:
+        raise InvestigationError(str(exc), "tunnel") from exc
+
+
+# --- Changing investigations --------------------------------------------------------------------
+
+UPDATABLE = ("title", "status", "severity", "owner", "team")
+
+
+def investigation_update(investigation: Investigation, **changes: Any) -> Investigation:
+    """Return the investigation with `changes` (title, status, severity, owner, team) saved."""
+    unknown = set(changes) - set(UPDATABLE)
+    if unknown:
+        raise InvestigationError(f"Cannot change {', '.join(sorted(unknown))}.")
+    if "status" in changes and changes["status"] not in Investigation.Status.values:
+        raise InvestigationError(f"Unknown status {changes['status']!r}.", "status")
+    if "severity" in changes and changes["severity"] not in Investigation.Severity.values:
+        raise InvestigationError(f"Unknown severity {changes['severity']!r}.", "severity")
+    if "title" in changes:
+        changes["title"] = str(changes["title"]).strip()
+        if not changes["title"]:
+            raise InvestigationError("The title cannot be empty.", "title")
+    if "team" in changes:
+        changes["team"] = str(changes["team"]).strip()
+    for name, value in changes.items():
+        setattr(investigation, name, value)
+    investigation.save(update_fields=[*changes, "updated"])
+    if changes.get("status") == Investigation.Status.RESOLVED:
+        # Close the SSH tunnels no other open investigation needs.
+        tunnels.tunnels_release(investigation)
+    return investigation
+
+
+def investigation_job_add(
+    investigation: Investigation,
+    *,
+    job_dir: str,
+    role: str = InvestigationJob.Role.COMPARE,
+    cluster: str | None = None,
+) -> InvestigationJob:
+    """Return the new link of the job in `job_dir` to the investigation, as a baseline or comparison.
+
+    The job is registered (Job and its job TSDB DataSource; on the primary job's cluster unless
+    `cluster` is given), its triage and discovery queued; the caller enqueues the triage after commit.
+    """
+    if role not in (InvestigationJob.Role.COMPARE, InvestigationJob.Role.BASELINE):
+        raise InvestigationError("A job is added as a baseline or for comparison.", "role")
+    primary = investigation_primary_job(investigation)
+    if cluster is None:
+        cluster = primary.cluster if primary is not None else ""  # a baseline usually ran on the same cluster
+    with transaction.atomic():
+        _job_dir_with_tsdb(job_dir)
+        try:
+            job, _ = job_register(job_dir, cluster=cluster.strip())
+        except DataSourceError as exc:
+            raise InvestigationError(str(exc), "job_dir") from exc
+        if investigation.job_links.filter(job=job).exists():
+            raise InvestigationError(f"Job {job} is already part of this investigation.", "job_dir")
+        last = investigation.job_links.aggregate(last=Max("position"))["last"]
+        link = InvestigationJob.objects.create(
+            investigation=investigation, job=job, role=role, position=(last or 0) + 1
+        )
+        # Triage again even if the job has one: its directory (and so its log) may have moved.
+        job_triage_queue(job)
+        _discovery_queue(job)
+    return link
+
+
+def job_log_attach(job: Job, log: UploadedFile) -> Job:
+    """Return the job with `log` saved as its uploaded log and its triage queued (the caller enqueues it).
+
+    For a job opened from a URL or a tunnel, whose log came later. Raises InvestigationError for an
+    empty, unreadable or oversized file; nothing is saved then.
+    """
+    _upload_check(log)
+    old = job.log_upload.name if job.log_upload else ""
+    try:
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job.pk)
+            log.seek(0)
+            job.log_upload.save(Path(log.name or "job.log").name, log, save=False)
+            job.triage = {}
+            job.save(update_fields=["log_upload", "triage", "updated"])
+            job_triage_queue(job)
+    except BaseException:
+        if job.log_upload and job.log_upload.name != old:
+            job.log_upload.delete(save=False)
+        raise
+    return job
+
+
+def investigation_primary_job(investigation: Investigation) -> Job | None:
+    """Return the investigation's primary job, or None if it has none (an admin removed it)."""
+    link = investigation.job_links.select_related("job").filter(role=InvestigationJob.Role.PRIMARY).first()
+    return link.job if link else None
+
+
+def _discovery_queue(job: Job) -> None:
+    """Mark the discovery of the job's data sources queued, so the page shows it coming.
+
+    The triage task enqueues it once the log's figures are stored (the identity check needs them);
+    for a job without a log, the view enqueues it at once (`discovery_pending`).
+    """
+    for ds in job.datasources.all():
+        discovery.discovery_request(ds)
+
+
+def discovery_pending(job: Job | None) -> list[int]:
+    """Return the ids of the job's data sources whose discovery is queued (for the caller to enqueue)."""
+    if job is None:
+        return []
+    return list(job.datasources.filter(discovery_status=TaskStatus.QUEUED).values_list("pk", flat=True))
+
+
+def job_datasource(job: Job | None) -> DataSource | None:
+    """Return the job's current data source: the newest one, or None."""
+    if job is None:
+        return None
+    return job.datasources.order_by("-created", "-pk").first()
+
+
+# --- Browsing the job roots ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FolderEntry:
+    """One folder of a listing.
+
+    Attributes:
+        name: its name in the listed folder.
+        path: its resolved absolute path (inside a root).
+        has_tsdb: it holds a prometheus/ folder.
+        has_log: it has a log (job.log, the log link, or a sibling NAME.log / NAME.out).
+    """
+
+    name: str
+    path: str
+    has_tsdb: bool = False
+    has_log: bool = False
+
+    @property
+    def is_job(self) -> bool:
+        return self.has_tsdb or self.has_log
+
+
+@dataclass(frozen=True)
+class FolderListing:
+    """What the directory browser shows.
+
+    Attributes:
+        path: the listed folder, or "" for the list of roots.
+        parent: the folder one level up while still inside a root, else "" (back to the roots).
+        entries: sub-folders, sorted by name.
+        truncated: more entries exist than BROWSE_MAX_ENTRIES.
+        error: why the asked-for path was refused ("" when it was not); the roots are listed instead.
+        current: the listed folder's own entry (is it a job directory?), None for the roots.
+    """
+
+    path: str
+    parent: str
+    entries: list[FolderEntry] = field(default_factory=list)
+    truncated: bool = False
+    error: str = ""
+    current: FolderEntry | None = None
+
+
+def job_dir_browse(path: str = "") -> FolderListing:
+    """Return the sub-folders of `path` (or the job roots when empty), never anything outside the roots.
+
+    Paths with `..` are refused outright; symlinks are resolved and a folder leading outside the
+    roots is refused (when asked for) or left out (when listed).
+    """
+    roots = _job_roots()
+    path = path.strip()
+    if not path:
+        return FolderListing(path="", parent="", entries=[_entry(r, str(r)) for r in roots if r.is_dir()])
+    if ".." in Path(path).parts:
+        return _refused(roots, f"{path} contains '..': give a path inside a job root.")
+    candidate = Path(path)
+    if not candidate.is_absolute():
+        return _refused(roots, f"{path} is not an absolute path.")
+    resolved = candidate.resolve()
+    if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+        return _refused(roots, f"{path} is outside the allowed job roots.")
+    if not resolved.is_dir():
+        return _refused(roots, f"{path} is not a folder.")
+    parent = "" if resolved in roots else str(resolved.parent)
+    entries, truncated = _children(resolved, roots)
+    current = None
+    if resolved not in roots:
+        logs = {f"{resolved.name}{ext}" for ext in (".log", ".out")}
+        siblings = {name for name in logs if (resolved.parent / name).is_file()}
+        current = _entry(resolved, resolved.name, siblings)
+    return FolderListing(
+        path=str(resolved), parent=parent, entries=entries, truncated=truncated, current=current
+    )
+
+
+def _refused(roots: list[Path], error: str) -> FolderListing:
+    return FolderListing(
+        path="", parent="", entries=[_entry(r, str(r)) for r in roots if r.is_dir()], error=error
+    )
+
+
+def _children(folder: Path, roots: list[Path]) -> tuple[list[FolderEntry], bool]:
+    try:
+        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    except OSError as exc:
+        logger.warning("cannot list %s: %s", folder, exc)
+        return [], False
+    logs = {n for n in names if n.endswith((".log", ".out"))}
+    entries: list[FolderEntry] = []
+    for name in names:
+        child = folder / name
+        try:
+            if not child.is_dir():
+                continue
+            resolved = child.resolve()
+        except OSError:
+            continue
+        if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+            continue  # a symlink leading out of the roots is not shown
+        entries.append(_entry(child, name, logs))
+        if len(entries) >= BROWSE_MAX_ENTRIES:
+            return entries, True
+    return entries, False
+
+
+def _entry(folder: Path, name: str, sibling_logs: set[str] | None = None) -> FolderEntry:
+    resolved = folder.resolve()
+    try:
+        has_tsdb = (resolved / "prometheus").is_dir()
+        has_log = (
+            (resolved / "job.log").is_file()
+            or (resolved / "log").is_file()
+            or bool(sibling_logs and ({f"{folder.name}.log", f"{folder.name}.out"} & sibling_logs))
+        )
+    except OSError:
+        has_tsdb = has_log = False
+    return FolderEntry(name=name, path=str(resolved), has_tsdb=has_tsdb, has_log=has_log)
+
+
+# --- Triage --------------------------------------------------------------------------------------
+
+
+def job_has_log(job: Job) -> bool:
+    return bool(job.job_dir or job.log_path or job.log_upload)
+
+
+def triage_stalled(triage: dict[str, Any] | None) -> bool:
+    """Return True if a queued or running triage is older than the task's hard time limit (plus a minute).
+
+    Its worker died or its message was lost: the page stops waiting and offers to run it again.
+    """
+    triage = triage or {}
+    if triage.get("state") not in TRIAGE_PENDING:
+        return False
+    stamp = triage.get("started") or triage.get("queued")
+    try:
+        since = datetime.fromisoformat(stamp)
+    except (TypeError, ValueError):
+        return False
+    return (timezone.now() - since).total_seconds() > settings.CELERY_TASK_TIME_LIMIT + 60
+
+
+def job_triage_queue(job: Job) -> bool:
+    """Mark the job's triage queued (the caller enqueues job_triage_task after commit).
+
+    Return False, marking it "none", when the job has no log to triage; a triage already queued or
+    running is left alone (True).
+    """
+    state = (job.triage or {}).get("state")
+    if state in TRIAGE_PENDING and not triage_stalled(job.triage):
+        return True
+    if not job_has_log(job):
+        job.triage = {"state": "none", "error": "This job has no log: upload it to triage it."}
+        job.save(update_fields=["triage", "updated"])
+        return False
+    job.triage = {"state": "queued", "queued": timezone.now().isoformat()}
+    job.save(update_fields=["triage", "updated"])
+    return True
+
+
+def job_triage_claim(job_id: int) -> bool:
+    """Return True if this caller moved the job's triage from queued to running (another got it: False)."""
+    claimed = Job.objects.filter(pk=job_id, triage__state="queued").update(
+        triage={"state": "running", "started": timezone.now().isoformat()}, updated=timezone.now()
+    )
+    return claimed == 1
+
+
+def job_triage_fail(job_id: int, error: str) -> None:
+    """Record a failed triage on the job (the page shows `error`)."""
+    Job.objects.filter(pk=job_id).update(
+        triage={"state": "failed", "error": error[:2000], "finished": timezone.now().isoformat()},
+        updated=timezone.now(),
+    )
+
+
+def _log_source(job: Job) -> tuple[str, Path]:
+    """Return ("dir" | "file", path) of the job's log, checked against the job roots.
+
+    An upload wins: a user who uploads a log wants that file read.
+    """
+    if job.log_upload:
+        return "file", Path(job.log_upload.path)
+    if job.job_dir:
+        try:
+            return "dir", job_dir_validate(job.job_dir)
+        except DataSourceError as exc:
+            raise triage_lib.TriageError(str(exc)) from exc
+    if job.log_path:
+        try:
+            # The file itself must lie inside a root (a job's sibling DIR.log sits at a root's top level).
+            return "file", _inside_job_roots(Path(job.log_path), job.log_path)
+        except DataSourceError as exc:
+            raise triage_lib.TriageError(str(exc)) from exc
+    raise triage_lib.TriageError("this job has no log (no job directory, log path or upload)")
+
+
+def job_triage(job_id: int, *, now: float | None = None) -> Job:
+    """Return the job with its log triaged: Job.triage holds the contract's triage JSON, Job.config the config.
+
+    1. Find the log: the job directory (its log and, for k8s jobs, every rank-N.log), a log path
+       inside the roots, or the upload. Each is streamed (bounded memory) by playbooks.triage.
+    2. Store Job.triage = the contract dict plus {"state": "done", "finished": ...}, Job.config.
+    3. Set incident_class of the investigations whose primary job this is, unless a finished
+       diagnosis already set it.
+    Raises playbooks.triage.TriageError when the log cannot be opened at all.
+    """
+    job = Job.objects.get(pk=job_id)
+    kind, path = _log_source(job)
+    began = time.monotonic()
+    now = time.time() if now is None else now
+    result = triage_lib.triage_job(path, now=now) if kind == "dir" else triage_lib.triage_log(path, now=now)
+    contract = result.to_dict()
+    contract.update(
+        state="done",
+        finished=timezone.now().isoformat(),
+        duration_s=round(time.monotonic() - began, 3),
+        log=job.log_upload.name if job.log_upload else str(path),
+    )
+    job.triage = contract
+    job.config = dict(result.config)
+    job.save(update_fields=["triage", "config", "updated"])
+    Investigation.objects.filter(job_links__job=job, job_links__role=InvestigationJob.Role.PRIMARY).exclude(
+        diagnosis_runs__status=TaskStatus.DONE
+    ).update(incident_class=result.triage_class or "")
+    return job
+
+
+def triage_matches_by_class(triage: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """Yield (class, matches) in the triage's order (primary first), for the page."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for match in triage.get("matches") or []:
+        groups.setdefault(str(match.get("class")), []).append(match)
+    yield from groups.items()

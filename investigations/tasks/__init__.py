@@ -1,0 +1,13 @@
+"""Celery tasks, one module per noun. Celery's autodiscovery imports this package, so every task module is
+imported here."""
+
+from __future__ import annotations
+
+from .comparison import comparison_execute_task  # noqa: F401 (registers it)
+from .diagnosis import diagnosis_decide_task, diagnosis_plan_task, playbook_execute_task  # noqa: F401
+from .discovery import datasource_discover_task  # noqa: F401 (registers it)
+from .queryruns import _retry_delay, queryrun_execute_task
+from .triage import job_triage_task
+from .tunnels import tunnel_check_task, tunnel_open_task, tunnels_prune_task  # noqa: F401 (registers them)
+
+__all__ = ["_retry_delay", "job_triage_task", "queryrun_execute_task"]

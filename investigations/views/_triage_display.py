@@ -1,0 +1,122 @@
+"""Turn a job's stored triage (the contract's JSON) into what the triage region shows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ..models import Job
+from ..services.investigations import TRIAGE_FINISHED, TRIAGE_PENDING, triage_stalled
+
+#: Matches shown per class before "n more".
+MATCHES_SHOWN = 5
+
+
+def utc(seconds: Any) -> str:
+    """Return unix seconds as "YYYY-MM-DD HH:MM:SS UTC", or "" for None/garbage."""
+    try:
+        return dt.datetime.fromtimestamp(float(seconds), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (TypeError, ValueError, OverflowError, OSError):
+        return ""
+
+
+def duration(seconds: Any) -> str:
+    """Return seconds as "3 h 07 min", "12 min 05 s" or "42.1 s"; "" for None."""
+    if seconds is None:
+        return ""
+    try:
+        s = float(seconds)
+    except (TypeError, ValueError):
+        return ""
+    if s < 60:
+        return f"{s:.1f} s"
+    minutes, sec = divmod(int(round(s)), 60)
+    if minutes < 60:
+        return f"{minutes} min {sec:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def _progress_rows(t: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """Return (label, value, note) rows of the progress figures, skipping those the log did not give."""
+    job, prog, details = t.get("job") or {}, t.get("progress") or {}, t.get("details") or {}
+    total = prog.get("steps_total")
+    last = job.get("last_step")
+    rows: list[tuple[str, Any, str]] = [
+        ("First step", job.get("first_step"), ""),
+        ("Last step", last, f"of {total}" if total is not None else ""),
+        ("Restored from", prog.get("restored_from"), "step"),
+        (
+            "Step time",
+            f"{prog['step_time_s']:.2f} s" if prog.get("step_time_s") is not None else None,
+            "steady state",
+        ),
+        ("Last step at", utc(prog.get("last_step_time")) or None, ""),
+        ("Expected step now", details.get("expected_step_now"), "if still running"),
+        (
+            "Training vs wall time",
+            f"{duration(details.get('training_time_s'))} / {duration(details.get('wall_s'))}"
+            if details.get("training_time_s") is not None and details.get("wall_s") is not None
+            else None,
+            "",
+        ),
+        ("Stalled after last step", duration(details.get("stall_after_last_step_s")) or None, ""),
+        ("Last checkpoint", prog.get("last_checkpoint_step"), "step"),
+        ("Lost steps", prog.get("lost_steps"), "since the last checkpoint"),
+        (
+            "TGS trend",
+            f"{prog['tgs_trend_pct']:+.1f} %" if prog.get("tgs_trend_pct") is not None else None,
+            f"{details['tgs_early']:.0f} → {details['tgs_late']:.0f}" if "tgs_early" in details else "",
+        ),
+    ]
+    return [row for row in rows if row[1] is not None and row[1] != ""]
+
+
+def _grouped_matches(t: dict[str, Any]) -> list[dict[str, Any]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for match in t.get("matches") or []:
+        groups.setdefault(str(match.get("class")), []).append(match)
+    return [
+        {"klass": k, "matches": v[:MATCHES_SHOWN], "more": max(len(v) - MATCHES_SHOWN, 0), "count": len(v)}
+        for k, v in groups.items()
+    ]
+
+
+def triage_context(job: Job | None) -> dict[str, Any]:
+    """Return the triage region's context for the job (its state, and the figures once done)."""
+    t: dict[str, Any] = dict(job.triage or {}) if job is not None else {}
+    state = t.get("state", "none" if job is None else "")
+    if not state and t.get("job"):
+        state = "done"  # a triage stored without a state (e.g. written by hand) is a finished one
+    if triage_stalled(t):
+        state = "stalled"
+        t["error"] = "No worker finished this triage in time (did the worker stop?). Run it again."
+    context: dict[str, Any] = {
+        "state": state or "none",
+        "pending": state in TRIAGE_PENDING,
+        "finished": state in TRIAGE_FINISHED or state == "stalled" or not state,
+        "error": t.get("error", ""),
+    }
+    if state != "done":
+        return context
+    job_part = t.get("job") or {}
+    prometheus = t.get("prometheus") or {}
+    config = t.get("config") or {}
+    context.update(
+        status=job_part.get("status") or "unknown",
+        klass=job_part.get("triage_class") or "",
+        crash_time=utc(job_part.get("crash_time")),
+        groups=_grouped_matches(t),
+        progress=_progress_rows(t),
+        config=sorted(config.items()),
+        nodes=t.get("nodes") or [],
+        head=prometheus.get("head") or "",
+        port=prometheus.get("port"),
+        tunnel=prometheus.get("tunnel") or "",
+        accused=t.get("heartbeat_accused") or [],
+        unreadable=t.get("unreadable") or [],
+        log=t.get("log", ""),
+        finished_at=t.get("finished", ""),
+        lines=(t.get("details") or {}).get("lines"),
+    )
+    return context

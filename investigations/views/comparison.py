@@ -1,0 +1,166 @@
+"""The comparison region of the investigation page: the investigation's jobs side by side.
+
+The region (`investigations/_comparison.html#comparison`) is rendered here. "Compare jobs" starts a
+comparison run (services.comparison); while it is active its status polls `status`, and the response
+that sees it finished returns the whole region (result included), which carries no polling trigger,
+so polling stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from django.contrib import messages
+from django.db import transaction
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import reswap, retarget, trigger_client_event
+
+from ..models import DiagnosisRun, Investigation
+from ..services import comparison as cmp
+from ..tasks.comparison import comparison_execute_task
+from ._common import HtmxHttpRequest, run_send
+from .diagnosis import _get_investigation, utc
+
+logger = logging.getLogger(__name__)
+
+REGION = "investigations/_comparison.html#comparison"
+STATUS = "investigations/_comparison.html#comparison-status"
+
+#: A metric whose delta is larger than this (percent, either way) is highlighted.
+HIGHLIGHT_PCT = 5.0
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "—" if value is None else str(value)
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+
+
+def _columns(
+    overview: dict[str, Any], run: DiagnosisRun | None, result: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Return one column per compared job: id, role, restored-from, steps, baseline flag."""
+    links = {link.job.pk: link for link, _ in overview["links"]}
+    order = [int(pk) for pk in ((run.window or {}).get("jobs") or [])] if run else []
+    baseline = (result.get("comparison") or {}).get("baseline")
+    out = []
+    for i, found in enumerate(result.get("jobs") or []):
+        link = links.get(order[i]) if i < len(order) else None
+        triage = (link.job.triage or {}) if link else {}
+        out.append(
+            {
+                "id": found.get("id") or (link.job.job_id if link else f"job {i + 1}"),
+                "role": link.get_role_display() if link else "",
+                "restored_from": ((triage.get("progress") or {}).get("restored_from")),
+                "first_step": found.get("first_step"),
+                "last_step": found.get("last_step"),
+                "status": found.get("status"),
+                "baseline": i == baseline,
+            }
+        )
+    return out
+
+
+def _metric_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for m in (result.get("comparison") or {}).get("metrics") or []:
+        delta = m.get("delta_pct")
+        finite = isinstance(delta, int | float) and math.isfinite(delta)
+        rows.append(
+            {
+                "name": m.get("name"),
+                "values": [_number(v) for v in m.get("values") or []],
+                "delta_pct": f"{delta:+.1f} %" if finite else "—",
+                "highlight": finite and abs(delta) > HIGHLIGHT_PCT,
+                "likely_cause": m.get("likely_cause") or "",
+            }
+        )
+    return rows
+
+
+def _region_context(investigation: Investigation, **extra: Any) -> dict[str, Any]:
+    overview = cmp.comparison_overview(investigation)
+    run, decided = overview["run"], overview["decided"]
+    result = overview["result"] or {}
+    diagnosis = dict(result.get("diagnosis") or {})
+    if diagnosis:
+        diagnosis["confidence_pct"] = round(100 * float(diagnosis.get("confidence") or 0))
+        diagnosis["onset_utc"] = utc(diagnosis.get("onset"))
+    comparison = result.get("comparison") or {}
+    for finding in overview["findings"]:
+        finding.onset_utc = utc(finding.onset)
+    return {
+        "investigation": investigation,
+        "cmp": {
+            **overview,
+            "active": run is not None and not run.is_finished,
+            "jobs_count": len(overview["links"]),
+            "columns": _columns(overview, decided, result) if result else [],
+            "overlap": comparison.get("overlap_steps"),
+            "config_rows": [
+                {"key": key, "values": ["—" if v is None else v for v in values]}
+                for key, values in sorted((comparison.get("config_diff") or {}).items())
+            ],
+            "metrics": _metric_rows(result),
+            "diagnosis": diagnosis or None,
+            "timings": result.get("timings") or {},
+        },
+        **extra,
+    }
+
+
+def _region(request: HtmxHttpRequest, investigation: Investigation, **extra: Any) -> HttpResponse:
+    return render(request, REGION, _region_context(investigation, **extra))
+
+
+@require_GET
+@never_cache
+@vary_on_headers("HX-Request")
+def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """Return the comparison region; outside htmx, the investigation page that holds it."""
+    investigation = _get_investigation(request, investigation_id)
+    if not request.htmx:
+        return redirect("investigations:detail", investigation_id=investigation.pk)
+    return _region(request, investigation)
+
+
+@require_POST
+def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    error = ""
+    try:
+        with transaction.atomic():
+            run = cmp.comparison_start(investigation, request.user)
+            transaction.on_commit(lambda: run_send(comparison_execute_task, run.pk))
+    except cmp.ComparisonError as exc:
+        error = str(exc)
+    if request.htmx:
+        # 200 even on refusal: htmx swaps only 2xx responses, and the region shows the reason.
+        return _region(request, investigation, start_error=error)
+    if error:
+        messages.error(request, error)
+    return redirect("investigations:detail", investigation_id=investigation.pk)
+
+
+@require_GET
+@never_cache
+@vary_on_headers("HX-Request")
+def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """Return the progress partial; a poll (`poll=1`) that finds the run finished gets the whole region."""
+    investigation = _get_investigation(request, investigation_id)
+    context = _region_context(investigation)
+    if request.GET.get("poll") and not context["cmp"]["active"]:
+        response = render(request, REGION, context)
+        # The investigation's class may have changed too: tell the rest of the page.
+        run = context["cmp"]["run"]
+        trigger_client_event(response, "comparison-finished", {"run": run.pk if run else None})
+        return reswap(retarget(response, "#comparison"), "outerHTML")
+    return render(request, STATUS, context)

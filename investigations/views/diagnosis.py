@@ -1,0 +1,323 @@
+"""The diagnosis region of the investigation page: start, live status, cancel, and a finding's evidence.
+
+The region (`investigations/_diagnosis.html#diagnosis`) is rendered here, for one job of the
+investigation (`?job=<pk>`, default the primary job). While a run is active its status partial polls
+`status`; the response that sees it finished returns the whole region instead (findings included), which
+carries no polling trigger, so polling stops.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import reswap, retarget, trigger_client_event
+
+from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
+from ..services import diagnosis as dx
+from ..tasks.diagnosis import diagnosis_plan_task
+from ._common import HtmxHttpRequest, run_send
+
+logger = logging.getLogger(__name__)
+
+REGION = "investigations/_diagnosis.html#diagnosis"
+STATUS = "investigations/_diagnosis.html#diagnosis-status"
+
+
+# Every signed-in user may read and change every investigation: there are no teams yet. These helpers
+# are the one place to add that check, and the partials go through them too.
+def _get_investigation(request: HttpRequest, investigation_id: int) -> Investigation:
+    return get_object_or_404(Investigation, pk=investigation_id)
+
+
+def _get_job(investigation: Investigation, raw: str | None) -> Job | None:
+    """Return the job named by `raw` (a pk) if it belongs to the investigation, else its primary job.
+
+    A job outside the investigation is a 404, never someone else's data.
+    """
+    links = InvestigationJob.objects.filter(investigation=investigation).select_related("job")
+    if raw:
+        try:
+            pk = int(raw)
+        except ValueError:
+            raise Http404("no such job") from None
+        link = links.filter(job_id=pk).first()
+        if link is None:
+            raise Http404("no such job in this investigation")
+        return link.job
+    link = links.filter(role=InvestigationJob.Role.PRIMARY).first()
+    return link.job if link else None
+
+
+def _get_run(investigation: Investigation, run_id: int) -> DiagnosisRun:
+    return get_object_or_404(
+        DiagnosisRun.objects.select_related("job"), pk=run_id, investigation=investigation
+    )
+
+
+def _get_finding(investigation: Investigation, finding_id: int) -> Finding:
+    return get_object_or_404(
+        Finding.objects.select_related("job", "run"), pk=finding_id, investigation=investigation
+    )
+
+
+# --- Display helpers -----------------------------------------------------------------------------
+
+
+def utc(seconds: float | None) -> str:
+    """Return unix seconds as "YYYY-MM-DD HH:MM:SS UTC", or "" for None."""
+    if seconds is None or not math.isfinite(seconds):
+        return ""
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def relative(seconds: float | None, crash: float | None) -> str:
+    """Return where `seconds` lies relative to the crash: "12 min 05 s before the crash", or ""."""
+    if seconds is None or crash is None:
+        return ""
+    delta = seconds - crash
+    if abs(delta) < 0.5:
+        return "at the crash"
+    whole = int(round(abs(delta)))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        text = f"{hours} h {minutes:02d} min"
+    elif minutes:
+        text = f"{minutes} min {secs:02d} s"
+    else:
+        text = f"{secs} s"
+    return f"{text} {'before' if delta < 0 else 'after'} the crash"
+
+
+def _evidence_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Return an evidence row with its value written for people (numbers to 4 significant digits)."""
+    value = row.get("value")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        shown = "" if value is None else str(value)
+    elif not math.isfinite(value):
+        shown = str(value)
+    else:
+        shown = f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
+    labels = row.get("labels") if isinstance(row.get("labels"), dict) else {}
+    return {
+        "query": str(row.get("query") or ""),
+        "labels": labels,
+        "value": shown,
+        "interpretation": str(row.get("interpretation") or ""),
+    }
+
+
+def _execution_rows(executions: list[Any]) -> list[dict[str, Any]]:
+    """Return the progress rows of executions annotated by services.diagnosis.execution_progress."""
+    rows = []
+    for e in executions:
+        total = int(e.total or 0)
+        done = total if e.done is None and e.status == TaskStatus.DONE else int(e.done or 0)
+        shared = e.shared or {}
+        rows.append(
+            {
+                "execution": e,
+                "done": min(done, total),
+                "total": total,
+                "unavailable": e.unavailable or [],
+                "shared": len(shared),
+                "shared_with": sorted(set(shared.values())),
+            }
+        )
+    return rows
+
+
+def _region_context(investigation: Investigation, job: Job | None, **extra: Any) -> dict[str, Any]:
+    overview = dx.diagnosis_overview(investigation, job)
+    crash = overview["crash_time"]
+    for finding in overview["findings"]:
+        finding.onset_utc = utc(finding.onset)
+        finding.onset_relative = relative(finding.onset, crash)
+    diagnosis = overview["diagnosis"] or None
+    if diagnosis:
+        onset = diagnosis.get("onset")
+        diagnosis = {
+            **diagnosis,
+            "onset_utc": utc(onset),
+            "onset_relative": relative(onset, crash),
+            "confidence_pct": round(100 * float(diagnosis.get("confidence") or 0)),
+        }
+    return {
+        "investigation": investigation,
+        "job": job,
+        "datasource": dx.job_datasource(job) if job else None,
+        "dx": {
+            **overview,
+            "diagnosis": diagnosis,
+            "executions": _execution_rows(overview["executions"]),
+            "active": overview["run"] is not None and not overview["run"].is_finished,
+        },
+        **extra,
+    }
+
+
+def _region(
+    request: HttpRequest, investigation: Investigation, job: Job | None, **extra: Any
+) -> HttpResponse:
+    return render(request, REGION, _region_context(investigation, job, **extra))
+
+
+# --- Forms ---------------------------------------------------------------------------------------
+
+
+class _TimeField(forms.CharField):
+    """A time as unix seconds or ISO 8601 (UTC unless it carries an offset); cleans to float seconds."""
+
+    def to_python(self, value: Any) -> float | None:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return None
+        try:
+            return float(text)
+        except ValueError:
+            pass
+        try:
+            parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise forms.ValidationError(
+                "Enter unix seconds or an ISO 8601 time such as 2026-11-20T14:05:00Z."
+            ) from None
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt.UTC)
+        return parsed.timestamp()
+
+
+class DiagnosisStartForm(forms.Form):
+    """Start a diagnosis of one job: what the triage calls for, or every playbook; optional window."""
+
+    scope = forms.ChoiceField(
+        choices=[("triage", "Playbooks the triage calls for"), ("all", "All playbooks")]
+    )
+    start = _TimeField(required=False)
+    end = _TimeField(required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        try:
+            data["window"] = dx.window_validate(data.get("start"), data.get("end"))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
+def _form_error(form: forms.Form) -> str:
+    return " ".join(str(e) for errors in form.errors.values() for e in errors)
+
+
+# --- Views ---------------------------------------------------------------------------------------
+
+
+@require_GET
+@never_cache
+@vary_on_headers("HX-Request")
+def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """Return the diagnosis region of one job; outside htmx, the investigation page that holds it."""
+    investigation = _get_investigation(request, investigation_id)
+    job = _get_job(investigation, request.GET.get("job"))
+    if not request.htmx:
+        return redirect("investigations:detail", investigation_id=investigation.pk)
+    return _region(request, investigation, job)
+
+
+@require_POST
+def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    job = _get_job(investigation, request.POST.get("job"))
+    form = DiagnosisStartForm(request.POST)
+    error = ""
+    if job is None:
+        error = "This investigation has no job to diagnose."
+    elif not form.is_valid():
+        error = _form_error(form)
+    else:
+        playbooks = list(dx.ALL_PLAYBOOKS) if form.cleaned_data["scope"] == "all" else None
+        try:
+            with transaction.atomic():
+                run = dx.diagnosis_start(
+                    investigation,
+                    job,
+                    playbooks=playbooks,
+                    window=form.cleaned_data["window"],
+                    user=request.user,
+                )
+                transaction.on_commit(lambda: run_send(diagnosis_plan_task, run.pk))
+        except dx.DiagnosisError as exc:
+            error = str(exc)
+    if request.htmx:
+        # 200 even on refusal: htmx swaps only 2xx responses, and the region shows the reason.
+        return _region(request, investigation, job, start_error=error)
+    if error:
+        messages.error(request, error)
+    return redirect("investigations:detail", investigation_id=investigation.pk)
+
+
+@require_GET
+@never_cache
+@vary_on_headers("HX-Request")
+def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """Return the progress partial; a poll (`poll=1`) that finds the run finished gets the whole region."""
+    investigation = _get_investigation(request, investigation_id)
+    job = _get_job(investigation, request.GET.get("job"))
+    context = _region_context(investigation, job)
+    if request.GET.get("poll") and not context["dx"]["active"]:
+        response = render(request, REGION, context)
+        # The findings and the diagnosis changed too: replace the region the status sits in, and tell
+        # the rest of the page (the timeline draws the findings' onsets) with a `diagnosis-finished` event.
+        trigger_client_event(response, "diagnosis-finished", {"job": job.pk if job else None})
+        return reswap(retarget(response, "#diagnosis"), "outerHTML")
+    return render(request, STATUS, context)
+
+
+@require_POST
+def cancel(request: HtmxHttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    run = _get_run(investigation, run_id)
+    cancelled = dx.diagnosis_cancel(run)
+    if request.htmx:
+        return _region(
+            request,
+            investigation,
+            run.job,
+            start_error="" if cancelled else "The diagnosis had already finished.",
+        )
+    if not cancelled:
+        messages.info(request, "The diagnosis had already finished.")
+    return redirect("investigations:detail", investigation_id=investigation.pk)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def finding_detail(request: HtmxHttpRequest, investigation_id: int, finding_id: int) -> HttpResponse:
+    """Return a finding with its evidence table: the whole page, or (htmx) the evidence that expands a row."""
+    investigation = _get_investigation(request, investigation_id)
+    finding = _get_finding(investigation, finding_id)
+    crash = dx.crash_time(finding.job, finding.run) if finding.job else None
+    finding.onset_utc = utc(finding.onset)
+    finding.onset_relative = relative(finding.onset, crash)
+    template = "investigations/finding_detail.html"
+    if request.htmx:
+        template += "#finding-evidence"
+    context = {
+        "investigation": investigation,
+        "finding": finding,
+        "evidence": [_evidence_row(row) for row in finding.evidence or [] if isinstance(row, dict)],
+        "crash_time": crash,
+        "crash_utc": utc(crash),
+    }
+    return render(request, template, context)

@@ -1,0 +1,313 @@
+"""Investigation pages: the list (home page), opening one, its page and the regions that update in place."""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+from kombu.exceptions import OperationalError as BrokerError
+
+from .. import selectors, services
+from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
+from ..models import DataSource, Investigation, Job
+from ..services import discovery, tunnels
+from ..services import investigations as inv
+from ..tasks import job_triage_task
+from ..tasks.discovery import datasource_discover_task
+from ._common import HtmxHttpRequest
+from ._triage_display import triage_context
+
+logger = logging.getLogger(__name__)
+
+PAGE_SIZE = 25
+#: Regions of the investigation page that htmx may ask for alone (?region=).
+DETAIL_REGIONS = ("jobs", "investigation-header")
+#: Data-source states after which nothing changes by itself: the badge stops polling.
+FINAL_STATES = (DataSource.State.UP, DataSource.State.DOWN, DataSource.State.ERROR)
+
+
+# Every signed-in user may read and change every investigation: there are no teams yet. This helper
+# is the one place to add that check, and the partials go through it too.
+def _get_investigation(request: HttpRequest, investigation_id: int) -> Investigation:
+    return get_object_or_404(Investigation.objects.select_related("owner"), pk=investigation_id)
+
+
+def _enqueue_work(job: Job | None) -> None:
+    """Once the caller's transaction commits, enqueue the job's triage (which then enqueues discovery),
+    or, for a job without a log, its data sources' discovery at once."""
+    if job is None:
+        return
+    if (job.triage or {}).get("state") == "queued":
+        transaction.on_commit(partial(_send, job_triage_task, job.pk, _triage_not_sent))
+        return
+    for source_id in inv.discovery_pending(job):
+        transaction.on_commit(partial(_send, datasource_discover_task, source_id, _discovery_not_sent))
+
+
+def _send(task: Any, object_id: int, not_sent: Any) -> None:
+    try:
+        task.delay(object_id)
+    except BrokerError as exc:
+        # The rows are committed but the task never left: say so instead of leaving it queued forever.
+        logger.error("could not enqueue %s(%s): %s", task.name, object_id, exc)
+        not_sent(object_id, f"Could not reach the task broker: {exc}")
+
+
+def _triage_not_sent(job_id: int, error: str) -> None:
+    inv.job_triage_fail(job_id, error)
+
+
+def _discovery_not_sent(source_id: int, error: str) -> None:
+    discovery.discovery_fail_pending(source_id, error)
+
+
+# --- List ----------------------------------------------------------------------------------------
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def index(request: HtmxHttpRequest) -> HttpResponse:
+    filters = {
+        "status": request.GET.get("status", ""),
+        "cluster": request.GET.get("cluster", ""),
+        "klass": request.GET.get("class", ""),
+        "search": request.GET.get("q", ""),
+    }
+    rows = selectors.investigation_list(**filters)
+    page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = {k: v for k, v in request.GET.items() if k != "page" and v}
+    context = {
+        "page": page,
+        "filters": filters,
+        "query": urlencode(query),
+        "statuses": Investigation.Status.choices,
+        "choices": selectors.investigation_filter_choices(),
+        "filtered": any(filters.values()),
+    }
+    template = "investigations/list.html"
+    # A history restore (back button after a cache miss) needs the whole page, not the table.
+    if request.htmx and not request.htmx.boosted and not request.htmx.history_restore_request:
+        template += "#investigation-table"
+    return render(request, template, context)
+
+
+# --- New investigation ---------------------------------------------------------------------------
+
+
+def _new_page(request: HttpRequest, form: InvestigationForm, status: int = 200) -> HttpResponse:
+    listing = inv.job_dir_browse(request.GET.get("browse", ""))
+    return render(request, "investigations/new.html", {"form": form, "listing": listing}, status=status)
+
+
+@require_GET
+def new(request: HtmxHttpRequest) -> HttpResponse:
+    initial = {k: request.GET[k] for k in ("source", "job_dir") if request.GET.get(k)}
+    return _new_page(request, InvestigationForm(initial=initial))
+
+
+@require_POST
+def create(request: HtmxHttpRequest) -> HttpResponse:
+    form = InvestigationForm(request.POST, request.FILES)
+    if not form.is_valid():
+        return _new_page(request, form, status=400)
+    data = form.cleaned_data
+    try:
+        with transaction.atomic():
+            investigation = inv.investigation_create(
+                title=data["title"],
+                severity=data["severity"],
+                team=data["team"],
+                owner=request.user,
+                source=form.source_request(),
+            )
+            job = inv.investigation_primary_job(investigation)
+            _enqueue_work(job)
+    except inv.InvestigationError as exc:
+        field = {"tunnel": "tunnel_command"}.get(exc.field or "", exc.field)
+        form.add_error(field if field in form.fields else None, str(exc))
+        return _new_page(request, form, status=400)
+    messages.success(request, f"Opened “{investigation.title}”.")
+    return redirect("investigations:detail", investigation_id=investigation.pk)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def browse(request: HtmxHttpRequest) -> HttpResponse:
+    """Return the directory browser for `path` (htmx), or the new-investigation page browsing it."""
+    path = request.GET.get("path", "")
+    if not request.htmx:
+        return redirect(f"{reverse('investigations:new')}?{urlencode({'source': 'job_dir', 'browse': path})}")
+    return render(request, "investigations/_dir_browser.html", {"listing": inv.job_dir_browse(path)})
+
+
+# --- Investigation page --------------------------------------------------------------------------
+
+
+def _detail_context(investigation: Investigation) -> dict[str, Any]:
+    job = inv.investigation_primary_job(investigation)
+    datasource = inv.job_datasource(job)
+    links = list(selectors.investigation_jobs(investigation))
+    return {
+        "investigation": investigation,
+        "job": job,
+        "datasource": datasource,
+        "links": links,
+        "jobs_pending": any(
+            (link.job.triage or {}).get("state") in inv.TRIAGE_PENDING
+            and not inv.triage_stalled(link.job.triage)
+            for link in links
+        ),
+        "triage": triage_context(job),
+        "source_final": _source_final(job, datasource),
+        "statuses": Investigation.Status.choices,
+        "severities": Investigation.Severity.choices,
+        "users": selectors.user_choices(),
+    }
+
+
+def _source_final(job: Job | None, ds: DataSource | None) -> bool:
+    """Return True when the data source's badge will not change without someone acting."""
+    if ds is None or ds.state in FINAL_STATES:
+        return True
+    pending = (job is not None and (job.triage or {}).get("state") in inv.TRIAGE_PENDING) or (
+        ds.discovery_status in ("queued", "running")
+    )
+    return ds.state != DataSource.State.STARTING and not pending
+
+
+@require_GET
+@never_cache
+@vary_on_headers("HX-Request")
+def detail(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    context = _detail_context(investigation) | {"job_add_form": JobAddForm()}
+    template = "investigations/detail.html"
+    if request.htmx and request.GET.get("region") in DETAIL_REGIONS:
+        template += "#" + request.GET["region"]
+    return render(request, template, context)
+
+
+@require_POST
+def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    form = InvestigationUpdateForm(request.POST)
+    error = ""
+    if form.is_valid():
+        try:
+            inv.investigation_update(investigation, **form.changes())
+        except inv.InvestigationError as exc:
+            error = str(exc)
+    else:
+        error = " ".join(str(e) for errors in form.errors.values() for e in errors)
+    if not request.htmx:
+        if error:
+            messages.error(request, error)
+        return redirect("investigations:detail", investigation_id=investigation.pk)
+    investigation.refresh_from_db()
+    context = _detail_context(investigation) | {"update_error": error}
+    return render(
+        request, "investigations/detail.html#investigation-header", context, status=400 if error else 200
+    )
+
+
+@require_GET
+@never_cache
+def triage(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """Return the triage region; once finished, tell the page (HX-Trigger) so other regions refresh."""
+    investigation = _get_investigation(request, investigation_id)
+    context = _detail_context(investigation)
+    response = render(request, "investigations/_triage.html", context)
+    if context["triage"]["finished"]:
+        response["HX-Trigger"] = "triage-finished"
+    return response
+
+
+@require_POST
+def triage_rerun(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    job = inv.investigation_primary_job(investigation)
+    if job is not None:
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job.pk)
+            inv.job_triage_queue(job)
+            _enqueue_work(job)
+    if request.htmx:
+        return render(request, "investigations/_triage.html", _detail_context(investigation))
+    return redirect("investigations:detail", investigation_id=investigation.pk)
+
+
+@require_POST
+def log_attach(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """Attach an uploaded log to the primary job (opened from a URL or tunnel) and triage it."""
+    investigation = _get_investigation(request, investigation_id)
+    job = inv.investigation_primary_job(investigation)
+    form = LogAttachForm(request.POST, request.FILES)
+    error = ""
+    if job is None:
+        error = "This investigation has no job to attach a log to."
+    elif not form.is_valid():
+        error = " ".join(str(e) for errors in form.errors.values() for e in errors)
+    else:
+        try:
+            with transaction.atomic():
+                job = inv.job_log_attach(job, form.cleaned_data["log"])
+                _enqueue_work(job)
+        except inv.InvestigationError as exc:
+            error = str(exc)
+    if not request.htmx:
+        if error:
+            messages.error(request, error)
+        return redirect("investigations:detail", investigation_id=investigation.pk)
+    context = _detail_context(investigation) | {"log_error": error}
+    return render(request, "investigations/_triage.html", context, status=400 if error else 200)
+
+
+@require_GET
+@never_cache
+def source_state(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    return render(request, "investigations/_source_state.html", _detail_context(investigation))
+
+
+@require_POST
+def source_check(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    datasource = inv.job_datasource(inv.investigation_primary_job(investigation))
+    if datasource is not None and datasource.kind == DataSource.Kind.SSH_TUNNEL:
+        tunnels.tunnel_check(datasource)  # reads only: reopening is the worker's job
+    elif datasource is not None:
+        services.datasource_check(datasource)
+    if request.htmx:
+        return render(request, "investigations/_source_state.html", _detail_context(investigation))
+    return redirect("investigations:detail", investigation_id=investigation.pk)
+
+
+@require_POST
+def job_add(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    form = JobAddForm(request.POST)
+    if form.is_valid():
+        try:
+            with transaction.atomic():
+                link = inv.investigation_job_add(
+                    investigation, job_dir=form.cleaned_data["job_dir"], role=form.cleaned_data["role"]
+                )
+                _enqueue_work(link.job)
+        except inv.InvestigationError as exc:
+            form.add_error("job_dir", str(exc))
+        else:
+            messages.success(request, f"Added job {link.job} as {link.get_role_display().lower()}.")
+            return redirect("investigations:detail", investigation_id=investigation.pk)
+    context = _detail_context(investigation) | {"job_add_form": form}
+    return render(request, "investigations/detail.html", context, status=400)

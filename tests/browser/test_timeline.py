@@ -1,0 +1,220 @@
+"""A user reads a job's timeline in a real browser: panels, named outliers, annotations, the step/time
+toggle, zoom, deep links, finding selection, and a pinned chart that outlives its Prometheus."""
+
+from __future__ import annotations
+
+import json
+import re
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from playwright.sync_api import expect
+
+from playbooks import tsdb_server
+
+_SETUP = """
+import json
+from investigations import services
+from investigations.services.investigations import job_triage
+from investigations.models import Finding, Investigation, InvestigationJob
+job, ds = services.job_register({job_dir!r})
+job_triage(job.pk)
+inv = Investigation.objects.create(title={title!r})
+InvestigationJob.objects.create(investigation=inv, job=job, role="primary")
+culprit = {culprit!r}
+f = Finding.objects.create(investigation=inv, job=job, playbook="gpu-health", rule="hot", severity="warning",
+    incident_class={klass!r}, title="Culprit found", hosts=[culprit["host"]],
+    gpus=[culprit["gpu"]] if culprit.get("gpu") else [], onset={onset!r})
+print(json.dumps({{"inv": inv.pk, "job": job.pk, "finding": f.pk}}))
+"""
+
+
+@pytest.fixture(scope="module")
+def case(stepwise_app, job_factory):
+    """Return make(scenario, profile="amd") -> (ids, truth): an investigation on a generated job, with a finding."""
+    made: dict[tuple[str, str], tuple[dict, dict]] = {}
+    # A job is keyed by its JOB_ID, which the generator derives from the seed: one seed per case, or a
+    # second registration would move the first investigation's job.
+    seeds = {
+        ("thermal-straggler", "amd"): 1,
+        ("rdma-degradation", "amd"): 2,
+        ("rdma-degradation", "nvidia"): 3,
+    }
+
+    def make(scenario: str, profile: str = "amd") -> tuple[dict, dict]:
+        if (scenario, profile) not in made:
+            job_dir, truth = job_factory(scenario, seeds[(scenario, profile)], profile)
+            code = _SETUP.format(
+                job_dir=str(job_dir),
+                title=f"{scenario} ({profile})",
+                culprit=truth["culprits"][0],
+                klass=truth["class"],
+                onset=truth["onset"],
+            )
+            ids = json.loads(stepwise_app.shell(code).strip().splitlines()[-1])
+            made[(scenario, profile)] = (ids, truth)
+        return made[(scenario, profile)]
+
+    return make
+
+
+def _plot(page, panel: str):
+    return page.locator(f"#timeline-panel-{panel} .timeline-plot")
+
+
+def _drawn(page, panel: str) -> None:
+    page.locator(f"#timeline-panel-{panel}").scroll_into_view_if_needed()
+    expect(_plot(page, panel)).to_have_attribute("data-state", "drawn")
+
+
+def _layout(page, panel: str) -> dict:
+    return page.evaluate(
+        "p => { const el = document.querySelector(`#timeline-panel-${p} .timeline-plot`);"
+        " return {xaxis: {type: el.layout.xaxis.type}, meta: el.layout.meta}; }",
+        panel,
+    )
+
+
+def _query(page) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(page.url).query).items()}
+
+
+def test_thermal_straggler_panels_outliers_and_annotations(page, case, stepwise_app) -> None:
+    """Training and GPU panels draw; the hot GPU is named in temperature and clock; marks are there."""
+    ids, truth = case("thermal-straggler")
+    culprit = truth["culprits"][0]
+    name = f"{culprit['host']} GPU {culprit['gpu']}"
+    page.goto(
+        f"/investigations/{ids['inv']}/timeline/?panels=loss,step_time,gpu_temp,gpu_clock,rdma_retransmits"
+    )
+    for panel in ("loss", "step_time", "gpu_temp", "gpu_clock", "rdma_retransmits"):
+        _drawn(page, panel)
+    expect(page.locator("#timeline-panel-gpu_power")).to_be_hidden()
+    for panel in ("gpu_temp", "gpu_clock"):
+        expect(page.get_by_test_id(f"outliers-{panel}")).to_contain_text(name)
+        expect(
+            page.locator(f"#timeline-panel-{panel} .legendtext", has_text=f"{name} (outlier)")
+        ).to_have_count(1)
+    marks = page.locator("#timeline-panel-gpu_temp .annotation-text")
+    expect(marks.filter(has_text="ckpt 100")).to_have_count(1)
+    expect(marks.filter(has_text="warm-up end")).to_have_count(1)
+    expect(marks.filter(has_text="Culprit found")).to_have_count(1)
+    page.screenshot(path=str(stepwise_app.log_dir / "timeline-thermal.png"), full_page=True)
+    print(f"screenshot: {stepwise_app.log_dir / 'timeline-thermal.png'}")
+
+
+def test_the_step_time_toggle_switches_every_x_axis(page, case) -> None:
+    """Step is the default x-axis; choosing UTC time redraws every panel on a date axis and goes into the URL."""
+    ids, _ = case("thermal-straggler")
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=loss,gpu_temp")
+    _drawn(page, "loss")
+    _drawn(page, "gpu_temp")
+    assert _layout(page, "loss")["xaxis"]["type"] == "linear"
+    page.get_by_label("time (UTC)").check()
+    for panel in ("loss", "gpu_temp"):
+        expect(_plot(page, panel)).to_have_attribute("data-xmode", "time-utc")
+        assert _layout(page, panel)["xaxis"]["type"] == "date"
+    assert _query(page)["x"] == "time-utc"
+    page.get_by_label("step", exact=True).check()
+    expect(_plot(page, "loss")).to_have_attribute("data-xmode", "step")
+
+
+def test_zoom_requeries_and_a_deep_link_reproduces_the_view(page, case, browser, stepwise_app) -> None:
+    """Zooming re-queries a narrower range at a finer step; the URL then opens the same view elsewhere."""
+    ids, truth = case("thermal-straggler")
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=loss,gpu_temp&x=time-utc")
+    _drawn(page, "loss")
+    before = _layout(page, "loss")["meta"]
+    start, end = before["start"], before["end"]
+    a, b = start + (end - start) * 0.4, start + (end - start) * 0.5
+    page.evaluate(
+        "([a, b]) => Plotly.relayout(document.querySelector('#timeline-panel-loss .timeline-plot'),"
+        " {'xaxis.range[0]': a, 'xaxis.range[1]': b})",
+        [a * 1000, b * 1000],
+    )
+    page.wait_for_function(
+        "() => { const m = document.querySelector('#timeline-panel-gpu_temp .timeline-plot').layout.meta;"
+        " return m.end - m.start < 0.2 * " + str(end - start) + "; }"
+    )
+    after = _layout(page, "gpu_temp")["meta"]
+    assert after["start"] == pytest.approx(a, abs=1) and after["end"] == pytest.approx(b, abs=1)
+    assert after["step"] <= before["step"]
+    q = _query(page)
+    assert q["panels"] == "loss,gpu_temp" and q["x"] == "time-utc"
+    assert float(q["start"]) == pytest.approx(a, abs=1)
+
+    other = browser.new_context(base_url=stepwise_app.base_url, storage_state=page.context.storage_state())
+    try:
+        twin = other.new_page()
+        twin.goto(page.url)
+        _drawn(twin, "gpu_temp")
+        expect(twin.locator("#timeline-panel-step_time")).to_be_hidden()
+        again = _layout(twin, "gpu_temp")
+        assert again["xaxis"]["type"] == "date"
+        assert again["meta"]["start"] == pytest.approx(a, abs=1) and again["meta"]["end"] == pytest.approx(
+            b, abs=1
+        )
+        expect(twin.get_by_label("time (UTC)")).to_be_checked()
+    finally:
+        other.close()
+
+
+def test_selecting_a_finding_highlights_its_hosts_and_its_onset_opens_it(page, case) -> None:
+    """On the investigation page, a finding row highlights its hosts; its onset mark opens the finding."""
+    ids, truth = case("thermal-straggler")
+    host = truth["culprits"][0]["host"]
+    page.goto(f"/investigations/{ids['inv']}/?panels=gpu_temp")
+    page.locator("#timeline").scroll_into_view_if_needed()
+    _drawn(page, "gpu_temp")
+    row = page.locator(f"#finding-{ids['finding']}")
+    row.locator("td").nth(1).click()
+    expect(page.locator(".timeline-selection")).to_contain_text(host)
+    expect(row).to_have_class(re.compile("finding-highlight"))
+    page.wait_for_function("h => new URLSearchParams(location.search).get('hosts') === h", arg=host)
+    page.wait_for_function(
+        "h => { const d = document.querySelector('#timeline-panel-gpu_temp .timeline-plot').data || [];"
+        " return d.some(t => t.meta.host === h && t.opacity === 1) && d.some(t => t.meta.host !== h && t.opacity < 1); }",
+        arg=host,
+    )
+    row.locator("td").nth(1).click()  # selecting it again clears the selection
+    expect(page.locator(".timeline-selection")).to_be_hidden()
+    expect(row).not_to_have_class(re.compile("finding-highlight"))
+    page.locator("#timeline-panel-gpu_temp .annotation-text", has_text="Culprit found").click(force=True)
+    expect(row).to_have_class(re.compile("finding-highlight"))
+    expect(page.locator(f"#finding-{ids['finding']}-evidence")).not_to_be_empty()
+
+
+@pytest.mark.parametrize(
+    ("profile", "panel"), [("amd", "rdma_retransmits"), ("nvidia", "rdma_transmit_wait")]
+)
+def test_rdma_degraded_host_is_named(page, case, profile, panel) -> None:
+    """The degraded host is named in the RDMA panel (AMD) or the InfiniBand panel (NVIDIA)."""
+    ids, truth = case("rdma-degradation", profile)
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=tcp_retransmits,rdma_retransmits,{panel}")
+    _drawn(page, panel)
+    expect(page.get_by_test_id(f"outliers-{panel}")).to_contain_text(truth["culprits"][0]["host"])
+    if profile == "nvidia":
+        expect(_plot(page, "rdma_retransmits")).to_contain_text("Not available")
+
+
+def test_a_pinned_chart_renders_after_its_prometheus_is_stopped(page, case, stepwise_app) -> None:
+    """Pin a panel, stop every TSDB server the app started, reload: the pinned chart still draws."""
+    ids, truth = case("thermal-straggler")
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=gpu_clock&x=time-utc")
+    _drawn(page, "gpu_clock")
+    page.locator("#timeline-panel-gpu_clock .timeline-pin").click()
+    pinned = page.locator("#pinned-charts .timeline-pinned")
+    expect(pinned).to_have_count(1)
+    expect(pinned.locator(".timeline-pinned-plot")).to_have_attribute("data-state", "drawn")
+
+    tsdb_server.reap_leftovers(stepwise_app.data_dir.parent / "tsdb-views")
+    page.route("**/timeline/region/**", lambda route: route.abort())  # nor can the page reach it again
+    page.goto(f"/investigations/{ids['inv']}/")
+    chart = page.locator("#pinned-charts .timeline-pinned")
+    expect(chart).to_have_count(1)
+    expect(chart.locator(".timeline-pinned-plot")).to_have_attribute("data-state", "drawn")
+    culprit = truth["culprits"][0]
+    expect(
+        chart.locator(".legendtext", has_text=f"{culprit['host']} GPU {culprit['gpu']} (outlier)")
+    ).to_have_count(1)
+    page.screenshot(path=str(stepwise_app.log_dir / "timeline-pinned.png"), full_page=True)

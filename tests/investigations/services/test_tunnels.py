@@ -1,0 +1,278 @@
+"""SSH-tunnel data sources through the services, against a real sshd forwarding to a real Prometheus."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from django.conf import settings as django_settings
+from django.utils import timezone
+
+from investigations import services
+from investigations.models import DataSource, Investigation, InvestigationJob, Job, QueryRun
+from investigations.services import tunnels as tunnel_services
+from investigations.tasks import tunnel_check_task, tunnel_open_task, tunnels_prune_task
+from playbooks import tsdb_server
+from playbooks import tunnel as tunnels
+from playbooks.triage import triage_job
+from tests.support.sshd import SSHServer, sshd_fixture  # noqa: F401 (registers the `sshd` fixture)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def tunnels_dir(settings, tmp_path: Path):
+    """A private tunnel work root; every tunnel left in it is closed after the test."""
+    root = tmp_path / "tunnels"
+    settings.STEPWISE_TUNNELS_DIR = root
+    settings.STEPWISE_TUNNEL_TIMEOUT = 15
+    yield root
+    tunnels.reap_leftover_tunnels(root)
+
+
+@pytest.fixture(scope="session")
+def prom_port(served_job) -> int:
+    """The loopback port of the healthy job's read-only Prometheus (the tunnel's remote port)."""
+    client, _truth, _job_dir = served_job("healthy")
+    return int(urlsplit(client.base_url).port or 0)
+
+
+@pytest.fixture
+def job(db) -> Job:
+    return Job.objects.create(job_id="81234", name="JAX-llama2-70b")
+
+
+@pytest.fixture
+def source(job: Job, sshd: SSHServer, prom_port: int) -> DataSource:
+    """The job's SSH-tunnel source through the test sshd to the healthy job's Prometheus."""
+    return tunnel_services.tunnel_datasource_create(job, sshd.spec(prom_port))
+
+
+def _ssh_pid(ds: DataSource) -> int:
+    found = tunnels.find_tunnel(tunnel_services.tunnel_spec(ds), django_settings.STEPWISE_TUNNELS_DIR)
+    assert found is not None
+    return found.pid
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _investigation(job: Job, status: str = Investigation.Status.OPEN, title: str = "slow steps") -> Investigation:
+    inv = Investigation.objects.create(title=title, status=status)
+    InvestigationJob.objects.create(investigation=inv, job=job)
+    return inv
+
+
+# -- creating ---------------------------------------------------------------------------------------
+
+
+def test_it_creates_the_source_from_the_tunnel_in_the_job_log(job_factory) -> None:
+    """With no spec given, the tunnel the job's triage found is used; nothing is opened yet."""
+    job_dir, truth = job_factory("healthy")
+    triage = triage_job(job_dir).to_dict()
+    job = Job.objects.create(job_id=str(truth.get("job_id") or "1"), triage=triage)
+    ds = tunnel_services.tunnel_datasource_create(job)
+    assert ds.kind == DataSource.Kind.SSH_TUNNEL and ds.state == DataSource.State.UNKNOWN
+    assert ds.tunnel["host"] == truth["head"] and ds.tunnel["user"] == "root"
+    assert ds.tunnel["remote_port"] == triage["prometheus"]["port"]
+    assert ds.tunnel["jump"] == ["alice@login01.example.org"]
+    assert ds.address == ""
+
+
+def test_it_creates_the_source_from_pasted_text_and_refuses_injection(job: Job) -> None:
+    """A pasted command is parsed; an option-injection attempt is refused and nothing is saved."""
+    ds = tunnel_services.tunnel_datasource_create(job, "ssh -p 2222 -L 9191:localhost:9191 root@gpu-101")
+    assert (ds.tunnel["host"], ds.tunnel["ssh_port"], ds.tunnel["remote_port"]) == ("gpu-101", 2222, 9191)
+    DataSource.objects.all().delete()
+    with pytest.raises(services.DataSourceError, match="ProxyCommand"):
+        tunnel_services.tunnel_datasource_create(job, "ssh -oProxyCommand=sh -L 9191:localhost:9191 root@h")
+    with pytest.raises(services.DataSourceError, match="Host"):
+        tunnel_services.tunnel_datasource_create(job, {"user": "root", "host": "-oProxyCommand=sh", "remote_port": 1})
+    assert not DataSource.objects.exists()
+
+
+def test_a_job_without_log_or_tunnel_gets_a_clear_message(job: Job) -> None:
+    """No spec and no log: the user is told to paste the command."""
+    with pytest.raises(services.DataSourceError, match="paste the tunnel command"):
+        tunnel_services.tunnel_datasource_create(job)
+
+
+# -- opening, querying, checking --------------------------------------------------------------------
+
+
+def test_datasource_client_opens_the_tunnel_and_queries_through_it(source: DataSource, served_job) -> None:
+    """The existing client path opens the tunnel: the source goes up with the local URL as address."""
+    direct, truth, _ = served_job("healthy")
+    with services.datasource_client(source) as client:
+        start, end = direct.data_time_range()
+        steps = client.query_range("tb_step", start, end, step=60)
+    assert steps and max(steps[0].values) == truth["last_step"]
+    source.refresh_from_db()
+    assert source.state == DataSource.State.UP
+    assert source.address.startswith("http://127.0.0.1:") and source.served_url == source.address
+    assert source.last_checked is not None
+
+
+def test_a_query_run_on_a_tunnel_source_stores_results(source: DataSource, served_job) -> None:
+    """Sample queries run through the tunnel as through any source."""
+    _direct, truth, _ = served_job("healthy")
+    run = services.queryrun_create(source, services.SAMPLE_QUERIES)
+    QueryRun.objects.filter(pk=run.pk).update(status=QueryRun.Status.RUNNING)
+    run = services.queryrun_execute(run.pk)
+    results = {r.name: r for r in run.results.all()}
+    assert all(r.ok for r in results.values()), {n: r.error for n, r in results.items()}
+    assert results["training-step"].summary["max"] == truth["last_step"]
+
+
+def test_states_through_check_kill_and_reopen(source: DataSource) -> None:
+    """unknown -> up (open) -> up (check) -> down (ssh killed) -> up again through datasource_client."""
+    assert tunnel_services.tunnel_check(source).state == DataSource.State.DOWN  # not open yet
+    assert "not open" in source.state_detail
+
+    opened = tunnel_services.tunnel_open(source)
+    source.refresh_from_db()
+    assert source.state == DataSource.State.UP and source.address == opened.url
+    checked_at = source.last_checked
+    assert tunnel_services.tunnel_check(source).state == DataSource.State.UP
+    assert source.last_checked >= checked_at
+
+    os.kill(opened.pid, signal.SIGKILL)
+    assert _gone(opened.pid)
+    tunnel_services.tunnel_check(source)
+    assert source.state == DataSource.State.DOWN and source.address == ""
+
+    with services.datasource_client(source) as client:
+        assert client.ready()
+    source.refresh_from_db()
+    assert source.state == DataSource.State.UP and _ssh_pid(source) != opened.pid
+    assert services.datasource_check(source).state == DataSource.State.UP
+
+
+def test_a_refused_login_is_an_error_state_with_the_reason(job: Job, sshd: SSHServer, prom_port: int) -> None:
+    """A key the server refuses: the source is in error and says "Permission denied"."""
+    ds = tunnel_services.tunnel_datasource_create(job, sshd.spec(prom_port, identity_file=str(sshd.wrong_key)))
+    with pytest.raises(services.DataSourceError, match="Permission denied"):
+        tunnel_services.tunnel_open(ds)
+    ds.refresh_from_db()
+    assert ds.state == DataSource.State.ERROR and "refused the SSH login" in ds.state_detail
+    # The query path reports the same, so a query run fails with the reason instead of hanging.
+    assert services.datasource_check(ds).state == DataSource.State.ERROR
+
+
+def test_nothing_listening_on_the_remote_port_is_an_error_state(job: Job, sshd: SSHServer) -> None:
+    """A forward to a port where nothing listens: error, naming the port."""
+    dead = tsdb_server.find_free_port(24000, 24999)
+    ds = tunnel_services.tunnel_datasource_create(job, sshd.spec(dead))
+    with pytest.raises(services.DataSourceError):
+        tunnel_services.tunnel_open(ds)
+    ds.refresh_from_db()
+    assert ds.state == DataSource.State.ERROR and f"localhost:{dead}" in ds.state_detail
+
+
+def test_changing_the_spec_closes_the_old_tunnel(source: DataSource, job: Job, sshd: SSHServer, prom_port) -> None:
+    """One tunnel source per job: a new spec replaces the old one and closes its ssh."""
+    old = tunnel_services.tunnel_open(source)
+    again = tunnel_services.tunnel_datasource_create(job, sshd.spec(prom_port, host="localhost"))
+    assert again.pk == source.pk and again.tunnel["host"] == "localhost"
+    assert again.state == DataSource.State.UNKNOWN and again.address == ""
+    assert _gone(old.pid)
+
+
+# -- closing when no longer needed ------------------------------------------------------------------
+
+
+def test_resolving_the_investigation_releases_the_tunnel(source: DataSource, job: Job) -> None:
+    """Resolved: its job's tunnel is closed, unless another open investigation still uses the job."""
+    inv = _investigation(job)
+    other = _investigation(job, title="second look")
+    pid = tunnel_services.tunnel_open(source).pid
+
+    inv.status = Investigation.Status.RESOLVED
+    inv.save()
+    assert tunnel_services.tunnels_release(inv) == []  # `other` is still open
+    assert not _gone(pid, within=0.2)
+
+    assert tunnel_services.tunnels_release(other, deleting=True) == [pid]
+    assert _gone(pid)
+    source.refresh_from_db()
+    assert source.state == DataSource.State.DOWN and "no open investigation" in source.state_detail
+
+
+def test_an_open_investigation_releases_nothing(source: DataSource, job: Job) -> None:
+    """Releasing an open investigation that is not being deleted keeps its tunnel."""
+    inv = _investigation(job)
+    pid = tunnel_services.tunnel_open(source).pid
+    assert tunnel_services.tunnels_release(inv) == []
+    assert not _gone(pid, within=0.2)
+
+
+def test_prune_closes_the_tunnels_of_resolved_investigations(source: DataSource, job: Job) -> None:
+    """The periodic prune closes a tunnel whose investigations are all resolved, and keeps the rest."""
+    pid = tunnel_services.tunnel_open(source).pid
+    assert tunnels_prune_task() == []  # job in no investigation: left to the idle timeout
+    inv = _investigation(job)
+    assert tunnels_prune_task() == []
+    Investigation.objects.filter(pk=inv.pk).update(status=Investigation.Status.RESOLVED)
+    assert tunnels_prune_task() == [pid]
+    source.refresh_from_db()
+    assert _gone(pid) and source.state == DataSource.State.DOWN
+
+
+def test_prune_closes_idle_tunnels_and_marks_them_down(source: DataSource, settings) -> None:
+    """A tunnel unused for STEPWISE_TUNNEL_IDLE_SECONDS is closed; its source is marked down."""
+    pid = tunnel_services.tunnel_open(source).pid
+    settings.STEPWISE_TUNNEL_IDLE_SECONDS = 3600
+    assert tunnel_services.tunnels_prune() == []
+    settings.STEPWISE_TUNNEL_IDLE_SECONDS = 0
+    assert tunnel_services.tunnels_prune() == [pid]
+    source.refresh_from_db()
+    assert _gone(pid) and source.state == DataSource.State.DOWN
+
+
+def test_tasks_open_and_check_by_id(source: DataSource) -> None:
+    """The open task brings the source up; the check task refreshes it; unknown ids are ignored."""
+    tunnel_open_task(source.pk)
+    source.refresh_from_db()
+    assert source.state == DataSource.State.UP
+    os.kill(_ssh_pid(source), signal.SIGKILL)
+    time.sleep(0.2)
+    tunnel_check_task(source.pk)
+    source.refresh_from_db()
+    assert source.state == DataSource.State.DOWN
+    tunnel_open_task(10**9)
+    tunnel_check_task(10**9)
+
+
+def test_close_marks_down_and_frees_the_port(source: DataSource) -> None:
+    """tunnel_close stops our ssh and clears the address."""
+    opened = tunnel_services.tunnel_open(source)
+    assert tunnel_services.tunnel_close(source) is True
+    assert _gone(opened.pid)
+    source.refresh_from_db()
+    assert source.state == DataSource.State.DOWN and source.address == ""
+    assert tunnel_services.tunnel_close(source) is False
+
+
+def test_prune_marks_a_source_left_starting_by_a_dead_worker_down(source: DataSource) -> None:
+    """A source stuck in "starting" long past the open timeout is checked and marked down."""
+    DataSource.objects.filter(pk=source.pk).update(
+        state=DataSource.State.STARTING, last_checked=timezone.now() - timedelta(hours=1)
+    )
+    assert tunnel_services.tunnels_prune() == []
+    source.refresh_from_db()
+    assert source.state == DataSource.State.DOWN and "not open" in source.state_detail

@@ -1,0 +1,200 @@
+"""The comparison region: sign-in required, start (enqueued on commit, refusals shown), a status that polls
+while active and stops when done, and the result side by side."""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import pytest
+from django.urls import reverse
+from kombu.exceptions import OperationalError
+
+from investigations.models import (
+    DataSource,
+    DiagnosisRun,
+    Finding,
+    Investigation,
+    InvestigationJob,
+    Job,
+    TaskStatus,
+)
+from investigations.tasks.comparison import comparison_execute_task
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def case(db):
+    """An investigation with a restored primary job and its baseline, both with a URL data source."""
+    restored = Job.objects.create(
+        job_id="81234",
+        name="llama",
+        triage={"state": "done", "job": {"id": "81234"}, "progress": {"restored_from": 500}},
+    )
+    baseline = Job.objects.create(
+        job_id="81200", name="llama", triage={"state": "done", "job": {"id": "81200"}}
+    )
+    for job in (restored, baseline):
+        DataSource.objects.create(job=job, kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
+    investigation = Investigation.objects.create(title="slower after restore")
+    InvestigationJob.objects.create(
+        investigation=investigation, job=restored, role=InvestigationJob.Role.PRIMARY
+    )
+    InvestigationJob.objects.create(
+        investigation=investigation, job=baseline, role=InvestigationJob.Role.BASELINE, position=1
+    )
+    return investigation, restored, baseline
+
+
+RESULT = {
+    "jobs": [
+        {"id": "81200", "status": "completed", "first_step": 0, "last_step": 900},
+        {"id": "81234", "status": "completed", "first_step": 501, "last_step": 1400},
+    ],
+    "diagnosis": {"class": "restore-resource-leak", "root_cause_family": "cpu-contention", "confidence": 0.9,
+                  "onset": None, "summary": "81234 carries a uniform extra CPU load.",
+                  "chain": ["checkpoint restore path leaked threads", "slower steps"]},
+    "findings": [],
+    "timings": {"total_s": 1.5, "queries": 40, "prometheus_s": 1.2},
+    "comparison": {
+        "overlap_steps": [501, 900],
+        "config_diff": {"global_batch_size": ["1024", "2048"]},
+        "metrics": [
+            {"name": "procs_running", "values": [2.0, 9.5], "delta_pct": 375.0, "likely_cause": "leaked threads"},
+            {"name": "gpu_temp", "values": [61.0, 62.0], "delta_pct": 1.64, "likely_cause": ""},
+        ],
+        "baseline": 0,
+    },
+}  # fmt: skip
+
+
+def _run(investigation, job, status=TaskStatus.RUNNING, **fields) -> DiagnosisRun:
+    jobs = [link.job_id for link in investigation.job_links.order_by("role")]
+    return DiagnosisRun.objects.create(
+        investigation=investigation, job=job, status=status, playbooks=["comparison"],
+        window={"jobs": jobs}, progress_total=2, progress_done=1, **fields,
+    )  # fmt: skip
+
+
+def test_every_comparison_url_needs_a_signed_in_user(client, case) -> None:
+    investigation, *_ = case
+    for method, name in (("get", "comparison"), ("post", "comparison_start"), ("get", "comparison_status")):
+        response = getattr(client, method)(reverse(f"investigations:{name}", args=[investigation.pk]), **HTMX)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), name
+    assert not DiagnosisRun.objects.exists()
+
+
+def test_start_creates_a_queued_comparison_and_enqueues_it_on_commit(
+    alice_client, case, django_capture_on_commit_callbacks
+) -> None:
+    investigation, restored, baseline = case
+    url = reverse("investigations:comparison_start", args=[investigation.pk])
+    with mock.patch.object(comparison_execute_task, "delay") as delay:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = alice_client.post(url, **HTMX)
+    run = DiagnosisRun.objects.get()
+    delay.assert_called_once_with(run.pk)
+    assert run.playbooks == ["comparison"] and run.window == {"jobs": [baseline.pk, restored.pk]}
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="comparison"')
+    assert 'hx-trigger="every 1s"' in body and "0 / 2 jobs connected" in body
+
+
+def test_start_refuses_an_investigation_with_one_job_and_says_why(alice_client, db) -> None:
+    job = Job.objects.create(job_id="81234")
+    DataSource.objects.create(job=job, kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
+    investigation = Investigation.objects.create(title="alone")
+    InvestigationJob.objects.create(investigation=investigation, job=job)
+    response = alice_client.post(reverse("investigations:comparison_start", args=[investigation.pk]), **HTMX)
+    assert response.status_code == 200
+    assert "at least two jobs with a data source" in response.content.decode()
+    assert not DiagnosisRun.objects.exists()
+
+
+def test_start_refuses_a_second_comparison_while_one_runs(alice_client, case) -> None:
+    investigation, restored, _ = case
+    running = _run(investigation, restored)
+    response = alice_client.post(reverse("investigations:comparison_start", args=[investigation.pk]), **HTMX)
+    assert f"already running (run #{running.pk})" in response.content.decode()
+    assert DiagnosisRun.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the enqueue happens on a real commit
+def test_start_fails_the_run_when_the_broker_is_unreachable(alice_client, case) -> None:
+    investigation, *_ = case
+    with mock.patch.object(
+        comparison_execute_task, "delay", side_effect=OperationalError("Connection refused")
+    ):
+        alice_client.post(reverse("investigations:comparison_start", args=[investigation.pk]), **HTMX)
+    run = DiagnosisRun.objects.get()
+    assert run.status == TaskStatus.FAILED and "task broker" in run.error
+
+
+def test_status_polls_while_the_comparison_is_active(alice_client, case) -> None:
+    investigation, restored, _ = case
+    _run(investigation, restored)
+    response = alice_client.get(reverse("investigations:comparison_status", args=[investigation.pk]), **HTMX)
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="comparison-status"')
+    assert 'hx-trigger="every 1s"' in body and "1 / 2 jobs connected" in body
+
+
+def test_a_poll_that_finds_it_done_gets_the_result_side_by_side_without_the_trigger(
+    alice_client, case
+) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored, status=TaskStatus.DONE, result=RESULT)
+    Finding.objects.create(investigation=investigation, job=restored, run=run, playbook="comparison",
+                           rule="restore-resource-leak:uniform", incident_class="restore-resource-leak",
+                           severity="warning", title="81234 carries a uniform extra CPU load")  # fmt: skip
+    url = reverse("investigations:comparison_status", args=[investigation.pk])
+    response = alice_client.get(url, {"poll": "1"}, **HTMX)
+    body = response.content.decode()
+    assert "hx-trigger" not in body
+    assert response["HX-Retarget"] == "#comparison" and response["HX-Reswap"] == "outerHTML"
+    assert json.loads(response["HX-Trigger"]) == {"comparison-finished": {"run": run.pk}}
+    assert body.lstrip().startswith('<section id="comparison"')
+    # One column per job, baseline first, with role, restore and steps.
+    assert body.index('data-job="81200"') < body.index('data-job="81234"')
+    assert "step 500" in body and "fresh start" in body and "501 – 1400" in body
+    assert "501 – 900" in body  # overlap
+    assert "global_batch_size" in body and "2048" in body
+    # |delta| > 5 % is highlighted, 1.6 % is not.
+    assert 'class="comparison-metric comparison-delta" data-metric="procs_running"' in body
+    assert 'class="comparison-metric" data-metric="gpu_temp"' in body
+    assert "+375.0 %" in body and "leaked threads" in body
+    assert "restore-resource-leak" in body and "90 %" in body
+    assert "<li>checkpoint restore path leaked threads</li>" in body
+    assert "81234 carries a uniform extra CPU load" in body
+    assert "Compare jobs again" in body
+
+
+def test_the_investigation_page_loads_the_region_and_the_diagnosis_ignores_comparisons(
+    alice_client, case
+) -> None:
+    investigation, restored, _ = case
+    _run(investigation, restored)
+    page = alice_client.get(reverse("investigations:detail", args=[investigation.pk])).content.decode()
+    region = reverse("investigations:comparison", args=[investigation.pk])
+    assert f'hx-get="{region}" hx-trigger="load"' in page
+    diagnosis = alice_client.get(reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX)
+    assert "No diagnosis has run for this job yet" in diagnosis.content.decode()
+
+
+def test_one_job_shows_no_comparison(alice_client, db) -> None:
+    job = Job.objects.create(job_id="81234")
+    investigation = Investigation.objects.create(title="alone")
+    InvestigationJob.objects.create(investigation=investigation, job=job)
+    body = alice_client.get(
+        reverse("investigations:comparison", args=[investigation.pk]), **HTMX
+    ).content.decode()
+    assert "Compare jobs" not in body and "hidden" in body
+
+
+def test_the_region_outside_htmx_is_the_investigation_page(alice_client, case) -> None:
+    response = alice_client.get(reverse("investigations:comparison", args=[case[0].pk]))
+    assert response.status_code == 302
+    assert response["Location"] == reverse("investigations:detail", args=[case[0].pk])

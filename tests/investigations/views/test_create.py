@@ -1,0 +1,145 @@
+"""Posting the new-investigation form: one of each source opens an investigation and enqueues its work after
+commit; bad input re-renders the form with a message on the field and saves nothing."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from investigations.models import DataSource, Investigation, Job
+
+from .investigation_helpers import (
+    assert_login_required,
+    closed_port_url,
+    roots,  # noqa: F401 (a fixture, used through usefixtures)
+)
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("roots")]
+URL = reverse("investigations:create")
+
+
+def _post(client, captured, **data):
+    form = {"title": "Incident", "severity": "sev2", "team": "infra"} | data
+    with captured(execute=False) as callbacks:
+        response = client.post(URL, form)
+    return response, callbacks
+
+
+def test_it_needs_a_login(client) -> None:
+    assert_login_required(client, URL, "post")
+
+
+def test_a_job_directory_opens_and_enqueues_its_triage(
+    alice_client,
+    alice,
+    job_factory,
+    django_capture_on_commit_callbacks,
+) -> None:
+    job_dir, truth = job_factory("healthy")
+    response, callbacks = _post(
+        alice_client, django_capture_on_commit_callbacks, source="job_dir", job_dir=str(job_dir)
+    )
+    investigation = Investigation.objects.get()
+    assert response.status_code == 302
+    assert response["Location"] == reverse("investigations:detail", args=[investigation.pk])
+    assert (investigation.owner, investigation.severity, investigation.team) == (alice, "sev2", "infra")
+    job = Job.objects.get()
+    assert job.job_id == truth["job_id"] and job.triage["state"] == "queued"
+    assert DataSource.objects.get().discovery_status == "queued"
+    assert len(callbacks) == 1  # the triage; it enqueues discovery when it is done
+
+
+def test_an_upload_with_a_url_opens(alice_client, served_job, django_capture_on_commit_callbacks) -> None:
+    client, truth, job_dir = served_job("healthy")
+    log = SimpleUploadedFile("81234.log", (job_dir / "log").read_bytes())
+    with django_capture_on_commit_callbacks(execute=False):
+        response = alice_client.post(
+            URL,
+            {
+                "title": "up",
+                "severity": "sev3",
+                "source": "upload",
+                "log": log,
+                "prometheus_url": client.base_url,
+            },
+        )
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.log_upload and job.job_id == truth["job_id"]
+    assert DataSource.objects.get().kind == "url"
+
+
+def test_a_url_alone_enqueues_discovery_at_once(
+    alice_client, served_job, django_capture_on_commit_callbacks
+) -> None:
+    client, _, _ = served_job("healthy")
+    response, callbacks = _post(
+        alice_client, django_capture_on_commit_callbacks, source="url", prometheus_url=client.base_url
+    )
+    assert response.status_code == 302
+    assert Job.objects.get().triage["state"] == "none"
+    assert len(callbacks) == 1  # discovery: there is no log to triage first
+
+
+@pytest.mark.parametrize(
+    "data, field_message",
+    [
+        ({"source": "job_dir", "job_dir": "/etc"}, "outside the allowed job roots"),
+        ({"source": "job_dir", "job_dir": ""}, "Pick a job directory"),
+        ({"source": "url", "prometheus_url": "http://10.9.8.7:9090"}, "is not allowed"),
+        ({"source": "url", "prometheus_url": ""}, "Give the URL of the Prometheus"),
+        ({"source": "upload"}, "Choose the job&#x27;s log file"),
+        ({"source": "tunnel"}, "Give the head node"),
+        ({"source": "tunnel", "tunnel_command": "ssh -o ProxyCommand=evil root@gpu-1"}, "ProxyCommand"),
+        ({"source": "tunnel", "head_host": "-oProxyCommand=x", "remote_port": "9090"}, "Host"),
+        ({"source": "ftp"}, "Select a valid choice"),
+        ({"source": "job_dir", "job_dir": "/x", "title": ""}, "This field is required"),
+    ],
+)
+def test_bad_input_is_shown_on_the_form_and_nothing_is_saved(
+    alice_client,
+    data,
+    field_message,
+    django_capture_on_commit_callbacks,
+) -> None:
+    response, callbacks = _post(alice_client, django_capture_on_commit_callbacks, **data)
+    assert response.status_code == 400
+    assert field_message in response.content.decode()
+    assert not Investigation.objects.exists() and not Job.objects.exists() and not DataSource.objects.exists()
+    assert not callbacks
+
+
+def test_a_down_prometheus_is_a_clear_message(alice_client, django_capture_on_commit_callbacks) -> None:
+    closed = closed_port_url()
+    response, _ = _post(alice_client, django_capture_on_commit_callbacks, source="url", prometheus_url=closed)
+    assert response.status_code == 400
+    assert f"No Prometheus answers at {closed}" in response.content.decode()
+    assert not Investigation.objects.exists()
+
+
+def test_a_pasted_tunnel_command_opens_and_enqueues_discovery(
+    alice_client, django_capture_on_commit_callbacks
+) -> None:
+    command = "ssh -J alice@login01.example.org -L 6006:localhost:6006 -L 9192:localhost:9192 root@gpu-101"
+    response, callbacks = _post(
+        alice_client, django_capture_on_commit_callbacks, source="tunnel", tunnel_command=command
+    )
+    assert response.status_code == 302
+    ds = DataSource.objects.get()
+    assert (ds.kind, ds.tunnel["host"], ds.tunnel["remote_port"]) == ("ssh_tunnel", "gpu-101", 9192)
+    assert len(callbacks) == 1  # discovery, which opens the tunnel through the data source's client
+
+
+def test_tunnel_fields_open_one(alice_client, django_capture_on_commit_callbacks) -> None:
+    response, _ = _post(
+        alice_client,
+        django_capture_on_commit_callbacks,
+        source="tunnel",
+        head_host="gpu-7",
+        ssh_user="root",
+        jump_host="alice@login01",
+        remote_port="9090",
+    )
+    assert response.status_code == 302
+    assert DataSource.objects.get().tunnel["jump"] == ["alice@login01"]

@@ -1,0 +1,314 @@
+"""The diagnosis region: start, live status that stops polling when finished, cancel, and a finding's evidence."""
+
+from __future__ import annotations
+
+import json
+from unittest import mock
+
+import pytest
+from django.urls import reverse
+from kombu.exceptions import OperationalError
+
+from investigations.models import (
+    DataSource,
+    DiagnosisRun,
+    Finding,
+    Investigation,
+    InvestigationJob,
+    Job,
+    PlaybookExecution,
+    TaskStatus,
+)
+from investigations.tasks.diagnosis import diagnosis_plan_task
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+CRASH = 1_763_800_000.0
+
+
+@pytest.fixture
+def case(db):
+    """An investigation whose primary job has a URL data source and a triage with a crash time."""
+    job = Job.objects.create(
+        job_id="81234", name="llama", triage={"state": "done", "job": {"crash_time": CRASH}}
+    )
+    DataSource.objects.create(job=job, kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
+    investigation = Investigation.objects.create(title="GPU hang")
+    InvestigationJob.objects.create(investigation=investigation, job=job, role=InvestigationJob.Role.PRIMARY)
+    return investigation, job
+
+
+def _run(investigation, job, status=TaskStatus.RUNNING, **fields) -> DiagnosisRun:
+    run = DiagnosisRun.objects.create(
+        investigation=investigation, job=job, status=status, progress_total=10, progress_done=4, **fields
+    )
+    PlaybookExecution.objects.create(run=run, playbook="gpu-health", status=TaskStatus.RUNNING,
+                                     queries=[{"name": "q"}] * 6, output={"done": 4, "total": 6})  # fmt: skip
+    return run
+
+
+def _finding(investigation, job, **fields) -> Finding:
+    defaults = dict(
+        playbook="gpu-health",
+        rule="hot_gpu",
+        incident_class="thermal-straggler",
+        severity="warning",
+        title="GPU 3 on node-2 runs hot",
+        hosts=["node-2"],
+        gpus=["3"],
+        onset=CRASH - 725,
+        evidence=[
+            {
+                "query": 'max by (host, gpu) (hw_gpu_temperature_celsius{host="node-2"})',
+                "labels": {"host": "node-2", "gpu": "3"},
+                "value": 97.25,
+                "interpretation": "12 °C above its peers",
+            }
+        ],
+    )
+    return Finding.objects.create(investigation=investigation, job=job, **(defaults | fields))
+
+
+def _urls(investigation, run=None, finding=None) -> list[tuple[str, str]]:
+    urls = [
+        ("get", reverse("investigations:diagnosis", args=[investigation.pk])),
+        ("post", reverse("investigations:diagnosis_start", args=[investigation.pk])),
+        ("get", reverse("investigations:diagnosis_status", args=[investigation.pk])),
+    ]
+    if run:
+        urls.append(("post", reverse("investigations:diagnosis_cancel", args=[investigation.pk, run.pk])))
+    if finding:
+        urls.append(("get", reverse("investigations:finding_detail", args=[investigation.pk, finding.pk])))
+    return urls
+
+
+# --- Access --------------------------------------------------------------------------------------
+
+
+def test_every_diagnosis_url_needs_a_signed_in_user(client, case) -> None:
+    investigation, job = case
+    run, finding = _run(*case), _finding(*case)
+    for method, url in _urls(investigation, run, finding):
+        response = getattr(client, method)(url, **HTMX)
+        assert response.status_code == 302 and response["Location"].startswith("/login/"), url
+    run.refresh_from_db()
+    assert run.status == TaskStatus.RUNNING
+
+
+def test_unknown_investigations_runs_findings_and_jobs_are_404(alice_client, case) -> None:
+    investigation, job = case
+    other = Investigation.objects.create(title="other")
+    run, finding = _run(*case), _finding(*case)
+    for method, url in _urls(other, run, finding)[3:]:  # a run or finding through another investigation
+        assert getattr(alice_client, method)(url, **HTMX).status_code == 404, url
+    stranger = Job.objects.create(job_id="99")
+    status = reverse("investigations:diagnosis_status", args=[investigation.pk])
+    assert alice_client.get(status, {"job": stranger.pk}, **HTMX).status_code == 404
+    assert alice_client.get(status, {"job": "x"}, **HTMX).status_code == 404
+    assert alice_client.get(reverse("investigations:diagnosis_status", args=[999]), **HTMX).status_code == 404
+
+
+@pytest.mark.parametrize("name", ["diagnosis_start"])
+def test_actions_need_a_post(alice_client, case, name) -> None:
+    assert alice_client.get(reverse(f"investigations:{name}", args=[case[0].pk])).status_code == 405
+
+
+def test_cancel_needs_a_post(alice_client, case) -> None:
+    run = _run(*case)
+    assert (
+        alice_client.get(reverse("investigations:diagnosis_cancel", args=[case[0].pk, run.pk])).status_code
+        == 405
+    )
+
+
+# --- Start ---------------------------------------------------------------------------------------
+
+
+def test_start_creates_a_queued_run_and_enqueues_it_on_commit(
+    alice_client, alice, case, django_capture_on_commit_callbacks
+) -> None:
+    investigation, job = case
+    url = reverse("investigations:diagnosis_start", args=[investigation.pk])
+    with mock.patch.object(diagnosis_plan_task, "delay") as delay:
+        with django_capture_on_commit_callbacks(execute=False) as callbacks:
+            response = alice_client.post(url, {"job": job.pk, "scope": "triage"}, **HTMX)
+        run = DiagnosisRun.objects.get()
+        assert delay.call_count == 0  # nothing leaves before the commit
+        assert len(callbacks) == 1
+        callbacks[0]()
+    delay.assert_called_once_with(run.pk)
+    assert response.status_code == 200
+    assert run.status == TaskStatus.QUEUED and run.created_by == alice
+    assert run.result["requested"] is None  # the triage decides
+    body = response.content.decode()
+    assert 'id="diagnosis"' in body and 'hx-trigger="every 1s"' in body
+
+
+def test_start_with_all_playbooks_and_a_window(
+    alice_client, case, django_capture_on_commit_callbacks
+) -> None:
+    investigation, job = case
+    url = reverse("investigations:diagnosis_start", args=[investigation.pk])
+    with django_capture_on_commit_callbacks(execute=False):
+        alice_client.post(url, {"scope": "all", "start": "2025-11-22T08:00:00Z", "end": "1763800000"}, **HTMX)
+    run = DiagnosisRun.objects.get()
+    assert run.job == job  # the primary job by default
+    assert run.window == {"start": 1763798400.0, "end": 1763800000.0}
+    assert run.result["requested"] == ["all"]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"scope": "triage", "start": "yesterday"}, "Enter unix seconds or an ISO 8601 time"),
+        ({"scope": "triage", "start": "200", "end": "100"}, "end must come after its start"),
+        ({"scope": "sideways"}, "Select a valid choice"),
+    ],
+)
+def test_start_refuses_bad_input_and_says_why(alice_client, case, data, message) -> None:
+    url = reverse("investigations:diagnosis_start", args=[case[0].pk])
+    response = alice_client.post(url, data, **HTMX)
+    assert response.status_code == 200
+    assert message in response.content.decode()
+    assert not DiagnosisRun.objects.exists()
+
+
+def test_start_refuses_a_second_run_of_the_same_job(alice_client, case) -> None:
+    investigation, job = case
+    active = _run(investigation, job)
+    response = alice_client.post(
+        reverse("investigations:diagnosis_start", args=[investigation.pk]), {"scope": "triage"}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == reverse("investigations:detail", args=[investigation.pk])
+    assert DiagnosisRun.objects.get() == active
+    page = alice_client.get(response["Location"]).content.decode()
+    assert f"already running (run #{active.pk})" in page
+
+
+def test_start_refuses_a_job_without_a_data_source(alice_client, case) -> None:
+    investigation, job = case
+    job.datasources.all().delete()
+    response = alice_client.post(
+        reverse("investigations:diagnosis_start", args=[investigation.pk]), {"scope": "triage"}, **HTMX
+    )
+    assert "has no data source" in response.content.decode()
+    assert not DiagnosisRun.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)  # the enqueue happens on a real commit
+def test_start_fails_the_run_when_the_broker_is_unreachable(alice_client, case) -> None:
+    with mock.patch.object(diagnosis_plan_task, "delay", side_effect=OperationalError("Connection refused")):
+        alice_client.post(
+            reverse("investigations:diagnosis_start", args=[case[0].pk]), {"scope": "triage"}, **HTMX
+        )
+    run = DiagnosisRun.objects.get()
+    assert run.status == TaskStatus.FAILED
+    assert run.error == "Could not reach the task broker: Connection refused"
+
+
+# --- Status --------------------------------------------------------------------------------------
+
+
+def test_status_polls_while_the_run_is_active(alice_client, case) -> None:
+    investigation, job = case
+    _run(investigation, job)
+    response = alice_client.get(reverse("investigations:diagnosis_status", args=[investigation.pk]), **HTMX)
+    body = response.content.decode()
+    assert body.lstrip().startswith('<div id="diagnosis-status"')
+    assert 'hx-trigger="every 1s"' in body
+    assert "4 / 10 queries" in body and "gpu-health" in body and "4 / 6 queries" in body
+    assert 'aria-valuenow="4"' in body
+    assert response["Cache-Control"].startswith("max-age=0")
+
+
+def test_a_poll_that_finds_the_run_finished_gets_the_region_without_the_trigger(alice_client, case) -> None:
+    investigation, job = case
+    result = {"diagnosis": {"class": "thermal-straggler", "root_cause_family": "thermal", "confidence": 0.82,
+                            "culprits": [{"host": "node-2", "gpu": "3"}], "onset": CRASH - 725,
+                            "summary": "GPU 3 of node-2 overheated.", "chain": ["GPU hot", "clock down", "job slow"]}}  # fmt: skip
+    _run(investigation, job, status=TaskStatus.DONE, result=result)
+    _finding(investigation, job)
+    url = reverse("investigations:diagnosis_status", args=[investigation.pk])
+    response = alice_client.get(url, {"job": job.pk, "poll": "1"}, **HTMX)
+    body = response.content.decode()
+    assert "hx-trigger" not in body
+    assert response["HX-Retarget"] == "#diagnosis" and response["HX-Reswap"] == "outerHTML"
+    assert json.loads(response["HX-Trigger"]) == {"diagnosis-finished": {"job": job.pk}}
+    assert body.lstrip().startswith('<section id="diagnosis"')
+    assert "thermal-straggler" in body and "82 %" in body and "node-2 GPU 3" in body
+    assert "12 min 05 s before the crash" in body
+    assert "<li>GPU hot</li><li>clock down</li><li>job slow</li>" in body.replace("\n", "")
+    without_poll = alice_client.get(url, **HTMX)
+    assert "hx-trigger" not in without_poll.content.decode() and "HX-Retarget" not in without_poll
+
+
+def test_the_region_lists_findings_by_onset_with_their_hosts_and_onsets(alice_client, case) -> None:
+    investigation, job = case
+    late = _finding(investigation, job, rule="late", onset=CRASH - 10, hosts=["node-1", "node-3"])
+    early = _finding(investigation, job, rule="early", onset=CRASH - 3600)
+    body = alice_client.get(
+        reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX
+    ).content.decode()
+    assert body.index(f'id="finding-{early.pk}"') < body.index(f'id="finding-{late.pk}"')
+    assert 'data-hosts="node-1,node-3"' in body
+    assert f'data-onset="{CRASH - 10}"' in body
+    assert f'hx-get="{reverse("investigations:finding_detail", args=[investigation.pk, late.pk])}"' in body
+    assert "1 h 00 min before the crash" in body
+    assert "Run diagnosis" in body
+
+
+def test_the_investigation_page_loads_the_region(alice_client, case) -> None:
+    investigation, job = case
+    page = alice_client.get(reverse("investigations:detail", args=[investigation.pk])).content.decode()
+    region = reverse("investigations:diagnosis", args=[investigation.pk])
+    assert f'hx-get="{region}?job={job.pk}" hx-trigger="load"' in page
+
+
+def test_the_region_outside_htmx_is_the_investigation_page(alice_client, case) -> None:
+    response = alice_client.get(reverse("investigations:diagnosis", args=[case[0].pk]))
+    assert response.status_code == 302
+    assert response["Location"] == reverse("investigations:detail", args=[case[0].pk])
+
+
+# --- Cancel --------------------------------------------------------------------------------------
+
+
+def test_cancel_stops_an_active_run(alice_client, case) -> None:
+    investigation, job = case
+    run = _run(investigation, job)
+    url = reverse("investigations:diagnosis_cancel", args=[investigation.pk, run.pk])
+    response = alice_client.post(url, **HTMX)
+    run.refresh_from_db()
+    assert run.status == TaskStatus.CANCELLED
+    assert "hx-trigger" not in response.content.decode()
+    again = alice_client.post(url, **HTMX)
+    assert "The diagnosis had already finished." in again.content.decode()
+
+
+# --- Finding detail ------------------------------------------------------------------------------
+
+
+def test_a_finding_expands_into_its_evidence_table(alice_client, case) -> None:
+    investigation, job = case
+    finding = _finding(investigation, job)
+    url = reverse("investigations:finding_detail", args=[investigation.pk, finding.pk])
+    body = alice_client.get(url, **HTMX).content.decode()
+    assert body.lstrip().startswith("<details")
+    assert (
+        '<code class="mono finding-query">max by (host, gpu) (hw_gpu_temperature_celsius{host=&quot;node-2&quot;})</code>'
+        in body
+    )
+    assert "host=&quot;node-2&quot;" in body and "97.25" in body and "12 °C above its peers" in body
+    assert "2025-11-22 08:14:35 UTC" in body
+    assert "12 min 05 s before the crash" in body
+
+
+def test_a_finding_has_its_own_page(alice_client, case) -> None:
+    investigation, job = case
+    finding = _finding(investigation, job)
+    page = alice_client.get(reverse("investigations:finding_detail", args=[investigation.pk, finding.pk]))
+    body = page.content.decode()
+    assert "<!doctype html>" in body and "GPU 3 on node-2 runs hot" in body
+    assert reverse("investigations:detail", args=[investigation.pk]) in body
