@@ -1,6 +1,6 @@
 # Stepwise application image: the web server (gunicorn) and the Celery worker run from it.
 # Debian's prometheus package is included: the worker serves each job's TSDB with a private,
-# read-only copy (playbooks/tsdb_server.py).
+# read-only copy (playbooks/tsdb_server.py); openssh-client opens SSH tunnels to live jobs (playbooks/tunnel.py).
 FROM python:3.12-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 RUN apt-get update \
- && apt-get install -y --no-install-recommends prometheus \
+ && apt-get install -y --no-install-recommends prometheus openssh-client \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app

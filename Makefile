@@ -9,7 +9,8 @@ ARGS ?=
 demo: bootstrap
 	$(PY) manage.py rundemo $(ARGS)
 
-test: bootstrap
+test:
+	bash scripts/bootstrap.sh --tests
 	.venv/bin/pytest $(ARGS)
 
 lint: bootstrap

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prepare this machine for Stepwise, idempotently:
 #   1. find a Python >= 3.12 and create .venv with the project installed (pip install -e '.[dev]');
-#   2. install Prometheus (prometheus + promtool) from Debian's packages when missing;
+#   2. install Prometheus (prometheus + promtool) and the ssh client from Debian's packages when missing,
+#      and with --tests (make test) Chromium and sshd for the browser and tunnel tests;
 #   3. migrate the database (SQLite under data/ unless DATABASE_URL says otherwise).
 # Safe to run again: each step is skipped when already done.
 set -euo pipefail
@@ -70,6 +71,20 @@ if ! have "$PROMETHEUS_BIN" || ! have promtool; then
 fi
 have "$PROMETHEUS_BIN" || die "$PROMETHEUS_BIN is still not on PATH (set STEPWISE_PROMETHEUS_BIN to its full path)."
 have promtool || die "promtool is still not on PATH; it ships with Debian's prometheus package."
+# SSH tunnels to a job's Prometheus run the ssh client.
+if ! have ssh; then
+  apt_install openssh-client
+fi
+if [ "${1:-}" = "--tests" ]; then
+  # Browser tests (tests/browser/) drive Debian's headless Chromium through Playwright; the tunnel tests
+  # start a throwaway sshd on loopback. Only the test run needs them, not the app.
+  if [ ! -x /usr/bin/chromium ]; then
+    apt_install chromium
+  fi
+  if [ ! -x /usr/sbin/sshd ]; then
+    apt_install openssh-server
+  fi
+fi
 
 # 3. Database -----------------------------------------------------------------------------------
 say "Migrating the database"

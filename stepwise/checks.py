@@ -8,6 +8,7 @@ such as runserver and migrate) reports them with the ids below:
 - stepwise.W003  a STEPWISE_JOB_ROOTS folder does not exist (the default demo root excepted)
 - stepwise.W004  the Prometheus binary (STEPWISE_PROMETHEUS_BIN) is not installed
 - stepwise.E005  CELERY_TASK_ALWAYS_EAGER is on (tasks would run inside the web request)
+- stepwise.W006  the ssh client (STEPWISE_SSH_BIN) is not installed: SSH-tunnel sources cannot open
 """
 
 from __future__ import annotations
@@ -179,6 +180,18 @@ def check_prometheus_bin(app_configs=None, **kwargs) -> list[checks.CheckMessage
     ]
 
 
+def check_ssh_bin(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    if shutil.which(settings.STEPWISE_SSH_BIN):
+        return []
+    return [
+        checks.Warning(
+            f"The ssh client {settings.STEPWISE_SSH_BIN!r} was not found; SSH-tunnel data sources cannot open.",
+            hint="Install it (apt-get install openssh-client) or set STEPWISE_SSH_BIN to its path.",
+            id="stepwise.W006",
+        )
+    ]
+
+
 def check_not_eager(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     if not getattr(settings, "CELERY_TASK_ALWAYS_EAGER", False):
         return []
@@ -198,6 +211,7 @@ def register() -> None:
         check_allowed_prometheus,
         check_job_roots,
         check_prometheus_bin,
+        check_ssh_bin,
         check_not_eager,
     ):
         checks.register(check, "stepwise")

@@ -276,11 +276,20 @@ STEPWISE_PROMETHEUS_BIN = envstr("STEPWISE_PROMETHEUS_BIN") or "prometheus"
 STEPWISE_TSDB_VIEWS = envpath("STEPWISE_TSDB_VIEWS", STEPWISE_DATA_DIR / "tsdb-views")
 # A served TSDB copy unused this long is stopped by the next query run (the worker has no other clock).
 STEPWISE_TSDB_IDLE_SECONDS = envint("STEPWISE_TSDB_IDLE_SECONDS", 1800, minimum=60)
+# SSH tunnels Stepwise opens to a job's Prometheus: the ssh client, where each tunnel is recorded, how
+# long opening may take, and how long one may stay unused before tunnels_prune() closes it.
+STEPWISE_SSH_BIN = envstr("STEPWISE_SSH_BIN") or "ssh"
+STEPWISE_TUNNELS_DIR = envpath("STEPWISE_TUNNELS_DIR", STEPWISE_DATA_DIR / "tunnels")
+STEPWISE_TUNNEL_TIMEOUT = envint("STEPWISE_TUNNEL_TIMEOUT", 20, minimum=1, maximum=600)
+STEPWISE_TUNNEL_IDLE_SECONDS = envint("STEPWISE_TUNNEL_IDLE_SECONDS", 1800, minimum=60)
 STEPWISE_PROMETHEUS_TIMEOUT = envint("STEPWISE_PROMETHEUS_TIMEOUT", 30, minimum=1)
 STEPWISE_QUERY_CONCURRENCY = envint("STEPWISE_QUERY_CONCURRENCY", 4, minimum=1, maximum=64)
 STEPWISE_RESULT_MAX_SERIES = envint("STEPWISE_RESULT_MAX_SERIES", 50, minimum=1)
 STEPWISE_RESULT_MAX_POINTS = envint("STEPWISE_RESULT_MAX_POINTS", 200, minimum=2)
 STEPWISE_TASK_MAX_RETRIES = envint("STEPWISE_TASK_MAX_RETRIES", 4, minimum=0)
+# Largest job log a user may upload on the new-investigation page (triage streams it, so size is
+# only a disk and upload-time question).
+STEPWISE_LOG_UPLOAD_MAX_MB = envint("STEPWISE_LOG_UPLOAD_MAX_MB", 1024, minimum=1)
 
 # --- Celery ---------------------------------------------------------------------------------------
 

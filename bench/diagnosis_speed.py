@@ -1,0 +1,93 @@
+"""Time a whole diagnosis of a large job (default 128 nodes x 8 GPUs x 4 h at 15 s).
+
+Usage: .venv/bin/python bench/diagnosis_speed.py [--job-dir DIR] [--scenario S] [--profile amd|nvidia]
+
+Without --job-dir the job is generated once into data/bench/diagnosis-<nodes>x<gpus>x<hours>h-<profile>/
+(about 100 s and a 3 GB peak, promtool's) and reused afterwards. The job's TSDB is served read-only on a
+loopback port, diagnosed with `run_diagnosis` (discovery, every playbook, decision), and the server is
+stopped. Prints total time, query count, time spent in Prometheus and the diagnosis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from playbooks import tsdb_server
+from playbooks.diagnose import run_diagnosis, serves_copy
+from playbooks.prometheus import PrometheusClient
+from playbooks.synth import generate_job
+from playbooks.triage import triage_job
+
+ROOT = Path(__file__).resolve().parents[1] / "data" / "bench"
+
+
+def _job(args: argparse.Namespace) -> Path:
+    if args.job_dir:
+        return Path(args.job_dir)
+    cache = ROOT / f"diagnosis-{args.nodes}x{args.gpus}x{args.hours:g}h-{args.profile}-{args.scenario}"
+    job = cache / "job"
+    if not (job / "truth.json").exists():
+        t0 = time.monotonic()
+        generate_job(args.scenario, 5, args.nodes, job, profile=args.profile, gpus=args.gpus, hours=args.hours,
+                     interval=15.0)
+        print(f"generated {job} in {time.monotonic() - t0:.0f} s")
+    return job
+
+
+def _cpu_seconds(pid: int) -> float:
+    """Return the CPU time (user + system) a process has used so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--job-dir", default=None, help="diagnose this job instead of the cached generated one")
+    ap.add_argument("--scenario", default="thermal-straggler")
+    ap.add_argument("--profile", default="amd")
+    ap.add_argument("--nodes", type=int, default=128)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", type=float, default=4.0)
+    ap.add_argument("--runs", type=int, default=2, help="diagnoses to time (the first warms the server's caches)")
+    args = ap.parse_args()
+    job = _job(args)
+    work_root = Path(tempfile.mkdtemp(prefix="stepwise-bench-diagnose-"))
+    try:
+        t0 = time.monotonic()
+        served = tsdb_server.ensure_served(job / "prometheus", work_root=work_root)
+        if not serves_copy(served):
+            raise SystemExit(f"{served.url} answers for another TSDB (a port race with another process); run again")
+        print(f"served {job} in {time.monotonic() - t0:.1f} s")
+        triage = triage_job(job).to_dict()
+        with PrometheusClient(served.url, timeout=120.0, retries=1) as client:
+            for run in range(1, args.runs + 1):
+                prom0, own0 = _cpu_seconds(served.pid), time.process_time()
+                result = run_diagnosis(client, triage=triage, time_range=served.time_range)
+                prom_cpu, own_cpu = _cpu_seconds(served.pid) - prom0, time.process_time() - own0
+                t = result["timings"]
+                src = result["source"]
+                print(f"run {run}: total {t['total_s']:.2f} s wall, {t['queries']} requests, "
+                      f"{t['prometheus_s']:.2f} s waiting on Prometheus; "
+                      f"CPU: Prometheus {prom_cpu:.2f} s, Stepwise {own_cpu:.2f} s; "
+                      f"{len(src['hosts'])} hosts x {src['gpus_per_host']} GPUs")
+            print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall time includes the "
+                  "wait for CPUs other processes hold)")
+        d = result["diagnosis"]
+        truth = json.loads((job / "truth.json").read_text()) if (job / "truth.json").exists() else {}
+        print(f"diagnosis: {d['class']} culprits={d['culprits']} onset={d['onset']} confidence={d['confidence']}")
+        if truth:
+            err = None if d["onset"] is None or truth.get("onset") is None else d["onset"] - truth["onset"]
+            print(f"truth:     {truth['class']} culprits={truth['culprits']} onset error={err}")
+    finally:
+        tsdb_server.reap_leftovers(work_root)
+        shutil.rmtree(work_root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
