@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import prometheus_pids_under
+
 REPO = Path(__file__).resolve().parents[2]
 WORK_ROOT_PREFIX = "stepwise-diagnose-"
 CLASSES = {
@@ -23,18 +25,7 @@ CLASSES = {
 
 
 def _servers() -> list[int]:
-    """Return the pids of Prometheus processes serving a copy under a diagnose command's work root."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd and cmd[0].endswith(b"prometheus") and any(WORK_ROOT_PREFIX.encode() in a for a in cmd):
-            pids.append(int(entry.name))
-    return pids
+    return prometheus_pids_under(WORK_ROOT_PREFIX)
 
 
 def _cmd(*args: str) -> list[str]:

@@ -1,0 +1,20 @@
+"""Find the Prometheus servers a command started, by the work-root prefix in their command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def prometheus_pids_under(work_root_prefix: str) -> list[int]:
+    """Return the pids of Prometheus processes serving a copy under a work root named with that prefix."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd and cmd[0].endswith(b"prometheus") and any(work_root_prefix.encode() in a for a in cmd):
+            pids.append(int(entry.name))
+    return pids
