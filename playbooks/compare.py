@@ -339,6 +339,16 @@ def _significant(row: _Row, base: int, other: int) -> bool:
     return abs(b - a) > max(noise, floor)
 
 
+def delta_text(metric: Mapping[str, Any]) -> str:
+    """Return how a report shows one metric row's change: a percentage, or the absolute change when the
+    baseline is below the metric's percentage floor (a rate near zero: "+0.001" says more than "+0.1 %")."""
+    floor = next((m.pct_floor for m in _METRICS if m.name == metric["name"]), 1e-9)
+    values = metric["values"]
+    if len(values) >= 2 and abs(values[0]) < floor:
+        return f"{values[-1] - values[0]:+.3g} (absolute)"
+    return f"{metric['delta_pct']:+.1f} %"
+
+
 def _delta_pct(row: _Row, base: int, other: int) -> float:
     a, b = row.values[base], row.values[other]
     return round(100.0 * (b - a) / max(abs(a), row.metric.pct_floor), 2)

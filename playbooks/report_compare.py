@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .compare import delta_text
 from .report import fmt_time
 
 __all__ = ["compare_markdown"]
@@ -45,7 +46,7 @@ def compare_markdown(d: dict[str, Any]) -> str:
               "| Metric | " + " | ".join(names) + " | Delta | Likely cause |", "|---" * (len(names) + 3) + "|"]
     for m in cmp_["metrics"]:
         vals = " | ".join(_cell(v) for v in m["values"])
-        lines.append(f"| {m['name']} | {vals} | {m['delta_pct']:+.1f} % | {_cell(m['likely_cause'])} |")
+        lines.append(f"| {m['name']} | {vals} | {delta_text(m)} | {_cell(m['likely_cause'])} |")
     lines += ["", "### Root cause", "", diag["summary"], ""]
     if diag["chain"]:
         lines += [" \u2192 ".join(diag["chain"]), ""]

@@ -72,6 +72,9 @@ class Job:
     tb_exported: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     fills: list[tuple[float, int]] = field(default_factory=list)  # (time, index into steps)
     ckpt_steps: list[int] = field(default_factory=list)
+    # what the run's steps are made of (base step time, noise, loss curve, ...): a restored run shares its
+    # baseline's (same model, config and cluster), so it differs only by what the scenario adds
+    step_params: dict[str, float] = field(default_factory=dict)
     # grid
     t: np.ndarray = field(default_factory=lambda: np.zeros(0))
     gpu_sig: dict[str, np.ndarray] = field(default_factory=dict)   # (K, G, N)
@@ -181,6 +184,7 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
     job.job_end = start + hours * 3600.0
     if base is not None:
         job.steps_limit = base.steps_total  # same config: the restored run ends at the same last step
+        job.step_params = dict(base.step_params)
     return job
 
 
@@ -188,14 +192,24 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
 
 def _simulate_steps(job: Job, rng: np.random.Generator, slowdown) -> None:
     """Fill the per-step arrays for a run that trains from train_start until job_end (or a stall)."""
-    base = float(rng.uniform(9.5, 31.0))
-    noise = float(rng.uniform(0.006, 0.02))
+    drawn = {
+        "base": float(rng.uniform(9.5, 31.0)),
+        "noise": float(rng.uniform(0.006, 0.02)),
+        "tflop_factor": float(rng.uniform(0.3, 1.2)),
+        "l0": float(rng.uniform(9.5, 11.0)),
+        "linf": float(rng.uniform(1.9, 2.6)),
+        "tau": float(rng.uniform(150, 600)),
+        "lr_peak": float(rng.choice([1e-4, 3e-4, 6e-4])),
+        "warm": int(rng.integers(20, 80)),
+    }
+    job.step_params = {**drawn, **job.step_params}  # inherited values (a restored run's) win
+    p = job.step_params
+    base, noise = p["base"], p["noise"]
+    l0, linf, tau, lr_peak, warm = p["l0"], p["linf"], p["tau"], p["lr_peak"], int(p["warm"])
     pdbs = int(job.passthrough["per_device_batch_size"])
     seq = int(job.passthrough["max_target_length"])
     tokens = pdbs * seq
-    tflop_step = tokens * 6 * 7e10 / 1e12 * float(rng.uniform(0.3, 1.2))
-    l0, linf, tau = float(rng.uniform(9.5, 11.0)), float(rng.uniform(1.9, 2.6)), float(rng.uniform(150, 600))
-    lr_peak, warm = float(rng.choice([1e-4, 3e-4, 6e-4])), int(rng.integers(20, 80))
+    tflop_step = tokens * 6 * 7e10 / 1e12 * p["tflop_factor"]
     stop_at = job.stall_time if job.stall_time is not None else job.job_end - float(rng.uniform(40, 120))
     t = job.train_start
     step = job.first_step

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from playbooks.compare import CompareError, CompareJob, compare_jobs, config_diff
+from playbooks.compare import CompareError, CompareJob, compare_jobs, config_diff, delta_text
 from playbooks.triage import triage_job
 
 PROFILES = ("amd", "nvidia")
@@ -142,3 +142,17 @@ def test_without_logs_the_step_gauge_tells_the_restored_job(job_factory, served_
     assert result["diagnosis"]["class"] == "restore-resource-leak"
     assert result["comparison"]["config_diff"] == {}
     assert result["jobs"][0]["id"] is None and result["jobs"][0]["first_step"] > 0
+
+
+@pytest.mark.parametrize(
+    ("metric", "shown"),
+    [
+        ({"name": "step_time", "values": [30.19, 30.54], "delta_pct": 1.16}, "+1.2 %"),
+        # a retransmit rate near zero: the percentage against the floor says "-0.1 %", the change says more
+        ({"name": "rdma_retransmits", "values": [0.0014, 0.0004], "delta_pct": -0.1}, "-0.001 (absolute)"),
+        ({"name": "procs_running", "values": [9.5, 25.5], "delta_pct": 168.42}, "+168.4 %"),
+    ],
+)
+def test_a_report_shows_a_near_zero_baseline_as_an_absolute_change(metric, shown):
+    """delta_text: a percentage, unless the baseline is below the metric's percentage floor."""
+    assert delta_text(metric) == shown

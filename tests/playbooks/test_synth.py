@@ -6,9 +6,10 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from playbooks.synth import SCENARIO_TABLE, SCENARIOS, SynthError, generate_job
+from playbooks.synth import SCENARIO_TABLE, SCENARIOS, SynthError, _sim, generate_job
 from playbooks.synth._log import compress_nodelist
 
 CONTRACT_CLASSES = {
@@ -112,6 +113,23 @@ def test_restore_pair_shares_config_and_overlaps(job_factory):
     assert f"restoring from this run's directory step {truth['restored_from']}" in restored_log
     assert restored_log.count("[0] init.cc:2095 NCCL WARN MSCCL++") == 3 * truth["nodes"]
     assert Path(base["log"]).read_text().count("[0] init.cc:2095 NCCL WARN MSCCL++") == 2 * base["nodes"]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_restored_job_is_about_one_percent_slower_than_its_baseline(seed):
+    """Same model, config and cluster: the restored run's steady step time is its baseline's plus ~1 %."""
+    base = _sim.simulate(_sim.plan("healthy", seed, 4, gpus=2, hours=2.0))
+    restored = _sim.simulate(_sim.plan("restore-resource-leak", seed, 4, gpus=2, hours=2.0,
+                                       restored_from=base.ckpt_steps[2], base=base))
+
+    def steady(job: _sim.Job) -> float:
+        steps = job.step_num - job.first_step
+        no_ckpt = ~np.isin(job.step_num - 1, job.ckpt_steps)
+        return float(np.median(job.step_secs[(steps >= 5) & no_ckpt]))
+
+    ratio = steady(restored) / steady(base)
+    assert 1.0 < ratio < 1.03, ratio
+    assert restored.step_params == base.step_params
 
 
 def test_same_seed_same_job_other_seed_other_job(tmp_path):
