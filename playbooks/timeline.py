@@ -95,6 +95,9 @@ class PanelSpec:
         core: part of every timeline (a profile lacking it says so); False for vendor extras, shown only
             when the profile has them.
         fn: the function applied to a counter ("rate", "increase"); None for gauges.
+        min_outlier: the smallest deviation from the median worth naming, in the panel's unit. Whole-number
+            counts (runnable or blocked processes) tie at the median on most hosts, so the typical score
+            is 0 and one process more would otherwise name a host.
     """
 
     key: str
@@ -104,9 +107,10 @@ class PanelSpec:
     unit: str
     core: bool = True
     fn: str | None = None
+    min_outlier: float = 0.0
 
 
-def _spec(signal: str, *, core: bool = True, title: str = "") -> PanelSpec:
+def _spec(signal: str, *, core: bool = True, title: str = "", min_outlier: float = 0.0) -> PanelSpec:
     info = signal_info(signal)
     counter = info["kind"] == "counter"
     unit = f"{info['unit']}/s" if counter and info["unit"] else info["unit"]
@@ -118,6 +122,7 @@ def _spec(signal: str, *, core: bool = True, title: str = "") -> PanelSpec:
         unit=unit,
         core=core,
         fn="rate" if counter else None,
+        min_outlier=min_outlier,
     )
 
 
@@ -143,8 +148,8 @@ PANELS: dict[str, PanelSpec] = {
         _spec("rdma_link_downed", core=False, title="InfiniBand link downed (rate)"),
         _spec("io_pressure"),
         _spec("mem_used"),
-        _spec("procs_running"),
-        _spec("procs_blocked"),
+        _spec("procs_running", min_outlier=2.0),
+        _spec("procs_blocked", min_outlier=2.0),
         _spec("oom_kills"),
     )
 }
@@ -532,7 +537,7 @@ def _series_name(labels: Mapping[str, str]) -> str:
     return host or "value"
 
 
-def _rank_outliers(traces: list[Trace], topk: int) -> list[Trace]:
+def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[Trace]:
     """Return the traces deviating most from the per-timestamp median of all of them (largest first)."""
     if len(traces) < 3:
         return []
@@ -547,7 +552,7 @@ def _rank_outliers(traces: list[Trace], topk: int) -> list[Trace]:
             np.isnan(dev).all(axis=1), -np.inf, np.nanmax(np.where(np.isnan(dev), -np.inf, dev), axis=1)
         )
     finite = scores[np.isfinite(scores)]
-    bar = _outlier_bar(float(np.median(finite))) if len(finite) else math.inf
+    bar = _outlier_bar(float(np.median(finite)), floor) if len(finite) else math.inf
     order = np.argsort(-scores, kind="stable")
     out = []
     for i in order[:topk]:
@@ -557,13 +562,14 @@ def _rank_outliers(traces: list[Trace], topk: int) -> list[Trace]:
     return out
 
 
-def _outlier_bar(typical: float) -> float:
+def _outlier_bar(typical: float, floor: float = 0.0) -> float:
     """Return the score an outlier must exceed: OUTLIER_FACTOR x the typical (median) series' score.
 
     Series that differ only by noise score alike, so none clears the bar; when most series are flat
-    (a counter that only one host increments), the typical score is 0 and any deviation counts.
+    (a counter that only one host increments), the typical score is 0 and any deviation above the
+    panel's floor (`PanelSpec.min_outlier`) counts.
     """
-    return max(0.0, OUTLIER_FACTOR * typical)
+    return max(0.0, OUTLIER_FACTOR * typical, floor)
 
 
 _PORT = re.compile(r"^(.+?)(?::[0-9]+)?$")
@@ -613,7 +619,7 @@ def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> 
             for tr in traces:
                 tr.name = spec.title
         else:
-            for tr in _rank_outliers(traces, topk):
+            for tr in _rank_outliers(traces, topk, plan.spec.min_outlier):
                 tr.role = "outlier"
                 panel.outliers.append(_outlier_dict(tr))
         panel.traces = traces
@@ -624,7 +630,7 @@ def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> 
                 tr = _to_trace(by_stat[stat], stat)
                 tr.name = stat
                 panel.traces.append(tr)
-        scored, bar = _scored(results.get("score") or [])
+        scored, bar = _scored(results.get("score") or [], plan.spec.min_outlier)
         scores = {_key(s.labels, plan.labels): s.value for s in scored}
         outliers = []
         for s in results.get("outliers") or []:
@@ -652,14 +658,14 @@ def _key(labels: Mapping[str, str], names: Sequence[str]) -> tuple[str, ...]:
     return tuple(labels.get(n, "") for n in names)
 
 
-def _scored(samples: Sequence[Any]) -> tuple[list[Any], float]:
+def _scored(samples: Sequence[Any], floor: float = 0.0) -> tuple[list[Any], float]:
     """Return (the top-k scored series that deviate at all, the outlier bar from the typical score).
 
     The score query returns the top-k series and the typical (stat="median") score: the top-k are
     drawn, and those above the bar are named as outliers.
     """
     typical = [s.value for s in samples if s.labels.get("stat") == "median" and math.isfinite(s.value)]
-    bar = _outlier_bar(typical[0]) if typical else 0.0
+    bar = _outlier_bar(typical[0] if typical else 0.0, floor)
     return [s for s in samples if "stat" not in s.labels and math.isfinite(s.value) and s.value > 0], bar
 
 

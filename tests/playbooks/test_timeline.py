@@ -443,3 +443,36 @@ def test_many_points_are_drawn_with_webgl() -> None:
     assert {d["type"] for d in tl.figure_build(panel, _ctx())["data"]} == {"scattergl"}
     panel.traces = [tl.Trace(r, r, {}, t[:480], np.ones(480)) for r in ("min", "median", "max")]
     assert {d["type"] for d in tl.figure_build(panel, _ctx())["data"]} == {"scatter"}
+
+
+def _counts(values_by_host: dict[str, list[float]]) -> list[tl.Trace]:
+    t = np.arange(len(next(iter(values_by_host.values()))), dtype=float) * 15.0
+    return [tl.Trace(h, "line", {"host": h}, t, np.asarray(v, dtype=float)) for h, v in values_by_host.items()]
+
+
+def test_one_blocked_process_more_than_the_pack_names_no_host():
+    """Whole-number counts tie at the median: a host with one blocked process more is noise, not an outlier."""
+    spec = tl.PANELS["procs_blocked"]
+    assert spec.min_outlier >= 2
+    hosts = {f"h{i}": [0.0] * 40 for i in range(20)}
+    hosts["h3"][10] = hosts["h7"][25] = hosts["h9"][30] = 1.0
+    assert tl._rank_outliers(_counts(hosts), 3, spec.min_outlier) == []
+    # without the panel's floor, the typical score is 0 and the three blips would be named
+    assert len(tl._rank_outliers(_counts(hosts), 3)) == 3
+
+
+def test_a_host_stuck_in_io_with_many_blocked_processes_is_named():
+    """A host far above the pack (12 blocked processes for minutes) clears the floor and is named."""
+    hosts = {f"h{i}": [0.0] * 40 for i in range(20)}
+    hosts["h3"][10] = 1.0
+    hosts["h12"][20:30] = [12.0] * 10
+    named = tl._rank_outliers(_counts(hosts), 3, tl.PANELS["procs_blocked"].min_outlier)
+    assert [tr.labels["host"] for tr in named] == ["h12"]
+    assert named[0].score == 12.0
+
+
+def test_the_score_query_bar_keeps_the_panel_floor():
+    """_scored (the band path, from Prometheus' typical score) applies the same floor."""
+    typical = InstantSample({"stat": "median"}, 0.0, 0.0)
+    _, bar = tl._scored([typical], tl.PANELS["procs_running"].min_outlier)
+    assert bar == 2.0
