@@ -98,6 +98,11 @@ urlpatterns = [
         comparison_views.status,
         name="comparison_status",
     ),
+    path(
+        "investigations/<int:investigation_id>/comparison/<int:run_id>/cancel/",
+        comparison_views.cancel,
+        name="comparison_cancel",
+    ),
     # Data sources and query runs.
     path("sources/", sources.home, name="sources"),
     path("sources/add/", sources.source_add, name="source_add"),

@@ -9,10 +9,14 @@ data source, calls it and stores what it returns:
 2. `comparison_execute` connects to every job's source (progress: one step per job connected), compares
    them with their stored triage, stores the contract's `compare` object in `run.result`, upserts the
    findings (playbook "comparison", job = the primary job) and sets the investigation's incident class.
+3. A user cancels it like a diagnosis (`diagnosis_cancel`: the run row becomes cancelled). `comparison_execute`
+   looks for that before connecting each job, between the engine's queries and before storing anything, and
+   then raises ComparisonCancelled: the run row is left as the user's cancel wrote it.
 
 Services never enqueue tasks and never decide whether to retry: transient Prometheus errors propagate
 (`TRANSIENT_ERRORS`), the task retries them. The claim, requeue and finish of a run are the diagnosis
-module's (`diagnosis_claim`, `diagnosis_requeue`, `diagnosis_finish`): a comparison is a run like any other.
+module's (`diagnosis_claim`, `diagnosis_requeue`, `diagnosis_finish`, `diagnosis_cancel`): a comparison is a
+run like any other.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 from contextlib import ExitStack
 from typing import Any
 
@@ -32,7 +37,14 @@ from playbooks.compare import CompareError, CompareJob, compare_jobs
 
 from ..models import DataSource, DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from . import datasource_client
-from .diagnosis import ACTIVE, COMPARISON_PLAYBOOKS, findings_record, job_datasource
+from .diagnosis import (
+    ACTIVE,
+    COMPARISON_PLAYBOOKS,
+    POLL_S,
+    diagnosis_is_running,
+    findings_record,
+    job_datasource,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +66,10 @@ class ComparisonError(Exception):
 
     The message is written for the user who asked for it.
     """
+
+
+class ComparisonCancelled(Exception):
+    """The run stopped running (a user cancelled it) while it worked: it stopped, and stored nothing more."""
 
 
 def comparison_runs(investigation: Investigation) -> Any:
@@ -137,14 +153,17 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
 
     1. Connect to each job's data source in order (serving a job TSDB when needed), counting one
        progress step per job connected.
-    2. Compare them (`compare_jobs`) with each job's stored triage.
+    2. Compare them (`compare_jobs`) with each job's stored triage, in a helper thread whose queries
+       stop once the run is cancelled (`_compare_watched`).
     3. In one transaction, and only while the run is still running: upsert the findings by
        (investigation, primary job, "comparison", rule), delete the earlier comparison findings that no
        longer fire, store the contract's `compare` object in `run.result`, set the investigation's
        incident class when the comparison names a non-healthy class, mark the run done.
 
     DataSourceError and transient Prometheus errors propagate; jobs that cannot be compared (a job or
-    its data source deleted, no data, no step gauge) raise ComparisonError: nothing was stored.
+    its data source deleted, no data, no step gauge) raise ComparisonError: nothing was stored. A run
+    that is no longer running at a checkpoint (before each job, between queries, before storing) raises
+    ComparisonCancelled: the run keeps its progress so far and the earlier comparison's findings.
     """
     run = DiagnosisRun.objects.select_related("job", "investigation").get(pk=run_id)
     job_ids = [int(pk) for pk in (run.window or {}).get("jobs") or []]
@@ -153,28 +172,29 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
     if missing or len(job_ids) < 2:
         raise ComparisonError("A job of this comparison was deleted; start the comparison again.")
     DiagnosisRun.objects.filter(pk=run_id).update(progress_done=0, progress_total=len(job_ids))
+    stop = threading.Event()
     with ExitStack() as stack:
         specs = []
         for pk in job_ids:
             job = jobs[pk]
+            _checkpoint(run_id, f"before connecting to job {job.job_id}")
             datasource = job_datasource(job)
             if datasource is None:
                 raise ComparisonError(
                     f"Job {job.job_id} has no data source any more; add it again and re-run."
                 )
             client = stack.enter_context(datasource_client(datasource))
-            specs.append(CompareJob(client, _job_triage(job)))
+            specs.append(CompareJob(_StoppableClient(client, stop), _job_triage(job)))
             DiagnosisRun.objects.filter(pk=run_id).update(progress_done=F("progress_done") + 1)
+        _checkpoint(run_id, "before comparing")
         try:
-            result = compare_jobs(specs, concurrency=settings.STEPWISE_QUERY_CONCURRENCY)
+            result = _compare_watched(run_id, specs, stop)
         except CompareError as exc:
             raise ComparisonError(f"Cannot compare these jobs: {exc}.") from exc
     findings = [{**f, "rule": finding_rule(f)} for f in _json_safe(result.get("findings") or [])]
     with transaction.atomic():
         if not DiagnosisRun.objects.select_for_update().filter(pk=run_id, status=TaskStatus.RUNNING).exists():
-            logger.info("comparison %s is no longer running (cancelled?); its result is dropped", run_id)
-            run.refresh_from_db()
-            return run
+            raise ComparisonCancelled("stopped before storing its result")
         keys = findings_record(run, findings)
         _findings_prune(run, keys)
         run.result = _json_safe(result)
@@ -189,6 +209,67 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
             )
     run.refresh_from_db()
     return run
+
+
+def _checkpoint(run_id: int, where: str) -> None:
+    """Raise ComparisonCancelled, naming `where`, unless the run is still running."""
+    if not diagnosis_is_running(run_id):
+        raise ComparisonCancelled(f"stopped {where}")
+
+
+class _StoppableClient:
+    """A PrometheusClient that refuses every call once `stop` is set: the comparison stops between queries.
+
+    Its refusal is not a PrometheusError, so the engine neither records it as a failed query nor goes on.
+    """
+
+    def __init__(self, client: Any, stop: threading.Event) -> None:
+        self._client = client
+        self._stop = stop
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._client, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self._stop.is_set():
+                raise ComparisonCancelled(f"stopped between queries, before {name}()")
+            return value(*args, **kwargs)
+
+        return call
+
+
+def _compare_watched(run_id: int, specs: list[CompareJob], stop: threading.Event) -> dict[str, Any]:
+    """Return `compare_jobs(specs)`, run in a helper thread while this one reads the run row every POLL_S.
+
+    Only this thread uses the database, so the engine's threads never hold a connection open. Once the
+    run is no longer running, `stop` makes the engine's next query raise ComparisonCancelled. A soft time
+    limit (raised here by Celery) stops the engine the same way, waits for it, and propagates.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = compare_jobs(specs, concurrency=settings.STEPWISE_QUERY_CONCURRENCY)
+        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread below
+            box["error"] = exc
+
+    worker = threading.Thread(target=target, name=f"comparison-{run_id}", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(POLL_S)
+            if not stop.is_set() and not diagnosis_is_running(run_id):
+                logger.info("comparison %s is no longer running: it stops before its next query", run_id)
+                stop.set()
+    except BaseException:
+        stop.set()
+        worker.join()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
 
 
 def _json_safe(value: Any) -> Any:
@@ -250,6 +331,7 @@ def comparison_overview(investigation: Investigation) -> dict[str, Any]:
 
 __all__ = [
     "COMPARISON",
+    "ComparisonCancelled",
     "ComparisonError",
     "comparison_active",
     "comparison_execute",

@@ -2,6 +2,8 @@
 
 The task takes the run's id, claims the run with a conditional UPDATE (queued -> running), and is safe to
 run twice; transient Prometheus errors are retried with backoff, and every failure is recorded on the run.
+A comparison cancelled while it works stops at the service's next checkpoint; the task then leaves the run
+as the cancel wrote it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ def comparison_execute_task(self, run_id: int) -> None:
     prune_idle()
     try:
         cmp.comparison_execute(run_id)
+    except cmp.ComparisonCancelled as exc:
+        logger.info("comparison %s was cancelled: %s", run_id, exc)
     except services.TRANSIENT_ERRORS as exc:
         if self.request.retries >= self.max_retries:
             dx.diagnosis_finish(

@@ -3,7 +3,7 @@
 The region (`investigations/_comparison.html#comparison`) is rendered here. "Compare jobs" starts a
 comparison run (services.comparison); while it is active its status polls `status`, and the response
 that sees it finished returns the whole region (result included), which carries no polling trigger,
-so polling stops.
+so polling stops, and the page header's incident class out of band. Cancel works as the diagnosis's.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -25,7 +25,7 @@ from ..models import DiagnosisRun, Investigation
 from ..services import comparison as cmp
 from ..tasks.comparison import comparison_execute_task
 from ._common import HtmxHttpRequest, run_send
-from .diagnosis import _get_investigation, utc
+from .diagnosis import _get_investigation, finished_context, run_cancel, utc
 
 logger = logging.getLogger(__name__)
 
@@ -158,9 +158,17 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     investigation = _get_investigation(request, investigation_id)
     context = _region_context(investigation)
     if request.GET.get("poll") and not context["cmp"]["active"]:
-        response = render(request, REGION, context)
+        response = render(request, REGION, finished_context(context))
         # The investigation's class may have changed too: tell the rest of the page.
         run = context["cmp"]["run"]
         trigger_client_event(response, "comparison-finished", {"run": run.pk if run else None})
         return reswap(retarget(response, "#comparison"), "outerHTML")
     return render(request, STATUS, context)
+
+
+@require_POST
+def cancel(request: HtmxHttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
+    investigation = _get_investigation(request, investigation_id)
+    # Only this investigation's comparisons: a diagnosis run is cancelled from its own region.
+    run = get_object_or_404(cmp.comparison_runs(investigation), pk=run_id)
+    return run_cancel(request, run, "comparison", lambda **extra: _region(request, investigation, **extra))

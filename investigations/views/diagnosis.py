@@ -3,7 +3,8 @@
 The region (`investigations/_diagnosis.html#diagnosis`) is rendered here, for one job of the
 investigation (`?job=<pk>`, default the primary job). While a run is active its status partial polls
 `status`; the response that sees it finished returns the whole region instead (findings included), which
-carries no polling trigger, so polling stops.
+carries no polling trigger, so polling stops, and the page header's incident class out of band.
+Cancel and that header swap are shared with the comparison region (views/comparison.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -173,6 +175,16 @@ def _region(
     return render(request, REGION, _region_context(investigation, job, **extra))
 
 
+def finished_context(context: dict[str, Any]) -> dict[str, Any]:
+    """Return a region's context for the poll that sees its run finished: with the page header's class.
+
+    The region then also carries the header's incident class as an out-of-band swap (`class_oob`), read
+    again here: the run that just finished set it after this request had loaded the investigation.
+    """
+    context["investigation"].refresh_from_db(fields=["incident_class"])
+    return {**context, "class_oob": True}
+
+
 # --- Forms ---------------------------------------------------------------------------------------
 
 
@@ -276,7 +288,7 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     job = _get_job(investigation, request.GET.get("job"))
     context = _region_context(investigation, job)
     if request.GET.get("poll") and not context["dx"]["active"]:
-        response = render(request, REGION, context)
+        response = render(request, REGION, finished_context(context))
         # The findings and the diagnosis changed too: replace the region the status sits in, and tell
         # the rest of the page (the timeline draws the findings' onsets) with a `diagnosis-finished` event.
         trigger_client_event(response, "diagnosis-finished", {"job": job.pk if job else None})
@@ -288,17 +300,23 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 def cancel(request: HtmxHttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
     investigation = _get_investigation(request, investigation_id)
     run = _get_run(investigation, run_id)
-    cancelled = dx.diagnosis_cancel(run)
+    return run_cancel(request, run, "diagnosis", lambda **extra: _region(request, investigation, run.job, **extra))
+
+
+def run_cancel(
+    request: HtmxHttpRequest, run: DiagnosisRun, noun: str, region: Callable[..., HttpResponse]
+) -> HttpResponse:
+    """Return the answer to Cancel on a diagnosis or comparison run: (htmx) its region, else the page.
+
+    The queued or running run becomes cancelled, and its task stops at its next checkpoint. A run that
+    had already finished is left as it is, and the answer says so.
+    """
+    note = "" if dx.diagnosis_cancel(run) else f"The {noun} had already finished."
     if request.htmx:
-        return _region(
-            request,
-            investigation,
-            run.job,
-            start_error="" if cancelled else "The diagnosis had already finished.",
-        )
-    if not cancelled:
-        messages.info(request, "The diagnosis had already finished.")
-    return redirect("investigations:detail", investigation_id=investigation.pk)
+        return region(start_error=note)
+    if note:
+        messages.info(request, note)
+    return redirect("investigations:detail", investigation_id=run.investigation_id)
 
 
 @require_GET

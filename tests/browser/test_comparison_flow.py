@@ -1,6 +1,7 @@
 """A user compares a restored job with its baseline from the investigation page in a real browser: the baseline
 is added with the "add job" form, "Compare jobs" runs on the worker, and the result appears side by side
-without a reload: the restore-resource-leak class and the highlighted procs_running row."""
+without a reload: the restore-resource-leak class and the highlighted procs_running row, and the same class in
+the page header. A comparison whose queries wait at a slow link is cancelled from the page; the worker stops."""
 
 from __future__ import annotations
 
@@ -9,7 +10,11 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
+from tests.investigations.test_tasks_comparison import SETUP, held_pair, wait_for_log
+
 DETAIL_URL = re.compile(r"/investigations/(\d+)/$")
+#: Set on the page's window before an action: still there afterwards, so the page was not reloaded.
+NO_RELOAD = "window.stepwiseNoReload"
 
 
 def test_a_restored_job_compared_with_its_baseline_shows_the_leak(
@@ -41,9 +46,18 @@ def test_a_restored_job_compared_with_its_baseline_shows_the_leak(
     # Both triages finish (the jobs table polls them) before comparing: the comparison reads the restore from them.
     expect(page.locator("#jobs tbody .badge-class")).to_have_count(2)
 
+    # The header's class slot; whatever the triage put there, it is not yet the comparison's class.
+    header_class = page.locator("#investigation-header #incident-class")
+    expect(header_class).not_to_contain_text("restore-resource-leak")
+    page.evaluate(f"{NO_RELOAD} = true")
+
     region = page.locator("#comparison")
     region.get_by_role("button", name="Compare jobs").click()
     expect(region.locator(".diagnosis-class")).to_have_text("restore-resource-leak")
+    # The poll that delivered the result also swapped the header's class, in place.
+    expect(header_class.locator(".badge-class")).to_have_text("restore-resource-leak")
+    assert page.evaluate(NO_RELOAD) is True
+    page.locator("#investigation-header").screenshot(path=str(stepwise_app.log_dir / "comparison-header.png"))
     expect(region.locator("#comparison-status .badge").first).to_have_text("Done")
     expect(region.locator(".comparison-job")).to_have_count(2)
     expect(region.locator(".comparison-baseline")).to_have_count(1)
@@ -55,3 +69,43 @@ def test_a_restored_job_compared_with_its_baseline_shows_the_leak(
     assert stepwise_app.rows(
         "select incident_class from investigations_investigation where id = ?", (inv,)
     ) == [("restore-resource-leak",)]
+
+
+def test_a_running_comparison_is_cancelled_in_place_and_the_worker_stops(
+    page: Page, served_job, stepwise_app
+) -> None:
+    links, jobs = held_pair(served_job)
+    try:
+        inv = int(stepwise_app.shell(SETUP.format(jobs=jobs) + "print(inv.pk)").split()[-1])
+        page.goto(f"/investigations/{inv}/")
+        region = page.locator("#comparison")
+        region.get_by_role("button", name="Compare jobs").click()
+        badge = region.locator("#comparison-status .badge").first
+        # Its queries wait at the held links, so the run stays running until the user cancels it.
+        expect(badge).to_have_text("Running")
+        region.screenshot(path=str(stepwise_app.log_dir / "comparison-running.png"))
+        page.evaluate(f"{NO_RELOAD} = true")
+        region.get_by_role("button", name="Cancel").click()
+        expect(badge).to_have_text("Cancelled")
+        expect(region.get_by_text("Cancelled by a user.")).to_be_visible()
+        expect(region.get_by_role("button", name="Cancel")).to_have_count(0)
+        expect(region.get_by_role("button", name="Compare jobs again")).to_be_enabled()
+        assert page.evaluate(NO_RELOAD) is True
+        ((run_id, status, finished),) = stepwise_app.rows(
+            "select id, status, finished from investigations_diagnosisrun where investigation_id = ?", (inv,)
+        )
+        assert status == "cancelled"
+        for link in links:
+            link.release()
+        worker = stepwise_app.procs[0]  # started before the web server
+        wait_for_log(stepwise_app.log_dir / "worker.log", f"comparison {run_id} was cancelled: stopped", worker)
+    finally:
+        for link in links:
+            link.close()
+    assert stepwise_app.rows(
+        "select status, finished, result from investigations_diagnosisrun where id = ?", (run_id,)
+    ) == [("cancelled", finished, "{}")]
+    # Reloaded, the page shows the same: the worker did not overwrite the cancel.
+    page.reload()
+    expect(page.locator("#comparison-status .badge").first).to_have_text("Cancelled")
+    expect(page.locator("#investigation-header #incident-class .badge")).to_have_count(0)

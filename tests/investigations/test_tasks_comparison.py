@@ -1,9 +1,15 @@
 """The comparison task: claims its run, compares the jobs' served TSDBs to done, is safe to run twice, retries
-transient Prometheus errors and records every failure on the run."""
+transient Prometheus errors and records every failure on the run; on a real worker, a comparison cancelled
+while it queries stops at its next query and leaves the run as the cancel wrote it."""
 
 from __future__ import annotations
 
+import socket
+import sqlite3
+import threading
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings as django_settings
@@ -22,6 +28,13 @@ from investigations.services import comparison as cmp
 from investigations.tasks import comparison_execute_task
 from playbooks.prometheus import PrometheusUnreachable
 from playbooks.triage import triage_job
+from tests.test_celery_worker import (  # noqa: F401 (migrated_db and stack are fixtures)
+    _manage,
+    _start_worker,
+    _stop_worker,
+    migrated_db,
+    stack,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -118,3 +131,157 @@ def test_a_cancelled_comparison_is_left_alone(db) -> None:
     comparison_execute_task(run.pk)
     run.refresh_from_db()
     assert run.status == TaskStatus.CANCELLED and run.started is None
+
+
+# --- A real worker ---------------------------------------------------------------------------------
+
+
+class HeldLink:
+    """A loopback TCP link to a real Prometheus that holds each new connection until `release()`: a slow network.
+
+    Attributes:
+        url: the link's own end, for a URL data source (loopback, so the allow-list takes it).
+        held: set once a connection waits at the link.
+    """
+
+    def __init__(self, target_url: str) -> None:
+        parts = urlsplit(target_url)
+        self._target = (parts.hostname, parts.port)
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        self.held = threading.Event()
+        self._open = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def release(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self._open.set()
+        self._server.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._server.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._forward, args=(conn,), daemon=True).start()
+
+    def _forward(self, conn: socket.socket) -> None:
+        self.held.set()
+        self._open.wait(timeout=120)
+        with conn, socket.create_connection(self._target, timeout=60) as upstream:
+            back = threading.Thread(target=_pump, args=(upstream, conn), daemon=True)
+            back.start()
+            _pump(conn, upstream)
+            back.join(timeout=60)
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+
+#: `manage.py shell` code that leaves `inv`: an investigation of `jobs`, each (Prometheus URL, triage, role).
+SETUP = """
+from investigations.models import DataSource, Investigation, InvestigationJob, Job
+inv = Investigation.objects.create(title="Cancel a comparison")
+for i, (url, triage, role) in enumerate({jobs!r}):
+    job = Job.objects.create(job_id=f"held-{{i}}", cluster="held-link", triage=triage)
+    DataSource.objects.create(job=job, kind="url", address=url)
+    InvestigationJob.objects.create(investigation=inv, job=job, role=role, position=i)
+"""
+
+_START = """
+from django.db import transaction
+from investigations.services import comparison as cmp
+from investigations.tasks import comparison_execute_task
+with transaction.atomic():
+    run = cmp.comparison_start(inv)
+    comparison_execute_task.delay_on_commit(run.pk)
+print(run.pk)
+"""
+
+
+def held_pair(served_job) -> tuple[list[HeldLink], list[tuple]]:
+    """Return a restored job and its baseline, each served behind a HeldLink: (links, jobs for SETUP)."""
+    _, truth, restored_dir = served_job("restore-resource-leak")
+    dirs = (restored_dir, Path(truth["compare_with"]))
+    links = [HeldLink(served_job.dir(d).base_url) for d in dirs]
+    jobs = [
+        (link.url, triage_job(d).to_dict() | {"state": "done"}, role)
+        for link, d, role in zip(links, dirs, ("primary", "baseline"), strict=True)
+    ]
+    return links, jobs
+
+
+_CANCEL = """
+from investigations.models import DiagnosisRun
+from investigations.services import diagnosis as dx
+print(dx.diagnosis_cancel(DiagnosisRun.objects.get(pk={run_id})))
+"""
+
+
+def _row(db: Path, run_id: int) -> tuple:
+    with sqlite3.connect(db, timeout=10) as conn:
+        return conn.execute(
+            "SELECT status, error, finished, result, progress_done FROM investigations_diagnosisrun WHERE id = ?",
+            (run_id,),
+        ).fetchone()
+
+
+def wait_for_log(log: Path, text: str, worker, timeout: float = 120) -> None:
+    """Return once `text` is in the worker's log; fail if the worker exits or `timeout` passes first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in log.read_text(errors="replace"):
+            return
+        assert worker.poll() is None, f"the worker exited ({worker.returncode}):\n{log.read_text()[-3000:]}"
+        time.sleep(0.2)
+    pytest.fail(f"{text!r} not in the worker log after {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.mark.django_db(False)
+def test_a_real_worker_stops_a_cancelled_comparison_at_its_next_query(
+    served_job, stack: dict, tmp_path: Path  # noqa: F811
+) -> None:
+    """The worker's queries wait at a slow link; the user cancels; the worker stops before its next query."""
+    links, jobs = held_pair(served_job)
+    db = stack["db"]
+    # The held query must outlast the cancel's `manage.py shell`.
+    env = stack["env"] | {"STEPWISE_PROMETHEUS_TIMEOUT": "120"}
+    log = tmp_path / "worker.log"
+    worker = _start_worker(env, log)
+    try:
+        run_id = int(_manage(env, "shell", "--no-imports", "-c", SETUP.format(jobs=jobs) + _START).stdout.split()[-1])
+        # The worker claimed the run, connected both jobs and sent its first query: it waits at the link.
+        assert any(link.held.wait(timeout=120) for link in links), log.read_text()[-3000:]
+        assert _row(db, run_id)[0] == "running"
+        assert _manage(env, "shell", "--no-imports", "-c", _CANCEL.format(run_id=run_id)).stdout.split() == ["True"]
+        cancelled = _row(db, run_id)
+        # The worker sees the cancel while its query still waits; only then does the query go through.
+        wait_for_log(log, f"comparison {run_id} is no longer running", worker)
+        for link in links:
+            link.release()
+        wait_for_log(log, f"comparison {run_id} was cancelled: stopped between queries", worker)
+        assert worker.poll() is None
+    finally:
+        _stop_worker(worker)
+        for link in links:
+            link.close()
+    assert cancelled[:2] == ("cancelled", "Cancelled by a user.")
+    assert _row(db, run_id) == cancelled, "the task left the run as the cancel wrote it"
+    assert cancelled[3] == "{}" and cancelled[4] == 2, "no result stored; both jobs had been connected"
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM investigations_finding").fetchone() == (0,)
+        assert conn.execute("SELECT incident_class FROM investigations_investigation").fetchone() == ("",)
+    assert "Traceback" not in log.read_text()

@@ -1,12 +1,15 @@
 """The comparison region: sign-in required, start (enqueued on commit, refusals shown), a status that polls
-while active and stops when done, and the result side by side."""
+while active and stops when done, the result side by side, cancel, and the page header's class updated in
+place when a run finishes."""
 
 from __future__ import annotations
 
 import json
+import re
 from unittest import mock
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 from kombu.exceptions import OperationalError
 
@@ -71,6 +74,16 @@ RESULT = {
 }  # fmt: skip
 
 
+def _cancel_url(run: DiagnosisRun) -> str:
+    return reverse("investigations:comparison_cancel", args=[run.investigation_id, run.pk])
+
+
+def _header_class(body: str) -> str:
+    """Return the out-of-band header fragment of a response (its whole element), or ""."""
+    found = re.search(r'(<span id="incident-class" hx-swap-oob="true">.*</span>)\s*$', body, re.S)
+    return found.group(1) if found else ""
+
+
 def _run(investigation, job, status=TaskStatus.RUNNING, **fields) -> DiagnosisRun:
     jobs = [link.job_id for link in investigation.job_links.order_by("role")]
     return DiagnosisRun.objects.create(
@@ -80,11 +93,16 @@ def _run(investigation, job, status=TaskStatus.RUNNING, **fields) -> DiagnosisRu
 
 
 def test_every_comparison_url_needs_a_signed_in_user(client, case) -> None:
-    investigation, *_ = case
+    investigation, restored, _ = case
     for method, name in (("get", "comparison"), ("post", "comparison_start"), ("get", "comparison_status")):
         response = getattr(client, method)(reverse(f"investigations:{name}", args=[investigation.pk]), **HTMX)
         assert response.status_code == 302 and response["Location"].startswith("/login/"), name
     assert not DiagnosisRun.objects.exists()
+    run = _run(investigation, restored)
+    response = client.post(_cancel_url(run), **HTMX)
+    assert response.status_code == 302 and response["Location"].startswith("/login/")
+    run.refresh_from_db()
+    assert run.status == TaskStatus.RUNNING
 
 
 def test_start_creates_a_queued_comparison_and_enqueues_it_on_commit(
@@ -198,3 +216,136 @@ def test_the_region_outside_htmx_is_the_investigation_page(alice_client, case) -
     response = alice_client.get(reverse("investigations:comparison", args=[case[0].pk]))
     assert response.status_code == 302
     assert response["Location"] == reverse("investigations:detail", args=[case[0].pk])
+
+
+# --- Cancel --------------------------------------------------------------------------------------
+
+
+def test_a_running_comparison_shows_a_cancel_button_that_posts_with_a_token(alice_client, case) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored)
+    body = alice_client.get(reverse("investigations:comparison", args=[investigation.pk]), **HTMX).content.decode()
+    action = re.escape(_cancel_url(run))
+    form = re.search(rf'<form method="post" action="{action}".*?</form>', body, re.S)
+    assert form, "a Cancel form for the active run"
+    assert f'hx-post="{_cancel_url(run)}" hx-target="#comparison" hx-swap="outerHTML"' in form.group(0)
+    assert 'name="csrfmiddlewaretoken"' in form.group(0) and ">Cancel</button>" in form.group(0)
+    DiagnosisRun.objects.filter(pk=run.pk).update(status=TaskStatus.DONE, result=RESULT)
+    done = alice_client.get(reverse("investigations:comparison", args=[investigation.pk]), **HTMX)
+    assert ">Cancel</button>" not in done.content.decode()
+
+
+def test_cancel_marks_the_run_cancelled_and_keeps_the_previous_result(alice_client, case) -> None:
+    investigation, restored, _ = case
+    earlier = _run(investigation, restored, status=TaskStatus.DONE, result=RESULT)
+    Finding.objects.create(investigation=investigation, job=restored, run=earlier, playbook="comparison",
+                           rule="restore-resource-leak:uniform", incident_class="restore-resource-leak",
+                           severity="warning", title="81234 carries a uniform extra CPU load")  # fmt: skip
+    run = _run(investigation, restored)
+    response = alice_client.post(_cancel_url(run), **HTMX)
+    run.refresh_from_db()
+    assert run.status == TaskStatus.CANCELLED and run.finished is not None
+    assert run.error == "Cancelled by a user." and run.progress_done == 1
+    body = response.content.decode()
+    # The whole region, in place: the run cancelled, polling stopped, the earlier comparison still shown.
+    assert body.lstrip().startswith('<section id="comparison"')
+    assert "hx-trigger" not in body and ">Cancel</button>" not in body
+    assert '<span class="badge badge-cancelled">Cancelled</span>' in body
+    assert "Cancelled by a user." in body and "1 / 2 jobs connected" in body
+    assert f"From run #{earlier.pk} of" in body and "81234 carries a uniform extra CPU load" in body
+    assert "Compare jobs again" in body and "already finished" not in body
+    assert Finding.objects.filter(run=earlier).count() == 1
+
+
+def test_a_queued_comparison_can_be_cancelled_before_a_worker_takes_it(alice_client, case) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored, status=TaskStatus.QUEUED)
+    alice_client.post(_cancel_url(run), **HTMX)
+    run.refresh_from_db()
+    assert run.status == TaskStatus.CANCELLED
+
+
+@pytest.mark.parametrize("status", [TaskStatus.CANCELLED, TaskStatus.DONE, TaskStatus.FAILED])
+def test_cancelling_a_finished_comparison_changes_nothing_and_says_so(alice_client, case, status) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored, status=status, error="as it was", result=RESULT)
+    response = alice_client.post(_cancel_url(run), **HTMX)
+    assert response.status_code == 200
+    assert "The comparison had already finished." in response.content.decode()
+    after = DiagnosisRun.objects.get(pk=run.pk)
+    assert (after.status, after.error, after.finished, after.result) == (status, "as it was", None, RESULT)
+
+
+def test_cancel_without_htmx_goes_back_to_the_page_with_a_message(alice_client, case) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored)
+    detail = reverse("investigations:detail", args=[investigation.pk])
+    response = alice_client.post(_cancel_url(run))
+    assert response.status_code == 302 and response["Location"] == detail
+    run.refresh_from_db()
+    assert run.status == TaskStatus.CANCELLED
+    again = alice_client.post(_cancel_url(run), follow=True)
+    assert "The comparison had already finished." in again.content.decode()
+
+
+def test_cancel_needs_a_post_and_a_csrf_token(alice, alice_client, case) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored)
+    assert alice_client.get(_cancel_url(run), **HTMX).status_code == 405
+    strict = Client(enforce_csrf_checks=True)
+    strict.force_login(alice)
+    assert strict.post(_cancel_url(run), **HTMX).status_code == 403
+    run.refresh_from_db()
+    assert run.status == TaskStatus.RUNNING
+    token = strict.get(reverse("investigations:detail", args=[investigation.pk])).context["csrf_token"]
+    assert strict.post(_cancel_url(run), HTTP_X_CSRFTOKEN=str(token), **HTMX).status_code == 200
+    run.refresh_from_db()
+    assert run.status == TaskStatus.CANCELLED
+
+
+def test_cancel_only_reaches_this_investigations_comparisons(alice_client, case) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored)
+    diagnosis = DiagnosisRun.objects.create(investigation=investigation, job=restored, status=TaskStatus.RUNNING)
+    other = Investigation.objects.create(title="other")
+    for url in (
+        reverse("investigations:comparison_cancel", args=[other.pk, run.pk]),
+        reverse("investigations:comparison_cancel", args=[investigation.pk, diagnosis.pk]),
+        reverse("investigations:comparison_cancel", args=[investigation.pk, 999_999]),
+    ):
+        assert alice_client.post(url, **HTMX).status_code == 404, url
+    assert set(DiagnosisRun.objects.values_list("status", flat=True)) == {TaskStatus.RUNNING}
+
+
+# --- The page header's class ---------------------------------------------------------------------
+
+
+def test_the_page_header_holds_an_empty_class_slot_to_swap_into(alice_client, case) -> None:
+    investigation, *_ = case
+    page = alice_client.get(reverse("investigations:detail", args=[investigation.pk])).content.decode()
+    assert '<span id="incident-class"></span>' in page
+
+
+def test_the_poll_that_finds_it_done_swaps_the_header_class_out_of_band(alice_client, case) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored)
+    url = reverse("investigations:comparison_status", args=[investigation.pk])
+    active = alice_client.get(url, {"poll": "1"}, **HTMX).content.decode()
+    assert "incident-class" not in active, "only the poll that sees it finished carries the header"
+    # The worker finishes the run and sets the class, as comparison_execute does in one transaction.
+    DiagnosisRun.objects.filter(pk=run.pk).update(status=TaskStatus.DONE, result=RESULT)
+    Investigation.objects.filter(pk=investigation.pk).update(incident_class="restore-resource-leak")
+    body = alice_client.get(url, {"poll": "1"}, **HTMX).content.decode()
+    assert body.lstrip().startswith('<section id="comparison"')
+    assert _header_class(body) == (
+        '<span id="incident-class" hx-swap-oob="true">· class '
+        '<span class="badge badge-class">restore-resource-leak</span></span>'
+    )
+
+
+def test_a_cancel_or_a_plain_region_does_not_touch_the_header(alice_client, case) -> None:
+    investigation, restored, _ = case
+    run = _run(investigation, restored)
+    assert "incident-class" not in alice_client.post(_cancel_url(run), **HTMX).content.decode()
+    region = alice_client.get(reverse("investigations:comparison", args=[investigation.pk]), **HTMX)
+    assert "incident-class" not in region.content.decode()

@@ -1,4 +1,5 @@
-"""The diagnosis region: start, live status that stops polling when finished, cancel, and a finding's evidence."""
+"""The diagnosis region: start, live status that stops polling when finished (and updates the page header's
+class in place), cancel, and a finding's evidence."""
 
 from __future__ import annotations
 
@@ -244,6 +245,28 @@ def test_a_poll_that_finds_the_run_finished_gets_the_region_without_the_trigger(
     assert "hx-trigger" not in without_poll.content.decode() and "HX-Retarget" not in without_poll
 
 
+def test_the_poll_that_finds_the_run_finished_swaps_the_header_class_out_of_band(alice_client, case) -> None:
+    investigation, job = case
+    run = _run(investigation, job)
+    url = reverse("investigations:diagnosis_status", args=[investigation.pk])
+    assert "incident-class" not in alice_client.get(url, {"job": job.pk, "poll": "1"}, **HTMX).content.decode()
+    page = alice_client.get(reverse("investigations:detail", args=[investigation.pk])).content.decode()
+    assert '<span id="incident-class"></span>' in page, "no badge yet, but a slot to swap into"
+    # The decision marks the run done and sets the class in one transaction (services.diagnosis_decide).
+    DiagnosisRun.objects.filter(pk=run.pk).update(status=TaskStatus.DONE, result={"diagnosis": {"class": "hang"}})
+    Investigation.objects.filter(pk=investigation.pk).update(incident_class="hang")
+    body = alice_client.get(url, {"job": job.pk, "poll": "1"}, **HTMX).content.decode()
+    assert body.lstrip().startswith('<section id="diagnosis"')
+    assert body.rstrip().endswith(
+        '<span id="incident-class" hx-swap-oob="true">· class '
+        '<span class="badge badge-class">hang</span></span>'
+    )
+    # A diagnosis that set no class still sends the slot: the header shows what the row says.
+    Investigation.objects.filter(pk=investigation.pk).update(incident_class="")
+    body = alice_client.get(url, {"job": job.pk, "poll": "1"}, **HTMX).content.decode()
+    assert body.rstrip().endswith('<span id="incident-class" hx-swap-oob="true"></span>')
+
+
 def test_the_region_lists_findings_by_onset_with_their_hosts_and_onsets(alice_client, case) -> None:
     investigation, job = case
     late = _finding(investigation, job, rule="late", onset=CRASH - 10, hosts=["node-1", "node-3"])
@@ -284,6 +307,20 @@ def test_cancel_stops_an_active_run(alice_client, case) -> None:
     assert run.status == TaskStatus.CANCELLED
     assert "hx-trigger" not in response.content.decode()
     again = alice_client.post(url, **HTMX)
+    assert "The diagnosis had already finished." in again.content.decode()
+
+
+def test_cancel_without_htmx_goes_back_to_the_page_with_a_message(alice_client, case) -> None:
+    investigation, job = case
+    run = _run(investigation, job)
+    url = reverse("investigations:diagnosis_cancel", args=[investigation.pk, run.pk])
+    response = alice_client.post(url)
+    assert response.status_code == 302
+    assert response["Location"] == reverse("investigations:detail", args=[investigation.pk])
+    run.refresh_from_db()
+    assert run.status == TaskStatus.CANCELLED
+    assert run.executions.get().status == TaskStatus.RUNNING, "a running playbook stops by itself"
+    again = alice_client.post(url, follow=True)
     assert "The diagnosis had already finished." in again.content.decode()
 
 
