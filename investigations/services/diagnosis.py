@@ -33,7 +33,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import Case, F, Q, QuerySet, When
 from django.utils import timezone
 
 from playbooks.prometheus import PrometheusClient
@@ -863,12 +863,14 @@ def diagnosis_overview(investigation: Investigation, job: Job | None) -> dict[st
         else runs.filter(status=TaskStatus.DONE).first()
     )
     # Evidence is fetched when a row expands (finding_detail), not for the table. Comparison findings
-    # are shown by the comparison region, not twice.
+    # are shown by the comparison region, not twice. The causal story first (critical and warning by
+    # onset, the earliest anomaly on top), then the informational notes and red herrings.
     findings = (
         Finding.objects.filter(investigation=investigation, job=job)
         .exclude(playbook__in=COMPARISON_PLAYBOOKS)
         .defer("evidence")
-        .order_by(F("onset").asc(nulls_last=True), "pk")
+        .annotate(_notes_last=Case(When(severity=Finding.Severity.INFO, then=1), default=0))
+        .order_by("_notes_last", F("onset").asc(nulls_last=True), "pk")
     )
     return {
         "run": run,

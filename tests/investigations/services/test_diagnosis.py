@@ -279,9 +279,18 @@ def test_cancelling_cancels_the_queued_playbooks_and_keeps_the_finished_ones(dia
     assert run.executions.get(playbook=first).output["result"]["results"]
 
 
-def test_the_overview_lists_findings_by_onset_with_unknown_onsets_last(diagnosable) -> None:
+def test_the_overview_lists_findings_by_onset_with_unknown_onsets_last_and_notes_after_the_story(
+    diagnosable,
+) -> None:
+    """Critical and warning findings by onset (the earliest anomaly on top), then info notes by onset."""
     investigation, job, _ = diagnosable()
-    for rule, onset in (("c", None), ("b", 200.0), ("a", 100.0)):
+    for rule, onset, severity in (
+        ("c", None, "critical"),
+        ("b", 200.0, "warning"),
+        ("a", 100.0, "critical"),
+        ("red-herring", 50.0, "info"),
+        ("missing-families", None, "info"),
+    ):
         Finding.objects.create(
             investigation=investigation,
             job=job,
@@ -290,9 +299,10 @@ def test_the_overview_lists_findings_by_onset_with_unknown_onsets_last(diagnosab
             incident_class="x",
             title=rule,
             onset=onset,
+            severity=severity,
         )
     overview = dx.diagnosis_overview(investigation, job)
-    assert [f.rule for f in overview["findings"]] == ["a", "b", "c"]
+    assert [f.rule for f in overview["findings"]] == ["a", "b", "c", "red-herring", "missing-families"]
     assert overview["run"] is None and overview["diagnosis"] is None
 
 
