@@ -8,7 +8,8 @@ one): set rows up with `stepwise_app.shell(code)` and read them back with `stepw
 Fixtures:
 - `stepwise_app` (session): the running app. `.url(path)`, `.shell(code)`, `.rows(sql, params)`,
   `.username` / `.password`, `.job_root` (the allowed job root: every `job_factory` job is inside it),
-  `.logs()` (the tails of the web and worker logs, for failure messages).
+  `.home` (the service user's HOME: an empty folder where a test may write `.ssh/config`, which the
+  tunnels' ssh reads), `.logs()` (the tails of the web and worker logs, for failure messages).
 - `browser` (session): a Playwright Chromium browser.
 - `page` (function): a fresh browser context already signed in, with `base_url` set, so
   `page.goto("/")` works. A failing test leaves a screenshot under the session temp folder.
@@ -105,6 +106,8 @@ class StepwiseApp:
         data_dir: STEPWISE_DATA_DIR (broker, media, secret key).
         job_root: the only allowed job root (STEPWISE_JOB_ROOTS).
         log_dir: where web.log and worker.log are written.
+        home: HOME of both processes. Each tunnel's ssh_config includes ~/.ssh/config, and ssh expands
+            that ~ from $HOME (its own default config comes from the passwd entry, but -F replaces it).
     """
 
     base_url: str
@@ -113,6 +116,7 @@ class StepwiseApp:
     data_dir: Path
     job_root: Path
     log_dir: Path
+    home: Path
     username: str = USERNAME
     password: str = PASSWORD
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
@@ -215,6 +219,8 @@ def stepwise_app(tmp_path_factory: pytest.TempPathFactory, synth_root: Path) -> 
         pytest.skip(message)
     base = tmp_path_factory.mktemp("browser-app")
     data_dir, db, views = base / "data", base / "stepwise.sqlite3", base / "tsdb-views"
+    home = base / "home"  # as a service user's: not the developer's ~/.ssh (tunnel tests write one)
+    home.mkdir(mode=0o700)
     env = _env(
         STEPWISE_DATA_DIR=str(data_dir),
         DATABASE_URL=f"sqlite:///{db}",
@@ -223,6 +229,7 @@ def stepwise_app(tmp_path_factory: pytest.TempPathFactory, synth_root: Path) -> 
         ALLOWED_HOSTS="127.0.0.1,localhost",
         DEBUG="0",
         STEPWISE_LOG_LEVEL="INFO",
+        HOME=str(home),
     )
     app = StepwiseApp(
         base_url="",
@@ -231,6 +238,7 @@ def stepwise_app(tmp_path_factory: pytest.TempPathFactory, synth_root: Path) -> 
         data_dir=data_dir,
         job_root=synth_root,
         log_dir=base,
+        home=home,
     )
     _manage(env, "migrate", "--noinput")
     app.shell(
