@@ -40,10 +40,10 @@ from . import datasource_client
 from .diagnosis import (
     ACTIVE,
     COMPARISON_PLAYBOOKS,
-    POLL_S,
     diagnosis_is_running,
     findings_record,
     job_datasource,
+    run_watched,
 )
 
 logger = logging.getLogger(__name__)
@@ -241,35 +241,13 @@ class _StoppableClient:
 
 
 def _compare_watched(run_id: int, specs: list[CompareJob], stop: threading.Event) -> dict[str, Any]:
-    """Return `compare_jobs(specs)`, run in a helper thread while this one reads the run row every POLL_S.
-
-    Only this thread uses the database, so the engine's threads never hold a connection open. Once the
-    run is no longer running, `stop` makes the engine's next query raise ComparisonCancelled. A soft time
-    limit (raised here by Celery) stops the engine the same way, waits for it, and propagates.
-    """
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["result"] = compare_jobs(specs, concurrency=settings.STEPWISE_QUERY_CONCURRENCY)
-        except BaseException as exc:  # noqa: BLE001 - handed to the calling thread below
-            box["error"] = exc
-
-    worker = threading.Thread(target=target, name=f"comparison-{run_id}", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(POLL_S)
-            if not stop.is_set() and not diagnosis_is_running(run_id):
-                logger.info("comparison %s is no longer running: it stops before its next query", run_id)
-                stop.set()
-    except BaseException:
-        stop.set()
-        worker.join()
-        raise
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
+    """Return `compare_jobs(specs)`, watched for a cancellation (`run_watched`): `stop` ends it between queries."""
+    return run_watched(
+        run_id,
+        f"comparison {run_id}",
+        lambda: compare_jobs(specs, concurrency=settings.STEPWISE_QUERY_CONCURRENCY),
+        stop,
+    )
 
 
 def _json_safe(value: Any) -> Any:

@@ -25,7 +25,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -389,39 +389,57 @@ class _Progress:
 
 
 def _execute_watched(client: Any, plan: Any, progress: _Progress) -> Any:
-    """Return the engine's output for `plan`, storing progress and watching for a cancellation meanwhile.
+    """Return the engine's output for `plan`, storing progress and watching for a cancellation meanwhile."""
+    return run_watched(
+        progress.run_id,
+        f"diagnosis {progress.run_id} ({plan.name})",
+        lambda: _engine().execute(
+            client,
+            plan,
+            concurrency=settings.STEPWISE_QUERY_CONCURRENCY,
+            should_cancel=progress.cancelled,
+            on_query_done=progress.done,
+        ),
+        progress.cancel,
+        on_tick=progress.flush,
+    )
 
-    The engine runs in a helper thread; this thread polls the run row every POLL_S. A soft time limit
-    (raised here by Celery) asks the engine to stop, waits for it, and propagates.
+
+def run_watched[T](
+    run_id: int, name: str, work: Callable[[], T], stop: threading.Event, *, on_tick: Callable[[], None] = lambda: None
+) -> T:
+    """Return work(), run in a helper thread while this one reads the run row every POLL_S.
+
+    `name` ("comparison 12") names the thread and the log line of a cancellation.
+
+    Only this thread uses the database, so the engine's threads never hold a connection open. Once the
+    run is no longer running (cancelled), `stop` is set: the engine checks it between queries. `on_tick`
+    runs after every poll and once at the end (progress flushing). A soft time limit (raised here by
+    Celery) sets `stop`, waits for the engine, and propagates.
     """
     box: dict[str, Any] = {}
 
     def target() -> None:
         try:
-            box["output"] = _engine().execute(
-                client,
-                plan,
-                concurrency=settings.STEPWISE_QUERY_CONCURRENCY,
-                should_cancel=progress.cancelled,
-                on_query_done=progress.done,
-            )
+            box["output"] = work()
         except BaseException as exc:  # noqa: BLE001 - handed to the calling thread below
             box["error"] = exc
 
-    worker = threading.Thread(target=target, name=f"diagnosis-{progress.run_id}-{plan.name}", daemon=True)
+    worker = threading.Thread(target=target, name=name.replace(" ", "-"), daemon=True)
     worker.start()
     try:
         while worker.is_alive():
             worker.join(POLL_S)
-            progress.flush()
-            if not progress.cancel.is_set() and not diagnosis_is_running(progress.run_id):
-                progress.cancel.set()
+            on_tick()
+            if not stop.is_set() and not diagnosis_is_running(run_id):
+                logger.info("%s is no longer running: it stops before its next query", name)
+                stop.set()
     except BaseException:
-        progress.cancel.set()
+        stop.set()
         worker.join()
-        progress.flush()
+        on_tick()
         raise
-    progress.flush()
+    on_tick()
     if "error" in box:
         raise box["error"]
     return box["output"]

@@ -270,8 +270,8 @@ print(run.pk)
 @pytest.mark.django_db(False)
 @pytest.mark.parametrize("broker", [pytest.param("redis", marks=pytest.mark.redis), "embedded"])
 def test_real_workers_run_a_whole_diagnosis(
-    served_job, migrated_db: Path, tmp_path: Path, broker: str
-) -> None:  # noqa: F811
+    served_job, migrated_db: Path, tmp_path: Path, broker: str  # noqa: F811
+) -> None:
     """Two worker processes share the playbooks; the findings rows land in the shared database.
 
     On Redis (database 9, flushed), and on the embedded filesystem broker `make demo` uses.
