@@ -198,7 +198,13 @@ def _state_detail(ds: DataSource, found: discovery_lib.Discovery) -> str:
     if found.time_range:
         bits.append(f"data {_utc(found.time_range[0])} to {_utc(found.time_range[1])} UTC")
     detail = "discovered: " + ", ".join(bits)
-    return f"{detail}; read-only copy served at {ds.served_url}" if ds.served_url else detail
+    if not ds.served_url:
+        return detail
+    if ds.kind == DataSource.Kind.SSH_TUNNEL:
+        return f"{detail}; through the SSH tunnel at {ds.served_url}"
+    if ds.kind == DataSource.Kind.JOB_TSDB:
+        return f"{detail}; read-only copy served at {ds.served_url}"
+    return detail
 
 
 def discovery_execute(datasource_id: int) -> DataSource:

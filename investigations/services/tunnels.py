@@ -199,22 +199,37 @@ def tunnel_close(ds: DataSource, reason: str = "closed") -> bool:
     return stopped
 
 
-def _wanted(job_id: int | None, *, excluding: int | None = None) -> bool:
-    """Return True if an investigation (other than `excluding`) that is not resolved holds the job."""
-    links = InvestigationJob.objects.filter(job_id=job_id).exclude(investigation__status=Investigation.Status.RESOLVED)
+def _wanted(ds: DataSource, *, excluding: int | None = None) -> bool:
+    """Return True if an investigation (other than `excluding`) that is not resolved needs ds's ssh.
+
+    One ssh serves every data source with the same spec (several jobs on one live Prometheus, or two Job
+    rows of one job opened without a job id), so any such source in an unresolved investigation keeps it.
+    """
+    try:
+        spec = tunnel_spec(ds)
+    except DataSourceError:
+        return False
+    links = InvestigationJob.objects.exclude(investigation__status=Investigation.Status.RESOLVED)
     if excluding is not None:
         links = links.exclude(investigation_id=excluding)
-    return links.exists()
+    peers = DataSource.objects.filter(kind=DataSource.Kind.SSH_TUNNEL, job_id__in=links.values("job_id"))
+    for data in peers.values_list("tunnel", flat=True):
+        try:
+            if TunnelSpec.from_dict(data) == spec:
+                return True
+        except (TunnelError, TypeError, KeyError):
+            continue  # an invalid stored spec never opened a tunnel
+    return False
 
 
-def _unneeded(job_id: int | None) -> bool:
-    """Return True when the job belongs to investigations and all of them are resolved.
+def _unneeded(ds: DataSource) -> bool:
+    """Return True when the source's job belongs to investigations and none that needs its ssh is open.
 
     A job in no investigation at all (browsed on its own) is left to the idle timeout.
     """
-    if job_id is None or not InvestigationJob.objects.filter(job_id=job_id).exists():
+    if ds.job_id is None or not InvestigationJob.objects.filter(job_id=ds.job_id).exists():
         return False
-    return not _wanted(job_id)
+    return not _wanted(ds)
 
 
 def tunnels_release(investigation: Investigation, *, deleting: bool = False) -> list[int]:
@@ -231,7 +246,7 @@ def tunnels_release(investigation: Investigation, *, deleting: bool = False) -> 
         kind=DataSource.Kind.SSH_TUNNEL, job__investigation_links__investigation=investigation
     ).distinct()
     for ds in sources:
-        if _wanted(ds.job_id, excluding=investigation.pk):
+        if _wanted(ds, excluding=investigation.pk):
             continue
         found = _found(ds)
         if tunnel_close(ds, "closed: no open investigation needs it") and found is not None:
@@ -276,7 +291,7 @@ def tunnels_prune() -> list[int]:
     for ds in live:
         try:
             found = _found(ds)
-            if found is not None and _unneeded(ds.job_id):
+            if found is not None and _unneeded(ds):
                 if tunnel_close(ds, "closed: its investigations are resolved"):
                     closed.append(found.pid)
             elif ds.state == DataSource.State.UP or _stuck_starting(ds):

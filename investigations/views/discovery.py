@@ -18,6 +18,7 @@ from ..services import discovery as disc
 from ..services import investigations as inv
 from ..tasks import datasource_discover_task
 from ._common import HtmxHttpRequest
+from .investigations import source_final
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,14 @@ def _context(investigation: Investigation) -> dict[str, Any]:
     job = inv.investigation_primary_job(investigation)
     datasource = inv.job_datasource(job)
     stuck = datasource is not None and disc.discovery_stuck(datasource)
-    return {"investigation": investigation, "job": job, "datasource": datasource, "discovery_stuck": stuck}
+    return {
+        "investigation": investigation,
+        "job": job,
+        "datasource": datasource,
+        "discovery_stuck": stuck,
+        "source_final": source_final(job, datasource),
+        "source_oob": True,
+    }
 
 
 @require_POST

@@ -33,9 +33,6 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 25
 #: Regions of the investigation page that htmx may ask for alone (?region=).
 DETAIL_REGIONS = ("jobs", "investigation-header")
-#: Data-source states after which nothing changes by itself: the badge stops polling.
-FINAL_STATES = (DataSource.State.UP, DataSource.State.DOWN, DataSource.State.ERROR)
-
 
 # Every signed-in user may read and change every investigation: there are no teams yet. This helper
 # is the one place to add that check, and the partials go through it too.
@@ -169,21 +166,28 @@ def _detail_context(investigation: Investigation) -> dict[str, Any]:
             for link in links
         ),
         "triage": triage_context(job),
-        "source_final": _source_final(job, datasource),
+        "source_final": source_final(job, datasource),
         "statuses": Investigation.Status.choices,
         "severities": Investigation.Severity.choices,
         "users": selectors.user_choices(),
     }
 
 
-def _source_final(job: Job | None, ds: DataSource | None) -> bool:
-    """Return True when the data source's badge will not change without someone acting."""
-    if ds is None or ds.state in FINAL_STATES:
+def source_final(job: Job | None, ds: DataSource | None) -> bool:
+    """Return True when the data source's badge will not change without someone acting.
+
+    A triage or discovery in progress can change it whatever its state (a discovery clears an error or
+    brings a source up), unless that work is stuck; a source starting (a server, a tunnel) will change.
+    """
+    if ds is None:
         return True
-    pending = (job is not None and (job.triage or {}).get("state") in inv.TRIAGE_PENDING) or (
-        ds.discovery_status in ("queued", "running")
+    triage_pending = (
+        job is not None
+        and (job.triage or {}).get("state") in inv.TRIAGE_PENDING
+        and not inv.triage_stalled(job.triage)
     )
-    return ds.state != DataSource.State.STARTING and not pending
+    discovery_pending = ds.discovery_status in ("queued", "running") and not discovery.discovery_stuck(ds)
+    return ds.state != DataSource.State.STARTING and not triage_pending and not discovery_pending
 
 
 @require_GET
@@ -215,7 +219,7 @@ def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
             messages.error(request, error)
         return redirect("investigations:detail", investigation_id=investigation.pk)
     investigation.refresh_from_db()
-    context = _detail_context(investigation) | {"update_error": error}
+    context = _detail_context(investigation) | {"update_error": error, "source_oob": True}
     return render(
         request, "investigations/detail.html#investigation-header", context, status=400 if error else 200
     )

@@ -228,8 +228,9 @@ def test_an_unknown_host_key_is_refused_until_the_operator_adds_it(
     expect(page.get_by_test_id("discovery-hosts")).to_have_text(
         f"{len(truth['hosts'])} × {truth['gpus_per_host']}"
     )
-    _press(page, "#source-state", page.locator("#source-state").get_by_role("button", name="Check now"))
+    # the discovery's responses refresh the source card: no "Check now" needed
     expect(page.get_by_test_id("source-state")).to_have_text("Up")
+    expect(page.locator("#source-state")).not_to_contain_text("Host key verification failed")
     _assert_no_reload(page)
     assert _running(_open_tunnel(stepwise_app, STRANGER, port).pid)
 
@@ -267,6 +268,9 @@ def test_resolving_the_investigation_closes_its_tunnel(
         time.sleep(0.1)
     assert not _running(opened.pid), f"ssh {opened.pid} still runs after the investigation was resolved"
     assert not Path(opened.entry_dir).exists()
+    # the status change's response carries the source card: it says the tunnel is closed, no reload
+    expect(page.get_by_test_id("source-state")).to_have_text("Down")
+    expect(page.locator("#source-state")).to_contain_text("closed: no open investigation needs it")
     _press(page, "#source-state", page.locator("#source-state").get_by_role("button", name="Check now"))
     expect(page.get_by_test_id("source-state")).to_have_text("Down")
     expect(page.locator("#source-state")).to_contain_text(

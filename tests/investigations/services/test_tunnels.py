@@ -16,6 +16,7 @@ from django.utils import timezone
 from investigations import services
 from investigations.models import DataSource, Investigation, InvestigationJob, Job, QueryRun
 from investigations.services import tunnels as tunnel_services
+from investigations.services.discovery import discovery_execute
 from investigations.tasks import tunnel_check_task, tunnel_open_task, tunnels_prune_task
 from playbooks import tsdb_server
 from playbooks import tunnel as tunnels
@@ -213,6 +214,27 @@ def test_resolving_the_investigation_releases_the_tunnel(source: DataSource, job
     assert source.state == DataSource.State.DOWN and "no open investigation" in source.state_detail
 
 
+def test_a_tunnel_two_jobs_share_stays_open_while_either_investigation_is(
+    source: DataSource, job: Job, sshd: SSHServer, prom_port: int
+) -> None:
+    """One ssh per spec: resolving the investigation of one job keeps it for the other job's open one."""
+    twin = Job.objects.create(job_id="", name="same live job, opened again without a job id")
+    twin_source = tunnel_services.tunnel_datasource_create(twin, sshd.spec(prom_port))
+    first, second = _investigation(job), _investigation(twin, title="second look")
+    pid = tunnel_services.tunnel_open(source).pid
+    assert tunnel_services.tunnel_open(twin_source).pid == pid  # shared
+
+    Investigation.objects.filter(pk=first.pk).update(status=Investigation.Status.RESOLVED)
+    first.refresh_from_db()
+    assert tunnel_services.tunnels_release(first) == []
+    assert tunnels_prune_task() == []
+    assert not _gone(pid, within=0.2)
+
+    Investigation.objects.filter(pk=second.pk).update(status=Investigation.Status.RESOLVED)
+    assert tunnels_prune_task() == [pid]
+    assert _gone(pid)
+
+
 def test_an_open_investigation_releases_nothing(source: DataSource, job: Job) -> None:
     """Releasing an open investigation that is not being deleted keeps its tunnel."""
     inv = _investigation(job)
@@ -276,3 +298,12 @@ def test_prune_marks_a_source_left_starting_by_a_dead_worker_down(source: DataSo
     assert tunnel_services.tunnels_prune() == []
     source.refresh_from_db()
     assert source.state == DataSource.State.DOWN and "not open" in source.state_detail
+
+
+def test_discovery_through_a_tunnel_says_so(source: DataSource) -> None:
+    """The source's state after discovery names the tunnel, not a read-only copy it never served."""
+    ds = discovery_execute(source.pk)
+    assert ds.state == DataSource.State.UP
+    assert ds.state_detail.startswith("discovered: amd profile")
+    assert f"through the SSH tunnel at {ds.served_url}" in ds.state_detail
+    assert "read-only copy" not in ds.state_detail

@@ -207,3 +207,26 @@ def test_a_first_discovery_that_failed_shows_only_its_error(alice_client, invest
     ).content.decode()
     assert "no prometheus/ folder" in body
     assert "identity-" not in body and "Metric families" not in body
+
+
+def test_the_discovery_responses_carry_the_source_card_out_of_band(
+    alice_client, investigation, django_capture_on_commit_callbacks
+) -> None:
+    """A discovery changes the source's state: its responses refresh the source card, which polls while pending."""
+    DataSource.objects.filter(pk=_source(investigation).pk).update(
+        state=DataSource.State.ERROR, state_detail="Host key verification failed"
+    )
+    with mock.patch.object(datasource_discover_task, "delay"), django_capture_on_commit_callbacks(execute=True):
+        started = alice_client.post(reverse("investigations:discovery_start", args=[investigation.pk]), **HTMX)
+    card = started.content.decode().split('<section id="source-state"', 1)[1]
+    assert card.startswith(' class="card source-state" hx-swap-oob="true"')
+    assert 'hx-trigger="every 2s"' in card.split(">", 1)[0]  # pending discovery: the card polls again
+
+    DataSource.objects.filter(pk=_source(investigation).pk).update(
+        state=DataSource.State.UP, state_detail="discovered: amd profile", discovery_status=TaskStatus.DONE
+    )
+    done = alice_client.get(reverse("investigations:discovery_status", args=[investigation.pk]), **HTMX)
+    card = done.content.decode().split('<section id="source-state"', 1)[1]
+    assert 'hx-swap-oob="true"' in card.split(">", 1)[0]
+    assert "every 2s" not in card.split(">", 1)[0]  # final: no more polling
+    assert "discovered: amd profile" in card and "Host key verification failed" not in card

@@ -61,3 +61,14 @@ def test_it_gives_the_investigation_to_an_owner_and_takes_it_back(alice_client, 
     alice_client.post(url, {"owner": ""}, **HTMX)
     investigation.refresh_from_db()
     assert investigation.owner is None
+
+
+def test_resolving_refreshes_the_source_card_out_of_band(alice_client) -> None:
+    """Resolving may close the job's tunnel: the response carries the source card for an out-of-band swap."""
+    investigation = make_investigation()
+    response = alice_client.post(
+        reverse("investigations:update", args=[investigation.pk]), {"status": "resolved"}, **HTMX
+    )
+    body = response.content.decode()
+    assert body.lstrip().startswith('<section id="investigation-header"')
+    assert '<section id="source-state" class="card source-state" hx-swap-oob="true"' in body
