@@ -3,30 +3,14 @@ toggle, zoom, deep links, finding selection, and a pinned chart that outlives it
 
 from __future__ import annotations
 
-import json
 import re
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import expect
 
 from playbooks import tsdb_server
 
-_SETUP = """
-import json
-from investigations import services
-from investigations.services.investigations import job_triage
-from investigations.models import Finding, Investigation, InvestigationJob
-job, ds = services.job_register({job_dir!r})
-job_triage(job.pk)
-inv = Investigation.objects.create(title={title!r})
-InvestigationJob.objects.create(investigation=inv, job=job, role="primary")
-culprit = {culprit!r}
-f = Finding.objects.create(investigation=inv, job=job, playbook="gpu-health", rule="hot", severity="warning",
-    incident_class={klass!r}, title="Culprit found", hosts=[culprit["host"]],
-    gpus=[culprit["gpu"]] if culprit.get("gpu") else [], onset={onset!r})
-print(json.dumps({{"inv": inv.pk, "job": job.pk, "finding": f.pk}}))
-"""
+from .timeline_helpers import drawn, open_case, plot, url_query
 
 
 @pytest.fixture(scope="module")
@@ -44,27 +28,10 @@ def case(stepwise_app, job_factory):
     def make(scenario: str, profile: str = "amd") -> tuple[dict, dict]:
         if (scenario, profile) not in made:
             job_dir, truth = job_factory(scenario, seeds[(scenario, profile)], profile)
-            code = _SETUP.format(
-                job_dir=str(job_dir),
-                title=f"{scenario} ({profile})",
-                culprit=truth["culprits"][0],
-                klass=truth["class"],
-                onset=truth["onset"],
-            )
-            ids = json.loads(stepwise_app.shell(code).strip().splitlines()[-1])
-            made[(scenario, profile)] = (ids, truth)
+            made[(scenario, profile)] = (open_case(stepwise_app, job_dir, truth, f"{scenario} ({profile})"), truth)
         return made[(scenario, profile)]
 
     return make
-
-
-def _plot(page, panel: str):
-    return page.locator(f"#timeline-panel-{panel} .timeline-plot")
-
-
-def _drawn(page, panel: str) -> None:
-    page.locator(f"#timeline-panel-{panel}").scroll_into_view_if_needed()
-    expect(_plot(page, panel)).to_have_attribute("data-state", "drawn")
 
 
 def _layout(page, panel: str) -> dict:
@@ -73,10 +40,6 @@ def _layout(page, panel: str) -> dict:
         " return {xaxis: {type: el.layout.xaxis.type}, meta: el.layout.meta}; }",
         panel,
     )
-
-
-def _query(page) -> dict[str, str]:
-    return {k: v[0] for k, v in parse_qs(urlsplit(page.url).query).items()}
 
 
 def test_thermal_straggler_panels_outliers_and_annotations(page, case, stepwise_app) -> None:
@@ -88,7 +51,7 @@ def test_thermal_straggler_panels_outliers_and_annotations(page, case, stepwise_
         f"/investigations/{ids['inv']}/timeline/?panels=loss,step_time,gpu_temp,gpu_clock,rdma_retransmits"
     )
     for panel in ("loss", "step_time", "gpu_temp", "gpu_clock", "rdma_retransmits"):
-        _drawn(page, panel)
+        drawn(page, panel)
     expect(page.locator("#timeline-panel-gpu_power")).to_be_hidden()
     for panel in ("gpu_temp", "gpu_clock"):
         expect(page.get_by_test_id(f"outliers-{panel}")).to_contain_text(name)
@@ -107,23 +70,23 @@ def test_the_step_time_toggle_switches_every_x_axis(page, case) -> None:
     """Step is the default x-axis; choosing UTC time redraws every panel on a date axis and goes into the URL."""
     ids, _ = case("thermal-straggler")
     page.goto(f"/investigations/{ids['inv']}/timeline/?panels=loss,gpu_temp")
-    _drawn(page, "loss")
-    _drawn(page, "gpu_temp")
+    drawn(page, "loss")
+    drawn(page, "gpu_temp")
     assert _layout(page, "loss")["xaxis"]["type"] == "linear"
     page.get_by_label("time (UTC)").check()
     for panel in ("loss", "gpu_temp"):
-        expect(_plot(page, panel)).to_have_attribute("data-xmode", "time-utc")
+        expect(plot(page, panel)).to_have_attribute("data-xmode", "time-utc")
         assert _layout(page, panel)["xaxis"]["type"] == "date"
-    assert _query(page)["x"] == "time-utc"
+    assert url_query(page)["x"] == "time-utc"
     page.get_by_label("step", exact=True).check()
-    expect(_plot(page, "loss")).to_have_attribute("data-xmode", "step")
+    expect(plot(page, "loss")).to_have_attribute("data-xmode", "step")
 
 
 def test_zoom_requeries_and_a_deep_link_reproduces_the_view(page, case, browser, stepwise_app) -> None:
     """Zooming re-queries a narrower range at a finer step; the URL then opens the same view elsewhere."""
     ids, truth = case("thermal-straggler")
     page.goto(f"/investigations/{ids['inv']}/timeline/?panels=loss,gpu_temp&x=time-utc")
-    _drawn(page, "loss")
+    drawn(page, "loss")
     before = _layout(page, "loss")["meta"]
     start, end = before["start"], before["end"]
     a, b = start + (end - start) * 0.4, start + (end - start) * 0.5
@@ -139,7 +102,7 @@ def test_zoom_requeries_and_a_deep_link_reproduces_the_view(page, case, browser,
     after = _layout(page, "gpu_temp")["meta"]
     assert after["start"] == pytest.approx(a, abs=1) and after["end"] == pytest.approx(b, abs=1)
     assert after["step"] <= before["step"]
-    q = _query(page)
+    q = url_query(page)
     assert q["panels"] == "loss,gpu_temp" and q["x"] == "time-utc"
     assert float(q["start"]) == pytest.approx(a, abs=1)
 
@@ -147,7 +110,7 @@ def test_zoom_requeries_and_a_deep_link_reproduces_the_view(page, case, browser,
     try:
         twin = other.new_page()
         twin.goto(page.url)
-        _drawn(twin, "gpu_temp")
+        drawn(twin, "gpu_temp")
         expect(twin.locator("#timeline-panel-step_time")).to_be_hidden()
         again = _layout(twin, "gpu_temp")
         assert again["xaxis"]["type"] == "date"
@@ -165,7 +128,7 @@ def test_selecting_a_finding_highlights_its_hosts_and_its_onset_opens_it(page, c
     host = truth["culprits"][0]["host"]
     page.goto(f"/investigations/{ids['inv']}/?panels=gpu_temp")
     page.locator("#timeline").scroll_into_view_if_needed()
-    _drawn(page, "gpu_temp")
+    drawn(page, "gpu_temp")
     row = page.locator(f"#finding-{ids['finding']}")
     row.locator("td").nth(1).click()
     expect(page.locator(".timeline-selection")).to_contain_text(host)
@@ -191,17 +154,17 @@ def test_rdma_degraded_host_is_named(page, case, profile, panel) -> None:
     """The degraded host is named in the RDMA panel (AMD) or the InfiniBand panel (NVIDIA)."""
     ids, truth = case("rdma-degradation", profile)
     page.goto(f"/investigations/{ids['inv']}/timeline/?panels=tcp_retransmits,rdma_retransmits,{panel}")
-    _drawn(page, panel)
+    drawn(page, panel)
     expect(page.get_by_test_id(f"outliers-{panel}")).to_contain_text(truth["culprits"][0]["host"])
     if profile == "nvidia":
-        expect(_plot(page, "rdma_retransmits")).to_contain_text("Not available")
+        expect(plot(page, "rdma_retransmits")).to_contain_text("Not available")
 
 
 def test_a_pinned_chart_renders_after_its_prometheus_is_stopped(page, case, stepwise_app) -> None:
     """Pin a panel, stop every TSDB server the app started, reload: the pinned chart still draws."""
     ids, truth = case("thermal-straggler")
     page.goto(f"/investigations/{ids['inv']}/timeline/?panels=gpu_clock&x=time-utc")
-    _drawn(page, "gpu_clock")
+    drawn(page, "gpu_clock")
     page.locator("#timeline-panel-gpu_clock .timeline-pin").click()
     pinned = page.locator("#pinned-charts .timeline-pinned")
     expect(pinned).to_have_count(1)

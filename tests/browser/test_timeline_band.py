@@ -7,7 +7,6 @@ on a seed of its own so that its Job row is shared with no other test module.
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime, timedelta
 
@@ -16,7 +15,7 @@ from playwright.sync_api import expect
 
 from playbooks.timeline import DEFAULT_MAX_LINES, DEFAULT_TOPK
 
-from .test_timeline import _SETUP, _drawn, _plot, _query
+from .timeline_helpers import drawn, open_case, plot, url_query
 
 NODES, GPUS = 4, 8
 SEED = 23
@@ -29,15 +28,7 @@ _HHMM = re.compile(r"^(\d{1,2}):(\d{2})")
 def big_case(stepwise_app, job_factory) -> tuple[dict, dict]:
     """Return (ids, truth): an investigation on a 32-GPU thermal-straggler job, with the culprit's finding."""
     job_dir, truth = job_factory("thermal-straggler", SEED, nodes=NODES, gpus=GPUS)
-    code = _SETUP.format(
-        job_dir=str(job_dir),
-        title=f"thermal-straggler ({NODES * GPUS} GPUs)",
-        culprit=truth["culprits"][0],
-        klass=truth["class"],
-        onset=truth["onset"],
-    )
-    ids = json.loads(stepwise_app.shell(code).strip().splitlines()[-1])
-    return ids, truth
+    return open_case(stepwise_app, job_dir, truth, f"thermal-straggler ({NODES * GPUS} GPUs)"), truth
 
 
 def _figure(page, panel: str) -> dict:
@@ -74,7 +65,7 @@ def test_many_gpus_draw_a_band_and_name_only_the_straggler(page, big_case, panel
     name = f"{culprit['host']} GPU {culprit['gpu']}"
     page.goto(f"/investigations/{ids['inv']}/timeline/?panels={panel}")
     expect(page.locator(".timeline-toolbar")).to_contain_text(f"{NODES * GPUS} GPUs on {NODES} hosts")
-    _drawn(page, panel)
+    drawn(page, panel)
     expect(page.locator(f"#timeline-panel-{panel}")).to_have_attribute("data-mode", "band")
     fig = _figure(page, panel)
     assert fig["mode"] == "band"
@@ -140,7 +131,7 @@ def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
         assert tab.evaluate("() => new Date().getTimezoneOffset()") == -ZONE_OFFSET_S // 60
         tab.goto(f"/investigations/{ids['inv']}/timeline/?panels=loss,gpu_temp&x=time-utc")
         for panel in ("loss", "gpu_temp"):
-            _drawn(tab, panel)
+            drawn(tab, panel)
         utc = {panel: _figure(tab, panel) for panel in ("loss", "gpu_temp")}
         # UTC mode ignores the browser's zone: the finding's mark sits at its onset.
         assert utc["gpu_temp"]["marks"]["Culprit found"] == pytest.approx(onset_ms, abs=1)
@@ -148,8 +139,8 @@ def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
 
         tab.get_by_label("time (local)").check()
         for panel in ("loss", "gpu_temp"):
-            expect(_plot(tab, panel)).to_have_attribute("data-xmode", "time-local")
-        assert _query(tab)["x"] == "time-local"
+            expect(plot(tab, panel)).to_have_attribute("data-xmode", "time-local")
+        assert url_query(tab)["x"] == "time-local"
         local = {panel: _figure(tab, panel) for panel in ("loss", "gpu_temp")}
         _assert_shifted(utc, local, onset_ms)
         # The same point under the pointer reads 9 h later.
@@ -157,10 +148,10 @@ def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
 
         tab.reload()
         for panel in ("loss", "gpu_temp"):
-            _drawn(tab, panel)
-            expect(_plot(tab, panel)).to_have_attribute("data-xmode", "time-local")
+            drawn(tab, panel)
+            expect(plot(tab, panel)).to_have_attribute("data-xmode", "time-local")
         expect(tab.get_by_label("time (local)")).to_be_checked()
-        assert _query(tab)["x"] == "time-local"
+        assert url_query(tab)["x"] == "time-local"
         _assert_shifted(utc, {panel: _figure(tab, panel) for panel in ("loss", "gpu_temp")}, onset_ms)
         assert _hover_time(tab, "loss") - hover_utc == timedelta(seconds=ZONE_OFFSET_S)
     finally:

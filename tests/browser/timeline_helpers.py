@@ -1,0 +1,47 @@
+"""Shared by the timeline browser tests: an investigation with a culprit finding, and the drawn panels."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from playwright.sync_api import expect
+
+_SETUP = """
+import json
+from investigations import services
+from investigations.services.investigations import job_triage
+from investigations.models import Finding, Investigation, InvestigationJob
+job, ds = services.job_register({job_dir!r})
+job_triage(job.pk)
+inv = Investigation.objects.create(title={title!r})
+InvestigationJob.objects.create(investigation=inv, job=job, role="primary")
+culprit = {culprit!r}
+f = Finding.objects.create(investigation=inv, job=job, playbook="gpu-health", rule="hot", severity="warning",
+    incident_class={klass!r}, title="Culprit found", hosts=[culprit["host"]],
+    gpus=[culprit["gpu"]] if culprit.get("gpu") else [], onset={onset!r})
+print(json.dumps({{"inv": inv.pk, "job": job.pk, "finding": f.pk}}))
+"""
+
+
+def open_case(app: Any, job_dir: Path, truth: dict, title: str) -> dict:
+    """Return the ids {inv, job, finding} of an investigation on job_dir with a finding on its first culprit."""
+    code = _SETUP.format(
+        job_dir=str(job_dir), title=title, culprit=truth["culprits"][0], klass=truth["class"], onset=truth["onset"]
+    )
+    return json.loads(app.shell(code).strip().splitlines()[-1])
+
+
+def plot(page, panel: str):
+    return page.locator(f"#timeline-panel-{panel} .timeline-plot")
+
+
+def drawn(page, panel: str) -> None:
+    page.locator(f"#timeline-panel-{panel}").scroll_into_view_if_needed()
+    expect(plot(page, panel)).to_have_attribute("data-state", "drawn")
+
+
+def url_query(page) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(page.url).query).items()}
