@@ -559,12 +559,16 @@ _CAUSES_DOWN = {
 }
 
 
+#: The likely cause of a difference below the metric's floors (the others are worth a look).
+WITHIN_NOISE = "within noise"
+
+
 def _likely_cause(row: _Row, base: int, other: int, verdict: _Verdict, diff: Mapping[str, Any],
                   rows: Mapping[str, _Row]) -> str:
     """Return a plain-English likely cause of one metric's difference (or "within noise")."""
     name = row.metric.name
     if not _significant(row, base, other):
-        return "within noise"
+        return WITHIN_NOISE
     if name == verdict.differentiator:
         if verdict.klass == "restore-resource-leak":
             return ("runnable processes up uniformly on every host with the same config: CPU contention from "

@@ -21,6 +21,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
+from playbooks.compare import WITHIN_NOISE, delta_text
+
 from ..models import DiagnosisRun, Investigation
 from ..services import comparison as cmp
 from ..tasks.comparison import comparison_execute_task
@@ -31,10 +33,6 @@ logger = logging.getLogger(__name__)
 
 REGION = "investigations/_comparison.html#comparison"
 STATUS = "investigations/_comparison.html#comparison-status"
-
-#: A metric whose delta is larger than this (percent, either way) is highlighted.
-HIGHLIGHT_PCT = 5.0
-
 
 def _number(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -74,13 +72,17 @@ def _metric_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     for m in (result.get("comparison") or {}).get("metrics") or []:
         delta = m.get("delta_pct")
         finite = isinstance(delta, int | float) and math.isfinite(delta)
+        values = m.get("values") or []
+        plain = all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+        cause = m.get("likely_cause") or ""
         rows.append(
             {
                 "name": m.get("name"),
-                "values": [_number(v) for v in m.get("values") or []],
-                "delta_pct": f"{delta:+.1f} %" if finite else "—",
-                "highlight": finite and abs(delta) > HIGHLIGHT_PCT,
-                "likely_cause": m.get("likely_cause") or "",
+                "values": [_number(v) for v in values],
+                "delta_pct": delta_text(m) if finite and plain else "—",
+                # the engine's own judgment: a difference beyond the metric's floors has a likely cause
+                "highlight": finite and bool(cause) and cause != WITHIN_NOISE,
+                "likely_cause": cause,
             }
         )
     return rows

@@ -67,7 +67,11 @@ RESULT = {
         "config_diff": {"global_batch_size": ["1024", "2048"]},
         "metrics": [
             {"name": "procs_running", "values": [2.0, 9.5], "delta_pct": 375.0, "likely_cause": "leaked threads"},
-            {"name": "gpu_temp", "values": [61.0, 62.0], "delta_pct": 1.64, "likely_cause": ""},
+            {"name": "gpu_temp", "values": [61.0, 62.0], "delta_pct": 1.64, "likely_cause": "within noise"},
+            {"name": "tcp_retransmits", "values": [1174.0, 928.9], "delta_pct": -20.9,
+             "likely_cause": "within noise"},
+            {"name": "rdma_retransmits", "values": [0.0093, 0.0077], "delta_pct": -0.16,
+             "likely_cause": "within noise"},
         ],
         "baseline": 0,
     },
@@ -180,9 +184,12 @@ def test_a_poll_that_finds_it_done_gets_the_result_side_by_side_without_the_trig
     assert "step 500" in body and "fresh start" in body and "501 – 1400" in body
     assert "501 – 900" in body  # overlap
     assert "global_batch_size" in body and "2048" in body
-    # |delta| > 5 % is highlighted, 1.6 % is not.
+    # What the engine judged beyond noise is highlighted; a large swing it judged noise is not.
     assert 'class="comparison-metric comparison-delta" data-metric="procs_running"' in body
     assert 'class="comparison-metric" data-metric="gpu_temp"' in body
+    assert 'class="comparison-metric" data-metric="tcp_retransmits"' in body
+    # a near-zero baseline's change is shown as an absolute value, not "-0.2 %" against the floor
+    assert "-0.0016 (absolute)" in body
     assert "+375.0 %" in body and "leaked threads" in body
     assert "restore-resource-leak" in body and "90 %" in body
     assert "<li>checkpoint restore path leaked threads</li>" in body
