@@ -58,7 +58,10 @@ class InvestigationForm(forms.Form):
     source = forms.ChoiceField(choices=SOURCE_CHOICES, initial="job_dir", widget=forms.RadioSelect)
     # (a) job directory
     job_dir = forms.CharField(
-        label="Job directory", max_length=1024, required=False, widget=_text("/jobs/81234-llama", mono=True)
+        label="Job directory or job id",
+        max_length=1024,
+        required=False,
+        widget=_text("/jobs/81234-llama  or  81234", mono=True),
     )
     # (b) upload, optionally with (c)'s URL
     log = forms.FileField(label="Job log", required=False)
@@ -118,7 +121,7 @@ class InvestigationForm(forms.Form):
         data = super().clean()
         kind = data.get("source")
         if kind == "job_dir" and not data.get("job_dir", "").strip():
-            self.add_error("job_dir", "Pick a job directory in the browser below, or type its path.")
+            self.add_error("job_dir", "Pick a job directory in the browser below, or type its path or job id.")
         elif kind == "upload" and not data.get("log") and "log" not in self.errors:
             self.add_error("log", "Choose the job's log file.")
         elif kind == "url" and not data.get("prometheus_url", "").strip():
@@ -186,7 +189,7 @@ class JobAddForm(forms.Form):
     """Add another job to an investigation: a baseline to compare against, or another job to compare."""
 
     job_dir = forms.CharField(
-        label="Job directory", max_length=1024, widget=_text("/jobs/81200-llama", mono=True)
+        label="Job directory or job id", max_length=1024, widget=_text("/jobs/81200-llama  or  81200", mono=True)
     )
     role = forms.ChoiceField(
         choices=[(InvestigationJob.Role.BASELINE, "Baseline"), (InvestigationJob.Role.COMPARE, "Compare")],

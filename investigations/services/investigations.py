@@ -13,7 +13,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from playbooks import triage as triage_lib
+from playbooks.jobdirs import JobIdError, find_job_dirs, looks_like_job_id
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
 from ..models import DataSource, Investigation, InvestigationJob, Job, TaskStatus
@@ -122,7 +123,7 @@ def investigation_create(
     if source.kind == "url" or (source.kind == "upload" and source.prometheus_url.strip()):
         url = prometheus_probe(source.prometheus_url)
     if source.kind == "job_dir":
-        _job_dir_with_tsdb(source.job_dir)
+        source = replace(source, job_dir=str(_job_dir_with_tsdb(source.job_dir)))
     if source.kind == "upload":
         _upload_check(source.log)
 
@@ -190,9 +191,14 @@ def _generated_id(prefix: str) -> str:
 
 
 def _job_dir_with_tsdb(path: str) -> Path:
-    """Return the resolved job directory; it must be inside the roots and hold a prometheus/ folder."""
+    """Return the resolved job directory; it must be inside the roots and hold a prometheus/ folder.
+
+    A job id instead of a path (no slash) is looked up under the roots (`playbooks.jobdirs`).
+    """
     if not path.strip():
-        raise InvestigationError("Pick a job directory.", "job_dir")
+        raise InvestigationError("Pick a job directory, or type the job id.", "job_dir")
+    if "/" not in path and looks_like_job_id(path):
+        path = str(_job_dir_of_id(path.strip()))
     try:
         job_dir = job_dir_validate(path.strip())
     except DataSourceError as exc:
@@ -209,6 +215,30 @@ def _job_dir_with_tsdb(path: str) -> Path:
     except DataSourceError as exc:
         raise InvestigationError(f"{tsdb} leads outside the allowed job roots.", "job_dir") from exc
     return job_dir
+
+
+def _job_dir_of_id(job_id: str) -> Path:
+    """Return the one job directory of `job_id` under the roots; several or none is a clear error."""
+    roots = [Path(r) for r in settings.STEPWISE_JOB_ROOTS]
+    try:
+        found = find_job_dirs(roots, job_id)
+    except JobIdError as exc:
+        raise InvestigationError(str(exc), "job_dir") from exc
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        shown = ", ".join(str(r) for r in roots) or "(none)"
+        raise InvestigationError(
+            f"No job directory of job {job_id} under the allowed job roots ({shown}): looked for a "
+            f"{job_id}-… folder with a prometheus/ TSDB and for JOB_ID={job_id} in the logs' headers. "
+            "Pick the directory in the browser below, or upload the log.",
+            "job_dir",
+        )
+    listed = "; ".join(str(d) for d in found[:5]) + (" …" if len(found) > 5 else "")
+    raise InvestigationError(
+        f"Job {job_id} matches {len(found)} job directories ({listed}): type the path of the one you mean.",
+        "job_dir",
+    )
 
 
 def _upload_check(log: UploadedFile | None) -> None:
@@ -337,7 +367,7 @@ def investigation_job_add(
     if cluster is None:
         cluster = primary.cluster if primary is not None else ""  # a baseline usually ran on the same cluster
     with transaction.atomic():
-        _job_dir_with_tsdb(job_dir)
+        job_dir = str(_job_dir_with_tsdb(job_dir))
         try:
             job, _ = job_register(job_dir, cluster=cluster.strip())
         except DataSourceError as exc:

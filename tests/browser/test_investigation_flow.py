@@ -78,6 +78,18 @@ def test_a_job_directory_picked_by_browsing_opens_with_its_triage(
     page.screenshot(path=str(stepwise_app.log_dir / "investigation-job-dir.png"), full_page=True)
 
 
+def test_the_job_id_from_the_alert_is_enough(page: Page, job_factory) -> None:
+    """Typed instead of a path, the job id opens the job's folder (found by its log header)."""
+    job_dir, truth = job_factory("rdma-degradation")
+    _start(page, "Paged for job id", "Job directory", cluster="by-id")
+    page.get_by_role("textbox", name="Job directory").fill(truth["job_id"])
+    _submit(page)
+    expect(page).to_have_url(DETAIL_URL)
+    _expect_triage(page, truth)
+    _expect_discovery(page, truth)
+    expect(page.locator("#jobs")).to_contain_text(str(job_dir.resolve()))
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_every_scenario_opens_with_its_triage_and_discovery(page: Page, job_factory, scenario: str) -> None:
     """The issue's bar: a correct triage and discovery for every scenario of the generator."""

@@ -82,11 +82,38 @@ def test_a_url_alone_enqueues_discovery_at_once(
     assert len(callbacks) == 1  # discovery: there is no log to triage first
 
 
+def test_a_job_id_opens_the_job_directory_it_names(
+    alice_client, job_factory, django_capture_on_commit_callbacks
+) -> None:
+    """The alert gives the job id: typed instead of a path, it finds the folder whose log header names it."""
+    job_dir, truth = job_factory("healthy")
+    response, _ = _post(
+        alice_client, django_capture_on_commit_callbacks, source="job_dir", job_dir=f" {truth['job_id']} "
+    )
+    assert response.status_code == 302
+    job = Job.objects.get()
+    assert job.job_id == truth["job_id"] and job.job_dir == str(job_dir.resolve())
+    assert DataSource.objects.get().address == str(job_dir.resolve())
+
+
+def test_a_job_id_in_two_folders_asks_for_the_path(
+    alice_client, job_root, django_capture_on_commit_callbacks
+) -> None:
+    for name in ("81234-JAX-llama", "81234-JAX-llama-8N-TGS_1234.5"):
+        (job_root / name / "prometheus").mkdir(parents=True)
+    response, callbacks = _post(alice_client, django_capture_on_commit_callbacks, source="job_dir", job_dir="81234")
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert "Job 81234 matches 2 job directories" in body and "81234-JAX-llama-8N-TGS_1234.5" in body
+    assert not Investigation.objects.exists() and not Job.objects.exists() and not callbacks
+
+
 @pytest.mark.parametrize(
     "data, field_message",
     [
         ({"source": "job_dir", "job_dir": "/etc"}, "outside the allowed job roots"),
         ({"source": "job_dir", "job_dir": ""}, "Pick a job directory"),
+        ({"source": "job_dir", "job_dir": "4242424242"}, "No job directory of job 4242424242 under the allowed job roots"),
         ({"source": "url", "prometheus_url": "http://10.9.8.7:9090"}, "is not allowed"),
         ({"source": "url", "prometheus_url": ""}, "Give the URL of the Prometheus"),
         ({"source": "upload"}, "Choose the job&#x27;s log file"),

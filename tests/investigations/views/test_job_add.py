@@ -38,6 +38,18 @@ def test_it_adds_a_baseline_and_enqueues_its_triage(
     assert len(callbacks) == 1
 
 
+def test_a_baseline_is_added_by_its_job_id(alice_client, job_factory) -> None:
+    """The baseline's job id is enough: its folder is found under the roots."""
+    job_dir, truth = job_factory("healthy")
+    investigation = make_investigation()
+    response = alice_client.post(
+        reverse("investigations:job_add", args=[investigation.pk]), {"job_dir": truth["job_id"], "role": "baseline"}
+    )
+    assert response.status_code == 302
+    link = InvestigationJob.objects.get(role="baseline")
+    assert link.job.job_id == truth["job_id"] and link.job.job_dir == str(job_dir.resolve())
+
+
 def test_a_path_outside_the_roots_is_refused_on_the_page(alice_client) -> None:
     investigation = make_investigation()
     response = alice_client.post(
