@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Finding, build_context, decide_diagnosis, evaluate
-from .gpus import choose_gpu_model
+from .gpus import choose_gpu_model, gpu_model_named
 from .loader import load_playbooks
 from .model import Playbook, QuerySpec
 from .profiles import PROFILES, ProfileError, detect_profile
@@ -170,13 +170,21 @@ class PlaybookOutput:
 # ----------------------------------------------------------------------------------------- discovery
 
 def discover_source(client: PrometheusClient, *, profile: str = "auto",
-                    time_range: tuple[float, float] | None = None) -> SourceInfo:
+                    time_range: tuple[float, float] | None = None, gpu_model: str | None = None) -> SourceInfo:
     """Return what the source holds: metric names, profile, hosts, GPUs per host, time range, GPU model.
 
     `time_range` skips the search for the data's first and last samples when the caller knows them (a
-    served TSDB copy reads them from its blocks). Raises DiagnosisError when the TSDB is empty or no known
-    profile matches; PrometheusError when the server cannot be reached.
+    served TSDB copy reads them from its blocks). `gpu_model` (a name of `playbooks.gpus.GPU_MODELS`; None
+    or "auto": chosen from the data) is the user's word when the labels do not name the GPUs. Raises
+    DiagnosisError when the TSDB is empty, no known profile matches or the GPU model is unknown;
+    PrometheusError when the server cannot be reached.
     """
+    chosen = None
+    if gpu_model and gpu_model.strip().lower() != "auto":
+        try:
+            chosen = gpu_model_named(gpu_model)
+        except ValueError as exc:
+            raise DiagnosisError(str(exc)) from None
     names = tuple(sorted(client.label_values("__name__")))
     try:
         prof = detect_profile(names, prefer=profile)
@@ -237,7 +245,7 @@ def discover_source(client: PrometheusClient, *, profile: str = "auto",
             raise r
     if isinstance(mnames, PrometheusError):
         mnames, vram, power = [], None, None
-    model = choose_gpu_model(names=mnames, vendor=prof.vendor, vram_bytes=vram, max_power_w=power)
+    model = chosen or choose_gpu_model(names=mnames, vendor=prof.vendor, vram_bytes=vram, max_power_w=power)
     return SourceInfo(url=client.base_url, profile=prof.name, metric_names=names, hosts=tuple(hosts),
                       gpus_per_host=gpus, time_range=(start, end), gpu_model=model.name if model else None,
                       interval=float(interval))
@@ -556,14 +564,15 @@ def _job(triage: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def run_diagnosis(client: PrometheusClient, *, triage: dict | None = None, profile: str = "auto", start=None,
                   end=None, playbooks=None, concurrency: int = 8,
-                  time_range: tuple[float, float] | None = None) -> dict:
+                  time_range: tuple[float, float] | None = None, gpu_model: str | None = None) -> dict:
     """Return the contract's whole object (job, source, diagnosis, findings, timings) for one source.
 
-    `time_range` is the data's (first, last) sample time when the caller knows it (see discover_source).
+    `time_range` is the data's (first, last) sample time when the caller knows it; `gpu_model` the user's
+    choice when the labels do not name the GPUs (see discover_source).
     """
     t0 = time.monotonic()
     req0 = client.stats.requests
-    source = discover_source(client, profile=profile, time_range=time_range)
+    source = discover_source(client, profile=profile, time_range=time_range, gpu_model=gpu_model)
     discovery_s = time.monotonic() - t0
     plans = plan(source, triage=triage, playbooks=playbooks, start=start, end=end)
     # one query shared by several playbooks runs once

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["GPU_MODELS", "GpuModel", "choose_gpu_model"]
+__all__ = ["GPU_MODELS", "GpuModel", "choose_gpu_model", "gpu_model_named"]
 
 GIB = 1024.0**3
 
@@ -89,3 +89,11 @@ def choose_gpu_model(*, names: Iterable[str] = (), vendor: str | None = None, vr
         if near:
             return min(near, key=lambda m: abs(m.vram_bytes - vram_bytes))
     return None
+
+
+def gpu_model_named(name: str) -> GpuModel:
+    """Return the GPU model a user named (any case: "h100", "MI355X"); ValueError names the known ones."""
+    for m in GPU_MODELS.values():
+        if m.name.lower() == name.strip().lower():
+            return m
+    raise ValueError(f"unknown GPU model {name!r}; use auto or one of {', '.join(GPU_MODELS)}")

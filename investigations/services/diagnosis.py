@@ -36,6 +36,8 @@ from django.db import transaction
 from django.db.models import Case, F, Q, QuerySet, When
 from django.utils import timezone
 
+from playbooks.gpus import gpu_model_named
+from playbooks.profiles import PROFILES
 from playbooks.prometheus import PrometheusClient
 
 from ..models import (
@@ -133,18 +135,29 @@ def diagnosis_start(
     *,
     playbooks: Sequence[str] | None = None,
     window: dict[str, float] | None = None,
+    profile: str = "auto",
+    gpu_model: str = "auto",
     user: Any = None,
 ) -> DiagnosisRun:
     """Return a new queued diagnosis run of `job` (the caller enqueues the plan task after commit).
 
-    `playbooks` None runs what the job's triage calls for; a list runs those playbooks. Raises
-    DiagnosisError for a bad window, and when the job is not in the investigation, has no data source,
-    or already has a queued or running diagnosis (in any investigation: both would query one source).
+    `playbooks` None runs what the job's triage calls for; a list runs those playbooks. `profile` and
+    `gpu_model` ("auto": recognised from the data) are the user's word for the metric naming and the GPU
+    model's priors. Raises DiagnosisError for a bad window, profile or GPU model, and when the job is not
+    in the investigation, has no data source, or already has a queued or running diagnosis (in any
+    investigation: both would query one source).
     """
     try:
         window = window_validate((window or {}).get("start"), (window or {}).get("end"))
     except ValueError as exc:
         raise DiagnosisError(f"Bad window: {exc}.") from exc
+    if profile != "auto" and profile not in PROFILES:
+        raise DiagnosisError(f"Unknown metric profile {profile!r}: use auto or one of {', '.join(PROFILES)}.")
+    if gpu_model != "auto":
+        try:
+            gpu_model = gpu_model_named(gpu_model).name
+        except ValueError as exc:
+            raise DiagnosisError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from exc
     names = list(dict.fromkeys(str(p) for p in playbooks)) if playbooks is not None else None
     if names is not None and not names:
         raise DiagnosisError("Choose at least one playbook.")
@@ -174,7 +187,7 @@ def diagnosis_start(
             created_by=user if getattr(user, "is_authenticated", False) else None,
             playbooks=names or [],
             window=window,
-            result={"requested": names},
+            result={"requested": names, "profile": profile, "gpu_model": gpu_model},
         )
 
 
@@ -267,10 +280,11 @@ def diagnosis_plan(run_id: int) -> DiagnosisRun:
         raise DiagnosisError("The job's data source was deleted; add it again and re-run.")
     triage = _job_triage(run.job)
     requested = (run.result or {}).get("requested")
+    chosen = {k: (run.result or {}).get(k) or "auto" for k in ("profile", "gpu_model")}
     engine = _engine()
     with datasource_client(run.datasource) as client:
         try:
-            source = engine.discover_source(client)
+            source = engine.discover_source(client, profile=chosen["profile"], gpu_model=chosen["gpu_model"])
             plans = engine.plan(
                 source,
                 triage=triage,
@@ -302,6 +316,7 @@ def diagnosis_plan(run_id: int) -> DiagnosisRun:
         run.result = {
             "stage": STAGE_EXECUTING,
             "requested": requested,
+            **chosen,
             "source": source.to_dict(),
             "triage": triage,
         }
@@ -773,8 +788,13 @@ def diagnosis_decide(run_id: int) -> DiagnosisRun:
                 "prometheus_s": round(sum(o.prometheus_s for o in outputs), 3),
             },
             # Not part of the contract: the job's own timeline as the engine read it from the data
-            # (training start, last step advance, crash time...), for the page.
+            # (training start, last step advance, crash time...), and the GPU model whose priors were
+            # used (set by the user, or recognised from the data), for the page.
             "timeline": decision.get("timeline") or {},
+            "gpu_model": {
+                "name": state["source"].get("gpu_model"),
+                "set_by_user": state.get("gpu_model", "auto") != "auto",
+            },
         }
         run.status = TaskStatus.DONE
         run.finished = finished

@@ -25,6 +25,9 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
+from playbooks.gpus import GPU_MODELS
+from playbooks.profiles import PROFILES
+
 from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from ..services import diagnosis as dx
 from ..tasks.diagnosis import diagnosis_plan_task
@@ -164,6 +167,9 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
             "diagnosis": diagnosis,
             "executions": _execution_rows(overview["executions"]),
             "active": overview["run"] is not None and not overview["run"].is_finished,
+            "gpu_model": ((overview["decided"].result or {}).get("gpu_model") or {}) if overview["decided"] else {},
+            "profile_choices": DiagnosisStartForm.base_fields["profile"].choices,
+            "gpu_model_choices": DiagnosisStartForm.base_fields["gpu_model"].choices,
         },
         **extra,
     }
@@ -218,6 +224,13 @@ class DiagnosisStartForm(forms.Form):
     )
     start = _TimeField(required=False)
     end = _TimeField(required=False)
+    profile = forms.ChoiceField(
+        choices=[("auto", "auto (from the metric names)")] + [(name, name) for name in PROFILES],
+        required=False,
+    )
+    gpu_model = forms.ChoiceField(
+        choices=[("auto", "auto (from the labels)")] + [(name, name) for name in GPU_MODELS], required=False
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
@@ -266,6 +279,8 @@ def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
                     job,
                     playbooks=playbooks,
                     window=form.cleaned_data["window"],
+                    profile=form.cleaned_data.get("profile") or "auto",
+                    gpu_model=form.cleaned_data.get("gpu_model") or "auto",
                     user=request.user,
                 )
                 transaction.on_commit(lambda: run_send(diagnosis_plan_task, run.pk))

@@ -88,6 +88,7 @@ def test_a_bad_job_dir_exits_2_with_one_line(tmp_path):
         (("--start", "yesterday"), "neither unix seconds nor ISO 8601"),
         (("--start", "2026-03-02T00:00:00Z", "--end", "2026-03-01T00:00:00Z"), "--end must be after --start"),
         (("--profile", "intel"), "unknown profile"),
+        (("--gpu-model", "GTX1080"), "unknown GPU model 'GTX1080'; use auto or one of MI355X"),
     ],
 )
 def test_bad_arguments_exit_2(args, reason):

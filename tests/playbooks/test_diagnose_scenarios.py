@@ -21,6 +21,7 @@ import pytest
 
 from playbooks import tsdb_server
 from playbooks.diagnose import (
+    DiagnosisError,
     PlannedQuery,
     PlaybookOutput,
     PlaybookPlan,
@@ -33,6 +34,7 @@ from playbooks.diagnose import (
     run_diagnosis,
     serves_copy,
 )
+from playbooks.gpus import GPU_MODELS
 from playbooks.loader import load_playbooks
 from playbooks.profiles import PROFILES
 from playbooks.prometheus import PrometheusClient
@@ -118,6 +120,17 @@ def test_the_api_round_trips_through_json(served_job, view_root):
     assert out["diagnosis"]["class"] == truth["class"]
     assert all("rule" in f for f in out["findings"])
     assert len({f["rule"] for f in out["findings"]}) == len(out["findings"])  # one finding per rule: upsert key
+
+
+def test_the_gpu_model_is_chosen_from_the_data_unless_the_user_names_one(served_job, view_root):
+    """The labels' model by default; the user's choice (any case) when given; an unknown name is refused."""
+    client, truth, _ = _serve(served_job, view_root, "healthy")
+    assert discover_source(client).gpu_model == truth["gpu_model"]
+    assert discover_source(client, gpu_model="auto").gpu_model == truth["gpu_model"]
+    other = next(name for name in GPU_MODELS if name != truth["gpu_model"])
+    assert discover_source(client, gpu_model=other.lower()).gpu_model == other
+    with pytest.raises(DiagnosisError, match="unknown GPU model 'V100'"):
+        discover_source(client, gpu_model="V100")
 
 
 def test_failed_queries_are_kept_as_errors_and_lower_confidence(served_job, view_root):

@@ -31,6 +31,7 @@ from investigations.management.signals import ExitOnSignal
 from investigations.services import DataSourceError, prometheus_url_check
 from playbooks import tsdb_server
 from playbooks.diagnose import DiagnosisError, run_diagnosis, serves_copy
+from playbooks.gpus import GPU_MODELS, gpu_model_named
 from playbooks.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
 from playbooks.report import diagnosis_markdown
 from playbooks.triage import TriageError, find_job_log, triage_job, triage_log
@@ -89,6 +90,9 @@ class Command(BaseCommand):
         parser.add_argument("--end", help="window end: unix seconds or ISO 8601 (default: the data's)")
         parser.add_argument("--format", choices=("json", "markdown"), default="json")
         parser.add_argument("--profile", default="auto", help="metric profile: auto, amd or nvidia")
+        parser.add_argument("--gpu-model", default="auto",
+                            help="GPU model for the priors when the labels do not name it: auto or one of "
+                                 + ", ".join(GPU_MODELS))
         parser.add_argument("--playbooks", default=None,
                             help="comma-separated playbooks to run, or 'all' (default: what the triage calls for)")
 
@@ -110,6 +114,12 @@ class Command(BaseCommand):
             sys.stdout.write(diagnosis_markdown(result))
 
     def _diagnose(self, opts: dict) -> dict:
+        self._gpu_model = None if opts["gpu_model"].strip().lower() == "auto" else opts["gpu_model"]
+        if self._gpu_model is not None:
+            try:
+                gpu_model_named(self._gpu_model)
+            except ValueError as exc:
+                raise _Exit(2, str(exc)) from exc
         if opts["profile"] not in ("auto", "amd", "nvidia"):
             raise _Exit(2, f"unknown profile {opts['profile']!r}; use auto, amd or nvidia")
         start, end = parse_time(opts["start"], "--start"), parse_time(opts["end"], "--end")
@@ -176,12 +186,11 @@ class Command(BaseCommand):
                 tsdb_server.reap_leftovers(work_root)
                 shutil.rmtree(work_root, ignore_errors=True)
 
-    @staticmethod
-    def _run(url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
+    def _run(self, url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
         with PrometheusClient(url, timeout=60.0, retries=2, backoff=0.2) as client:
             try:
                 return run_diagnosis(client, triage=triage, profile=profile, start=start, end=end,
-                                     playbooks=playbooks, time_range=time_range)
+                                     playbooks=playbooks, time_range=time_range, gpu_model=self._gpu_model)
             except DiagnosisError as exc:
                 raise _Exit(2, str(exc)) from exc
             except PrometheusQueryError as exc:

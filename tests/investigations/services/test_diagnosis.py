@@ -21,6 +21,7 @@ from investigations.models import (
     TaskStatus,
 )
 from investigations.services import diagnosis as dx
+from playbooks.gpus import GPU_MODELS
 from playbooks.triage import triage_job
 
 pytestmark = pytest.mark.django_db
@@ -194,7 +195,8 @@ def test_a_whole_diagnosis_persists_findings_and_the_contract_object(diagnosable
     investigation, job, truth = diagnosable("thermal-straggler")
     run = _run_through(dx.diagnosis_start(investigation, job))
     assert run.status == TaskStatus.DONE and run.finished is not None
-    assert set(run.result) == {"job", "source", "diagnosis", "findings", "timings", "timeline"}
+    assert set(run.result) == {"job", "source", "diagnosis", "findings", "timings", "timeline", "gpu_model"}
+    assert run.result["gpu_model"] == {"name": truth["gpu_model"], "set_by_user": False}
     assert all("rule" not in f for f in run.result["findings"])
     assert run.result["timings"]["queries"] > 0
     findings = Finding.objects.filter(investigation=investigation, job=job)
@@ -204,6 +206,20 @@ def test_a_whole_diagnosis_persists_findings_and_the_contract_object(diagnosable
     assert all(f.evidence and f.run == run for f in findings)
     investigation.refresh_from_db()
     assert investigation.incident_class == run.result["diagnosis"]["class"]
+
+
+def test_the_user_names_the_gpu_model_and_the_profile(diagnosable) -> None:
+    """A GPU model chosen by the user (any case) is what the priors use; unknown names are refused."""
+    investigation, job, truth = diagnosable("healthy")
+    other = next(name for name in GPU_MODELS if name != truth["gpu_model"])
+    run = _run_through(dx.diagnosis_start(investigation, job, profile="amd", gpu_model=other.lower()))
+    assert run.status == TaskStatus.DONE
+    assert run.result["gpu_model"] == {"name": other, "set_by_user": True}
+    assert run.result["source"]["profile"] == "amd"
+    with pytest.raises(dx.DiagnosisError, match="Unknown GPU model 'V100'"):
+        dx.diagnosis_start(investigation, job, gpu_model="V100")
+    with pytest.raises(dx.DiagnosisError, match="Unknown metric profile 'intel'"):
+        dx.diagnosis_start(investigation, job, profile="intel")
 
 
 def test_a_rerun_replaces_findings_instead_of_adding_them(diagnosable) -> None:

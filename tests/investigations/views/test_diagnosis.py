@@ -156,7 +156,20 @@ def test_start_with_all_playbooks_and_a_window(
     run = DiagnosisRun.objects.get()
     assert run.job == job  # the primary job by default
     assert run.window == {"start": 1763798400.0, "end": 1763800000.0}
-    assert run.result["requested"] == ["all"]
+    assert run.result == {"requested": ["all"], "profile": "auto", "gpu_model": "auto"}
+
+
+def test_start_with_the_users_profile_and_gpu_model(alice_client, case, django_capture_on_commit_callbacks) -> None:
+    """The Options hold the metric profile and the GPU model; both reach the run."""
+    investigation, _ = case
+    url = reverse("investigations:diagnosis_start", args=[investigation.pk])
+    page = alice_client.get(reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX).content.decode()
+    assert '<select name="gpu_model">' in page and '<option value="H100">H100</option>' in page
+    assert '<option value="nvidia">nvidia</option>' in page
+    with django_capture_on_commit_callbacks(execute=False):
+        alice_client.post(url, {"scope": "triage", "profile": "nvidia", "gpu_model": "H100"}, **HTMX)
+    run = DiagnosisRun.objects.get()
+    assert (run.result["profile"], run.result["gpu_model"]) == ("nvidia", "H100")
 
 
 @pytest.mark.parametrize(
@@ -165,6 +178,7 @@ def test_start_with_all_playbooks_and_a_window(
         ({"scope": "triage", "start": "yesterday"}, "Enter unix seconds or an ISO 8601 time"),
         ({"scope": "triage", "start": "200", "end": "100"}, "end must come after its start"),
         ({"scope": "sideways"}, "Select a valid choice"),
+        ({"scope": "triage", "gpu_model": "GTX1080"}, "Select a valid choice"),
     ],
 )
 def test_start_refuses_bad_input_and_says_why(alice_client, case, data, message) -> None:
