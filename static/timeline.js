@@ -121,7 +121,42 @@
     return new Date(String(value).replace(" ", "T") + "Z").getTime();
   }
 
+  /* ---- shared crosshair: hovering one panel draws a vertical line at the same x on every drawn panel ---- */
+
+  var crossFrame = 0;
+
+  function crosshair(region, x) {
+    cancelAnimationFrame(crossFrame);
+    crossFrame = requestAnimationFrame(function () {
+      region.querySelectorAll(".timeline-panel:not([hidden]) .timeline-plot[data-state='drawn']").forEach(function (p) {
+        var line = p.querySelector(".timeline-crosshair");
+        if (!line) {
+          line = document.createElement("div");
+          line.className = "timeline-crosshair";
+          line.setAttribute("aria-hidden", "true");
+          p.appendChild(line);
+        }
+        var fl = p._fullLayout, xa = fl && fl.xaxis;
+        var px = x === null || !xa ? NaN : xa.l2p(xa.d2l(x));
+        if (!isFinite(px) || px < 0 || px > xa._length) {
+          line.hidden = true;
+          delete line.dataset.x;
+          return;
+        }
+        line.hidden = false;
+        line.dataset.x = String(x);
+        line.style.left = fl._size.l + px + "px";
+        line.style.top = fl._size.t + "px";
+        line.style.height = fl._size.h + "px";
+      });
+    });
+  }
+
   function bind(region, st, el, plot) {
+    plot.on("plotly_hover", function (ev) {
+      if (ev.points && ev.points.length) crosshair(region, ev.points[0].x);
+    });
+    plot.on("plotly_unhover", function () { crosshair(region, null); });
     plot.on("plotly_relayout", function (ev) {
       if (ev["xaxis.autorange"]) {
         st.start = st.end = "";

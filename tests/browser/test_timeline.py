@@ -66,6 +66,37 @@ def test_thermal_straggler_panels_outliers_and_annotations(page, case, stepwise_
     print(f"screenshot: {stepwise_app.log_dir / 'timeline-thermal.png'}")
 
 
+@pytest.mark.parametrize("x", ["step", "time-utc"])
+def test_hovering_one_panel_draws_the_crosshair_on_every_panel(page, case, x) -> None:
+    """A shared crosshair: the pointer over the loss panel puts a line at the same x on the GPU panels."""
+    ids, _ = case("thermal-straggler")
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=loss,gpu_temp,gpu_clock&x={x}")
+    for panel in ("loss", "gpu_temp", "gpu_clock"):
+        drawn(page, panel)
+    page.locator("#timeline-panel-loss").scroll_into_view_if_needed()
+    box = page.locator("#timeline-panel-loss .nsewdrag").bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
+    lines = {p: page.locator(f"#timeline-panel-{p} .timeline-crosshair") for p in ("loss", "gpu_temp", "gpu_clock")}
+    for line in lines.values():
+        expect(line).to_be_attached()
+        expect(line).to_have_attribute("data-x", re.compile(r"\S"))
+    xs = {p: line.get_attribute("data-x") for p, line in lines.items()}
+    assert len(set(xs.values())) == 1, xs  # one x on every panel
+    # the line sits where that x is on each panel's own axis
+    for p in ("gpu_temp", "gpu_clock"):
+        expected = page.evaluate(
+            "([p, x]) => { const el = document.querySelector(`#timeline-panel-${p} .timeline-plot`);"
+            " const xa = el._fullLayout.xaxis; return el._fullLayout._size.l + xa.l2p(xa.d2l(x)); }",
+            [p, xs[p] if x == "time-utc" else float(xs[p])],
+        )
+        left = float(lines[p].evaluate("el => parseFloat(el.style.left)"))
+        assert abs(left - expected) < 1.0
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] - 200)  # off the plots: the lines go
+    for line in lines.values():
+        expect(line).to_be_hidden()
+
+
 def test_the_step_time_toggle_switches_every_x_axis(page, case) -> None:
     """Step is the default x-axis; choosing UTC time redraws every panel on a date axis and goes into the URL."""
     ids, _ = case("thermal-straggler")
