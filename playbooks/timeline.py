@@ -909,6 +909,15 @@ def _round_list(values: np.ndarray, digits: int = 5) -> list[float | None]:
     return out
 
 
+def zone_name(xmode: str, tz_offset_s: float) -> str:
+    """Return how a time on this x-axis names its zone: "UTC", or the local offset ("UTC+09:00", "UTC-05:30")."""
+    if xmode != "time-local" or not tz_offset_s:
+        return "UTC"
+    minutes = int(round(tz_offset_s / 60))
+    sign = "+" if minutes >= 0 else "-"
+    return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
 def _x_of(t: np.ndarray, ctx: TimelineContext, xmode: str, tz_offset_s: float) -> np.ndarray:
     if xmode == "step":
         return np.asarray(ctx.axis.step_at(t), dtype=float)
@@ -1082,8 +1091,9 @@ def figure_build(
     is_time = xmode != "step"
     xaxis: dict[str, Any] = {
         "type": "date" if is_time else "linear",
-        # No axis title: the toolbar (or a pinned chart's caption) names the x-axis; hover says "step".
-        "hoverformat": ".1f" if not is_time else "%Y-%m-%d %H:%M:%S",
+        # No axis title: the toolbar (or a pinned chart's caption) names the x-axis; hover says "step", and
+        # a time names its zone (a screenshot pasted into a ticket must say which clock it shows).
+        "hoverformat": ".1f" if not is_time else f"%Y-%m-%d %H:%M:%S {zone_name(xmode, tz_offset_s)}",
         "showspikes": True,
         "spikemode": "across",
     }

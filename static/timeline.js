@@ -26,6 +26,14 @@
     return -new Date().getTimezoneOffset();
   }
 
+  function zoneName() {
+    var m = tzMinutes();
+    if (!m) return "UTC";
+    var a = Math.abs(m);
+    function two(n) { return (n < 10 ? "0" : "") + n; }
+    return "UTC" + (m > 0 ? "+" : "-") + two(Math.floor(a / 60)) + ":" + two(a % 60);
+  }
+
   function csrfToken() {
     try {
       return JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"] || "";
@@ -344,6 +352,7 @@
     region._init = true;
     var st = readState(region);
     current = { region: region, st: st };
+    region.querySelectorAll(".timeline-zone").forEach(function (z) { z.textContent = zoneName(); });
     region.querySelectorAll('input[name="timeline-x"]').forEach(function (r) {
       r.checked = r.value === st.x;
       r.addEventListener("change", function () {

@@ -103,14 +103,15 @@ def _hhmm(labels: list[str]) -> list[int]:
     return [int(m[1]) * 60 + int(m[2]) for m in found if m]
 
 
-def _hover_time(tab, panel: str) -> datetime:
-    """Return the time the unified hover label shows with the pointer at the middle of the panel's plot."""
+def _hover_time(tab, panel: str, zone: str) -> datetime:
+    """Return the time the unified hover label shows with the pointer at the middle of the panel's plot;
+    the label names its zone ("UTC", "UTC+09:00")."""
     box = tab.locator(f"#timeline-panel-{panel} .nsewdrag").bounding_box()
     tab.mouse.move(0, 0)
     tab.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     title = tab.locator(f"#timeline-panel-{panel} .hoverlayer .legendtitletext")
-    expect(title).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$"))
-    return datetime.strptime(title.text_content(), "%Y-%m-%d %H:%M:%S")
+    expect(title).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d " + re.escape(zone) + "$"))
+    return datetime.strptime(title.text_content().strip()[:19], "%Y-%m-%d %H:%M:%S")
 
 
 def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
@@ -135,8 +136,9 @@ def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
         utc = {panel: _figure(tab, panel) for panel in ("loss", "gpu_temp")}
         # UTC mode ignores the browser's zone: the finding's mark sits at its onset.
         assert utc["gpu_temp"]["marks"]["Culprit found"] == pytest.approx(onset_ms, abs=1)
-        hover_utc = _hover_time(tab, "loss")
+        hover_utc = _hover_time(tab, "loss", "UTC")
 
+        expect(tab.get_by_test_id("timeline-zone")).to_have_text("UTC+09:00")  # the toolbar names the zone
         tab.get_by_label("time (local)").check()
         for panel in ("loss", "gpu_temp"):
             expect(plot(tab, panel)).to_have_attribute("data-xmode", "time-local")
@@ -144,7 +146,7 @@ def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
         local = {panel: _figure(tab, panel) for panel in ("loss", "gpu_temp")}
         _assert_shifted(utc, local, onset_ms)
         # The same point under the pointer reads 9 h later.
-        assert _hover_time(tab, "loss") - hover_utc == timedelta(seconds=ZONE_OFFSET_S)
+        assert _hover_time(tab, "loss", "UTC+09:00") - hover_utc == timedelta(seconds=ZONE_OFFSET_S)
 
         tab.reload()
         for panel in ("loss", "gpu_temp"):
@@ -153,7 +155,7 @@ def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
         expect(tab.get_by_label("time (local)")).to_be_checked()
         assert url_query(tab)["x"] == "time-local"
         _assert_shifted(utc, {panel: _figure(tab, panel) for panel in ("loss", "gpu_temp")}, onset_ms)
-        assert _hover_time(tab, "loss") - hover_utc == timedelta(seconds=ZONE_OFFSET_S)
+        assert _hover_time(tab, "loss", "UTC+09:00") - hover_utc == timedelta(seconds=ZONE_OFFSET_S)
     finally:
         tokyo.close()
 

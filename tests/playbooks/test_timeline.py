@@ -230,16 +230,21 @@ def test_annotations_come_from_triage_axis_and_findings() -> None:
 
 
 @pytest.mark.parametrize(
-    ("xmode", "axis_type", "first_x"),
-    [("step", "linear", 0.0), ("time-utc", "date", NOW * 1000), ("time-local", "date", (NOW + 3600) * 1000)],
+    ("xmode", "axis_type", "first_x", "hover"),
+    [
+        ("step", "linear", 0.0, ".1f"),
+        ("time-utc", "date", NOW * 1000, "%Y-%m-%d %H:%M:%S UTC"),
+        ("time-local", "date", (NOW + 3600) * 1000, "%Y-%m-%d %H:%M:%S UTC+01:00"),
+    ],
 )
-def test_figure_x_axis_follows_the_mode(xmode, axis_type, first_x) -> None:
-    """The same panel is drawn against the step or the time (UTC or shifted to the viewer's zone)."""
+def test_figure_x_axis_follows_the_mode(xmode, axis_type, first_x, hover) -> None:
+    """The same panel is drawn against the step or the time (UTC or shifted to the viewer's zone, named)."""
     panel = tl.PanelData(tl.PANELS["loss"], "single", step=15.0, start=START, end=END)
     panel.traces = [tl.Trace("loss", "line", {}, np.asarray(TIMES), np.linspace(3, 2, len(TIMES)))]
     marks = [tl.Annotation("finding", "hot", NOW + 600, 20.0, finding_id=3)]
     fig = tl.figure_build(panel, _ctx(), xmode=xmode, annotations=marks, tz_offset_s=3600)
     assert fig["layout"]["xaxis"]["type"] == axis_type
+    assert fig["layout"]["xaxis"]["hoverformat"] == hover
     assert fig["data"][0]["x"][0] == pytest.approx(first_x)
     assert fig["data"][0]["type"] == "scatter"  # few points: SVG starts faster than WebGL
     assert fig["layout"]["meta"]["marks"][0]["finding_id"] == 3
@@ -476,3 +481,12 @@ def test_the_score_query_bar_keeps_the_panel_floor():
     typical = InstantSample({"stat": "median"}, 0.0, 0.0)
     _, bar = tl._scored([typical], tl.PANELS["procs_running"].min_outlier)
     assert bar == 2.0
+
+
+@pytest.mark.parametrize(
+    ("xmode", "offset", "name"),
+    [("time-utc", 32400, "UTC"), ("time-local", 0, "UTC"), ("time-local", 32400, "UTC+09:00"),
+     ("time-local", -16200, "UTC-04:30"), ("time-local", 20700, "UTC+05:45")],
+)
+def test_a_time_axis_names_its_zone(xmode, offset, name) -> None:
+    assert tl.zone_name(xmode, offset) == name
