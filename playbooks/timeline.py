@@ -155,6 +155,35 @@ PANELS: dict[str, PanelSpec] = {
 }
 
 
+#: The training panel every finding's view starts with: how the job paid for what the evidence shows.
+FINDING_CONTEXT_PANELS = ("step_time",)
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def finding_panels(playbook: str, rule: str, playbooks: Mapping[str, Any] | None = None) -> list[str]:
+    """Return the panels that show a finding's evidence: step time, then the signals its rule reads.
+
+    Read from the playbook's declaration (the rule's queries and their signals, templates' `{signal}`
+    placeholders included), in stacking order; a rule or playbook not found gives its whole playbook's
+    signals, or only the context panel. `rule` is "<playbook>.<rule id>" as findings store it, or the id.
+    """
+    if playbooks is None:
+        from .loader import load_playbooks  # the loader imports the profiles, not this module
+
+        playbooks = load_playbooks()
+    pb = playbooks.get(playbook)
+    signals: set[str] = set()
+    if pb is not None:
+        rid = rule[len(playbook) + 1 :] if rule.startswith(playbook + ".") else rule
+        spec = next((r for r in pb.rules if r.id == rid), None)
+        names = set(spec.queries) if spec is not None else {q.name for q in pb.queries}
+        for q in pb.queries:
+            if q.name in names:
+                signals |= {q.signal} if q.signal else set(_PLACEHOLDER.findall(q.promql)) - {"window"}
+    wanted = set(FINDING_CONTEXT_PANELS) | signals
+    return [k for k in PANELS if k in wanted]
+
+
 def default_panels(profile: Profile) -> list[str]:
     """Return the panels of a timeline for this profile: every core panel plus the extras it exports."""
     return [k for k, s in PANELS.items() if s.core or profile.has(s.signal)]

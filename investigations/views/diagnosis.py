@@ -20,6 +20,8 @@ from django.contrib import messages
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -27,6 +29,7 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 
 from playbooks.gpus import GPU_MODELS
 from playbooks.profiles import PROFILES
+from playbooks.timeline import finding_panels
 
 from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from ..services import diagnosis as dx
@@ -72,7 +75,7 @@ def _get_run(investigation: Investigation, run_id: int) -> DiagnosisRun:
 
 def _get_finding(investigation: Investigation, finding_id: int) -> Finding:
     return get_object_or_404(
-        Finding.objects.select_related("job", "run"), pk=finding_id, investigation=investigation
+        Finding.objects.select_related("job", "run", "run__datasource"), pk=finding_id, investigation=investigation
     )
 
 
@@ -352,5 +355,55 @@ def finding_detail(request: HtmxHttpRequest, investigation_id: int, finding_id: 
         "evidence": [_evidence_row(row) for row in finding.evidence or [] if isinstance(row, dict)],
         "crash_time": crash,
         "crash_utc": utc(crash),
+        "timeline_url": finding_timeline_url(investigation, finding),
+        "bound": _finding_binding(finding),
     }
     return render(request, template, context)
+
+
+#: How much of the job a finding's timeline link shows either side of its onset.
+FINDING_VIEW_S = 1800.0
+
+
+def finding_timeline_url(investigation: Investigation, finding: Finding) -> str:
+    """Return the absolute link to the timeline that shows a finding's evidence.
+
+    Its panels (step time, then the signals its rule reads), its hosts highlighted, and the hour around
+    its onset in absolute UTC seconds, clipped to the data the run saw, so a ticket that pastes the link
+    gets the same view next month.
+    """
+    query: dict[str, str] = {"x": "time-utc"}
+    if finding.job_id:
+        query["job"] = str(finding.job_id)
+    panels = finding_panels(finding.playbook, finding.rule)
+    if panels:
+        query["panels"] = ",".join(panels)
+    hosts = [h for h in finding.hosts or [] if h and h != "all"]
+    if hosts:
+        query["hosts"] = ",".join(hosts)
+    if finding.onset is not None and math.isfinite(finding.onset):
+        lo, hi = finding.onset - FINDING_VIEW_S, finding.onset + FINDING_VIEW_S
+        span = ((finding.run.result or {}).get("source") or {}).get("time_range") if finding.run else None
+        if span and len(span) == 2:
+            lo, hi = max(lo, float(span[0])), min(hi, float(span[1]))
+        if hi > lo:
+            query["start"], query["end"] = f"{lo:.0f}", f"{hi:.0f}"
+    return reverse("investigations:timeline", args=[investigation.pk]) + "?" + urlencode(query)
+
+
+def _finding_binding(finding: Finding) -> dict[str, Any] | None:
+    """Return what the finding was computed from: the run, its data source and the data's time range."""
+    run = finding.run
+    if run is None:
+        return None
+    source = (run.result or {}).get("source") or {}
+    span = source.get("time_range") or []
+    ds = run.datasource
+    return {
+        "run": run,
+        "finished_utc": utc(run.finished.timestamp()) if run.finished else "",
+        "source": f"{ds.get_kind_display()} {ds.address}" if ds else "deleted data source",
+        "url": source.get("url") or "",
+        "profile": source.get("profile") or "",
+        "range_utc": f"{utc(span[0])} – {utc(span[1])}" if len(span) == 2 else "",
+    }

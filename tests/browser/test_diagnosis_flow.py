@@ -71,6 +71,18 @@ def test_a_diagnosis_runs_in_place_and_names_the_culprit(page: Page, job_factory
         ("thermal-straggler",)
     ]
 
+    # The finding's evidence opens on the timeline: its panels, its host highlighted, around its onset.
+    hot = page.locator("#diagnosis tr.finding-row").filter(has_text="hot").filter(has_text=culprit["host"])
+    hot.first.locator("a.finding-title").click()
+    link = page.get_by_test_id("finding-timeline-link").first
+    expect(link).to_be_visible()
+    link.click()
+    expect(page).to_have_url(re.compile(r"/timeline/\?.*panels=step_time%2Cgpu_temp"))
+    expect(page.locator("#timeline-panel-gpu_temp .timeline-plot")).to_have_attribute("data-state", "drawn")
+    expect(page.locator("#timeline-panel-gpu_power")).to_be_hidden()
+    expect(page.locator(".timeline-selection")).to_contain_text(culprit["host"])
+    expect(page.locator(".timeline-range")).not_to_have_text("whole job")
+
 
 def test_a_healthy_job_comes_out_healthy_without_warnings(page: Page, job_factory) -> None:
     job_dir, _ = job_factory("healthy", seed=7)

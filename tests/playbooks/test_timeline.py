@@ -490,3 +490,24 @@ def test_the_score_query_bar_keeps_the_panel_floor():
 )
 def test_a_time_axis_names_its_zone(xmode, offset, name) -> None:
     assert tl.zone_name(xmode, offset) == name
+
+
+@pytest.mark.parametrize(
+    ("playbook", "rule", "panels"),
+    [
+        ("gpu_health", "gpu_health.gpu_hot", ["step_time", "gpu_temp"]),
+        ("network", "network.rdma_retransmits_sustained", ["step_time", "rdma_retransmits"]),
+        ("hang", "busy_wait", ["step_time", "gpu_power", "gpu_util"]),  # a bare rule id works too
+        ("host_oom", "host_oom.oom_kill", ["step_time", "mem_used", "oom_kills"]),
+        ("training", "training.loss_jump", ["loss", "step_time"]),  # in stacking order
+        ("comparison", "restore-resource-leak:job # carries", ["step_time"]),  # not a playbook: context only
+    ],
+)
+def test_a_findings_panels_are_the_signals_its_rule_reads(playbook, rule, panels) -> None:
+    """Read from the declarations: step time for context, then what the rule's queries read."""
+    assert tl.finding_panels(playbook, rule) == panels
+
+
+def test_an_unknown_rule_shows_its_whole_playbook() -> None:
+    every = tl.finding_panels("gpu_health", "gpu_health.no_such_rule")
+    assert {"step_time", "gpu_temp", "gpu_clock"} <= set(every)

@@ -3,8 +3,11 @@ class in place), cancel, and a finding's evidence."""
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from unittest import mock
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.urls import reverse
@@ -363,3 +366,32 @@ def test_a_finding_has_its_own_page(alice_client, case) -> None:
     body = page.content.decode()
     assert "<!doctype html>" in body and "GPU 3 on node-2 runs hot" in body
     assert reverse("investigations:detail", args=[investigation.pk]) in body
+
+
+def test_a_finding_links_to_its_evidence_on_the_timeline_and_says_where_it_came_from(alice_client, case) -> None:
+    """Evidence binding: the run, data source and data range it was computed from, and an absolute link to
+    the panels its rule reads, its hosts highlighted, the hour around its onset clipped to the data."""
+    investigation, job = case
+    run = DiagnosisRun.objects.create(
+        investigation=investigation,
+        job=job,
+        datasource=job.datasources.first(),
+        status=TaskStatus.DONE,
+        result={"source": {"url": "http://127.0.0.1:19191", "profile": "amd", "time_range": [CRASH - 3600, CRASH]}},
+    )
+    finding = _finding(investigation, job, playbook="gpu_health", rule="gpu_health.gpu_hot", run=run)
+    body = alice_client.get(reverse("investigations:finding_detail", args=[investigation.pk, finding.pk])).content.decode()
+    link = re.search(r'href="([^"]+)" data-testid="finding-timeline-link"', body)
+    assert link is not None
+    url = urlsplit(html.unescape(link[1]))
+    assert url.path == reverse("investigations:timeline", args=[investigation.pk])
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    assert query == {
+        "x": "time-utc",
+        "job": str(job.pk),
+        "panels": "step_time,gpu_temp",
+        "hosts": "node-2",
+        "start": f"{CRASH - 725 - 1800:.0f}",
+        "end": f"{CRASH:.0f}",  # clipped to the data the run saw
+    }
+    assert f"From diagnosis run #{run.pk}" in body and "(amd profile)" in body
