@@ -1019,12 +1019,26 @@ def _det_series_absent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[
     prof = PROFILES.get(getattr(ctx.source, "profile", ""))
     if prof is None:
         return None
-    missing = prof.unavailable(getattr(ctx.source, "metric_names", ()))
-    if not missing:
+    # Two different facts: signals this exporter family never has (Xid on AMD: by design), and signals it
+    # has that this TSDB lacks (an exporter plugin that did not run: worth a look). The title names the latter.
+    by_design = prof.unavailable()
+    absent = [s for s in prof.unavailable(getattr(ctx.source, "metric_names", ())) if s not in by_design]
+    if not absent and not by_design:
         return None
-    ev = [{"query": "/api/v1/label/__name__/values", "labels": {}, "value": ", ".join(missing),
-           "interpretation": rule.meaning}]
-    return _finding(pb, rule, [], [], None, ev, value=", ".join(missing[:8]) + ("…" if len(missing) > 8 else ""))
+    ev = []
+    if absent:
+        needs = "; ".join(f"{s}: {' or '.join(prof.signal(s).metrics)}" for s in absent)
+        ev.append({"query": "/api/v1/label/__name__/values", "labels": {}, "value": ", ".join(absent),
+                   "interpretation": f"{rule.meaning} The {prof.name} profile reads them from {needs}."})
+    if by_design:
+        ev.append({"query": f"profile {prof.name}", "labels": {}, "value": ", ".join(by_design),
+                   "interpretation": f"The {prof.name} exporters have no such metrics; they are not guessed."})
+    def names(items: list[str]) -> str:
+        return ", ".join(items[:6]) + ("…" if len(items) > 6 else "")
+
+    never = f"{names(by_design)} that the {prof.name} exporters never have" if by_design else ""
+    value = names(absent) + (f" (and {never})" if never else "") if absent else f"only {never}"
+    return _finding(pb, rule, [], [], None, ev, value=value)
 
 
 _DETECTORS = {

@@ -221,3 +221,28 @@ def test_accused_alive_is_silent_when_the_job_stopped_with_the_heartbeats():
     util[("b", None)][120:] = 0.0
     ctx = _heartbeat_ctx(power, util, last_advance=NOW + 120 * STEP, stalled=True)
     assert evaluate(ctx, [_heartbeat_rule()]) == []
+
+
+def test_missing_signals_tell_an_absent_exporter_from_what_the_family_never_has() -> None:
+    """The title names the signals this TSDB lacks; Xid and friends on AMD are listed apart, not blamed."""
+    from playbooks.analysis import _det_series_absent
+    from playbooks.profiles import PROFILES
+
+    amd = PROFILES["amd"]
+    pb = load_playbooks()["exporter_health"]
+    rule = next(r for r in pb.rules if r.id == "families_missing")
+    everything = tuple(m for s in amd.signals.values() for m in s.metrics)
+    ctx = _ctx({})
+    ctx.source.metric_names = tuple(m for m in everything if not m.startswith("hw_rdma"))
+    found = _det_series_absent(ctx, pb, rule, (0.0, 1.0))
+    assert found is not None
+    assert found.title.startswith("Signals not collected: rdma_retransmits")
+    assert "that the amd exporters never have" in found.title and "gpu_xid" in found.title
+    absent, never = found.evidence
+    assert "rdma_retransmits" in absent["value"] and "hw_rdma" in absent["interpretation"]
+    assert "gpu_xid" in never["value"] and "rdma_retransmits" not in never["value"]
+
+    ctx.source.metric_names = everything
+    found = _det_series_absent(ctx, pb, rule, (0.0, 1.0))
+    assert found.title.startswith("Signals not collected: only last_step_timestamp, gpu_xid")
+    assert len(found.evidence) == 1
