@@ -44,12 +44,18 @@ __all__ = [
     "PANELS",
     "XMODES",
     "Annotation",
+    "CompareJob",
     "PanelData",
     "PanelSpec",
     "TimelineContext",
     "TimelineError",
     "Trace",
     "annotations_build",
+    "compare_fetch",
+    "compare_query",
+    "compare_range",
+    "compare_step_note",
+    "compare_trace",
     "context_build",
     "default_panels",
     "figure_build",
@@ -57,6 +63,7 @@ __all__ = [
     "panel_queries",
     "panels_fetch",
     "parse_panels",
+    "step_window",
 ]
 
 XMODES = ("step", "time-utc", "time-local")
@@ -376,6 +383,8 @@ class Trace:
         labels: normalised labels ({"host": .., "gpu": ..}).
         t, v: unix seconds and values.
         score: the outlier's largest deviation from the median, in the panel's unit.
+        axis: a compared job's own step axis, which maps its times to steps (None: the panel's job's).
+        step: the query step of a compared job's trace (0: the panel's).
     """
 
     name: str
@@ -384,6 +393,8 @@ class Trace:
     t: np.ndarray
     v: np.ndarray
     score: float | None = None
+    axis: StepAxis | None = field(default=None, repr=False)
+    step: float = 0.0
 
 
 @dataclass
@@ -487,14 +498,12 @@ def panel_queries(
     # Band statistics and scores need one value per device, not normalised labels: group by the
     # exporter's own labels and skip label_replace, which Prometheus runs per series and step (most of
     # the cost at 1,024 GPUs). The few outliers are renamed in Python.
-    plain = replace(sig, host_from="host", gpu_from="gpu" if sig.scope == "gpu" else "")
     raw = tuple(sig.host_from if n == "host" else sig.gpu_from for n in sig.labels)
     fn = spec.fn if sig.is_counter else None
     bare = spec.signal in ctx.unique and _bare_ok(profile, spec.signal)
 
     def _x(f: str | None, w: str) -> str:
-        # One series per device: the raw selector is the per-device value, no aggregation needed.
-        return _bare_expr(sig, f, w) if bare else plain.expr(f, window=w, by=raw)
+        return _device_expr(sig, f, w, bare)
 
     x = _x(fn, window)
     lo, hi = x, x
@@ -517,6 +526,18 @@ def panel_queries(
         queries["hosts"] = f"{normalised} and on (host) ({_label_vector([{'host': h} for h in hosts])})"
     rename = tuple((r, n) for r, n in zip(raw, sig.labels, strict=True) if r != n)
     return PanelPlan(spec, "band", queries, step, x, raw, rename, bare)
+
+
+def _device_expr(sig: Any, fn: str | None, window: str, bare: bool) -> str:
+    """Return one series per device (host, or host and GPU) under the exporter's own labels.
+
+    One series per device already (`bare`): the raw selector is the per-device value, no aggregation.
+    """
+    if bare:
+        return _bare_expr(sig, fn, window)
+    plain = replace(sig, host_from="host", gpu_from="gpu" if sig.scope == "gpu" else "")
+    raw = tuple(sig.host_from if n == "host" else sig.gpu_from for n in sig.labels)
+    return plain.expr(fn, window=window, by=raw)
 
 
 def _bare_expr(sig: Any, fn: str | None, window: str) -> str:
@@ -767,6 +788,147 @@ def panels_fetch(
     return out
 
 
+# --- Compared jobs: other runs drawn over the panel, aligned by training step ------------------------
+
+
+@dataclass(frozen=True)
+class CompareJob:
+    """Another job drawn over a timeline's panels (a baseline, a run to compare).
+
+    Attributes:
+        job_id: its id, for the legend.
+        role: its role in the investigation ("baseline", "compare").
+        ctx: its own timeline context (profile, data range, step axis), on its own data source.
+    """
+
+    job_id: str
+    role: str
+    ctx: TimelineContext
+
+    @property
+    def label(self) -> str:
+        return f"{self.job_id} ({self.role})"
+
+
+def compare_step_note(labels: Sequence[str]) -> str:
+    """Return what a panel says when compared jobs are asked for on a time axis: they align by step only."""
+    return (
+        f"The overlay of {', '.join(labels)} needs the step axis: runs are compared by training step, "
+        "not by clock. Switch the x-axis to step to draw it."
+    )
+
+
+def step_window(axis: StepAxis, start: float, end: float) -> tuple[float, float] | None:
+    """Return the smallest and largest step a job reaches over [start, end], or None when it has none there."""
+    if axis.empty or not end > start:
+        return None
+    steps = np.asarray(axis.step_at(np.linspace(start, end, 257)))
+    steps = steps[np.isfinite(steps)]
+    if not len(steps):
+        return None
+    return float(steps.min()), float(steps.max())
+
+
+def compare_range(ctx: TimelineContext, steps: tuple[float, float] | None) -> tuple[float, float] | None:
+    """Return the time range of a compared job holding `steps` (lo, hi) through its own step axis.
+
+    None for `steps` gives its whole data range; None is returned when it reaches none of those steps.
+    A step below its first (a restored run's) starts at its first step, one above its last ends there.
+    """
+    if steps is None:
+        return ctx.start, ctx.end
+    axis = ctx.axis
+    lo, hi = sorted(steps)
+    if axis.empty or hi < axis.first_step or lo > axis.last_step:
+        return None
+    t0 = axis.start if lo <= axis.first_step else float(axis.time_at(lo, occurrence="earliest"))
+    t1 = axis.end if hi >= axis.last_step else float(axis.time_at(hi))
+    t0, t1 = max(ctx.start, t0), min(ctx.end, t1)
+    if not (math.isfinite(t0) and math.isfinite(t1) and t1 > t0):
+        return None
+    return t0, t1
+
+
+def compare_query(
+    spec: PanelSpec, ctx: TimelineContext, start: float, end: float
+) -> tuple[str, float] | None:
+    """Return (PromQL, step) of a compared job's one trace on a panel, or None when its profile lacks the signal.
+
+    A job-scope signal (loss, step time) is the series itself; a host or GPU signal is the median across
+    hosts or GPUs, computed by Prometheus (`quantile(0.5, ...)`) on the compared job's data source.
+    """
+    profile = ctx.profile
+    if not profile.has(spec.signal):
+        return None
+    step = query_step(ctx, start, end)
+    window = _fmt_seconds(max(4 * ctx.interval, step))
+    sig = profile.signal(spec.signal)
+    fn = spec.fn if sig.is_counter else None
+    if sig.scope == "job":
+        return profile.expr(spec.signal, fn, window=window), step
+    bare = spec.signal in ctx.unique and _bare_ok(profile, spec.signal)
+    return f"quantile(0.5, {_device_expr(sig, fn, window, bare)})", step
+
+
+def compare_trace(
+    spec: PanelSpec, job: CompareJob, series: Sequence[Series], step: float = 0.0
+) -> Trace | None:
+    """Return a compared job's trace from its query's result (role "compare", its own step axis), or None if empty."""
+    found = next((s for s in series if s.timestamps), None)
+    if found is None:
+        return None
+    single = signal_info(spec.signal)["scope"] == "job"
+    return Trace(
+        job.label if single else f"{job.label} median",
+        "compare",
+        {"job": job.job_id, "job_role": job.role},
+        np.asarray(found.timestamps, dtype=float),
+        np.asarray(found.values, dtype=float),
+        axis=job.ctx.axis,
+        step=step,
+    )
+
+
+def compare_fetch(
+    client: PrometheusClient,
+    job: CompareJob,
+    keys: Sequence[str],
+    steps: tuple[float, float] | None,
+    *,
+    max_concurrency: int = 4,
+) -> tuple[dict[str, Trace | str], int]:
+    """Return ({panel key: a compared job's trace over `steps` (None: its whole run) or why not}, queries sent).
+
+    One range query per panel on the compared job's own Prometheus, all in parallel (bounded).
+    """
+    rng = compare_range(job.ctx, steps)
+    if rng is None:
+        return {k: f"{job.label} has no steps in this range." for k in keys}, 0
+    start, end = rng
+    out: dict[str, Trace | str] = {}
+    plans: dict[str, tuple[str, float]] = {}
+    for key in keys:
+        spec = PANELS[key]
+        plan = compare_query(spec, job.ctx, start, end)
+        if plan is None:
+            out[key] = f"{job.label}: {_unavailable_message(job.ctx.profile, spec)}"
+        else:
+            plans[key] = plan
+    calls = [lambda q=q, st=st: client.query_range(q, start, end, st) for q, st in plans.values()]
+    for (key, (_, st)), result in zip(
+        plans.items(), client.run_parallel(calls, max_concurrency=max_concurrency), strict=True
+    ):
+        spec = PANELS[key]
+        if isinstance(result, PrometheusError):
+            out[key] = f"{job.label}: its Prometheus did not answer ({result})."
+            continue
+        trace = compare_trace(spec, job, result, st)
+        out[key] = (
+            trace if trace is not None else f"{job.label} has no {spec.title.lower()} data in this range."
+        )
+    return out, len(calls)
+
+
 # --- Downsampling ----------------------------------------------------------------------------------
 
 
@@ -915,6 +1077,7 @@ def annotations_build(
 _COLORS = {"min": "rgba(90,110,140,0.5)", "median": "#3b4a63", "max": "rgba(90,110,140,0.5)"}
 _OUTLIER_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
 _TOP_COLORS = ("#74a9cf", "#8c96c6", "#9ebcda")
+_COMPARE_COLORS = ("#17becf", "#bcbd22", "#7f7f7f", "#2ca02c")
 _MARK_COLORS = {
     "checkpoint": "#9aa5b1",
     "warmup-end": "#2ca02c",
@@ -947,9 +1110,11 @@ def zone_name(xmode: str, tz_offset_s: float) -> str:
     return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
-def _x_of(t: np.ndarray, ctx: TimelineContext, xmode: str, tz_offset_s: float) -> np.ndarray:
+def _x_of(
+    t: np.ndarray, ctx: TimelineContext, xmode: str, tz_offset_s: float, axis: StepAxis | None = None
+) -> np.ndarray:
     if xmode == "step":
-        return np.asarray(ctx.axis.step_at(t), dtype=float)
+        return np.asarray((axis or ctx.axis).step_at(t), dtype=float)
     shift = tz_offset_s if xmode == "time-local" else 0.0
     return (t + shift) * 1000.0
 
@@ -1006,25 +1171,34 @@ def figure_build(
     points_per_trace: int = POINTS_PER_TRACE,
     points_per_figure: int = POINTS_PER_FIGURE,
     x_range: tuple[float, float] | None = None,
+    overlays: Sequence[Trace] = (),
+    notes: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Return the Plotly figure of one panel as plain dicts (data, layout), with meta for the page.
 
     The x-axis is the step ("step") or the time in ms ("time-utc"; "time-local" shifted by
     tz_offset_s). Each trace is downsampled to min(points_per_trace, points_per_figure / traces).
-    layout.meta holds the panel key, mode, outliers, the labelled marks (in the order of
-    layout.annotations, so a clicked annotation finds its finding) and the range.
+    `overlays` are compared jobs' traces (`compare_trace`): on the step axis each is placed through its
+    own job's step axis, dashed; on a time axis they are left out and the panel says they need the step
+    axis. layout.meta holds the panel key, mode, outliers, the labelled marks (in the order of
+    layout.annotations, so a clicked annotation finds its finding), the range and `notes` for the page.
     """
     if xmode not in XMODES:
         raise TimelineError(f"x-axis mode must be one of {', '.join(XMODES)}, not {xmode!r}")
     spec = panel.spec
-    budget = max(8, min(points_per_trace, points_per_figure // max(1, len(panel.traces))))
-    max_dt = max(2.5 * max(panel.step, ctx.interval), 3 * ctx.interval)
+    notes = list(notes)
+    if overlays and xmode != "step":
+        notes.append(compare_step_note([tr.name.removesuffix(" median") for tr in overlays]))
+        overlays = ()
+    traces = [*panel.traces, *overlays]
+    budget = max(8, min(points_per_trace, points_per_figure // max(1, len(traces))))
     data: list[dict[str, Any]] = []
-    outlier_i = top_i = 0
-    for tr in panel.traces:
+    outlier_i = top_i = compare_i = 0
+    for tr in traces:
+        max_dt = max(2.5 * max(tr.step or panel.step, ctx.interval), 3 * ctx.interval)
         holes = _gap_times(tr.t, max_dt)
         t, v = minmax_downsample(tr.t, tr.v, budget)
-        x, y = _break_gaps(_x_of(t, ctx, xmode, tz_offset_s), v, t, holes)
+        x, y = _break_gaps(_x_of(t, ctx, xmode, tz_offset_s, tr.axis), v, t, holes)
         trace: dict[str, Any] = {
             "type": "scattergl",
             "mode": "lines",
@@ -1059,6 +1233,14 @@ def figure_build(
             top_i += 1
         elif tr.role == "host":
             trace["line"] = {"width": 1.5, "dash": "dot"}
+        elif tr.role == "compare":
+            trace["line"] = {
+                "color": _COMPARE_COLORS[compare_i % len(_COMPARE_COLORS)],
+                "width": 2,
+                "dash": "dash",
+            }
+            trace["showlegend"] = True
+            compare_i += 1
         else:
             trace["line"] = {"width": 1.2}
             # Many plain lines make a legend taller than the chart: hovering names them instead.
@@ -1144,6 +1326,7 @@ def figure_build(
             "domain": spec.domain,
             "mode": panel.mode,
             "message": panel.message,
+            "notes": notes,
             "outliers": panel.outliers,
             "marks": marks,
             "start": panel.start,

@@ -72,7 +72,20 @@
       end: q.get("end") || "",
       x: XMODES.indexOf(q.get("x")) >= 0 ? q.get("x") : "step",
       hosts: list(q.get("hosts")),
+      // Other jobs of the investigation drawn over the panels by step: only those the toolbar offers.
+      compare: list(q.get("compare")).filter(function (c) { return compareChoices(region).indexOf(c) >= 0; }),
     };
+  }
+
+  function compareChoices(region) {
+    return boxValues(region, "timeline-compare", false);
+  }
+
+  /* The values of the toolbar's checkboxes named `name`: all of them, or only the ticked ones. */
+  function boxValues(region, name, checkedOnly) {
+    return Array.prototype.filter
+      .call(region.querySelectorAll('input[name="' + name + '"]'), function (x) { return !checkedOnly || x.checked; })
+      .map(function (x) { return x.value; });
   }
 
   function writeState(st) {
@@ -83,6 +96,7 @@
     set("end", st.end);
     set("x", st.x);
     set("hosts", st.hosts.join(","));
+    set("compare", st.compare.join(","));
     var qs = q.toString();
     history.replaceState(null, "", location.pathname + (qs ? "?" + qs : "") + location.hash);
   }
@@ -95,6 +109,7 @@
     if (st.end) q.set("end", st.end);
     if (st.x === "time-local") q.set("tz", String(tzMinutes()));
     if (st.hosts.length) q.set("hosts", st.hosts.join(","));
+    if (st.compare.length) q.set("compare", st.compare.join(","));
     Object.keys(extra || {}).forEach(function (k) { q.set(k, extra[k]); });
     return q;
   }
@@ -113,7 +128,7 @@
     if (!plot.data || !plot.data.length) return;
     var opacity = plot.data.map(function (t) {
       var m = t.meta || {};
-      if (!hosts.length || ["min", "median", "max"].indexOf(m.role) >= 0) return 1;
+      if (!hosts.length || ["min", "median", "max", "compare"].indexOf(m.role) >= 0) return 1;
       return hosts.indexOf(m.host) >= 0 ? 1 : 0.2;
     });
     var width = plot.data.map(function (t) {
@@ -194,6 +209,12 @@
     var meta = figure.layout.meta || {};
     var names = (meta.outliers || []).map(function (o) { return o.name; });
     el.querySelector(".timeline-outliers").textContent = names.length ? "outliers: " + names.join(", ") : "";
+    // Why a compared job is not drawn (no data source, no such signal, a time axis), and the panel's own
+    // message when only compared jobs are drawn.
+    var notes = (meta.notes || []).slice();
+    if (figure.data.length && meta.message) notes.unshift(meta.message);
+    var noteEl = el.querySelector(".timeline-notes");
+    if (noteEl) noteEl.textContent = notes.join(" ");
     el.dataset.mode = meta.mode || "";
     if (!figure.data.length) {
       if (window.Plotly && plot.data) Plotly.purge(plot);
@@ -363,12 +384,29 @@
     region.querySelectorAll('input[name="timeline-panel"]').forEach(function (c) {
       c.checked = st.panels.indexOf(c.value) >= 0;
       c.addEventListener("change", function () {
-        st.panels = Array.prototype.filter
-          .call(region.querySelectorAll('input[name="timeline-panel"]'), function (x) { return x.checked; })
-          .map(function (x) { return x.value; });
+        st.panels = boxValues(region, "timeline-panel", true);
         applyPanels(region, st);
         writeState(st);
         loadVisible(region, st);
+      });
+    });
+    region.querySelectorAll('input[name="timeline-compare"]').forEach(function (c) {
+      c.checked = st.compare.indexOf(c.value) >= 0;
+      c.addEventListener("change", function () {
+        st.compare = boxValues(region, "timeline-compare", true);
+        var note = region.querySelector(".timeline-compare-note");
+        if (st.compare.length && st.x !== "step") {
+          // Runs are compared by training step, not by clock: switch the axis, and say so.
+          st.x = "step";
+          region.querySelectorAll('input[name="timeline-x"]').forEach(function (r) { r.checked = r.value === "step"; });
+          if (note) {
+            note.textContent = "The x-axis switched to step: compared jobs are aligned by training step.";
+            note.hidden = false;
+          }
+        } else if (note && !st.compare.length) {
+          note.hidden = true;
+        }
+        reloadAll(region, st);
       });
     });
     var reset = region.querySelector(".timeline-reset");

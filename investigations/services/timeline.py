@@ -13,6 +13,7 @@ import hashlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from playbooks import timeline as tl
 from playbooks.profiles import PROFILES, Profile, ProfileError, detect_profile
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
-from ..models import DataSource, Finding, Investigation, Job, PinnedChart
+from ..models import DataSource, Finding, Investigation, InvestigationJob, Job, PinnedChart
 from . import DataSourceError, _datasource_connect
 
 logger = logging.getLogger(__name__)
@@ -31,11 +32,21 @@ logger = logging.getLogger(__name__)
 CONTEXT_TTL_S = 300
 #: Panel queries in flight per request; the job's Prometheus shares two CPUs with everything else.
 MAX_CONCURRENCY = 4
+#: Other jobs of the investigation one timeline can draw over its panels.
+MAX_COMPARE = 4
 _HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 class TimelineError(Exception):
     """The timeline cannot be shown: no data source, no data, or a bad view. The message is for the user."""
+
+
+class CompareError(TimelineError):
+    """A job asked for in `compare=` is not another job of this investigation (`status`: 404, or 400 for itself)."""
+
+    def __init__(self, message: str, status: int = 404) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -49,6 +60,7 @@ class TimelineView:
         tz_offset_min: the viewer's offset east of UTC in minutes (for time-local).
         hosts: hosts to draw even in band mode (a selected finding's).
         step_from, step_to: a range given in steps (a zoom on the step axis), converted with the step axis.
+        compare: pks of other jobs of the investigation drawn over the panels, aligned by step.
     """
 
     panels: tuple[str, ...] | None = None
@@ -59,11 +71,13 @@ class TimelineView:
     hosts: tuple[str, ...] = ()
     step_from: float | None = None
     step_to: float | None = None
+    compare: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["panels"] = list(self.panels) if self.panels is not None else None
         out["hosts"] = list(self.hosts)
+        out["compare"] = list(self.compare)
         return out
 
 
@@ -80,8 +94,18 @@ def _float(params: Mapping[str, Any], name: str) -> float | None:
     return value
 
 
+def _compare_ids(raw: Any) -> tuple[int, ...]:
+    items = [c.strip() for c in str(raw or "").split(",") if c.strip()]
+    if not all(c.isdigit() for c in items):
+        raise TimelineError(f"compare lists job ids of this investigation (e.g. compare=12,14), not {raw!r}.")
+    ids = tuple(dict.fromkeys(int(c) for c in items))
+    if len(ids) > MAX_COMPARE:
+        raise TimelineError(f"At most {MAX_COMPARE} jobs can be compared on one timeline.")
+    return ids
+
+
 def timeline_view_parse(params: Mapping[str, Any]) -> TimelineView:
-    """Return the view of a query string: panels, start, end, x, tz, hosts, sfrom, sto (all optional)."""
+    """Return the view of a query string: panels, start, end, x, tz, hosts, sfrom, sto, compare (all optional)."""
     xmode = str(params.get("x") or "step")
     if xmode not in tl.XMODES:
         raise TimelineError(f"x must be one of {', '.join(tl.XMODES)}, not {xmode!r}.")
@@ -111,6 +135,7 @@ def timeline_view_parse(params: Mapping[str, Any]) -> TimelineView:
         hosts=hosts[:20],
         step_from=_float(params, "sfrom"),
         step_to=_float(params, "sto"),
+        compare=_compare_ids(params.get("compare")),
     )
 
 
@@ -175,15 +200,7 @@ def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
     except DataSourceError as exc:
         raise TimelineError(str(exc)) from exc
     try:
-        key = f"timeline-ctx:{ds.pk}:{client.base_url}"
-        ctx = cache.get(key)
-        queries = 0
-        if ctx is None:
-            profile = _profile_of(ds, client)
-            start, end = _range_of(ds, client, served_range)
-            ctx = tl.context_build(client, profile, start, end, max_concurrency=MAX_CONCURRENCY)
-            queries = ctx.queries
-            cache.set(key, ctx, CONTEXT_TTL_S)
+        ctx, queries = _context(ds, client, served_range)
         start, end = _view_range(view, ctx)
     except PrometheusError as exc:
         client.close()
@@ -192,6 +209,21 @@ def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
         client.close()
         raise
     return TimelineSession(client, ctx, start, end, queries=queries)
+
+
+def _context(
+    ds: DataSource, client: PrometheusClient, served_range: tuple[float, float] | None
+) -> tuple[tl.TimelineContext, int]:
+    """Return (the job's shared timeline context, queries sent): cached per data source for CONTEXT_TTL_S."""
+    key = f"timeline-ctx:{ds.pk}:{client.base_url}"
+    ctx = cache.get(key)
+    if ctx is not None:
+        return ctx, 0
+    profile = _profile_of(ds, client)
+    start, end = _range_of(ds, client, served_range)
+    ctx = tl.context_build(client, profile, start, end, max_concurrency=MAX_CONCURRENCY)
+    cache.set(key, ctx, CONTEXT_TTL_S)
+    return ctx, ctx.queries
 
 
 def _view_range(view: TimelineView, ctx: tl.TimelineContext) -> tuple[float, float]:
@@ -208,6 +240,100 @@ def _view_range(view: TimelineView, ctx: tl.TimelineContext) -> tuple[float, flo
     if not end > start:
         raise TimelineError("The range holds no data of this job.")
     return start, end
+
+
+# --- Compared jobs ---------------------------------------------------------------------------------
+
+
+def compare_choices(investigation: Investigation, job: Job | None) -> list[InvestigationJob]:
+    """Return the investigation's other jobs (links, with their role), which a timeline of `job` can draw over it."""
+    links = InvestigationJob.objects.filter(investigation=investigation).select_related("job")
+    if job is not None:
+        links = links.exclude(job=job)
+    return list(links)
+
+
+def compare_links(
+    investigation: Investigation, job: Job | None, pks: Sequence[int]
+) -> list[InvestigationJob]:
+    """Return the links of the jobs `pks`, in that order; CompareError for a job shown or not in the investigation."""
+    if not pks:
+        return []
+    links = {link.job_id: link for link in compare_choices(investigation, None) if link.job_id in pks}
+    for pk in pks:
+        if job is not None and pk == job.pk:
+            raise CompareError(f"Job {pk} is the job this timeline shows: compare it with another job.", 400)
+        if pk not in links:
+            raise CompareError(
+                f"Job {pk} is not a job of this investigation: add it to the investigation first."
+            )
+    return [links[pk] for pk in pks]
+
+
+@dataclass
+class _Compared:
+    """A compared job opened in the request's thread (the data source is served there, which writes its state)."""
+
+    label: str
+    job_id: str
+    role: str
+    ds: DataSource | None = None
+    client: PrometheusClient | None = None
+    served: tuple[float, float] | None = None
+    error: str = ""
+
+
+def _compare_open(links: Sequence[InvestigationJob]) -> list[_Compared]:
+    from .investigations import job_datasource  # it imports the services this module builds on
+
+    out = []
+    for link in links:
+        item = _Compared(f"{link.job.job_id} ({link.role})", link.job.job_id, link.role)
+        item.ds = job_datasource(link.job)
+        if item.ds is None:
+            item.error = f"{item.label} has no data source: add its Prometheus to draw it."
+        else:
+            try:
+                item.client, item.served = _datasource_connect(item.ds)
+            except DataSourceError as exc:
+                item.error = f"{item.label}: {exc}"
+        out.append(item)
+    return out
+
+
+def _compare_fetch(
+    item: _Compared, keys: Sequence[str], steps: tuple[float, float] | None
+) -> tuple[dict[str, tl.Trace | str], int]:
+    """Return ({panel key: the compared job's trace, or a note}, queries sent); never raises for its data source."""
+    if item.client is None or item.ds is None:
+        return dict.fromkeys(keys, item.error), 0
+    try:
+        ctx, queries = _context(item.ds, item.client, item.served)
+    except (PrometheusError, TimelineError) as exc:
+        return dict.fromkeys(keys, f"{item.label}: its Prometheus did not answer ({exc})."), 0
+    ident = repr((item.client.base_url, steps))
+    prefix = f"timeline-compare:{item.ds.pk}:{hashlib.sha256(ident.encode()).hexdigest()[:24]}:"
+    cached = cache.get_many([prefix + k for k in keys])
+    missing = [k for k in keys if prefix + k not in cached]
+    fetched: dict[str, tl.Trace | str] = {}
+    if missing:
+        job = tl.CompareJob(item.job_id, item.role, ctx)
+        fetched, sent = tl.compare_fetch(item.client, job, missing, steps, max_concurrency=MAX_CONCURRENCY)
+        queries += sent
+        cache.set_many({prefix + k: v for k, v in fetched.items() if isinstance(v, tl.Trace)}, CONTEXT_TTL_S)
+    return {k: fetched[k] if k in fetched else cached[prefix + k] for k in keys}, queries
+
+
+def _compare_steps(view: TimelineView, session: TimelineSession) -> tuple[float, float] | None | bool:
+    """Return the steps the compared jobs are drawn over: a step zoom's, the primary's over a zoomed time
+    range, None for the whole of each compared run, or False when the zoomed range holds no step."""
+    if view.step_from is not None and view.step_to is not None:
+        lo, hi = sorted((view.step_from, view.step_to))
+        return lo, hi
+    ctx = session.ctx
+    if (session.start, session.end) == (ctx.start, ctx.end):
+        return None
+    return tl.step_window(ctx.axis, session.start, session.end) or False
 
 
 # --- Figures ---------------------------------------------------------------------------------------
@@ -241,7 +367,9 @@ def timeline_figures(
     Every panel's queries run in parallel (bounded); annotations come from the job's triage, the step
     axis and the investigation's findings.
     """
+    links = compare_links(investigation, job, view.compare)
     session = timeline_open(ds, view)
+    compared: list[_Compared] = []
     try:
         ctx = session.ctx
         try:
@@ -252,8 +380,11 @@ def timeline_figures(
         prefix = f"timeline-panel:{ds.pk if ds else ''}:{hashlib.sha256(ident.encode()).hexdigest()[:24]}:"
         cached = cache.get_many([prefix + k for k in keys])
         missing = [k for k in keys if prefix + k not in cached]
-        fetched = (
-            tl.panels_fetch(
+
+        def primary() -> list[tl.PanelData]:
+            if not missing:
+                return []
+            return tl.panels_fetch(
                 session.client,
                 ctx,
                 missing,
@@ -263,21 +394,44 @@ def timeline_figures(
                 hosts=view.hosts,
                 max_concurrency=MAX_CONCURRENCY,
             )
-            if missing
-            else []
-        )
+
+        notes: list[str] = []
+        overlays: list[tuple[dict[str, tl.Trace | str], int]] = []
+        steps = _compare_steps(view, session) if links else None
+        if links and view.xmode != "step":
+            # Runs are compared by step: on a time axis they would sit at unrelated clocks.
+            notes.append(tl.compare_step_note([f"{link.job.job_id} ({link.role})" for link in links]))
+        elif links and steps is False:
+            notes.append("The compared jobs are not drawn: this range holds no training step.")
+        elif links:
+            compared = _compare_open(links)
+        if compared:
+            # The compared jobs' queries go to their own Prometheus, in parallel with the primary's.
+            with ThreadPoolExecutor(max_workers=1 + len(compared), thread_name_prefix="timeline") as pool:
+                first = pool.submit(primary)
+                rest = [pool.submit(_compare_fetch, item, keys, steps or None) for item in compared]
+                fetched = first.result()
+                overlays = [f.result() for f in rest]
+        else:
+            fetched = primary()
         # A failed panel is asked again next time; the others are kept for the context's lifetime.
         cache.set_many({prefix + p.spec.key: p for p in fetched if p.mode != "error"}, CONTEXT_TTL_S)
         by_key = {p.spec.key: p for p in fetched}
         data = [by_key[k] if k in by_key else cached[prefix + k] for k in keys]
         marks = tl.annotations_build(ctx, _triage(job), _findings(investigation, job))
-        figures = {
-            p.spec.key: tl.figure_build(
-                p, ctx, xmode=view.xmode, annotations=marks, tz_offset_s=view.tz_offset_min * 60
+        figures = {}
+        for p in data:
+            found = [o[p.spec.key] for o, _ in overlays]
+            figures[p.spec.key] = tl.figure_build(
+                p,
+                ctx,
+                xmode=view.xmode,
+                annotations=marks,
+                tz_offset_s=view.tz_offset_min * 60,
+                overlays=[o for o in found if isinstance(o, tl.Trace)],
+                notes=notes + [o for o in found if isinstance(o, str)],
             )
-            for p in data
-        }
-        queries = session.queries + sum(len(p.queries) for p in fetched)
+        queries = session.queries + sum(len(p.queries) for p in fetched) + sum(n for _, n in overlays)
         return {
             "figures": figures,
             "start": session.start,
@@ -288,6 +442,9 @@ def timeline_figures(
         }
     finally:
         session.close()
+        for item in compared:
+            if item.client is not None:
+                item.client.close()
 
 
 def timeline_panels(ds: DataSource | None) -> dict[str, Any]:

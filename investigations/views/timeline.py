@@ -63,6 +63,8 @@ def _region_context(investigation: Investigation, job: Job | None) -> dict:
         "datasource": job_datasource(job),
         "finding_url": _finding_url(investigation),
         "xmodes": tl.XMODES,
+        # The investigation's other jobs, which the toolbar offers to draw over the panels by step.
+        "compare_jobs": svc.compare_choices(investigation, job),
     }
 
 
@@ -91,7 +93,11 @@ def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @require_GET
 @never_cache
 def panel(request: HtmxHttpRequest, investigation_id: int, panel: str) -> JsonResponse:
-    """Return one panel's Plotly figure for the range, x-axis mode and hosts of the query string."""
+    """Return one panel's Plotly figure for the range, x-axis mode, hosts and compared jobs of the query string.
+
+    `compare=<job pk>[,<job pk>]` draws other jobs of this investigation over the panel by step: a job that
+    is not one of them is a 404, the job shown itself a 400.
+    """
     investigation = _get_investigation(request, investigation_id)
     job = _get_job(investigation, request.GET.get("job"))
     if panel not in tl.PANELS:
@@ -100,6 +106,10 @@ def panel(request: HtmxHttpRequest, investigation_id: int, panel: str) -> JsonRe
         view = svc.timeline_view_parse(request.GET)
     except svc.TimelineError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
+    try:
+        svc.compare_links(investigation, job, view.compare)
+    except svc.CompareError as exc:
+        return JsonResponse({"error": str(exc)}, status=exc.status)
     try:
         built = svc.timeline_figures(investigation, job, job_datasource(job), view, panels=[panel])
     except svc.TimelineError as exc:

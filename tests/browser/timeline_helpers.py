@@ -45,3 +45,32 @@ def drawn(page, panel: str) -> None:
 
 def url_query(page) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(urlsplit(page.url).query).items()}
+
+
+_PAIR = """
+import json
+from investigations import services
+from investigations.models import Investigation, InvestigationJob
+restored, _ = services.job_register({restored!r})
+baseline, _ = services.job_register({baseline!r})
+inv = Investigation.objects.create(title={title!r})
+InvestigationJob.objects.create(investigation=inv, job=restored, role="primary")
+InvestigationJob.objects.create(investigation=inv, job=baseline, role="baseline", position=1)
+print(json.dumps({{"inv": inv.pk, "job": restored.pk, "baseline": baseline.pk, "baseline_job_id": baseline.job_id}}))
+"""
+
+
+def open_pair(app: Any, restored_dir: Path, baseline_dir: Path, title: str) -> dict:
+    """Return the ids {inv, job, baseline, baseline_job_id} of an investigation on a restored job and its baseline."""
+    code = _PAIR.format(restored=str(restored_dir), baseline=str(baseline_dir), title=title)
+    return json.loads(app.shell(code).strip().splitlines()[-1])
+
+
+def overlay_steps(page, panel: str) -> list[float] | None:
+    """Return the x (steps) of a panel's compared-job trace as drawn, or None while it has none."""
+    return page.evaluate(
+        "p => { const el = document.querySelector(`#timeline-panel-${p} .timeline-plot`);"
+        " const t = (el.data || []).find(d => d.meta && d.meta.role === 'compare');"
+        " return t ? t.x.filter(x => x !== null) : null; }",
+        panel,
+    )

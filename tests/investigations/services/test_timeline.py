@@ -3,12 +3,15 @@ that render after their Prometheus is stopped."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from django.core.cache import cache
 from django.template.loader import render_to_string
 
 from investigations import services
-from investigations.models import DataSource, Finding, Investigation, InvestigationJob, PinnedChart
+from investigations.models import DataSource, Finding, Investigation, InvestigationJob, Job, PinnedChart
 from investigations.services import timeline as svc
 from playbooks import tsdb_server
 
@@ -162,3 +165,135 @@ def test_pinned_chart_renders_after_its_prometheus_is_stopped(served_case, setti
     assert f"{culprit} (outlier)" in html
     with pytest.raises(svc.TimelineError):
         svc.timeline_panels(DataSource.objects.create(kind=DataSource.Kind.URL, address="http://127.0.0.1:9"))
+
+
+# --- Compared jobs drawn over the panels, by step ------------------------------------------------------
+
+
+#: Long enough for checkpoints: the restored run starts past step 0 (at the one nearest a quarter in).
+RESTORED = {"hours": 3.0, "gpus": 2}
+
+
+@pytest.fixture
+def restored_pair(job_factory, synth_root, settings):
+    """Return (investigation, restored job, its ds, baseline job, its ds, truth, baseline truth), both served."""
+    settings.STEPWISE_JOB_ROOTS = [synth_root]
+    cache.clear()
+    restored_dir, truth = job_factory("restore-resource-leak", **RESTORED)
+    base_truth = json.loads((Path(truth["compare_with"]) / "truth.json").read_text())
+    restored, rds = services.job_register(restored_dir)
+    baseline, bds = services.job_register(Path(truth["compare_with"]))
+    investigation = Investigation.objects.create(title="slower after the restore")
+    InvestigationJob.objects.create(
+        investigation=investigation, job=restored, role=InvestigationJob.Role.PRIMARY
+    )
+    InvestigationJob.objects.create(
+        investigation=investigation, job=baseline, role=InvestigationJob.Role.BASELINE
+    )
+    yield investigation, restored, rds, baseline, bds, truth, base_truth
+    tsdb_server.reap_leftovers(settings.STEPWISE_TSDB_VIEWS)
+    cache.clear()
+
+
+def _overlay(figure: dict) -> dict:
+    (trace,) = [d for d in figure["data"] if d["meta"]["role"] == "compare"]
+    return trace
+
+
+def _xs(trace: dict) -> list[float]:
+    return [x for x in trace["x"] if x is not None]
+
+
+def _ys(trace: dict) -> list[float]:
+    return [y for y in trace["y"] if y is not None]
+
+
+def test_a_compared_baseline_is_drawn_by_step_next_to_the_restored_run(restored_pair) -> None:
+    """On the restored run's panels the baseline lies on its own steps 0..N and the restored run on
+    restored_from+1..N; a host signal is the baseline's median (one trace), a training signal its series;
+    seen from the baseline, the restored run's runnable-process median is far above the baseline's."""
+    investigation, restored, rds, baseline, bds, truth, base_truth = restored_pair
+    assert base_truth["first_step"] == 0 and truth["first_step"] == truth["restored_from"] + 1 > 50
+    keys = ["step_time", "procs_running"]
+    view = svc.TimelineView(compare=(baseline.pk,))
+    built = svc.timeline_figures(investigation, restored, rds, view, panels=keys)
+    for key in keys:
+        figure = built["figures"][key]
+        own = [x for d in figure["data"] if d["meta"]["role"] != "compare" for x in _xs(d)]
+        assert truth["restored_from"] < min(own) and max(own) <= truth["last_step"] + 1, key
+        base = _overlay(figure)
+        assert base["meta"]["job"] == baseline.job_id and base["line"]["dash"] == "dash"
+        assert min(_xs(base)) < 5 and max(_xs(base)) >= base_truth["last_step"] - 5, key
+        assert min(_xs(base)) < truth["restored_from"] < max(_xs(base))
+    assert _overlay(built["figures"]["step_time"])["name"] == f"{baseline.job_id} (baseline)"
+    assert _overlay(built["figures"]["procs_running"])["name"] == f"{baseline.job_id} (baseline) median"
+
+    reverse = svc.timeline_figures(
+        investigation, baseline, bds, svc.TimelineView(compare=(restored.pk,)), panels=["procs_running"]
+    )
+    leak = _overlay(reverse["figures"]["procs_running"])
+    assert leak["name"] == f"{restored.job_id} (primary) median"
+    assert min(_xs(leak)) >= truth["restored_from"] and max(_xs(leak)) <= truth["last_step"] + 1
+    fresh = _overlay(built["figures"]["procs_running"])
+    assert sum(_ys(leak)) / len(_ys(leak)) > sum(_ys(fresh)) / len(_ys(fresh)) + 10
+
+
+def test_a_step_zoom_restricts_the_overlay_and_time_modes_say_it_needs_steps(restored_pair) -> None:
+    """Zoomed to steps, the baseline is queried over those steps only; on a time axis it is not drawn
+    and the panel says the overlay needs the step axis, without querying the baseline."""
+    investigation, restored, rds, baseline, bds, truth, base_truth = restored_pair
+    lo = truth["restored_from"] + 20
+    hi = lo + 40
+    view = svc.TimelineView(compare=(baseline.pk,), step_from=lo, step_to=hi)
+    built = svc.timeline_figures(investigation, restored, rds, view, panels=["loss"])
+    xs = _xs(_overlay(built["figures"]["loss"]))
+    assert lo - 2 <= min(xs) and max(xs) <= hi + 2
+
+    plain = svc.timeline_figures(
+        investigation, restored, rds, svc.TimelineView(xmode="time-utc"), panels=["gpu_temp"]
+    )
+    timed = svc.timeline_figures(
+        investigation,
+        restored,
+        rds,
+        svc.TimelineView(xmode="time-utc", compare=(baseline.pk,)),
+        panels=["gpu_temp"],
+    )
+    meta = timed["figures"]["gpu_temp"]["layout"]["meta"]
+    assert not [d for d in timed["figures"]["gpu_temp"]["data"] if d["meta"]["role"] == "compare"]
+    assert "needs the step axis" in " ".join(meta["notes"]) and baseline.job_id in " ".join(meta["notes"])
+    assert (
+        plain["queries"] > 0 and timed["queries"] == 0
+    )  # the primary's panel from the cache, no baseline query
+
+
+def test_a_compared_job_without_a_working_source_adds_a_note_not_an_error(restored_pair) -> None:
+    """A compared job whose Prometheus is down: the primary's panel draws, the panel names the job in a note."""
+    investigation, restored, rds, baseline, bds, truth, base_truth = restored_pair
+    down = Job.objects.create(job_id="99001", name="down")
+    DataSource.objects.create(job=down, kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
+    InvestigationJob.objects.create(investigation=investigation, job=down, role=InvestigationJob.Role.COMPARE)
+    view = svc.TimelineView(compare=(down.pk, baseline.pk))
+    figure = svc.timeline_figures(investigation, restored, rds, view, panels=["step_time"])["figures"][
+        "step_time"
+    ]
+    assert [d["meta"]["job"] for d in figure["data"] if d["meta"]["role"] == "compare"] == [baseline.job_id]
+    assert any(d["meta"]["role"] == "line" for d in figure["data"])
+    assert any("99001 (compare)" in n for n in figure["layout"]["meta"]["notes"])
+
+
+def test_only_other_jobs_of_the_investigation_can_be_compared(restored_pair) -> None:
+    """A job of another investigation is a 404-kind error, the job shown itself a 400-kind one; ids must be numbers."""
+    investigation, restored, rds, baseline, bds, truth, base_truth = restored_pair
+    stranger = Job.objects.create(job_id="77", name="elsewhere")
+    with pytest.raises(svc.CompareError, match="not a job of this investigation") as exc:
+        svc.compare_links(investigation, restored, [stranger.pk])
+    assert exc.value.status == 404
+    with pytest.raises(svc.CompareError, match="is the job this timeline shows") as exc:
+        svc.compare_links(investigation, restored, [restored.pk])
+    assert exc.value.status == 400
+    assert svc.compare_links(investigation, restored, [baseline.pk])[0].role == "baseline"
+    assert [link.job for link in svc.compare_choices(investigation, restored)] == [baseline]
+    with pytest.raises(svc.TimelineError, match="compare lists job ids"):
+        svc.timeline_view_parse({"compare": "1,abc"})
+    assert svc.timeline_view_parse({"compare": "3, 2,3"}).compare == (3, 2)

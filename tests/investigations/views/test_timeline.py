@@ -205,3 +205,60 @@ def test_pin_of_a_served_job_stores_the_figure(alice_client, served) -> None:
     assert chart.view["panels"] == ["gpu_clock"] and chart.view["xmode"] == "step"
     assert chart.figure["data"] and chart.job == job
     assert chart.created_by.get_username() == "alice"
+
+
+# --- compare=: other jobs of the investigation over the panels ----------------------------------------
+
+
+def test_compare_needs_a_signed_in_user(client, case) -> None:
+    """A panel asked with compare= goes to the login page like every other timeline URL."""
+    investigation, job = case
+    url = reverse("investigations:timeline_panel", args=[investigation.pk, "loss"])
+    response = client.get(url, {"compare": job.pk})
+    assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+def test_compare_names_only_other_jobs_of_the_investigation(alice_client, case) -> None:
+    """Not numbers: 400; a job of no link here: 404; the job shown: 400; each with its reason, before any query."""
+    investigation, job = case
+    stranger = Job.objects.create(job_id="31337", name="elsewhere")
+    url = reverse("investigations:timeline_panel", args=[investigation.pk, "loss"])
+    for params, status, text in (
+        ({"compare": "1;drop"}, 400, "compare lists job ids"),
+        ({"compare": str(stranger.pk)}, 404, "not a job of this investigation"),
+        ({"compare": str(job.pk)}, 400, "is the job this timeline shows"),
+        ({"compare": ",".join(str(i) for i in range(1, 7))}, 400, "At most 4 jobs"),
+    ):
+        response = alice_client.get(url, params)
+        assert response.status_code == status, params
+        assert text in response.json()["error"]
+
+
+def test_the_region_offers_the_other_jobs_with_their_role(alice_client, case) -> None:
+    """The toolbar lists the investigation's other jobs (checkbox and role), and nothing when there are none."""
+    investigation, job = case
+    region_url = reverse("investigations:timeline_region", args=[investigation.pk])
+    assert alice_client.get(region_url, **HTMX).context["compare_jobs"] == []
+    baseline = Job.objects.create(job_id="80000", name="fresh")
+    InvestigationJob.objects.create(investigation=investigation, job=baseline, role=InvestigationJob.Role.BASELINE)
+    context = alice_client.get(region_url, **HTMX).context
+    assert [(link.job, link.role) for link in context["compare_jobs"]] == [(baseline, "baseline")]
+
+
+def test_a_served_panel_in_time_mode_says_the_overlay_needs_steps(alice_client, served) -> None:
+    """On a time axis the compared job is not drawn and the panel says why; on the step axis its dead data
+    source is a note next to the primary's drawn panel, never an error."""
+    investigation, job, truth = served
+    other = Job.objects.create(job_id="80001", name="down")
+    DataSource.objects.create(job=other, kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
+    InvestigationJob.objects.create(investigation=investigation, job=other, role=InvestigationJob.Role.COMPARE)
+    url = reverse("investigations:timeline_panel", args=[investigation.pk, "gpu_temp"])
+    timed = alice_client.get(url, {"x": "time-utc", "compare": other.pk})
+    assert timed.status_code == 200
+    meta = timed.json()["figure"]["layout"]["meta"]
+    assert "80001 (compare) needs the step axis" in " ".join(meta["notes"]).replace("overlay of ", "")
+    stepped = alice_client.get(url, {"x": "step", "compare": other.pk})
+    assert stepped.status_code == 200
+    figure = stepped.json()["figure"]
+    assert figure["data"] and all(d["meta"]["role"] != "compare" for d in figure["data"])
+    assert any(n.startswith("80001 (compare)") for n in figure["layout"]["meta"]["notes"])
