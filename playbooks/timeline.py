@@ -13,6 +13,11 @@ Each panel aggregates in Prometheus, never in Python:
   (`topk(k, max_over_time(abs(x - scalar(quantile(0.5, x)))[window:step] @ end()))`, one query whose
   selection Prometheus evaluates once), so one hot GPU among 1,024 is drawn and named.
 
+Other jobs of an investigation (a baseline, a run to compare) are drawn over a panel by training step:
+one trace per job computed by its own Prometheus (the series for job-scope signals, else
+`quantile(0.5, ...)` across hosts/GPUs), placed through its own step axis (`compare_fetch`,
+`figure_build(overlays=...)`); on a time axis they are left out and the panel says so.
+
 Points are downsampled on the server to a budget per trace with min/max per bucket (spikes survive),
 and the budget shrinks so that a figure stays under its payload budget. Figures are Plotly JSON as
 plain dicts (SVG `scatter`, or `scattergl` above GL_MIN_POINTS points), with vertical annotations: checkpoints, warm-up end, restores, crash, hang
