@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,17 @@ def closed_port_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+def job_alone_in(root: Path, job_dir: Path) -> Path:
+    """Return a copy of a generated job (folder and sibling log) in `root`, where its JOB_ID is found once.
+
+    The shared folder of generated jobs may hold the same JOB_ID twice (one scenario and seed generated
+    with other sizes), which a lookup by job id rightly calls ambiguous.
+    """
+    copy = root / job_dir.name
+    shutil.copytree(job_dir, copy)
+    for log in job_dir.parent.glob(f"{job_dir.name}.*"):
+        if log.is_file():
+            shutil.copy(log, root / log.name)
+    return copy

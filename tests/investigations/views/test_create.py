@@ -12,6 +12,7 @@ from investigations.models import DataSource, Investigation, Job
 from .investigation_helpers import (
     assert_login_required,
     closed_port_url,
+    job_alone_in,
     roots,  # noqa: F401 (a fixture, used through usefixtures)
 )
 
@@ -83,10 +84,12 @@ def test_a_url_alone_enqueues_discovery_at_once(
 
 
 def test_a_job_id_opens_the_job_directory_it_names(
-    alice_client, job_factory, django_capture_on_commit_callbacks
+    alice_client, job_factory, job_root, settings, django_capture_on_commit_callbacks
 ) -> None:
     """The alert gives the job id: typed instead of a path, it finds the folder whose log header names it."""
-    job_dir, truth = job_factory("healthy")
+    generated, truth = job_factory("healthy")
+    job_dir = job_alone_in(job_root, generated)
+    settings.STEPWISE_JOB_ROOTS = [job_root]
     response, _ = _post(
         alice_client, django_capture_on_commit_callbacks, source="job_dir", job_dir=f" {truth['job_id']} "
     )

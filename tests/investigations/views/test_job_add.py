@@ -9,6 +9,7 @@ from investigations.models import InvestigationJob
 
 from .investigation_helpers import (
     assert_login_required,
+    job_alone_in,
     make_investigation,
     roots,  # noqa: F401 (a fixture, used through usefixtures)
 )
@@ -38,9 +39,11 @@ def test_it_adds_a_baseline_and_enqueues_its_triage(
     assert len(callbacks) == 1
 
 
-def test_a_baseline_is_added_by_its_job_id(alice_client, job_factory) -> None:
+def test_a_baseline_is_added_by_its_job_id(alice_client, job_factory, job_root, settings) -> None:
     """The baseline's job id is enough: its folder is found under the roots."""
-    job_dir, truth = job_factory("healthy")
+    generated, truth = job_factory("healthy")
+    job_dir = job_alone_in(job_root, generated)
+    settings.STEPWISE_JOB_ROOTS = [job_root]
     investigation = make_investigation()
     response = alice_client.post(
         reverse("investigations:job_add", args=[investigation.pk]), {"job_dir": truth["job_id"], "role": "baseline"}
