@@ -1340,7 +1340,41 @@ def figure_build(
             "xmode": xmode,
         },
     }
-    return {"data": data, "layout": layout}
+    figure = {"data": data, "layout": layout}
+    if is_time:
+        _dates_as_text(figure)
+    return figure
+
+
+def _dates_as_text(figure: dict[str, Any]) -> None:
+    """Write a time axis's x values (ms) as zone-less date strings, in place.
+
+    Plotly shows a number on a date axis as the *browser's* local time of those milliseconds, but a date
+    string as written. The strings are the wall time we mean (UTC, or already shifted to the viewer's
+    zone for time-local), so every browser shows the same clock, and a pinned chart opened in another
+    zone shows what was pinned.
+    """
+    for trace in figure["data"]:
+        trace["x"] = _iso_dates(trace["x"])
+    layout = figure["layout"]
+    for shape in layout.get("shapes") or ():
+        shape["x0"], shape["x1"] = _iso_dates([shape["x0"], shape["x1"]])
+    for note in layout.get("annotations") or ():
+        note["x"] = _iso_dates([note["x"]])[0]
+    if "range" in layout["xaxis"]:
+        layout["xaxis"]["range"] = _iso_dates(layout["xaxis"]["range"])
+
+
+def _iso_dates(values: Sequence[float | None]) -> list[str | None]:
+    """Return ms since the epoch as "YYYY-MM-DDTHH:MM:SS[.mmm]" (whole seconds when all are), None kept."""
+    ms = np.array([np.nan if v is None else v for v in values], dtype=float)
+    ok = np.isfinite(ms)
+    out = np.full(len(ms), None, dtype=object)
+    if ok.any():
+        whole = np.round(ms[ok]).astype(np.int64)
+        unit = "s" if not (whole % 1000).any() else "ms"
+        out[ok] = np.datetime_as_string(whole.astype("datetime64[ms]"), unit=unit)
+    return out.tolist()
 
 
 def domains_of(keys: Iterable[str]) -> list[tuple[str, list[str]]]:

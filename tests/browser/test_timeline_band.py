@@ -8,7 +8,7 @@ on a seed of its own so that its Job row is shared with no other test module.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from playwright.sync_api import expect
@@ -38,7 +38,7 @@ def _figure(page, panel: str) -> dict:
           const el = document.querySelector(`#timeline-panel-${p} .timeline-plot`);
           const ms = x => typeof x === "number" ? x : Date.parse(String(x).replace(" ", "T") + "Z");
           return {
-            traces: el.data.map(t => ({name: t.name, meta: t.meta, first: t.x.find(x => x !== null)})),
+            traces: el.data.map(t => ({name: t.name, meta: t.meta, first: ms(t.x.find(x => x !== null))})),
             mode: el.layout.meta.mode,
             xmode: el.layout.meta.xmode,
             outliers: el.layout.meta.outliers,
@@ -137,6 +137,10 @@ def test_local_time_axis_follows_the_browser_zone_and_survives_a_reload(
         # UTC mode ignores the browser's zone: the finding's mark sits at its onset.
         assert utc["gpu_temp"]["marks"]["Culprit found"] == pytest.approx(onset_ms, abs=1)
         hover_utc = _hover_time(tab, "loss", "UTC")
+        # ... and so does what the user reads: the hover label's UTC time lies inside the job's data (Plotly
+        # would show epoch numbers in the browser's zone, 9 h off; the figure carries date strings).
+        first, last = truth["data_range"]
+        assert first <= hover_utc.replace(tzinfo=UTC).timestamp() <= last
 
         expect(tab.get_by_test_id("timeline-zone")).to_have_text("UTC+09:00")  # the toolbar names the zone
         tab.get_by_label("time (local)").check()

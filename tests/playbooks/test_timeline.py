@@ -233,8 +233,9 @@ def test_annotations_come_from_triage_axis_and_findings() -> None:
     ("xmode", "axis_type", "first_x", "hover"),
     [
         ("step", "linear", 0.0, ".1f"),
-        ("time-utc", "date", NOW * 1000, "%Y-%m-%d %H:%M:%S UTC"),
-        ("time-local", "date", (NOW + 3600) * 1000, "%Y-%m-%d %H:%M:%S UTC+01:00"),
+        # Plotly shows numbers on a date axis in the browser's zone, strings as written: times are strings
+        ("time-utc", "date", "2026-03-08T20:00:00", "%Y-%m-%d %H:%M:%S UTC"),
+        ("time-local", "date", "2026-03-08T21:00:00", "%Y-%m-%d %H:%M:%S UTC+01:00"),
     ],
 )
 def test_figure_x_axis_follows_the_mode(xmode, axis_type, first_x, hover) -> None:
@@ -245,7 +246,10 @@ def test_figure_x_axis_follows_the_mode(xmode, axis_type, first_x, hover) -> Non
     fig = tl.figure_build(panel, _ctx(), xmode=xmode, annotations=marks, tz_offset_s=3600)
     assert fig["layout"]["xaxis"]["type"] == axis_type
     assert fig["layout"]["xaxis"]["hoverformat"] == hover
-    assert fig["data"][0]["x"][0] == pytest.approx(first_x)
+    assert fig["data"][0]["x"][0] == first_x
+    if xmode != "step":  # the finding's mark, 600 s after the first point, is a string too
+        assert fig["layout"]["annotations"][0]["x"][11:] == ("20:10:00" if xmode == "time-utc" else "21:10:00")
+        assert fig["layout"]["shapes"][0]["x0"] == fig["layout"]["annotations"][0]["x"]
     assert fig["data"][0]["type"] == "scatter"  # few points: SVG starts faster than WebGL
     assert fig["layout"]["meta"]["marks"][0]["finding_id"] == 3
     assert fig["layout"]["annotations"][0]["captureevents"] is True
@@ -623,3 +627,13 @@ def test_a_compared_job_that_cannot_answer_gives_notes_not_errors() -> None:
     client = RangeClient()
     found, sent = tl.compare_fetch(client, base, ["loss"], (900.0, 1000.0))
     assert sent == 0 and not client.asked and found["loss"] == "4711 (baseline) has no steps in this range."
+
+
+def test_dates_are_text_whole_seconds_when_they_can_be_and_gaps_stay_gaps() -> None:
+    assert tl._iso_dates([NOW * 1000, None, NOW * 1000 + 15_000.0]) == [
+        "2026-03-08T20:00:00",
+        None,
+        "2026-03-08T20:00:15",
+    ]
+    assert tl._iso_dates([NOW * 1000 + 250.0]) == ["2026-03-08T20:00:00.250"]
+    assert tl._iso_dates([]) == []
