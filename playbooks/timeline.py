@@ -1346,6 +1346,20 @@ def figure_build(
     return figure
 
 
+def axis_range(
+    ctx: TimelineContext, xmode: str, start: float, end: float, tz_offset_s: float = 0.0
+) -> tuple[float, float] | None:
+    """Return [start, end] (unix s) in the x-axis's units: steps, or ms (shifted for time-local).
+
+    A zoomed view pins its axis to this: otherwise Plotly's autorange takes in every mark (checkpoints
+    and findings of the whole job) and the window shows as a sliver of the job.
+    """
+    x = _x_of(np.asarray([start, end], dtype=float), ctx, xmode, tz_offset_s)
+    if not np.isfinite(x).all() or x[1] <= x[0]:
+        return None
+    return float(x[0]), float(x[1])
+
+
 def _dates_as_text(figure: dict[str, Any]) -> None:
     """Write a time axis's x values (ms) as zone-less date strings, in place.
 

@@ -419,6 +419,14 @@ def timeline_figures(
         by_key = {p.spec.key: p for p in fetched}
         data = [by_key[k] if k in by_key else cached[prefix + k] for k in keys]
         marks = tl.annotations_build(ctx, _triage(job), _findings(investigation, job))
+        tz_offset_s = view.tz_offset_min * 60
+        # A window (zoom, deep link) pins every panel's axis to it; the whole job autoranges.
+        x_range = (
+            tl.axis_range(ctx, view.xmode, session.start, session.end, tz_offset_s)
+            if (view.start is not None and view.end is not None)
+            or (view.step_from is not None and view.step_to is not None)
+            else None
+        )
         figures = {}
         for p in data:
             found = [o[p.spec.key] for o, _ in overlays]
@@ -427,9 +435,10 @@ def timeline_figures(
                 ctx,
                 xmode=view.xmode,
                 annotations=marks,
-                tz_offset_s=view.tz_offset_min * 60,
+                tz_offset_s=tz_offset_s,
                 overlays=[o for o in found if isinstance(o, tl.Trace)],
                 notes=notes + [o for o in found if isinstance(o, str)],
+                x_range=x_range,
             )
         queries = session.queries + sum(len(p.queries) for p in fetched) + sum(n for _, n in overlays)
         return {

@@ -4,6 +4,7 @@ toggle, zoom, deep links, finding selection, and a pinned chart that outlives it
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 import pytest
 from playwright.sync_api import expect
@@ -149,6 +150,12 @@ def test_zoom_requeries_and_a_deep_link_reproduces_the_view(page, case, browser,
             b, abs=1
         )
         expect(twin.get_by_label("time (UTC)")).to_be_checked()
+        # ... and shows that window, not the whole job that its checkpoint marks span
+        shown = twin.evaluate(
+            "() => document.querySelector('#timeline-panel-gpu_temp .timeline-plot')._fullLayout.xaxis.range"
+        )
+        seconds = [datetime.fromisoformat(s.replace(" ", "T")).replace(tzinfo=UTC).timestamp() for s in shown]
+        assert seconds == [pytest.approx(a, abs=2), pytest.approx(b, abs=2)]
     finally:
         other.close()
 

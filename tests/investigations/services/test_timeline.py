@@ -3,6 +3,7 @@ that render after their Prometheus is stopped."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -144,6 +145,22 @@ def test_a_step_range_becomes_a_time_range(served_case) -> None:
     xs = [x for x in built["figures"]["loss"]["data"][0]["x"] if x is not None]
     assert 19 <= min(xs) and max(xs) <= 41
     assert truth["data_range"][0] < built["start"] < built["end"] < truth["data_range"][1]
+    # the axis is pinned to the zoom: the marks of the whole job would otherwise stretch its autorange
+    lo, hi = built["figures"]["loss"]["layout"]["xaxis"]["range"]
+    assert lo == pytest.approx(20, abs=1) and hi == pytest.approx(40, abs=1)
+
+
+def test_a_time_window_pins_the_axis_to_it_and_the_whole_job_autoranges(served_case) -> None:
+    """A deep link with start/end shows that window (as UTC date strings); without one, Plotly autoranges."""
+    investigation, job, ds, truth = served_case("thermal-straggler")
+    first, last = truth["data_range"]
+    start, end = first + 1800, first + 3600
+    view = svc.TimelineView(xmode="time-utc", start=start, end=end)
+    built = svc.timeline_figures(investigation, job, ds, view, panels=["gpu_temp"])
+    iso = [dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") for t in (start, end)]
+    assert built["figures"]["gpu_temp"]["layout"]["xaxis"]["range"] == iso
+    whole = svc.timeline_figures(investigation, job, ds, svc.TimelineView(xmode="time-utc"), panels=["gpu_temp"])
+    assert "range" not in whole["figures"]["gpu_temp"]["layout"]["xaxis"]
 
 
 def test_pinned_chart_renders_after_its_prometheus_is_stopped(served_case, settings) -> None:
