@@ -207,6 +207,20 @@ def _datasource_serve(ds: DataSource) -> tsdb_server.ServedTSDB:
     return served
 
 
+def served_copy_live(ds: DataSource | None) -> bool | None:
+    """Return whether the job TSDB's read-only copy recorded on `ds` still runs (None: not such a source).
+
+    Copies are stopped when idle (STEPWISE_TSDB_IDLE_SECONDS) and at start-up, and served again by the
+    next query: a recorded URL that no live server answers is "idle", not "up".
+    """
+    if ds is None or ds.kind != DataSource.Kind.JOB_TSDB or not ds.served_url:
+        return None
+    try:
+        return any(s.url == ds.served_url for s in tsdb_server.list_served(settings.STEPWISE_TSDB_VIEWS))
+    except OSError:
+        return None
+
+
 def tsdb_views_prune() -> list[int]:
     """Return the pids of served TSDB copies stopped for being idle over STEPWISE_TSDB_IDLE_SECONDS."""
     try:

@@ -16,6 +16,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from ..models import Investigation
 from ..services import discovery as disc
 from ..services import investigations as inv
+from ..services import served_copy_live
 from ..tasks import datasource_discover_task
 from ._common import HtmxHttpRequest
 from .investigations import source_final
@@ -41,6 +42,7 @@ def _context(investigation: Investigation) -> dict[str, Any]:
         "datasource": datasource,
         "discovery_stuck": stuck,
         "source_final": source_final(job, datasource),
+        "served_live": served_copy_live(datasource),
         "source_oob": True,
     }
 

@@ -167,6 +167,7 @@ def _detail_context(investigation: Investigation) -> dict[str, Any]:
         ),
         "triage": triage_context(job),
         "source_final": source_final(job, datasource),
+        "served_live": services.served_copy_live(datasource),
         "statuses": Investigation.Status.choices,
         "severities": Investigation.Severity.choices,
         "users": selectors.user_choices(),
