@@ -9,7 +9,8 @@ by an alert knows the job id, not the folder. So a job id is looked up two ways,
    header line `JOB_ID=<id>` (or legacy `SLURM_JOB_ID=<id>`) within its first bytes: directories named
    otherwise (a test harness, a copied job) are still found.
 
-Only directories that hold a `prometheus/` TSDB count. Listing is bounded: each root is listed once and at
+Only directories that hold a `prometheus/` TSDB count, and only logs that resolve inside their root are
+read (a `log` symlink pointing elsewhere is skipped). Listing is bounded: each root is listed once and at
 most `max_logs` log headers are read, so a root with thousands of jobs answers in well under a second.
 """
 
@@ -60,10 +61,11 @@ def find_job_dirs(roots: Iterable[str | os.PathLike[str]], job_id: str, *, max_l
             if (d.name == job_id or d.name.startswith(job_id + "-")) and _has_tsdb(d):
                 by_name.append(d)
         named = set(by_name)
+        real_root = Path(root).resolve()
         for d in dirs:
             if d in named or not _has_tsdb(d):
                 continue
-            if any(_header_names(log, job_id, budget) for log in _logs_of(d, files)):
+            if any(_header_names(log, job_id, budget, real_root) for log in _logs_of(d, files)):
                 by_header.append(d)
     seen: set[Path] = set()
     return [d for d in sorted(by_name) + sorted(by_header) if not (d in seen or seen.add(d))]
@@ -95,11 +97,13 @@ def _logs_of(d: Path, siblings: dict[str, Path]) -> Sequence[Path]:
     return found
 
 
-def _header_names(log: Path, job_id: str, budget: list[int]) -> bool:
+def _header_names(log: Path, job_id: str, budget: list[int], root: Path) -> bool:
     if budget[0] <= 0:
         return False
     budget[0] -= 1
     try:
+        if not log.resolve().is_relative_to(root):
+            return False  # a log symlink leading out of the job root is never read
         with open(log, "rb") as fh:
             head = fh.read(HEADER_BYTES).decode("utf-8", errors="replace")
     except OSError:

@@ -58,3 +58,17 @@ def test_text_that_cannot_be_a_job_id_is_refused(tmp_path: Path, text: str) -> N
 @pytest.mark.parametrize("text", ["81234", "k8s-20260301-120000-ab12", "local_20260301_120000_ab12"])
 def test_the_seed_systems_job_id_forms_are_job_ids(text: str) -> None:
     assert looks_like_job_id(text)
+
+
+def test_a_log_symlink_out_of_the_root_is_not_read(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.log"
+    outside.write_text("JOB_ID=777\n")
+    root = tmp_path / "root"
+    d = _job(root, "copied-job")
+    (d / "log").symlink_to(outside)
+    assert find_job_dirs([root], "777") == []
+    inside = root / "copied-job.real.log"
+    inside.write_text("JOB_ID=777\n")
+    (d / "log").unlink()
+    (d / "log").symlink_to(inside)  # the seed system's own `log` symlink, inside the root: read
+    assert find_job_dirs([root], "777") == [d]
