@@ -454,14 +454,23 @@ def signal_info(name: str) -> dict[str, str]:
 def detect_profile(metric_names: Iterable[str], *, prefer: str | None = None) -> Profile:
     """Return the profile that best matches the TSDB's metric names, or `PROFILES[prefer]` when given.
 
-    Raises ProfileError when `prefer` is unknown or no profile's anchor metric is present.
+    An explicit profile wins over detection (a TSDB holding two families), but not over the data: a
+    profile none of whose anchor metrics the TSDB holds would read nothing and call any job healthy.
+    Raises ProfileError when `prefer` is unknown or absent from the TSDB, or no profile's anchor is present.
     """
+    names = set(metric_names)
     if prefer and prefer != "auto":
         try:
-            return PROFILES[prefer]
+            chosen = PROFILES[prefer]
         except KeyError:
             raise ProfileError(f"unknown profile {prefer!r}; known: {', '.join(PROFILES)}") from None
-    names = set(metric_names)
+        if chosen.score(names) == 0.0:
+            found = [p.name for p in PROFILES.values() if p.score(names) > 0]
+            raise ProfileError(
+                f"this TSDB holds none of the {prefer} profile's metrics ({', '.join(chosen.anchors[:3])}…)"
+                + (f"; it holds the {', '.join(found)} profile's: use auto" if found else "")
+            )
+        return chosen
     scored = sorted(((p.score(names), p.name) for p in PROFILES.values()), reverse=True)
     best_score, best = scored[0]
     if best_score == 0.0:

@@ -59,6 +59,15 @@ def test_it_prints_the_contract_json_alone_and_exits_0(job_factory):
     assert _servers() == []
 
 
+def test_a_forced_profile_the_tsdb_lacks_exits_2_and_stops_its_server(job_factory):
+    """--profile nvidia on the seed system's TSDB would read nothing and say healthy: exit 2 with the reason."""
+    job_dir, _ = job_factory("healthy")
+    proc = _run("--job-dir", str(job_dir), "--profile", "nvidia")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "holds none of the nvidia profile's metrics" in proc.stderr and "use auto" in proc.stderr
+    assert _servers() == []
+
+
 def test_it_renders_markdown(job_factory):
     """--format markdown prints the seeds' TSDB Diagnosis report."""
     job_dir, _ = job_factory("healthy")

@@ -25,10 +25,18 @@ def test_it_refuses_a_tsdb_of_unknown_metrics():
 
 
 def test_prefer_overrides_detection_and_unknown_names_are_refused():
-    """An explicit profile wins; a misspelt one is a clear error."""
-    assert detect_profile(["DCGM_FI_DEV_POWER_USAGE"], prefer="amd").name == "amd"
+    """An explicit profile wins where the TSDB holds it; a misspelt one is a clear error."""
+    both = ["DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "hw_gpu_power_watts"]
+    assert detect_profile(both, prefer="amd").name == "amd"
+    assert detect_profile(both, prefer="nvidia").name == "nvidia"
     with pytest.raises(ProfileError, match="unknown profile"):
         detect_profile([], prefer="intel")
+
+
+def test_a_forced_profile_the_tsdb_lacks_is_refused_not_read_as_healthy():
+    """Forcing amd on a DCGM-only TSDB would read nothing and call the job healthy: refused, with a hint."""
+    with pytest.raises(ProfileError, match="holds none of the amd profile's metrics.*nvidia profile's: use auto"):
+        detect_profile(["DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP"], prefer="amd")
 
 
 @pytest.mark.parametrize("profile", ["amd", "nvidia"])
