@@ -44,6 +44,7 @@ from .diagnosis import (
     findings_record,
     job_datasource,
     run_watched,
+    triage_wait_check,
 )
 
 logger = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ def finding_rule(finding: dict[str, Any]) -> str:
     return f"{finding.get('class') or 'healthy'}:{title}"[:100]
 
 
-def comparison_execute(run_id: int) -> DiagnosisRun:
+def comparison_execute(run_id: int, *, wait_for_triage: bool = True) -> DiagnosisRun:
     """Return the running comparison, done, with its result and findings stored.
 
     1. Connect to each job's data source in order (serving a job TSDB when needed), counting one
@@ -171,6 +172,9 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
     missing = [pk for pk in job_ids if pk not in jobs]
     if missing or len(job_ids) < 2:
         raise ComparisonError("A job of this comparison was deleted; start the comparison again.")
+    if wait_for_triage:
+        # the logs give the restore points and the configs the comparison diffs
+        triage_wait_check([jobs[pk] for pk in job_ids], "its restore point and config are compared")
     DiagnosisRun.objects.filter(pk=run_id).update(progress_done=0, progress_total=len(job_ids))
     stop = threading.Event()
     with ExitStack() as stack:

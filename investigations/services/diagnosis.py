@@ -51,6 +51,7 @@ from ..models import (
     TaskStatus,
 )
 from . import TRANSIENT_ERRORS, datasource_client
+from .investigations import TRIAGE_PENDING, triage_stalled
 
 logger = logging.getLogger(__name__)
 
@@ -98,6 +99,10 @@ class DiagnosisError(Exception):
 
     The message is written for the user who asked for it.
     """
+
+
+class TriagePending(Exception):
+    """The job's log triage is still queued or running: it picks the playbooks, so the plan waits for it."""
 
 
 # --- Start and cancel ----------------------------------------------------------------------------
@@ -253,6 +258,18 @@ def diagnosis_is_running(run_id: int) -> bool:
 # --- Plan ----------------------------------------------------------------------------------------
 
 
+def triage_wait_check(jobs: Sequence[Job], why: str) -> None:
+    """Raise TriagePending if a job's log triage is queued or running (and not stalled).
+
+    A run started right after the investigation opened would otherwise go without what only the log
+    tells (the playbooks it calls for, heartbeat-accused hosts, a restore, the config).
+    """
+    for job in jobs:
+        triage = job.triage or {}
+        if triage.get("state") in TRIAGE_PENDING and not triage_stalled(triage):
+            raise TriagePending(f"Waiting for the log triage of job {job.job_id}: {why}.")
+
+
 def _job_triage(job: Job) -> dict[str, Any] | None:
     """Return the job's finished triage (the contract's triage JSON), or None."""
     triage = job.triage or {}
@@ -261,7 +278,7 @@ def _job_triage(job: Job) -> dict[str, Any] | None:
     return triage
 
 
-def diagnosis_plan(run_id: int) -> DiagnosisRun:
+def diagnosis_plan(run_id: int, *, wait_for_triage: bool = True) -> DiagnosisRun:
     """Return the running run with its source discovered, its playbooks planned and one execution each.
 
     1. Open a client (serving the job TSDB if needed) and discover the source: profile, hosts, range.
@@ -272,12 +289,16 @@ def diagnosis_plan(run_id: int) -> DiagnosisRun:
        in `output["plan"]`, the shared queries and their owners in `output["shared"]`), the planned
        names in `playbooks` and the query count in progress_total.
 
+    A job whose log triage is still queued or running (and not stalled) raises TriagePending before
+    anything is stored, unless `wait_for_triage` is False: the task tries again shortly.
     DataSourceError and Prometheus errors propagate, and a source the engine cannot diagnose (no
     samples, no known metric profile, an unknown playbook) raises DiagnosisError: nothing was stored.
     """
     run = DiagnosisRun.objects.select_related("job", "datasource").get(pk=run_id)
     if run.datasource is None:
         raise DiagnosisError("The job's data source was deleted; add it again and re-run.")
+    if wait_for_triage:
+        triage_wait_check([run.job], "it picks the playbooks")
     triage = _job_triage(run.job)
     requested = (run.result or {}).get("requested")
     chosen = {k: (run.result or {}).get(k) or "auto" for k in ("profile", "gpu_model")}

@@ -21,6 +21,7 @@ from ..models import TaskStatus
 from ..services import comparison as cmp
 from ..services import diagnosis as dx
 from ._housekeeping import prune_idle
+from .diagnosis import triage_wait
 from .queryruns import _retry_delay
 
 logger = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ def comparison_execute_task(self, run_id: int) -> None:
         return
     prune_idle()
     try:
-        cmp.comparison_execute(run_id)
+        cmp.comparison_execute(run_id, wait_for_triage=not self.request.is_eager)
+    except dx.TriagePending as exc:
+        triage_wait(self, run_id, exc)
     except cmp.ComparisonCancelled as exc:
         logger.info("comparison %s was cancelled: %s", run_id, exc)
     except services.TRANSIENT_ERRORS as exc:

@@ -23,7 +23,25 @@ from .queryruns import _retry_delay
 
 logger = logging.getLogger(__name__)
 
+#: A plan that finds the log triage still running looks again every TRIAGE_WAIT_S, at most this many
+#: times (a stalled triage is not waited for: see `triage_stalled`).
+TRIAGE_WAIT_S = 2
+TRIAGE_WAIT_RETRIES = 300
+
 _PERMANENT = (services.DataSourceError, dx.DiagnosisError, PrometheusError)
+
+
+def triage_wait(task, run_id: int, exc: Exception) -> None:
+    """Put the run back in the queue, saying why, and retry in TRIAGE_WAIT_S; fail it once that is exhausted."""
+    if task.request.retries >= TRIAGE_WAIT_RETRIES:
+        dx.diagnosis_finish(
+            run_id,
+            TaskStatus.FAILED,
+            f"The log triage did not finish within {TRIAGE_WAIT_S * TRIAGE_WAIT_RETRIES} s; run it again once it has.",
+        )
+        return
+    dx.diagnosis_requeue(run_id, str(exc))
+    raise task.retry(exc=exc, countdown=TRIAGE_WAIT_S, max_retries=TRIAGE_WAIT_RETRIES) from exc
 
 
 def _timed_out() -> str:
@@ -40,7 +58,11 @@ def diagnosis_plan_task(self, run_id: int) -> None:
         return
     prune_idle()
     try:
-        run = dx.diagnosis_plan(run_id)
+        # An eager task (no worker) cannot wait: it would retry in place.
+        run = dx.diagnosis_plan(run_id, wait_for_triage=not self.request.is_eager)
+    except dx.TriagePending as exc:
+        triage_wait(self, run_id, exc)
+        return
     except services.TRANSIENT_ERRORS as exc:
         if self.request.retries >= self.max_retries:
             dx.diagnosis_finish(

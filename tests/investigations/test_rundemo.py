@@ -113,6 +113,15 @@ def test_rundemo_serves_runs_queries_and_stops_cleanly(tmp_path: Path) -> None:
         assert signed_in.status_code == 302, signed_in.text[:500]
         home = client.get("/")
         assert "Healthy on job" in home.text  # the demo job's investigation
+        # ... opened with its diagnosis started: the demo shows a verdict without a click
+        inv_url = re.search(r'href="(/investigations/\d+/)"[^>]*>\s*Healthy on job', home.text).group(1)
+
+        def verdict() -> str | None:
+            body = client.get(inv_url + "diagnosis/", headers={"HX-Request": "true"}).text
+            return body if 'class="diagnosis-class' in body else None
+
+        region = _wait_for(verdict, 90, "the demo diagnosis", proc, log)
+        assert re.search(r'class="diagnosis-class[^"]*"[^>]*>\s*healthy\s*<', region), region[:3000]
         sources = client.get("/sources/")
         start = re.search(r'action="(/sources/\d+/sample-run/)"', sources.text).group(1)
         started = client.post(start, headers={"X-CSRFToken": client.cookies["csrftoken"]})

@@ -34,8 +34,12 @@ from django.db import transaction
 
 from investigations import services
 from investigations.models import Investigation, InvestigationJob, Job
+from investigations.services import comparison as cmp
+from investigations.services import diagnosis as dx
 from investigations.services import investigations as inv
 from investigations.tasks import job_triage_task
+from investigations.tasks.comparison import comparison_execute_task
+from investigations.tasks.diagnosis import diagnosis_plan_task
 from playbooks import tsdb_server, tunnel
 
 DEMO_SCENARIOS = (
@@ -203,9 +207,11 @@ class Command(BaseCommand):
         return password
 
     def _demo_investigations(self, job_dirs: list[Path]) -> None:
-        """Open one investigation per demo job that has none (a baseline joins its job's), triage queued.
+        """Open one investigation per demo job that has none (a baseline joins its job's), triage queued,
+        and its diagnosis (and comparison, with a baseline) started, so the demo opens with findings.
 
-        The triage tasks wait in the broker until the worker starts; each then enqueues its discovery.
+        The tasks wait in the broker until the worker starts; each triage then enqueues its discovery, and
+        a diagnosis plan that finds its triage still running waits for it.
         """
         owner = get_user_model().objects.get(username="demo")
         baselines = {d.name.removesuffix("-baseline"): d for d in job_dirs if d.name.endswith("-baseline")}
@@ -243,6 +249,11 @@ class Command(BaseCommand):
                 for queued in links:
                     if (Job.objects.get(pk=queued.pk).triage or {}).get("state") == "queued":
                         job_triage_task.delay_on_commit(queued.pk)
+                run = dx.diagnosis_start(investigation, job, user=owner)
+                diagnosis_plan_task.delay_on_commit(run.pk)
+                if baseline is not None:
+                    compared = cmp.comparison_start(investigation, user=owner)
+                    comparison_execute_task.delay_on_commit(compared.pk)
             self.stdout.write(f"  opened investigation #{investigation.pk}: {investigation.title}")
 
     def _prune_broker(self) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from investigations.models import (
     DataSource,
@@ -136,6 +137,21 @@ def test_a_deleted_data_source_fails_clearly_and_stores_nothing(restore_pair) ->
     run.refresh_from_db()
     assert run.result == {}
     assert not Finding.objects.exists()
+
+
+def test_it_waits_for_a_jobs_triage_still_running(restore_pair) -> None:
+    """The logs give the restore points and configs: a comparison waits for a triage in progress."""
+    investigation, _, baseline = restore_pair
+    done = baseline.triage
+    Job.objects.filter(pk=baseline.pk).update(triage={"state": "running", "started": timezone.now().isoformat()})
+    run = cmp.comparison_start(investigation)
+    assert dx.diagnosis_claim(run.pk)
+    with pytest.raises(dx.TriagePending, match=f"Waiting for the log triage of job {baseline.job_id}"):
+        cmp.comparison_execute(run.pk)
+    run.refresh_from_db()
+    assert run.result == {} and not Finding.objects.exists()
+    Job.objects.filter(pk=baseline.pk).update(triage=done)
+    assert cmp.comparison_execute(run.pk).status == TaskStatus.DONE
 
 
 def test_finding_rule_is_stable_when_figures_move() -> None:

@@ -117,6 +117,49 @@ def test_it_refuses_a_bad_window(diagnosable, window, message) -> None:
 # --- Plan and execute ----------------------------------------------------------------------------
 
 
+def test_planning_waits_for_a_triage_still_running_but_not_for_a_stalled_one(diagnosable) -> None:
+    """The triage picks the playbooks: a plan that finds it queued or running waits (nothing is stored)."""
+    investigation, job, _ = diagnosable("thermal-straggler")
+    done = job.triage
+    Job.objects.filter(pk=job.pk).update(triage={"state": "running", "started": timezone.now().isoformat()})
+    run = dx.diagnosis_start(investigation, job)
+    assert dx.diagnosis_claim(run.pk)
+    with pytest.raises(dx.TriagePending, match=f"Waiting for the log triage of job {job.job_id}"):
+        dx.diagnosis_plan(run.pk)
+    assert not run.executions.exists()
+    assert dx.diagnosis_plan(run.pk, wait_for_triage=False).playbooks  # an eager task does not wait
+    # a triage whose worker died long ago is not waited for
+    Job.objects.filter(pk=job.pk).update(
+        triage={"state": "running", "started": (timezone.now() - dt.timedelta(days=1)).isoformat()}
+    )
+    assert dx.diagnosis_plan(run.pk).playbooks
+    Job.objects.filter(pk=job.pk).update(triage=done)
+
+
+def test_the_plan_task_requeues_and_retries_while_the_triage_runs(diagnosable, monkeypatch) -> None:
+    """The task puts the run back in the queue, saying why, and retries in TRIAGE_WAIT_S."""
+    from investigations.tasks import diagnosis as dx_tasks
+
+    investigation, job, _ = diagnosable("thermal-straggler")
+    Job.objects.filter(pk=job.pk).update(triage={"state": "queued", "queued": timezone.now().isoformat()})
+    run = dx.diagnosis_start(investigation, job)
+    asked: dict = {}
+
+    class Retried(Exception):
+        pass
+
+    def retry(**kw):
+        asked.update(kw)
+        return Retried()
+
+    monkeypatch.setattr(dx_tasks.diagnosis_plan_task, "retry", retry)
+    with pytest.raises(Retried):
+        dx_tasks.diagnosis_plan_task.run(run.pk)
+    run.refresh_from_db()
+    assert run.status == TaskStatus.QUEUED and run.error.startswith("Waiting for the log triage")
+    assert asked["countdown"] == dx_tasks.TRIAGE_WAIT_S and asked["max_retries"] == dx_tasks.TRIAGE_WAIT_RETRIES
+
+
 def test_planning_stores_the_source_and_one_queued_execution_per_playbook(diagnosable) -> None:
     investigation, job, truth = diagnosable()
     run = dx.diagnosis_start(investigation, job)
