@@ -86,6 +86,11 @@ urlpatterns = [
         diagnosis_views.finding_detail,
         name="finding_detail",
     ),
+    path(
+        "investigations/<int:investigation_id>/runs/<int:run_id>/report.md",
+        diagnosis_views.run_report,
+        name="run_report",
+    ),
     # Multi-job comparison of an investigation's jobs.
     path("investigations/<int:investigation_id>/comparison/", comparison_views.region, name="comparison"),
     path(

@@ -29,6 +29,8 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 
 from playbooks.gpus import GPU_MODELS
 from playbooks.profiles import PROFILES
+from playbooks.report import diagnosis_markdown
+from playbooks.report_compare import compare_markdown
 from playbooks.timeline import finding_panels
 
 from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
@@ -407,3 +409,24 @@ def _finding_binding(finding: Finding) -> dict[str, Any] | None:
         "profile": source.get("profile") or "",
         "range_utc": f"{utc(span[0])} – {utc(span[1])}" if len(span) == 2 else "",
     }
+
+
+@require_GET
+def run_report(request: HttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
+    """Return a finished diagnosis or comparison as Markdown (what `diagnose`/`compare --format markdown`
+    print), to paste into a ticket; a run that has not finished is a 409 that says so."""
+    investigation = _get_investigation(request, investigation_id)
+    run = _get_run(investigation, run_id)
+    result = run.result or {}
+    if run.status != TaskStatus.DONE or "diagnosis" not in result:
+        return HttpResponse(
+            f"Run #{run.pk} is {run.get_status_display().lower()}: its report exists once it is done.\n",
+            status=409,
+            content_type="text/plain; charset=utf-8",
+        )
+    comparison = list(run.playbooks or []) == list(dx.COMPARISON_PLAYBOOKS)
+    text = compare_markdown(result) if comparison else diagnosis_markdown(result)
+    response = HttpResponse(text, content_type="text/markdown; charset=utf-8")
+    kind = "comparison" if comparison else "diagnosis"
+    response["Content-Disposition"] = f'inline; filename="stepwise-{investigation.pk}-{kind}-{run.pk}.md"'
+    return response

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
 from investigations.models import (
@@ -159,3 +160,15 @@ def test_finding_rule_is_stable_when_figures_move() -> None:
     b = {"class": "healthy", "title": "gpu power: +3.4 % in job a vs job b"}
     assert cmp.finding_rule(a) == cmp.finding_rule(b)
     assert cmp.finding_rule({"rule": "uniform_cpu", "title": "x"}) == "uniform_cpu"
+
+
+def test_a_finished_comparison_is_a_markdown_report(restore_pair, client, django_user_model) -> None:
+    """The comparison's report is what `compare --format markdown` prints, served for a ticket."""
+    investigation, restored, _ = restore_pair
+    run = _run_through(cmp.comparison_start(investigation))
+    client.force_login(django_user_model.objects.create_user("sre"))
+    response = client.get(reverse("investigations:run_report", args=[investigation.pk, run.pk]))
+    assert response.status_code == 200 and response["Content-Type"] == "text/markdown; charset=utf-8"
+    body = response.content.decode()
+    assert body.startswith("## Multi-Job Comparison:")
+    assert "| procs_running |" in body and "restore-resource-leak" in body

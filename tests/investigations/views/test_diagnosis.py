@@ -10,7 +10,9 @@ from unittest import mock
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from investigations.models import (
@@ -395,3 +397,46 @@ def test_a_finding_links_to_its_evidence_on_the_timeline_and_says_where_it_came_
         "end": f"{CRASH:.0f}",  # clipped to the data the run saw
     }
     assert f"From diagnosis run #{run.pk}" in body and "(amd profile)" in body
+
+
+# --- Markdown report -----------------------------------------------------------------------------
+
+_CONTRACT = {
+    "job": {"id": "81234", "status": "completed", "triage_class": "tgs-degradation", "first_step": 0,
+            "last_step": 600, "crash_time": None},
+    "source": {"url": "http://127.0.0.1:9", "profile": "amd", "hosts": ["node-1", "node-2"], "gpus_per_host": 8,
+               "time_range": [CRASH - 3600, CRASH]},
+    "diagnosis": {"class": "thermal-straggler", "root_cause_family": "thermal",
+                  "culprits": [{"host": "node-2", "gpu": "3"}], "onset": CRASH - 725, "confidence": 0.65,
+                  "summary": "GPU 3 on node-2 runs hot.", "chain": ["GPU 3 hot", "steps slower"]},
+    "findings": [],
+    "timings": {"total_s": 1.0, "queries": 10, "prometheus_s": 0.5},
+}  # fmt: skip
+
+
+def test_a_finished_diagnosis_is_a_markdown_report_to_paste_into_a_ticket(alice_client, case) -> None:
+    """The region links the decided run's report: the seeds' TSDB Diagnosis format, as `diagnose` prints it."""
+    investigation, job = case
+    run = DiagnosisRun.objects.create(
+        investigation=investigation, job=job, status=TaskStatus.DONE, result=_CONTRACT, finished=timezone.now()
+    )
+    region = alice_client.get(reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX).content.decode()
+    url = reverse("investigations:run_report", args=[investigation.pk, run.pk])
+    assert f'href="{url}" data-testid="diagnosis-report"' in region
+    response = alice_client.get(url)
+    assert response.status_code == 200 and response["Content-Type"] == "text/markdown; charset=utf-8"
+    body = response.content.decode()
+    assert body.startswith("## TSDB Diagnosis: 81234")
+    assert "**Class:** thermal-straggler (root cause: thermal, confidence 65%)" in body
+    assert "**Culprits:** node-2 GPU 3" in body
+
+
+def test_a_report_of_an_unfinished_or_foreign_run_is_refused(alice_client, case) -> None:
+    investigation, job = case
+    running = DiagnosisRun.objects.create(investigation=investigation, job=job, status=TaskStatus.RUNNING)
+    response = alice_client.get(reverse("investigations:run_report", args=[investigation.pk, running.pk]))
+    assert response.status_code == 409 and "its report exists once it is done" in response.content.decode()
+    other = Investigation.objects.create(title="another")
+    assert alice_client.get(reverse("investigations:run_report", args=[other.pk, running.pk])).status_code == 404
+    anonymous = Client().get(reverse("investigations:run_report", args=[investigation.pk, running.pk]))
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
