@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.db.models import OuterRef, Q, QuerySet, Subquery
+from django.db.models import JSONField, OuterRef, Q, QuerySet, Subquery
 
-from .models import DataSource, Investigation, InvestigationJob, QueryResult, QueryRun
+from .models import (
+    DataSource,
+    DiagnosisRun,
+    Investigation,
+    InvestigationJob,
+    QueryResult,
+    QueryRun,
+    TaskStatus,
+)
+from .services.diagnosis import COMPARISON_PLAYBOOKS
 
 
 def datasource_list() -> QuerySet[DataSource]:
@@ -38,7 +47,19 @@ def investigation_list(
     primary = InvestigationJob.objects.filter(
         investigation=OuterRef("pk"), role=InvestigationJob.Role.PRIMARY
     ).select_related(None)
+    # The latest finished diagnosis of the primary job in this investigation: its culprits, for the list.
+    verdict = (
+        DiagnosisRun.objects.filter(
+            investigation=OuterRef("pk"),
+            job__investigation_links__investigation=OuterRef("pk"),
+            job__investigation_links__role=InvestigationJob.Role.PRIMARY,
+            status=TaskStatus.DONE,
+        )
+        .exclude(playbooks=COMPARISON_PLAYBOOKS)
+        .order_by("-finished", "-pk")
+    )
     rows = Investigation.objects.select_related("owner").annotate(
+        verdict_culprits=Subquery(verdict.values("result__diagnosis__culprits")[:1], output_field=JSONField()),
         primary_job_pk=Subquery(primary.values("job__pk")[:1]),
         primary_job_id=Subquery(primary.values("job__job_id")[:1]),
         primary_job_name=Subquery(primary.values("job__name")[:1]),

@@ -83,6 +83,8 @@ def index(request: HtmxHttpRequest) -> HttpResponse:
     }
     rows = selectors.investigation_list(**filters)
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    for row in page.object_list:
+        row.culprits_text = culprits_text(row.verdict_culprits)
     query = {k: v for k, v in request.GET.items() if k != "page" and v}
     context = {
         "page": page,
@@ -97,6 +99,19 @@ def index(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx and not request.htmx.boosted and not request.htmx.history_restore_request:
         template += "#investigation-table"
     return render(request, template, context)
+
+
+def culprits_text(culprits: Any, limit: int = 3) -> str:
+    """Return a diagnosis' culprits as "tx-hpc-0242 GPU 3, dgx031" (at most `limit`, then "+N")."""
+    if not isinstance(culprits, list):
+        return ""
+    names = [
+        f"{c.get('host')}" + (f" GPU {c['gpu']}" if c.get("gpu") not in (None, "") else "")
+        for c in culprits
+        if isinstance(c, dict) and c.get("host")
+    ]
+    more = f" +{len(names) - limit}" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
 
 
 # --- New investigation ---------------------------------------------------------------------------

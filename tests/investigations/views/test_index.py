@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
-from investigations.models import Investigation
+from investigations.models import DiagnosisRun, Investigation, TaskStatus
+from investigations.views.investigations import culprits_text
 
 from .investigation_helpers import HTMX, assert_login_required, make_investigation
 
@@ -84,3 +88,31 @@ def test_search_finds_a_host_that_only_discovery_saw(alice_client) -> None:
     make_investigation("Other job", job_id="2")
     body = alice_client.get(reverse("investigations:home"), {"q": "z77"}).content.decode()
     assert "Live job" in body and "Other job" not in body
+
+
+def test_each_row_names_the_culprits_of_its_latest_diagnosis(alice_client) -> None:
+    """The list says who did it: the primary job's latest finished diagnosis, not a comparison or older run."""
+    hot = make_investigation("Slow steps", job_id="300")
+    job = hot.jobs.get()
+    culprits = [{"host": "tx-hpc-0242", "gpu": "3"}, {"host": "tx-hpc-0243", "gpu": None}]
+
+    def run(found: list, **fields) -> DiagnosisRun:
+        return DiagnosisRun.objects.create(
+            investigation=hot, job=job, status=TaskStatus.DONE, finished=timezone.now(),
+            result={"diagnosis": {"class": "thermal-straggler", "culprits": found}}, **fields,
+        )  # fmt: skip
+
+    run([{"host": "old-host", "gpu": None}], )
+    run(culprits)
+    run([{"host": "compared", "gpu": None}], playbooks=["comparison"])
+    DiagnosisRun.objects.create(investigation=hot, job=job, status=TaskStatus.RUNNING)  # not finished
+    make_investigation("Nothing yet", job_id="301")
+    body = alice_client.get(reverse("investigations:home")).content.decode()
+    cells = re.findall(r'data-testid="culprits">([^<]*)<', body)
+    assert cells == ["—", "tx-hpc-0242 GPU 3, tx-hpc-0243"]  # newest first
+
+
+def test_culprits_text_caps_the_list() -> None:
+    many = [{"host": f"h{i}", "gpu": None} for i in range(5)]
+    assert culprits_text(many) == "h0, h1, h2 +2"
+    assert culprits_text(None) == "" and culprits_text([{"gpu": "1"}]) == ""
