@@ -16,12 +16,15 @@ from django.contrib import messages
 from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
 from playbooks.compare import WITHIN_NOISE, delta_text
+from playbooks.timeline import PANELS
 
 from ..models import DiagnosisRun, Investigation
 from ..services import comparison as cmp
@@ -114,9 +117,33 @@ def _region_context(investigation: Investigation, **extra: Any) -> dict[str, Any
             "metrics": _metric_rows(result),
             "diagnosis": diagnosis or None,
             "timings": result.get("timings") or {},
+            "timeline_url": _timeline_url(investigation, decided, result),
         },
         **extra,
     }
+
+
+def _timeline_url(investigation: Investigation, decided: DiagnosisRun | None, result: dict[str, Any]) -> str:
+    """Return the timeline that draws the compared jobs by step over the primary's: step time and every
+    metric the comparison judged beyond noise ("" without a finished comparison)."""
+    if decided is None or not result:
+        return ""
+    jobs = [int(pk) for pk in (decided.window or {}).get("jobs") or []]
+    others = [pk for pk in jobs if pk != decided.job_id]
+    if not others:
+        return ""
+    wanted = {"step_time"} | {
+        str(m.get("name") or "").removesuffix("_max").removesuffix("_min")
+        for m in (result.get("comparison") or {}).get("metrics") or []
+        if (m.get("likely_cause") or WITHIN_NOISE) != WITHIN_NOISE
+    }
+    query = {
+        "job": str(decided.job_id),
+        "x": "step",
+        "compare": ",".join(str(pk) for pk in others),
+        "panels": ",".join(k for k in PANELS if k in wanted),
+    }
+    return reverse("investigations:timeline", args=[investigation.pk]) + "?" + urlencode(query)
 
 
 def _region(request: HtmxHttpRequest, investigation: Investigation, **extra: Any) -> HttpResponse:

@@ -70,6 +70,15 @@ def test_a_restored_job_compared_with_its_baseline_shows_the_leak(
         "select incident_class from investigations_investigation where id = ?", (inv,)
     ) == [("restore-resource-leak",)]
 
+    # From the comparison to the curves: the baseline drawn over the restored job by step.
+    region.get_by_test_id("comparison-timeline").click()
+    expect(page).to_have_url(re.compile(r"/timeline/\?.*compare=\d+"))
+    for panel in ("step_time", "procs_running"):
+        page.locator(f"#timeline-panel-{panel}").scroll_into_view_if_needed()
+        expect(page.locator(f"#timeline-panel-{panel} .timeline-plot")).to_have_attribute("data-state", "drawn")
+        expect(page.locator(f"#timeline-panel-{panel} .legendtext", has_text="(baseline)")).to_have_count(1)
+    expect(page.get_by_role("radio", name="step")).to_be_checked()
+
 
 def test_a_running_comparison_is_cancelled_in_place_and_the_worker_stops(
     page: Page, served_job, stepwise_app

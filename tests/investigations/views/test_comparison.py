@@ -4,9 +4,11 @@ place when a run finishes."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from unittest import mock
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.test import Client
@@ -195,6 +197,14 @@ def test_a_poll_that_finds_it_done_gets_the_result_side_by_side_without_the_trig
     assert "<li>checkpoint restore path leaked threads</li>" in body
     assert "81234 carries a uniform extra CPU load" in body
     assert "Compare jobs again" in body
+    # the other job drawn over this one by step, on step time and what was beyond noise
+    link = re.search(r'href="([^"]+)" data-testid="comparison-timeline"', body)
+    url = urlsplit(html.unescape(link[1]))
+    assert url.path == reverse("investigations:timeline", args=[investigation.pk])
+    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+    baseline = next(link.job_id for link in investigation.job_links.all() if link.job_id != restored.pk)
+    assert query == {"job": str(restored.pk), "x": "step", "compare": str(baseline),
+                     "panels": "step_time,procs_running"}  # fmt: skip
 
 
 def test_the_investigation_page_loads_the_region_and_the_diagnosis_ignores_comparisons(
