@@ -75,6 +75,21 @@ def _get_run(investigation: Investigation, run_id: int) -> DiagnosisRun:
     )
 
 
+def _gpu_model_shown(decided: DiagnosisRun | None) -> dict[str, Any]:
+    """Return the GPU model whose priors the verdict used, and a warning when the user's choice is of
+    another vendor than the exporters (an H100 set on an AMD seed-system job)."""
+    result = (decided.result or {}) if decided else {}
+    shown = dict(result.get("gpu_model") or {})
+    model = GPU_MODELS.get(shown.get("name") or "")
+    profile = PROFILES.get((result.get("source") or {}).get("profile") or "")
+    if shown.get("set_by_user") and model and profile and model.vendor != profile.vendor:
+        shown["mismatch"] = (
+            f"{model.name} is an {model.vendor.upper()} GPU but this job's exporters are {profile.vendor.upper()}'s "
+            f"({profile.name} profile): its power and thermal priors may not fit"
+        )
+    return shown
+
+
 def _get_finding(investigation: Investigation, finding_id: int) -> Finding:
     return get_object_or_404(
         Finding.objects.select_related("job", "run", "run__datasource"), pk=finding_id, investigation=investigation
@@ -172,7 +187,7 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
             "diagnosis": diagnosis,
             "executions": _execution_rows(overview["executions"]),
             "active": overview["run"] is not None and not overview["run"].is_finished,
-            "gpu_model": ((overview["decided"].result or {}).get("gpu_model") or {}) if overview["decided"] else {},
+            "gpu_model": _gpu_model_shown(overview["decided"]),
             "profile_choices": DiagnosisStartForm.base_fields["profile"].choices,
             "gpu_model_choices": DiagnosisStartForm.base_fields["gpu_model"].choices,
         },

@@ -440,3 +440,23 @@ def test_a_report_of_an_unfinished_or_foreign_run_is_refused(alice_client, case)
     assert alice_client.get(reverse("investigations:run_report", args=[other.pk, running.pk])).status_code == 404
     anonymous = Client().get(reverse("investigations:run_report", args=[investigation.pk, running.pk]))
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
+
+
+@pytest.mark.parametrize(
+    ("name", "set_by_user", "warned"),
+    [("H100", True, True), ("MI355X", True, False), ("H100", False, False)],
+)
+def test_a_gpu_model_of_another_vendor_than_the_exporters_is_pointed_out(
+    alice_client, case, name, set_by_user, warned
+) -> None:
+    """The user's GPU model wins, but an NVIDIA model on an AMD job's exporters is said to be odd."""
+    investigation, job = case
+    result = {**_CONTRACT, "gpu_model": {"name": name, "set_by_user": set_by_user}}
+    DiagnosisRun.objects.create(
+        investigation=investigation, job=job, status=TaskStatus.DONE, result=result, finished=timezone.now()
+    )
+    region = alice_client.get(reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX).content.decode()
+    assert f'data-testid="diagnosis-gpu-model">{name}' in region
+    assert ('data-testid="gpu-model-mismatch"' in region) is warned
+    if warned:
+        assert "H100 is an NVIDIA GPU but this job&#x27;s exporters are AMD&#x27;s (amd profile)" in region
