@@ -339,6 +339,11 @@ def _significant(row: _Row, base: int, other: int) -> bool:
     return abs(b - a) > max(noise, floor)
 
 
+def metric_signals(name: str) -> tuple[str, ...]:
+    """Return the signals a comparison metric row reads ("gpu_temp_max" -> ("gpu_temp",)); () if unknown."""
+    return next((m.signals for m in _METRICS if m.name == name), ())
+
+
 def delta_text(metric: Mapping[str, Any]) -> str:
     """Return how a report shows one metric row's change: a percentage, or the absolute change when the
     baseline is below the metric's percentage floor (a rate near zero: "+0.001" says more than "+0.1 %")."""

@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from .gpus import GPU_MODELS
+
 __all__ = [
     "DOMAINS",
     "PROFILES",
@@ -480,3 +482,14 @@ def detect_profile(metric_names: Iterable[str], *, prefer: str | None = None) ->
             f"known: {', '.join(p.title for p in PROFILES.values())}"
         )
     return PROFILES[best]
+
+
+def vendor_mismatch(gpu_model: str, profile: str) -> str:
+    """Return why a GPU model does not fit a profile's exporters (an H100 on the AMD seed system), or ""."""
+    model, prof = GPU_MODELS.get(gpu_model), PROFILES.get(profile)
+    if model is None or prof is None or model.vendor == prof.vendor:
+        return ""
+    return (
+        f"{model.name} is an {model.vendor.upper()} GPU but this job's exporters are {prof.vendor.upper()}'s "
+        f"({prof.name} profile): its power and thermal priors may not fit"
+    )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -63,3 +63,30 @@ class ExitOnSignal:
         if self.received is not None:
             sys.stderr.write(f"{self.command}: interrupted by {signal.Signals(self.received).name}\n")
             sys.exit(128 + self.received)
+
+
+class CommandExit(Exception):
+    """End the command with `code` and one line on stderr (the contract's 2: bad input, 3: unreachable)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def run_command[T](command: str, work: Callable[[ExitOnSignal], T]) -> T:
+    """Return work(signals) run under ExitOnSignal; CommandExit and signals end the process as the contract says.
+
+    stdout stays empty unless `work` returns: a CommandExit writes its reason to stderr and exits with its
+    code, and a signal (raised, or swallowed and only recorded) exits 128 + n after `work`'s cleanup.
+    """
+    with ExitOnSignal(command) as signals:
+        try:
+            result = work(signals)
+        except CommandExit as exc:
+            sys.stderr.write(f"{command}: {exc}\n")
+            sys.exit(exc.code)
+        except SystemExit:
+            signals.exit_if_signalled()  # the servers are already stopped (work's finally blocks)
+            raise
+        signals.exit_if_signalled()  # a signal whose raise was swallowed: still no result on stdout
+    return result

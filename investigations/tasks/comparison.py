@@ -21,8 +21,7 @@ from ..models import TaskStatus
 from ..services import comparison as cmp
 from ..services import diagnosis as dx
 from ._housekeeping import prune_idle
-from .diagnosis import triage_wait
-from .queryruns import _retry_delay
+from .diagnosis import timed_out, transient_retry, triage_wait
 
 logger = logging.getLogger(__name__)
 
@@ -49,22 +48,11 @@ def comparison_execute_task(self, run_id: int) -> None:
     except cmp.ComparisonCancelled as exc:
         logger.info("comparison %s was cancelled: %s", run_id, exc)
     except services.TRANSIENT_ERRORS as exc:
-        if self.request.retries >= self.max_retries:
-            dx.diagnosis_finish(
-                run_id, TaskStatus.FAILED, f"Gave up after {self.request.retries + 1} attempts: {exc}"
-            )
-            return
-        delay = _retry_delay(self.request.retries)
-        dx.diagnosis_requeue(
-            run_id, f"Attempt {self.request.retries + 1} failed: {exc} (retrying in {delay} s)"
-        )
-        raise self.retry(exc=exc, countdown=delay) from exc
+        transient_retry(self, run_id, exc)
     except _PERMANENT as exc:
         dx.diagnosis_finish(run_id, TaskStatus.FAILED, str(exc))
     except SoftTimeLimitExceeded:
-        dx.diagnosis_finish(
-            run_id, TaskStatus.FAILED, f"Timed out after {settings.CELERY_TASK_SOFT_TIME_LIMIT} s"
-        )
+        dx.diagnosis_finish(run_id, TaskStatus.FAILED, timed_out())
     except Exception:
         dx.diagnosis_finish(
             run_id, TaskStatus.FAILED, "Internal error while comparing; the worker log has the details"

@@ -44,7 +44,17 @@ def triage_wait(task, run_id: int, exc: Exception) -> None:
     raise task.retry(exc=exc, countdown=TRIAGE_WAIT_S, max_retries=TRIAGE_WAIT_RETRIES) from exc
 
 
-def _timed_out() -> str:
+def transient_retry(task, run_id: int, exc: Exception) -> None:
+    """Requeue the run and retry with capped backoff after a transient error; fail it once retries run out."""
+    if task.request.retries >= task.max_retries:
+        dx.diagnosis_finish(run_id, TaskStatus.FAILED, f"Gave up after {task.request.retries + 1} attempts: {exc}")
+        return
+    delay = _retry_delay(task.request.retries)
+    dx.diagnosis_requeue(run_id, f"Attempt {task.request.retries + 1} failed: {exc} (retrying in {delay} s)")
+    raise task.retry(exc=exc, countdown=delay) from exc
+
+
+def timed_out() -> str:
     return f"Timed out after {settings.CELERY_TASK_SOFT_TIME_LIMIT} s"
 
 
@@ -64,21 +74,13 @@ def diagnosis_plan_task(self, run_id: int) -> None:
         triage_wait(self, run_id, exc)
         return
     except services.TRANSIENT_ERRORS as exc:
-        if self.request.retries >= self.max_retries:
-            dx.diagnosis_finish(
-                run_id, TaskStatus.FAILED, f"Gave up after {self.request.retries + 1} attempts: {exc}"
-            )
-            return
-        delay = _retry_delay(self.request.retries)
-        dx.diagnosis_requeue(
-            run_id, f"Attempt {self.request.retries + 1} failed: {exc} (retrying in {delay} s)"
-        )
-        raise self.retry(exc=exc, countdown=delay) from exc
+        transient_retry(self, run_id, exc)
+        return
     except _PERMANENT as exc:
         dx.diagnosis_finish(run_id, TaskStatus.FAILED, str(exc))
         return
     except SoftTimeLimitExceeded:
-        dx.diagnosis_finish(run_id, TaskStatus.FAILED, _timed_out())
+        dx.diagnosis_finish(run_id, TaskStatus.FAILED, timed_out())
         return
     except Exception:
         dx.diagnosis_finish(
@@ -124,7 +126,7 @@ def playbook_execute_task(self, run_id: int, playbook: str) -> None:
     except _PERMANENT as exc:
         dx.playbook_finish(run_id, playbook, TaskStatus.FAILED, str(exc))
     except SoftTimeLimitExceeded:
-        dx.playbook_finish(run_id, playbook, TaskStatus.FAILED, _timed_out())
+        dx.playbook_finish(run_id, playbook, TaskStatus.FAILED, timed_out())
     except Exception:
         dx.playbook_finish(
             run_id, playbook, TaskStatus.FAILED, "Internal error; the worker log has the details"
@@ -150,7 +152,7 @@ def diagnosis_decide_task(run_id: int) -> None:
     except dx.DiagnosisError as exc:
         dx.diagnosis_finish(run_id, TaskStatus.FAILED, str(exc))
     except SoftTimeLimitExceeded:
-        dx.diagnosis_finish(run_id, TaskStatus.FAILED, _timed_out())
+        dx.diagnosis_finish(run_id, TaskStatus.FAILED, timed_out())
     except Exception:
         dx.diagnosis_finish(
             run_id, TaskStatus.FAILED, "Internal error while deciding; the worker log has the details"

@@ -23,7 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
-from playbooks.compare import WITHIN_NOISE, delta_text
+from playbooks.compare import WITHIN_NOISE, delta_text, metric_signals
 from playbooks.timeline import PANELS
 
 from ..models import DiagnosisRun, Investigation
@@ -133,9 +133,10 @@ def _timeline_url(investigation: Investigation, decided: DiagnosisRun | None, re
     if not others:
         return ""
     wanted = {"step_time"} | {
-        str(m.get("name") or "").removesuffix("_max").removesuffix("_min")
+        signal
         for m in (result.get("comparison") or {}).get("metrics") or []
         if (m.get("likely_cause") or WITHIN_NOISE) != WITHIN_NOISE
+        for signal in metric_signals(str(m.get("name") or ""))
     }
     query = {
         "job": str(decided.job_id),

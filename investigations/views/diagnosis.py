@@ -28,7 +28,7 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
 from playbooks.gpus import GPU_MODELS
-from playbooks.profiles import PROFILES
+from playbooks.profiles import PROFILES, vendor_mismatch
 from playbooks.report import diagnosis_markdown
 from playbooks.report_compare import compare_markdown
 from playbooks.timeline import finding_panels
@@ -80,13 +80,10 @@ def _gpu_model_shown(decided: DiagnosisRun | None) -> dict[str, Any]:
     another vendor than the exporters (an H100 set on an AMD seed-system job)."""
     result = (decided.result or {}) if decided else {}
     shown = dict(result.get("gpu_model") or {})
-    model = GPU_MODELS.get(shown.get("name") or "")
-    profile = PROFILES.get((result.get("source") or {}).get("profile") or "")
-    if shown.get("set_by_user") and model and profile and model.vendor != profile.vendor:
-        shown["mismatch"] = (
-            f"{model.name} is an {model.vendor.upper()} GPU but this job's exporters are {profile.vendor.upper()}'s "
-            f"({profile.name} profile): its power and thermal priors may not fit"
-        )
+    if shown.get("set_by_user"):
+        mismatch = vendor_mismatch(shown.get("name") or "", (result.get("source") or {}).get("profile") or "")
+        if mismatch:
+            shown["mismatch"] = mismatch
     return shown
 
 

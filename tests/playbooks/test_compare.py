@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from playbooks.compare import CompareError, CompareJob, compare_jobs, config_diff, delta_text
+from playbooks.compare import CompareError, CompareJob, compare_jobs, config_diff, delta_text, metric_signals
 from playbooks.triage import triage_job
 
 PROFILES = ("amd", "nvidia")
@@ -156,3 +156,11 @@ def test_without_logs_the_step_gauge_tells_the_restored_job(job_factory, served_
 def test_a_report_shows_a_near_zero_baseline_as_an_absolute_change(metric, shown):
     """delta_text: a percentage, unless the baseline is below the metric's percentage floor."""
     assert delta_text(metric) == shown
+
+
+def test_a_metric_row_names_the_signals_it_reads() -> None:
+    """The timeline draws a comparison's rows through these (gpu_temp_max is the gpu_temp panel)."""
+    assert metric_signals("gpu_temp_max") == ("gpu_temp",)
+    assert metric_signals("procs_running") == ("procs_running",)
+    assert "rdma_retransmits" in metric_signals("rdma_retransmits")
+    assert metric_signals("no_such_row") == ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from playbooks.profiles import PROFILES, SIGNALS, ProfileError, detect_profile, signal_info
+from playbooks.profiles import PROFILES, SIGNALS, ProfileError, detect_profile, signal_info, vendor_mismatch
 
 
 def _names(client) -> list[str]:
@@ -113,3 +113,9 @@ def test_signal_catalogue_is_consistent():
             info = signal_info(name)
             assert info["domain"] and info["scope"] in {"gpu", "host", "job"}
     assert len(SIGNALS) == len(set(SIGNALS))
+
+
+def test_a_gpu_model_of_another_vendor_than_the_exporters_is_named():
+    assert "H100 is an NVIDIA GPU but this job's exporters are AMD's (amd profile)" in vendor_mismatch("H100", "amd")
+    assert vendor_mismatch("MI355X", "amd") == "" and vendor_mismatch("H100", "nvidia") == ""
+    assert vendor_mismatch("V100", "amd") == "" and vendor_mismatch("H100", "intel") == ""

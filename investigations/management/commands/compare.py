@@ -16,19 +16,14 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from investigations.management.signals import ExitOnSignal
+from investigations.management.signals import CommandExit as _Exit
+from investigations.management.signals import ExitOnSignal, run_command
 from playbooks import tsdb_server
 from playbooks.compare import CompareError, CompareJob, compare_jobs
 from playbooks.diagnose import serves_copy
 from playbooks.prometheus import PrometheusClient, PrometheusError
 from playbooks.report_compare import compare_markdown
 from playbooks.triage import TriageError, triage_job
-
-
-class _Exit(Exception):
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
 
 
 def _check_dir(raw: str) -> Path:
@@ -51,16 +46,7 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=("json", "markdown"), default="json")
 
     def handle(self, *args, **opts):
-        with ExitOnSignal("compare") as signals:
-            try:
-                result = self._compare(opts["job_dirs"], signals)
-            except _Exit as exc:
-                sys.stderr.write(f"compare: {exc}\n")
-                sys.exit(exc.code)
-            except SystemExit:
-                signals.exit_if_signalled()  # the servers are already stopped (finally in _compare)
-                raise
-            signals.exit_if_signalled()  # a signal whose raise was swallowed: still no result on stdout
+        result = run_command("compare", lambda signals: self._compare(opts["job_dirs"], signals))
         if opts["format"] == "json":
             sys.stdout.write(json.dumps(result) + "\n")
         else:

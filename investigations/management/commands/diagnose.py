@@ -27,7 +27,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from investigations.management.signals import ExitOnSignal
+from investigations.management.signals import CommandExit as _Exit
+from investigations.management.signals import ExitOnSignal, run_command
 from investigations.services import DataSourceError, prometheus_url_check
 from playbooks import tsdb_server
 from playbooks.diagnose import DiagnosisError, run_diagnosis, serves_copy
@@ -35,12 +36,6 @@ from playbooks.gpus import GPU_MODELS, gpu_model_named
 from playbooks.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
 from playbooks.report import diagnosis_markdown
 from playbooks.triage import TriageError, find_job_log, triage_job, triage_log
-
-
-class _Exit(Exception):
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
 
 
 def parse_time(raw: str | None, name: str) -> float | None:
@@ -97,17 +92,11 @@ class Command(BaseCommand):
                             help="comma-separated playbooks to run, or 'all' (default: what the triage calls for)")
 
     def handle(self, *args, **opts):
-        with ExitOnSignal("diagnose") as signals:
+        def work(signals: ExitOnSignal) -> dict:
             self._signals = signals
-            try:
-                result = self._diagnose(opts)
-            except _Exit as exc:
-                sys.stderr.write(f"diagnose: {exc}\n")
-                sys.exit(exc.code)
-            except SystemExit:
-                signals.exit_if_signalled()  # the server is already stopped (finally in _served)
-                raise
-            signals.exit_if_signalled()  # a signal whose raise was swallowed: still no result on stdout
+            return self._diagnose(opts)
+
+        result = run_command("diagnose", work)
         if opts["format"] == "json":
             sys.stdout.write(json.dumps(result) + "\n")
         else:
