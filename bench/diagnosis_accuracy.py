@@ -206,6 +206,28 @@ def report(rows: list[dict[str, Any]]) -> None:
             n_pred += len(got)
             n_true += len(want)
         print(f"Culprit {kind}: precision {tp}/{n_pred} = {_pct(tp, n_pred)}, recall {tp}/{n_true} = {_pct(tp, n_true)}")
+    f1s = {}
+    for c in truth_classes:
+        tp = sum(1 for r in rows if r["truth"] == c and r["predicted"] == c)
+        fp = sum(1 for r in rows if r["truth"] != c and r["predicted"] == c)
+        fn = sum(1 for r in rows if r["truth"] == c and r["predicted"] != c)
+        f1s[c] = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
+    print("Per-class F1: " + ", ".join(f"{SHORT[c]} {v:.2f}" for c, v in f1s.items()))
+    print(f"Class macro-F1: {statistics.mean(f1s.values()):.3f}")
+    tp = n_pred = n_true = 0
+    for r in rows:
+        want = {c["host"] for c in r["truth_culprits"]}
+        got = {c["host"] for c in r["culprits"]}
+        tp, n_pred, n_true = tp + len(want & got), n_pred + len(got), n_true + len(want)
+    prec, rec = (tp / n_pred if n_pred else 1.0), (tp / n_true if n_true else 1.0)
+    print(f"Culprit hosts F1: {2 * prec * rec / (prec + rec) if prec + rec else 0.0:.3f} "
+          f"(precision {prec:.3f}, recall {rec:.3f}; jobs naming more hosts than the truth: "
+          f"{sum(1 for r in rows if len(r['culprits']) > len(r['truth_culprits']))})")
+    scr = [abs(r["onset"] - r["truth_onset"]) / float(r.get("interval") or 15.0) for r in rows
+           if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None]
+    if scr:
+        print(f"Onset error in scrape intervals (correct class, n={len(scr)}): median {statistics.median(scr):.2f}, "
+              f"p90 {_quantile(scr, 0.9):.1f}; within 3 intervals {sum(x <= 3 for x in scr)}/{len(scr)}")
     errors = [abs(r["onset"] - r["truth_onset"]) for r in rows
               if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None]
     missing = sum(1 for r in rows if r["predicted"] == r["truth"] and r["truth_onset"] is not None and r["onset"] is None)
@@ -214,6 +236,7 @@ def report(rows: list[dict[str, Any]]) -> None:
               f"p90 {_quantile(errors, 0.9):.0f} s, max {max(errors):.0f} s; {missing} without an onset")
     healthy = [r for r in rows if r["truth"] == "healthy"]
     alarmed = [r for r in healthy if r["alarms"]]
+    print(f"Healthy false alarms: {_pct(len(alarmed), len(healthy))} of healthy jobs with a warning or worse")
     print(f"False alarms on healthy jobs: {len(alarmed)}/{len(healthy)} jobs with a warning/critical finding "
           f"({sum(r['alarms'] for r in healthy)} findings); {sum(r['predicted'] != 'healthy' for r in healthy)} "
           "not called healthy")
@@ -227,6 +250,13 @@ def report(rows: list[dict[str, Any]]) -> None:
         for r in wrong:
             extra = f" ({r['error']})" if r.get("error") else ""
             print(f"  {r['job']}: truth {r['truth']}, predicted {r['predicted']}{extra}")
+    off = [r for r in rows if r["predicted"] == r["truth"] and
+           {c["host"] for c in r["culprits"]} != {c["host"] for c in r["truth_culprits"]}]
+    if off:
+        print("\nRight class, other culprits:")
+        for r in off:
+            print(f"  {r['job']}: truth {sorted(c['host'] for c in r['truth_culprits'])}, "
+                  f"named {sorted(c['host'] for c in r['culprits'])[:8]}")
 
 
 def main() -> None:
@@ -256,7 +286,7 @@ def main() -> None:
             truth = entry["truth"]
             row = {"job": Path(entry["dir"]).name, "profile": entry["profile"], "nodes": entry["nodes"],
                    "truth": truth["class"], "truth_culprits": truth.get("culprits") or [],
-                   "truth_onset": truth.get("onset"), **got}
+                   "truth_onset": truth.get("onset"), "interval": truth.get("interval_s"), **got}
             rows.append(row)
             print(f"  {row['job']:<48} {row['truth']:<26} -> {row['predicted']:<26} {row['seconds']:5.1f} s",
                   file=sys.stderr)
