@@ -1,6 +1,6 @@
 """Diagnosis accuracy on a generated corpus: confusion matrix, culprits, onset, false alarms (prints figures).
 
-Usage: .venv/bin/python bench/diagnosis_accuracy.py [--seeds 2] [--nodes 8,16,32] [--profiles amd,nvidia]
+Usage: .venv/bin/python bench/diagnosis_accuracy.py [--seeds 2] [--seed-from 1] [--nodes 8,16,32] [--profiles amd,nvidia]
        [--scenarios a,b] [--gpus 8] [--hours H] [--out data/bench/accuracy] [--rebuild] [--json FILE]
 
 1. Corpus: every scenario x seed x profile, the node count cycling through --nodes (8-64 nodes; the default
@@ -63,7 +63,7 @@ def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
     i = 0
     for scenario in args.scenarios.split(","):
         for profile in args.profiles.split(","):
-            for seed in range(1, args.seeds + 1):
+            for seed in range(args.seed_from, args.seed_from + args.seeds):
                 n = nodes[i % len(nodes)]
                 i += 1
                 opts = {"scenario": scenario, "seed": seed, "nodes": n, "profile": profile, "gpus": args.gpus,
@@ -261,7 +261,8 @@ def report(rows: list[dict[str, Any]]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=2, help="seeds 1..N per scenario and profile")
+    ap.add_argument("--seeds", type=int, default=2, help="N seeds per scenario and profile")
+    ap.add_argument("--seed-from", type=int, default=1, help="the first seed (seeds FROM..FROM+N-1)")
     ap.add_argument("--nodes", default="8,16,32", help="node counts, cycled over the corpus (8-64)")
     ap.add_argument("--profiles", default="amd,nvidia")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
@@ -296,7 +297,7 @@ def main() -> None:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
     print(f"\n{len(rows)} jobs: corpus {t_built - t0:.0f} s, judging {time.monotonic() - t_built:.0f} s "
-          f"(seeds 1-{args.seeds}, nodes {args.nodes}, profiles {args.profiles}, {args.gpus} GPUs/node)")
+          f"(seeds {args.seed_from}-{args.seed_from + args.seeds - 1}, nodes {args.nodes}, profiles {args.profiles}, {args.gpus} GPUs/node)")
     report(rows)
     if compared:
         bad = [c for c in compared if c["predicted"] != "healthy" or c["alarms"]]
