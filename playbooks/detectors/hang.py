@@ -332,7 +332,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
         while i > 0 and busy[r, i - 1]:
             i -= 1
         starts.append(float(g.t[i]) - g.step / 2)
-    onset = float(np.median(starts))
+    onset = _refine_settle(ctx.grid(rule.queries[0]), float(np.median(starts)), float(g.t[e]), g.step)
     sets = _busy_sets(g, final, util_min, set())
     odd = _odd_hosts(sets)
     n_hosts = len(sets)
@@ -345,3 +345,21 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
         ev.append(_ev(ctx, str(p["gpu_query"]), {"host": h}, ", ".join(sorted(sets[h], key=_gkey)) or "none",
                       "this host spins another set of GPUs than the others: its ranks are elsewhere"))
     return _finding(pb, rule, odd, [], onset, ev, busy_hosts=n_hosts, hosts_seen=n_hosts, pre_step=True)
+
+
+def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: float) -> float:
+    """Return the settle time on the fine grid of per-host utilisation: the median over hosts of when the
+    host's utilisation last rose to half its final level (searched around the coarse estimate)."""
+    if util is None or len(util.t) < 3:
+        return coarse
+    a, b = coarse - 2 * coarse_step, coarse + 2 * coarse_step
+    final = util.mask(end - 3 * coarse_step, end)
+    times = []
+    for v in util.values:
+        level = nan_median(v[final])
+        if not math.isfinite(level) or level <= 0:
+            continue
+        low = np.nonzero(util.mask(a, b) & (np.nan_to_num(v, nan=0.0) < 0.5 * level) & (util.t <= end))[0]
+        if len(low) and low[-1] + 1 < len(util.t):
+            times.append(float(util.t[low[-1] + 1]) - util.step / 2)
+    return float(np.median(times)) if times else coarse
