@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 __all__ = [
-    "Grid", "background", "change_points", "first_sustained", "nan_median", "peer_deviation", "rate_excess", "rise_start", "robust_spread", "step_noise",
+    "Grid", "Shift", "background", "distribution_shift", "change_points", "first_sustained", "nan_median", "peer_deviation", "rate_excess", "rise_start", "robust_spread", "step_noise",
     "walk_back",
 ]
 
@@ -235,3 +236,29 @@ def nan_median(x: Sequence[float] | np.ndarray) -> float:
     arr = np.asarray(x, dtype=float)
     arr = arr[~np.isnan(arr)]
     return float(np.median(arr)) if len(arr) else float("nan")
+
+
+@dataclass(frozen=True)
+class Shift:
+    """How far one sample's distribution lies above another's: the Hodges-Lehmann estimate (the median of
+    all pairwise differences), its ~95 % interval, and the one-sided Mann-Whitney p-value."""
+
+    estimate: float
+    low: float
+    high: float
+    p: float
+
+
+def distribution_shift(base: Sequence[float], other: Sequence[float]) -> Shift | None:
+    """Return the shift of `other` over `base` (None with fewer than 3 values on a side)."""
+    a = np.asarray([x for x in base if np.isfinite(x)], float)
+    b = np.asarray([x for x in other if np.isfinite(x)], float)
+    if len(a) < 3 or len(b) < 3:
+        return None
+    diffs = np.sort((b[:, None] - a[None, :]).ravel())
+    n, m = len(b), len(a)
+    # the interval's ranks from the normal approximation of the Mann-Whitney statistic
+    k = int(np.floor(n * m / 2 - 1.96 * np.sqrt(n * m * (n + m + 1) / 12.0)))
+    k = min(max(k, 0), len(diffs) - 1)
+    p = float(stats.mannwhitneyu(b, a, alternative="greater").pvalue)
+    return Shift(float(np.median(diffs)), float(diffs[k]), float(diffs[len(diffs) - 1 - k]), p)

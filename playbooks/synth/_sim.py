@@ -439,6 +439,8 @@ def simulate(job: Job) -> Job:
     blocked = np.where(ck, rng.integers(10, 22, (K, N)), rng.integers(0, 3, (K, N))).astype(float)
     running = np.where(train_b[0], rng.integers(6, 14, (K, N)), rng.integers(1, 4, (K, N))).astype(float)
     running = np.where(hang[None, :], rng.integers(8, 14, (K, N)), running)
+    if "host_background" in job.variants:
+        _variants.host_background(job, running, t >= job.train_start - 300)
     cpu_util = np.where(train_b[0], rng.uniform(18, 30, (K, N)), rng.uniform(1, 4, (K, N)))
     ctx_rate = np.where(train_b[0], rng.uniform(2e4, 6e4, (K, N)), rng.uniform(3e3, 6e3, (K, N)))
     tcp_rate = np.abs(rng.normal(0.4, 0.4, (K, N)))

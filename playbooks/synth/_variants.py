@@ -13,7 +13,9 @@ functions change the simulated arrays in place.
   silent, which is then the onset;
 - host-oom: checkpoint saves leave memory retained, so memory climbs in a staircase and the last save hits
   the limit (the onset is the start of that last rise);
-- healthy: a checkpoint writer brushes the memory limit during a save and recovers, without any kill.
+- healthy: a checkpoint writer brushes the memory limit during a save and recovers, without any kill;
+- restore-resource-leak (both runs) and healthy: each host runs its own number of background daemons, drawn
+  anew for every run (another allocation), so a host's level differs between a restored run and its baseline.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["staircase"] = float(rng.uniform(0.80, 0.88))
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
+    if name in ("restore-resource-leak", "healthy"):
+        v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v
 
 
@@ -109,3 +113,10 @@ def near_limit_save(job: Any, mem: np.ndarray, rep0: np.ndarray, t: np.ndarray) 
     win = (t >= t0) & (t < t0 + float(rng.uniform(60, 150)))
     mem[h] = np.where(win, float(job.variants["near_limit_save"]) * 2 * TIB, mem[h])
     job.red_herrings["near_limit_without_kill"] = job.hosts[h]
+
+
+def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
+    """Add each host's own background runnable processes (drawn per run) while the job runs."""
+    rng = stream(job, 4)
+    offsets = rng.uniform(0.0, float(job.variants["host_background"]), running.shape[0])
+    running += np.where(during[None, :], offsets[:, None], 0.0)

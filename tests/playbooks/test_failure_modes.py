@@ -166,3 +166,35 @@ def test_the_variants_are_drawn_from_their_own_streams():
     assert _variants.choose(_J("node-death", 4))["slurm_node_failure"]
     assert "staircase" in _variants.choose(_J("host-oom", 1))
     assert "near_limit_save" in _variants.choose(_J("healthy", 1))
+
+
+def test_a_uniform_shift_is_found_when_each_host_background_differs_between_runs():
+    """Mode 4 (unit): every host +16 runnable processes, but each host's own background drawn anew per run:
+    same-host deltas scatter, the distribution's shift does not."""
+    import numpy as np
+
+    from playbooks.anomaly import distribution_shift
+
+    rng = np.random.default_rng(4)
+    base = 10 + rng.uniform(0, 8, 16)
+    other = 10 + 16 + rng.uniform(0, 8, 16)
+    shift = distribution_shift(base, other)
+    assert shift is not None and shift.p < 0.001
+    assert shift.low < shift.estimate < shift.high and 12 < shift.estimate < 20 and shift.low > 8
+    same = distribution_shift(base, 10 + rng.uniform(0, 8, 16))
+    assert same is not None and same.p > 0.01 and same.low < 0 < same.high
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_the_restore_leak_comparison_holds_with_per_host_backgrounds(job_factory, served_job, profile):
+    """Mode 4: the generator gives each host its own background per run; the comparison still calls the leak."""
+    from playbooks.compare import CompareJob, compare_jobs
+
+    restored, truth = job_factory("restore-resource-leak", 5, profile, nodes=8)
+    assert "host_background" in truth["variants"]
+    base = restored.with_name(restored.name + "-baseline")
+    jobs = [CompareJob(served_job.dir(d), triage_job(d).to_dict()) for d in (base, restored)]
+    result = compare_jobs(jobs)
+    assert result["diagnosis"]["class"] == "restore-resource-leak"
+    procs = next(f for f in result["findings"] if f["class"] == "restore-resource-leak")
+    assert any("distribution shifted" in e["interpretation"] for e in procs["evidence"])
