@@ -59,7 +59,7 @@ def _job_triage(job: Job) -> Mapping[str, Any]:
         return job.triage
     if job.log_path:
         try:
-            return triage_log(job.log_path).to_dict()
+            return triage_log(job.log_path, roots=settings.STEPWISE_JOB_ROOTS).to_dict()
         except TriageError as exc:
             raise DataSourceError(f"The job's log cannot be read ({exc}); paste the tunnel command.") from exc
     raise DataSourceError("The job has no log to read a tunnel command from; paste the tunnel command.")
