@@ -264,9 +264,15 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # --- Stepwise -------------------------------------------------------------------------------------
 
 STEPWISE_BIND = _bind("STEPWISE_BIND", "127.0.0.1:8000")
-# Prometheus servers the app may query: host, host:port, [v6]:port or a CIDR. Hostnames are compared
-# literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not parse.
-STEPWISE_ALLOWED_PROMETHEUS = envlist("STEPWISE_ALLOWED_PROMETHEUS", "127.0.0.1,localhost,::1")
+# Prometheus servers the app may query: host, host:port, host:first-last, [v6]:port or a CIDR. Hostnames
+# are compared literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not
+# parse. Default: loopback on the Prometheus ports 9090-9199 and the ranges the app's own served TSDB
+# copies (19190-19989) and SSH tunnels (20190-20989) use; never another loopback service (Redis, ...).
+_LOOPBACK_PORTS = ("9090-9199", "19190-19989", "20190-20989")
+STEPWISE_ALLOWED_PROMETHEUS = envlist(
+    "STEPWISE_ALLOWED_PROMETHEUS",
+    ",".join(f"{host}:{ports}" for host in ("127.0.0.1", "localhost", "[::1]") for ports in _LOOPBACK_PORTS),
+)
 STEPWISE_DEMO_JOBS = STEPWISE_DATA_DIR / "demo-jobs"
 # Folders whose job directories may be read (os.pathsep-separated); anything else is refused.
 STEPWISE_JOB_ROOTS = [
