@@ -148,6 +148,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "investigations.apps.InvestigationsConfig",
+    "simple_history",
+    "reports.apps.ReportsConfig",
 ]
 
 MIDDLEWARE = [
@@ -162,6 +164,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Records who made each change kept by django-simple-history (reports).
+    "simple_history.middleware.HistoryRequestMiddleware",
 ]
 
 ROOT_URLCONF = "stepwise.urls"
