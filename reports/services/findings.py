@@ -38,9 +38,9 @@ def verdict_set(report: Report, finding: Finding, *, value: str, reason: str = "
     if value == Verdict.Value.REJECTED and not reason:
         raise ReportError("Say why the finding is rejected.")
     with transaction.atomic():
-        verdict, _ = Verdict.objects.select_for_update().get_or_create(
-            report=report, finding_key=finding_key(finding), defaults={"finding": finding}
-        )
+        key = finding_key(finding)
+        verdict = (Verdict.objects.select_for_update().filter(report=report, finding_key=key).first()
+                   or Verdict(report=report, finding_key=key))
         verdict.finding, verdict.finding_title = finding, finding.title[:300]
         verdict.value = value
         verdict.reason = reason if value == Verdict.Value.REJECTED else ""

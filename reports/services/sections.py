@@ -38,6 +38,7 @@ class SaveResult:
     mine: str = ""
     theirs: str = ""
     merged: str = ""
+    theirs_by: str = ""
 
 
 def report_for(investigation: Investigation, user=None) -> Report:
@@ -110,10 +111,11 @@ def section_save(section_id: int, *, base_version: int, text: str, user) -> Save
             return SaveResult("saved", section)
         base = _base_text(section, base_version)
         merged, conflict = _merge(base if base is not None else "", text, section.body)
+        theirs_by = _who(section)
         if conflict or base is None:
-            return SaveResult("conflict", section, mine=text, theirs=section.body, merged=merged)
+            return SaveResult("conflict", section, mine=text, theirs=section.body, merged=merged, theirs_by=theirs_by)
         _write(section, merged, user, f"edited (merged with version {section.version})")
-        return SaveResult("merged", section)
+        return SaveResult("merged", section, theirs_by=theirs_by)
 
 
 def _merge(base: str, mine: str, theirs: str) -> tuple[str, bool]:

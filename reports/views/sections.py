@@ -10,8 +10,8 @@ from django.views.decorators.http import require_GET, require_POST
 from investigations.views._common import HtmxHttpRequest
 
 from ..models import Report, Section
-from ..services.diff import line_diff
 from ..services import sections as svc
+from ..services.diff import line_diff
 from ._common import report_of
 
 
@@ -52,7 +52,7 @@ def save(request: HtmxHttpRequest, investigation_id: int, key: str) -> HttpRespo
         return _render(request, report, role, section, mode="edit", status=400, error=str(exc))
     if result.outcome == "conflict":
         return _render(request, report, role, result.section, mode="conflict", status=409, result=result)
-    note = f"Merged with {result.section.updated_by or 'someone'}'s newer version." if result.outcome == "merged" else ""
+    note = f"Merged with {result.theirs_by}'s newer version." if result.outcome == "merged" else ""
     return _render(request, report, role, result.section, note=note)
 
 
