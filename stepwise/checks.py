@@ -9,6 +9,7 @@ such as runserver and migrate) reports them with the ids below:
 - stepwise.W004  the Prometheus binary (STEPWISE_PROMETHEUS_BIN) is not installed
 - stepwise.E005  CELERY_TASK_ALWAYS_EAGER is on (tasks would run inside the web request)
 - stepwise.W006  the ssh client (STEPWISE_SSH_BIN) is not installed: SSH-tunnel sources cannot open
+- stepwise.E007  STEPWISE_TUNNEL_SSH_PORTS or STEPWISE_TUNNEL_PROMETHEUS_PORTS is not a list of ports/ranges
 """
 
 from __future__ import annotations
@@ -204,6 +205,18 @@ def check_not_eager(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     ]
 
 
+def check_tunnel_ports(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    from playbooks.tunnel_policy import parse_ports
+
+    errors = []
+    for name in ("STEPWISE_TUNNEL_SSH_PORTS", "STEPWISE_TUNNEL_PROMETHEUS_PORTS"):
+        try:
+            parse_ports(getattr(settings, name), name)
+        except ValueError as exc:
+            errors.append(checks.Error(f"{exc}.", hint="For example 22,2200-2210.", id="stepwise.E007"))
+    return errors
+
+
 def register() -> None:
     """Register every Stepwise check under the tag "stepwise"."""
     for check in (
@@ -213,5 +226,6 @@ def register() -> None:
         check_prometheus_bin,
         check_ssh_bin,
         check_not_eager,
+        check_tunnel_ports,
     ):
         checks.register(check, "stepwise")

@@ -282,6 +282,13 @@ STEPWISE_SSH_BIN = envstr("STEPWISE_SSH_BIN") or "ssh"
 STEPWISE_TUNNELS_DIR = envpath("STEPWISE_TUNNELS_DIR", STEPWISE_DATA_DIR / "tunnels")
 STEPWISE_TUNNEL_TIMEOUT = envint("STEPWISE_TUNNEL_TIMEOUT", 20, minimum=1, maximum=600)
 STEPWISE_TUNNEL_IDLE_SECONDS = envint("STEPWISE_TUNNEL_IDLE_SECONDS", 1800, minimum=60)
+# The tunnel allow-list (playbooks.tunnel_policy): head nodes and jump hosts (names, shell patterns, IPs
+# or CIDRs; empty: tunnels are off), their SSH ports, the Prometheus ports a tunnel may forward to, and
+# the only folder identity and known_hosts files may come from. stepwise.E007 reports bad port lists.
+STEPWISE_TUNNEL_HOSTS = envlist("STEPWISE_TUNNEL_HOSTS", "")
+STEPWISE_TUNNEL_SSH_PORTS = envstr("STEPWISE_TUNNEL_SSH_PORTS") or "22"
+STEPWISE_TUNNEL_PROMETHEUS_PORTS = envstr("STEPWISE_TUNNEL_PROMETHEUS_PORTS") or "9090-9199"
+STEPWISE_TUNNEL_KEYS_DIR = envpath("STEPWISE_TUNNEL_KEYS_DIR", STEPWISE_DATA_DIR / "ssh-keys")
 STEPWISE_PROMETHEUS_TIMEOUT = envint("STEPWISE_PROMETHEUS_TIMEOUT", 30, minimum=1)
 STEPWISE_QUERY_CONCURRENCY = envint("STEPWISE_QUERY_CONCURRENCY", 4, minimum=1, maximum=64)
 STEPWISE_RESULT_MAX_SERIES = envint("STEPWISE_RESULT_MAX_SERIES", 50, minimum=1)

@@ -650,7 +650,11 @@ def job_triage(job_id: int, *, now: float | None = None) -> Job:
     kind, path = _log_source(job)
     began = time.monotonic()
     now = time.time() if now is None else now
-    result = triage_lib.triage_job(path, now=now) if kind == "dir" else triage_lib.triage_log(path, now=now)
+    roots = None if job.log_upload else settings.STEPWISE_JOB_ROOTS  # every log read must lie inside them
+    if kind == "dir":
+        result = triage_lib.triage_job(path, now=now, roots=roots)
+    else:
+        result = triage_lib.triage_log(path, now=now, roots=roots)
     contract = result.to_dict()
     contract.update(
         state="done",
