@@ -148,6 +148,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "investigations.apps.InvestigationsConfig",
+    "simple_history",
+    "reports.apps.ReportsConfig",
 ]
 
 MIDDLEWARE = [
@@ -162,6 +164,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Records who made each change kept by django-simple-history (reports).
+    "simple_history.middleware.HistoryRequestMiddleware",
 ]
 
 ROOT_URLCONF = "stepwise.urls"
@@ -391,3 +395,19 @@ LOGGING = {
     # One line per Prometheus request is noise at INFO; failures surface through the client's errors.
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
+
+# --- Mail (reports: mentions and assignments) ------------------------------------------------------
+# Django's mail backend; the console backend (the demo) prints each message to the web server's log.
+# For SMTP: STEPWISE_MAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend, STEPWISE_MAIL_HOST, _PORT.
+_mail_backend = envstr("STEPWISE_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+MAILERS = {
+    "default": {
+        "BACKEND": _mail_backend,
+        "OPTIONS": (
+            {"host": envstr("STEPWISE_MAIL_HOST", "localhost"), "port": envint("STEPWISE_MAIL_PORT", 25, minimum=1)}
+            if _mail_backend.endswith("smtp.EmailBackend")
+            else {}
+        ),
+    }
+}
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "stepwise@localhost")
