@@ -338,6 +338,32 @@ else:
     # Remote control needs broadcast replies that the filesystem transport does not deliver.
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 
+# --- Shared cache ---------------------------------------------------------------------------------
+
+# Timeline contexts and panel results (keyed by what the data source holds, so a finished job's stay
+# valid) are shared by every web process and worker: Redis when REDIS_URL is set, else a database table
+# (created by the investigations migration 0003). A live source's entries expire after
+# STEPWISE_TIMELINE_LIVE_TTL seconds.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "stepwise",
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "stepwise_cache",
+            "KEY_PREFIX": "stepwise",
+            # About 50 KB a panel: 20,000 entries are about 1 GB at most; a full table drops a third.
+            "OPTIONS": {"MAX_ENTRIES": 20_000, "CULL_FREQUENCY": 3},
+        }
+    }
+STEPWISE_TIMELINE_LIVE_TTL = envint("STEPWISE_TIMELINE_LIVE_TTL", 60, minimum=1)
+
 # Results go to the database (QueryRun/QueryResult rows), so Celery keeps none.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
