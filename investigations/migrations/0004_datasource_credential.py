@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('investigations', '0002_diagnosis_findings_discovery_pins'),
+        ('investigations', '0003_shared_cache_table'),
     ]
 
     operations = [
