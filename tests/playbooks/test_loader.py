@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from playbooks.detectors import DETECTORS
 from playbooks.loader import PlaybookError, load_playbooks, parse_playbook, validate_set
-from playbooks.model import CLASSES, DETECTORS
+from playbooks.model import CLASSES
 
 GOOD = """
 name = "demo"
@@ -72,6 +73,16 @@ def test_good_declaration_parses_into_dataclasses():
         ('min_duration = "3m"', 'min_duration = "soon"', "is not a duration"),
         ('title = "Demo"', 'title = "Demo"\ncolour = "red"', "unknown key(s) colour"),
         ('name = "power"', 'name = "power"\npromql = "{gpu_power}"', "exactly one of `signal` or `promql`"),
+        # the detector registry: parameters and query roles are checked at load time, naming the rule
+        ('min_duration = "3m"', 'min_durration = "3m"', "rule 'silent': detector 'host_silent' has no parameter "
+                                                        "min_durration"),
+        ('detector = "host_silent"', 'detector = "busy_wait"', "rule 'silent': detector 'busy_wait' reads 2-5 "
+                                                               "queries"),
+        ('queries = ["power"]', 'queries = ["power", "power", "power", "power", "power"]',
+         "detector 'host_silent' reads 1-4 queries"),
+        ('detector = "host_silent"', 'detector = "series_absent"', "detector 'series_absent' reads 0 queries"),
+        ('params = { min_duration = "3m" }', 'params = { min_duration = "3m", presence = ["gpu"] }',
+         "has no parameter presence"),
     ],
 )
 def test_bad_declarations_name_the_problem(old, new, message):
