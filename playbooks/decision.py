@@ -5,27 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .classes import load_classes
 from .context import Context, Finding, _r
 from .report import fmt_time
 
-__all__ = ["FAMILY", "PRIORITY", "decide_diagnosis", "score"]
+__all__ = ["decide_diagnosis", "score"]
 
-FAMILY = {
-    "healthy": "none", "collective-hang": "collective", "network-hang": "network-rdma", "node-death": "node",
-    "heartbeat-false-positive": "heartbeat", "host-oom": "host-memory", "thermal-straggler": "thermal",
-    "rdma-degradation": "network-rdma", "restore-resource-leak": "cpu-contention",
-    "monitoring-ghost-data": "monitoring", "gpu-driver-fault": "gpu-driver", "gpu-hardware-fault": "gpu-hardware",
-    "training-instability": "training",
-}
-# How specific a cause is, to order findings whose onsets coincide (a hang is the effect of nearly anything).
-PRIORITY = {
-    "gpu-hardware-fault": 10, "host-oom": 9, "node-death": 8, "heartbeat-false-positive": 7, "network-hang": 7,
-    "training-instability": 6, "thermal-straggler": 5, "rdma-degradation": 5, "monitoring-ghost-data": 4,
-    "gpu-driver-fault": 4, "restore-resource-leak": 3, "collective-hang": 1, "healthy": 0,
-}
-# Classes whose story includes the job stopping; their stall/busy-wait findings are effects.
-STOPPING = {"collective-hang", "network-hang", "node-death", "heartbeat-false-positive", "host-oom",
-            "gpu-hardware-fault"}
 SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
@@ -62,7 +47,7 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
             score(ctx, primary, findings) - 0.5:
         conf -= 0.1  # a close second opinion
     chain = _chain(ctx, klass, primary, findings, onset)
-    return {"class": klass, "root_cause_family": FAMILY[klass], "culprits": gpus, "onset": _r(onset),
+    return {"class": klass, "root_cause_family": load_classes()[klass].family, "culprits": gpus, "onset": _r(onset),
             "confidence": round(min(0.95, max(0.05, conf)), 2),
             "summary": _summary(ctx, klass, hosts, gpus, onset, primary, findings), "chain": chain}
 
@@ -100,12 +85,13 @@ def score(ctx: Context, f: Finding, findings: list[Finding]) -> float:
     total += 0.5 if not ratio else min(1.0, max(0.0, math.log10(max(float(ratio), 1.0)) / 2))
     total += min(0.75, 0.25 * sum(1 for o in findings if _corroborates(o, f)))
     tol = max(90.0, 2 * (tl.step_s or 0.0))
-    if tl.stalled and tl.last_advance is not None and f.klass != "collective-hang":
-        if f.klass not in STOPPING:
+    spec = load_classes()[f.klass]
+    if tl.stalled and tl.last_advance is not None and not spec.fallback:
+        if not spec.stops_job:
             total -= 1.5
         elif f.onset is not None and f.onset > tl.last_advance + tol:
             total -= 1.5
-    total += -0.5 if f.klass == "collective-hang" else 0.06 * PRIORITY.get(f.klass, 0)
+    total += -0.5 if spec.fallback else 0.06 * spec.priority
     return total
 
 
@@ -217,17 +203,17 @@ def _explain(ctx: Context, klass: str, primary: Finding, findings: list[Finding]
     """Re-class findings that are the primary's effects; demote data problems its fault explains."""
     inf = float("inf")
     tl = ctx.timeline
+    classes = load_classes()
+    spec = classes[klass]
     for f in findings:
         if f is primary:
             continue
-        if klass in STOPPING and f.klass == "collective-hang":
+        if spec.stops_job and classes[f.klass].fallback:
             f.klass = klass
-        elif klass == "network-hang" and f.klass == "rdma-degradation" and set(f.hosts) <= set(hosts) \
+        elif f.klass in spec.absorbs and set(f.hosts) <= set(hosts) \
                 and (f.onset or inf) <= (tl.last_advance or inf) + 60:
             f.klass = klass
-        elif (f.klass in ("monitoring-ghost-data", "gpu-driver-fault") and klass in ("node-death", "gpu-hardware-fault",
-                                                                                     "host-oom")
-              and set(f.hosts) & set(hosts) and (f.onset or inf) >= (onset or 0) - tol):
+        elif (f.klass in spec.explains and set(f.hosts) & set(hosts) and (f.onset or inf) >= (onset or 0) - tol):
             f.severity = "info"
             f.title += f" (explained by the {klass.replace('-', ' ')})"
 
@@ -270,39 +256,6 @@ def _chain(ctx: Context, klass: str, primary: Finding, findings: list[Finding], 
     return [s for _, s in steps[:8]]
 
 
-_SUMMARY = {
-    "collective-hang": "The job hung in a collective: the step counter stopped at {stall} and every GPU then "
-                       "spun at high utilisation with power far below its training level (RCCL/NCCL busy-wait), "
-                       "with no network, node or hardware event before it.{odd}",
-    "network-hang": "A network event on {hosts} triggered the hang: RDMA link trouble (retransmits, ACK timeouts, "
-                    "transmit waits or link errors) started at {onset}, the collectives then stalled (steps "
-                    "stopped at {stall}) and every GPU busy-waited.",
-    "node-death": "Host {hosts} stopped at {onset} (its exporter went silent or its GPUs dropped to 0 W / 0 %); "
-                  "the other hosts then waited for it in their collectives until the job was killed.",
-    "heartbeat-false-positive": "The coordinator killed the job for missed heartbeats, but at the heartbeat-stop "
-                                "time ({onset}) the accused hosts ({accused}) drew their usual training power at "
-                                "high utilisation: the tasks were alive; the heartbeat mechanism failed.",
-    "host-oom": "Host memory on {hosts} climbed from its usual level to the limit from {onset} (a checkpoint save "
-                "on a replica-0 host) and the kernel OOM-killed the trainer; the other hosts then timed out.",
-    "thermal-straggler": "GPU {gpu} on {hosts} left its peers from {onset}: it ran hotter and its clock dropped, "
-                         "and since every step is synchronous the whole job slowed down with it.",
-    "rdma-degradation": "Sustained RDMA link trouble (retransmits, ACK timeouts, transmit waits or link errors) "
-                        "on {hosts} from {onset} slowed every collective: step time rose for the whole job "
-                        "without a hang.",
-    "restore-resource-leak": "This restored job carries uniformly more runnable processes on every host than a "
-                             "job of its size should (a prior, not a measured baseline): the signature of the "
-                             "restore leak of communicator polling threads. Confirm with `compare` against a "
-                             "fresh start with the same config.",
-    "monitoring-ghost-data": "The exporter on {hosts} froze at {onset}: its values stopped changing exactly while "
-                             "its peers' kept moving and training went on. The data, not the job, is broken: "
-                             "ignore {hosts}'s hardware metrics after the onset.",
-    "gpu-driver-fault": "GPU driver trouble on {hosts} from {onset}: GPU metric collection times out and leaves "
-                        "gaps (and the kernel logs GPU errors where collected), while training is unaffected.",
-    "gpu-hardware-fault": "GPU {gpu} on {hosts} reported uncorrectable memory/hardware errors at {onset}; the "
-                          "job failed shortly after. Drain the node.",
-    "training-instability": "A training-level metric moved first: the {what} jumped at {onset}; utilisation "
-                            "spread and step time followed. The system metrics are symptoms, not the cause.",
-}
 
 
 def _summary(ctx: Context, klass: str, hosts: list[str], gpus: list[dict[str, Any]], onset: float | None,
@@ -317,8 +270,8 @@ def _summary(ctx: Context, klass: str, hosts: list[str], gpus: list[dict[str, An
                     if f.klass == "training-instability" and SEV_RANK[f.severity] >= 1}, key=str.lower)
     moved = [m if sum(c.isupper() for c in m.split()[0]) >= 2 else m[0].lower() + m[1:] for m in moved]
     what = (", ".join(moved[:-1]) + " and " + moved[-1] if len(moved) > 1 else moved[0]) if moved else "the loss"
-    text = _SUMMARY[klass].format(hosts=", ".join(hosts) or "the hosts", onset=fmt_time(onset),
-                                  stall=fmt_time(tl.last_advance), odd=odd, gpu=gpu, what=what,
+    text = load_classes()[klass].summary.format(hosts=", ".join(hosts) or "the hosts", onset=fmt_time(onset),
+                                  stall=fmt_time(tl.last_advance if tl.stalled else onset), odd=odd, gpu=gpu, what=what,
                                   accused=", ".join(primary.hosts))
     others = sorted({f.klass for f in findings if SEV_RANK[f.severity] >= 1 and f.klass not in (klass, "healthy")})
     if others:

@@ -117,3 +117,25 @@ def test_load_from_directory(tmp_path):
     (tmp_path / "b.toml").write_text(GOOD)
     with pytest.raises(PlaybookError, match="declared twice"):
         load_playbooks(tmp_path)
+
+
+def test_classes_are_declarations_checked_at_load():
+    """Families, priorities, causal links and summaries come from classes.toml; a bad one names the class."""
+    from playbooks.classes import CLASSES_FILE, ClassError, load_classes, parse_classes
+
+    classes = load_classes()
+    assert set(classes) == set(CLASSES)
+    assert classes["node-death"].family == "node" and classes["node-death"].stops_job
+    assert [c for c, s in classes.items() if s.fallback] == ["collective-hang"]
+    text = CLASSES_FILE.read_text()
+    for old, new, message in [
+        ('family = "node"', 'family = "nodes"', "class 'node-death': family 'nodes'"),
+        ("priority = 8", "priority = 80", "priority must be an integer"),
+        ('absorbs = ["rdma-degradation"]', 'absorbs = ["rdma"]', "absorbs names unknown class(es) rdma"),
+        ("Host {hosts} stopped", "Host {host} stopped", "summary names unknown field(s) host"),
+    ]:
+        assert old in text
+        with pytest.raises(ClassError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            parse_classes(text.replace(old, new, 1), source="classes.toml")
+    with pytest.raises(ClassError, match="thermal-stragler not in the contract"):
+        parse_classes(text.replace("[thermal-straggler]", "[thermal-stragler]"), source="classes.toml")
