@@ -629,6 +629,7 @@ def simulate(job: Job) -> Job:
         "port": port,
     }
     _gpu_counters(job, rng, shape)
+    _variants.late_exporter(job, present)
     job.present = present
     job.gpu_present = gpu_present & present
     job.scrape_timeout_mask = timeouts

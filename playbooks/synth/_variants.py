@@ -15,7 +15,8 @@ functions change the simulated arrays in place.
   the limit (the onset is the start of that last rise);
 - healthy: a checkpoint writer brushes the memory limit during a save and recovers, without any kill;
 - restore-resource-leak (both runs) and healthy: each host runs its own number of background daemons, drawn
-  anew for every run (another allocation), so a host's level differs between a restored run and its baseline.
+  anew for every run (another allocation), so a host's level differs between a restored run and its baseline;
+- every scenario, half the seeds: one host's exporter comes up a scrape or two late.
 """
 
 from __future__ import annotations
@@ -120,3 +121,13 @@ def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
     rng = stream(job, 4)
     offsets = rng.uniform(0.0, float(job.variants["host_background"]), running.shape[0])
     running += np.where(during[None, :], offsets[:, None], 0.0)
+
+
+def late_exporter(job: Any, present: np.ndarray) -> None:
+    """Half the seeds: one host's exporter comes up one or two scrapes after the others."""
+    rng = stream(job, 5)
+    if rng.random() >= 0.5:
+        return
+    h, k = int(rng.integers(0, present.shape[0])), int(rng.integers(1, 3))
+    present[h, :k] = False
+    job.red_herrings["late_exporter"] = job.hosts[h]

@@ -198,3 +198,18 @@ def test_the_restore_leak_comparison_holds_with_per_host_backgrounds(job_factory
     assert result["diagnosis"]["class"] == "restore-resource-leak"
     procs = next(f for f in result["findings"] if f["class"] == "restore-resource-leak")
     assert any("distribution shifted" in e["interpretation"] for e in procs["evidence"])
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_an_exporter_one_scrape_late_is_no_gap_and_the_gap_onset_is_the_regime(served_job, profile):
+    """Mode 7: a host whose exporter comes up late (and the partly filled first window) is no driver fault;
+    the driver fault's onset is the start of its recurring gaps, not the start of the data."""
+    result, truth = _diagnose(served_job, "healthy", 1, profile)
+    assert truth["red_herrings"].get("late_exporter")
+    assert not _alarms(result, {"gpu-driver-fault"})
+    result, truth = _diagnose(served_job, "gpu-driver-fault", 2, profile)
+    assert truth["red_herrings"].get("late_exporter")
+    diag = result["diagnosis"]
+    assert diag["class"] == "gpu-driver-fault"
+    assert [c["host"] for c in diag["culprits"]] == [c["host"] for c in truth["culprits"]]
+    assert abs(diag["onset"] - truth["onset"]) <= 600  # gaps recur at random scrapes: the first falls within minutes
