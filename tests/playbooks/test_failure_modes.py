@@ -213,3 +213,39 @@ def test_an_exporter_one_scrape_late_is_no_gap_and_the_gap_onset_is_the_regime(s
     assert diag["class"] == "gpu-driver-fault"
     assert [c["host"] for c in diag["culprits"]] == [c["host"] for c in truth["culprits"]]
     assert abs(diag["onset"] - truth["onset"]) <= 600  # gaps recur at random scrapes: the first falls within minutes
+
+
+def _grid(t, rows, hosts=None):
+    import numpy as np
+
+    from playbooks.anomaly import Grid
+
+    labels = [{"host": h} for h in hosts] if hosts else [{}]
+    return Grid(t=t, labels=labels, values=np.asarray(rows, float).reshape(len(labels), len(t)))
+
+
+def test_a_lagging_step_gauge_is_no_stall_while_the_gpus_train():
+    """Mode 8: the gauge stops an hour before the data ends while GPUs stay at training power and the log's
+    steps went on: the most advanced source dates the last step, and there is no stall."""
+    import numpy as np
+
+    from playbooks.context import _timeline
+
+    t = np.arange(0.0, 7200.0, 15.0)
+    steps = np.where(t < 3600, np.floor(t / 10.0), 359.0)  # the gauge stops at 1 h
+    power = np.full((4, len(t)), 700.0) + np.random.default_rng(1).normal(0, 5, (4, len(t)))
+    results = {"step": _grid(t, steps), "power_by_host": _grid(t, power, ["a", "b", "c", "d"])}
+
+    class _Src:
+        time_range = (0.0, float(t[-1]))
+
+    triage = {"job": {"status": "cancelled"}, "progress": {"last_step_time": 7100.0, "step_time_s": 10.0}}
+    tl = _timeline(_Src(), results, triage)
+    assert tl.last_advance == 7100.0 and not tl.stalled
+    # without the log the gauge alone looks stalled, but the GPUs still train: no stall either
+    tl = _timeline(_Src(), results, {"job": {"status": "cancelled"}, "progress": {}})
+    assert tl.last_advance < 3700 and not tl.stalled
+    # GPUs that drop to busy-wait power after the gauge stopped do make a stall
+    power[:, t > 3700] = 250.0
+    results["power_by_host"] = _grid(t, power, ["a", "b", "c", "d"])
+    assert _timeline(_Src(), results, {"job": {"status": "cancelled"}, "progress": {}}).stalled
