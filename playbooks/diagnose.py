@@ -311,7 +311,10 @@ def render_query(q: QuerySpec, profile_name: str, *, start: float, end: float, i
     uses_window = bool(q.fn) or (q.signal and prof.signal(q.signal).is_counter)
     if q.kind == "instant":
         return PlannedQuery(q.name, expr, "instant", start, end, None, w if uses_window else 0.0)
-    return PlannedQuery(q.name, expr, "range", start, end, step, w if uses_window else 0.0)
+    # the grid ends at the data's end, so that an increment in the last scrapes is on its last point (a grid
+    # anchored at the start may stop up to a step short of the end)
+    aligned = end - math.ceil((end - start) / step - 1e-9) * step
+    return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
 
 
 _OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}

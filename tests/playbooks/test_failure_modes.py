@@ -249,3 +249,17 @@ def test_a_lagging_step_gauge_is_no_stall_while_the_gpus_train():
     power[:, t > 3700] = 250.0
     results["power_by_host"] = _grid(t, power, ["a", "b", "c", "d"])
     assert _timeline(_Src(), results, {"job": {"status": "cancelled"}, "progress": {}}).stalled
+
+
+def test_range_grids_end_at_the_data_end():
+    """Mode 10: fine and coarse grids end exactly at the end of the data, so the last scrape's increment is on
+    their last point."""
+    from playbooks.diagnose import render_query
+    from playbooks.loader import load_playbooks
+
+    gpu = load_playbooks()["gpu_health"]
+    for name in ("ecc_ue_host", "temp_gpu"):
+        q = render_query(gpu.query(name), "amd", start=1000.0, end=1000.0 + 4 * 3600 + 7, interval=15.0)
+        assert q.kind == "range" and q.start <= 1000.0
+        n = (q.end - q.start) / q.step
+        assert abs(n - round(n)) < 1e-6
