@@ -77,7 +77,7 @@ def score(ctx: Context, f: Finding, findings: list[Finding]) -> float:
         total += 0.5
     elif n <= max(2, 0.05 * k):
         total += 1.0
-    elif n <= 0.25 * k:
+    elif n <= max(3, 0.25 * k):
         total += 0.5
     elif n > 0.5 * k:
         total -= 1.0
@@ -169,7 +169,7 @@ def _culprit_hosts(ctx: Context, klass: str, primary: Finding, findings: list[Fi
     if klass in ("rdma-degradation", "network-hang"):
         for f in findings:
             if f.klass == klass and f.role == "cause" and SEV_RANK[f.severity] >= 1 and \
-                    len(f.hosts) <= max(2, 0.25 * k):
+                    len(f.hosts) <= max(3, 0.25 * k):
                 hosts += [h for h in f.hosts if h not in hosts]
         return hosts or list(primary.hosts)
     if klass == "collective-hang":

@@ -38,8 +38,8 @@ def _det_rate_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[f
     ticks now and then has a tick-sized background, never 0) and the pack's (the median host's). A host
     stands out where its rate exceeds `factor` x the larger of the pack's background and its own history
     before the window, for most of `min_duration` (a change point, not a few close ticks). Only hosts within
-    an order of magnitude of the strongest are named, and an excess on more than `max_share` of the hosts is
-    job-wide, not a host's fault: no finding. With a traffic query (second), only instants where the host's
+    an order of magnitude of the strongest are named, and an excess on more than `max_share` of the hosts
+    (and more than three) is job-wide, not a host's fault: no finding. With a traffic query (second), only instants where the host's
     traffic flows are judged. The onset walks back, over the whole data, to where the rate left the
     background.
     """
@@ -80,7 +80,7 @@ def _det_rate_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[f
         return None
     top = max(s for s, *_ in found)
     found = [f for f in found if f[0] >= 0.1 * top]
-    if len(found) > max(1, float(p.get("max_share", 0.25)) * len(g.labels)):
+    if len(found) > max(3, float(p.get("max_share", 0.25)) * len(g.labels)):
         return None
     hosts, ev = [], []
     for strength, r, t_on, level in sorted(found, key=lambda f: -f[0]):
