@@ -263,3 +263,31 @@ def test_range_grids_end_at_the_data_end():
         assert q.kind == "range" and q.start <= 1000.0
         n = (q.end - q.start) / q.step
         assert abs(n - round(n)) < 1e-6
+
+
+def test_a_counter_ticking_steadily_on_every_host_is_no_degradation():
+    """Mode 9: InfiniBand transmit waits tick on every host all along (no early steady window to learn a
+    baseline from, as in a restored job): the pack's background is that level, not zero. A host that
+    leaves it tenfold for minutes is still found."""
+    import numpy as np
+
+    from playbooks.detectors import evaluate
+    from playbooks.loader import load_playbooks
+
+    t = np.arange(0.0, 3600.0, 15.0)
+    rng = np.random.default_rng(9)
+    wait = 1.5 + rng.normal(0, 0.2, (8, len(t)))
+    hosts = [f"h{i}" for i in range(8)]
+    tl = Timeline(start=0.0, end=float(t[-1]), train_start=0.0, step_s=10.0)
+    net = load_playbooks()["network"]
+
+    def findings(values):
+        ctx = Context(results={"rdma_wait": _grid(t, values, hosts)}, meta={"rdma_wait": {"window_s": 60.0}},
+                      timeline=tl, triage=None, source=_Source(8), gpu=None)
+        return [f for f in evaluate(ctx, [net]) if f.rule == "rdma_transmit_wait_sustained"]
+
+    assert findings(wait) == []
+    wait[5, t >= 2000] = 40.0
+    found = findings(wait)
+    assert [f.hosts for f in found] == [["h5"]]
+    assert abs(found[0].onset - 2000) <= 15
