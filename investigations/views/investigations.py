@@ -17,6 +17,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from reports.services import fields as report_fields
+
 from .. import selectors, services
 from ..access import get_investigation_or_404
 from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
@@ -212,9 +214,11 @@ def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     form = InvestigationUpdateForm(request.POST)
     error = ""
     if form.is_valid():
+        # Only the fields changed on this page are written; a field someone else changed meanwhile is refused.
+        bases = {k.removeprefix("base_"): v for k, v in request.POST.items() if k.startswith("base_")}
         try:
-            inv.investigation_update(investigation, **form.changes())
-        except inv.InvestigationError as exc:
+            report_fields.fields_update(investigation.pk, form.changes(), bases)
+        except (inv.InvestigationError, report_fields.StaleWrite) as exc:
             error = str(exc)
     else:
         error = " ".join(str(e) for errors in form.errors.values() for e in errors)

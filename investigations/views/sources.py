@@ -16,6 +16,7 @@ from django.views.decorators.vary import vary_on_headers
 from .. import selectors, services
 from ..forms import DataSourceURLForm
 from ..models import DataSource, QueryRun
+from ..services.sources import url_source_store
 from ..tasks import queryrun_execute_task
 from ..tasks.enqueue import enqueue_on_commit
 from ._common import HtmxHttpRequest
@@ -52,7 +53,8 @@ def source_add(request: HtmxHttpRequest) -> HttpResponse:
     form = DataSourceURLForm(request.POST)
     if not form.is_valid():
         return _page(request, form, status=400)
-    services.datasource_create(kind=DataSource.Kind.URL, address=form.cleaned_data["address"])
+    with transaction.atomic():
+        url_source_store(form.source)  # probed by the form, outside this transaction
     messages.success(request, f"Added {form.cleaned_data['address']}.")
     return redirect("investigations:sources")
 
