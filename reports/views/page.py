@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
 
-from ..services import activity, conversation
+from ..services import activity, conversation, exports
 from ..services import sections as svc
 from ._common import page_context, report_of, tokens
 
@@ -23,7 +23,10 @@ LIVE_REGIONS = ("header", "comments", "findings", "actions")
 def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, role = report_of(request, investigation_id)
     conversation.presence_touch(report, request.user)
-    return render(request, "reports/report.html", page_context(report, role, request.user))
+    base = request.build_absolute_uri("/").rstrip("/")
+    context = page_context(report, role, request.user) | {
+        "base_url": base, "ticket_text": exports.ticket_block(report, base_url=base)}
+    return render(request, "reports/report.html", context)
 
 
 @require_GET
