@@ -153,7 +153,7 @@ PinnedChart.objects.create(investigation_id={inv}, title="GPU temperature, hotte
     download.value.save_as(path)
     pdf = PdfReader(io.BytesIO(path.read_bytes()))
     text = "".join(p.extract_text() for p in pdf.pages)
-    assert f"Thermal straggler" in text and "Recommended next steps" in text
+    assert "Thermal straggler" in text and "Recommended next steps" in text
     assert "GPU temperature, hottest GPUs" in text
     images = {image.name: image for p in pdf.pages for image in p.images}
     assert len(images) == 1 and len(set(next(iter(images.values())).image.convert("L").getdata())) > 10

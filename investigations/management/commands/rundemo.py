@@ -40,8 +40,8 @@ from investigations.services import investigations as inv
 from investigations.tasks import job_triage_task
 from investigations.tasks.comparison import comparison_execute_task
 from investigations.tasks.diagnosis import diagnosis_plan_task
-from reports import demo as report_demo
 from playbooks import tsdb_server, tunnel
+from reports import demo as report_demo
 
 DEMO_SCENARIOS = (
     "healthy",
