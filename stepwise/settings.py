@@ -268,9 +268,15 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # --- Stepwise -------------------------------------------------------------------------------------
 
 STEPWISE_BIND = _bind("STEPWISE_BIND", "127.0.0.1:8000")
-# Prometheus servers the app may query: host, host:port, [v6]:port or a CIDR. Hostnames are compared
-# literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not parse.
-STEPWISE_ALLOWED_PROMETHEUS = envlist("STEPWISE_ALLOWED_PROMETHEUS", "127.0.0.1,localhost,::1")
+# Prometheus servers the app may query: host, host:port, host:first-last, [v6]:port or a CIDR. Hostnames
+# are compared literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not
+# parse. Default: loopback on the Prometheus ports 9090-9199 and the ranges the app's own served TSDB
+# copies (19190-19989) and SSH tunnels (20190-20989) use; never another loopback service (Redis, ...).
+_LOOPBACK_PORTS = ("9090-9199", "19190-19989", "20190-20989")
+STEPWISE_ALLOWED_PROMETHEUS = envlist(
+    "STEPWISE_ALLOWED_PROMETHEUS",
+    ",".join(f"{host}:{ports}" for host in ("127.0.0.1", "localhost", "[::1]") for ports in _LOOPBACK_PORTS),
+)
 STEPWISE_DEMO_JOBS = STEPWISE_DATA_DIR / "demo-jobs"
 # Folders whose job directories may be read (os.pathsep-separated); anything else is refused.
 STEPWISE_JOB_ROOTS = [
@@ -331,6 +337,32 @@ else:
         (STEPWISE_BROKER_DIR / _sub).mkdir(parents=True, exist_ok=True)
     # Remote control needs broadcast replies that the filesystem transport does not deliver.
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
+
+# --- Shared cache ---------------------------------------------------------------------------------
+
+# Timeline contexts and panel results (keyed by what the data source holds, so a finished job's stay
+# valid) are shared by every web process and worker: Redis when REDIS_URL is set, else a database table
+# (created by the investigations migration 0003). A live source's entries expire after
+# STEPWISE_TIMELINE_LIVE_TTL seconds.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "stepwise",
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "stepwise_cache",
+            "KEY_PREFIX": "stepwise",
+            # About 50 KB a panel: 20,000 entries are about 1 GB at most; a full table drops a third.
+            "OPTIONS": {"MAX_ENTRIES": 20_000, "CULL_FREQUENCY": 3},
+        }
+    }
+STEPWISE_TIMELINE_LIVE_TTL = envint("STEPWISE_TIMELINE_LIVE_TTL", 60, minimum=1)
 
 # Results go to the database (QueryRun/QueryResult rows), so Celery keeps none.
 CELERY_RESULT_BACKEND = None
