@@ -102,3 +102,5 @@ def test_the_share_link_shows_the_report_without_queries_until_revoked(case, ali
     assert "Query: `" not in html and "hw_gpu" not in html
     alice_client.post(url("share", case), {"action": "revoke"}, **HTMX)
     assert client.get(reverse("reports:shared", args=[token])).status_code == 404
+    assert client.get(reverse("reports:shared", args=["x"])).status_code == 404
+    assert client.get(reverse("reports:shared", args=["x" * 43])).status_code == 404
