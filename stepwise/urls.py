@@ -4,6 +4,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from .security import csp_report
+
 urlpatterns = [
     # LoginView is @login_not_required; every other view needs a session (LoginRequiredMiddleware).
     path(
@@ -15,6 +17,8 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    # Where browsers report what the Content-Security-Policy blocked (no session needed).
+    path("csp-report/", csp_report, name="csp_report"),
     path("", include("reports.urls")),
     path("", include("investigations.urls")),
 ]
