@@ -7,7 +7,6 @@ Chromium drawing the escaped text literally) is tests/browser/test_csp.py.
 
 from __future__ import annotations
 
-
 from hypothesis import given
 from hypothesis import strategies as st
 
