@@ -151,6 +151,7 @@ INSTALLED_APPS = [
     "investigations.apps.InvestigationsConfig",
     "simple_history",
     "reports.apps.ReportsConfig",
+    "axes",  # login rate limiting and lockout (AXES_* below)
 ]
 
 MIDDLEWARE = [
@@ -167,9 +168,13 @@ MIDDLEWARE = [
     # Content-Security-Policy (SECURE_CSP) and Permissions-Policy (STEPWISE_PERMISSIONS_POLICY).
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "stepwise.security.PermissionsPolicyMiddleware",
+    # Signs out a session idle for STEPWISE_SESSION_IDLE_SECONDS.
+    "stepwise.security.IdleSessionMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Records who made each change kept by django-simple-history (reports).
     "simple_history.middleware.HistoryRequestMiddleware",
+    # Last, as django-axes asks: answers a locked-out login with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "stepwise.urls"
@@ -233,6 +238,17 @@ STEPWISE_TLS = envbool("STEPWISE_TLS", False)
 SESSION_COOKIE_SECURE = STEPWISE_TLS
 CSRF_COOKIE_SECURE = STEPWISE_TLS
 SESSION_COOKIE_HTTPONLY = True
+# A session unused this long is signed out (IdleSessionMiddleware); none lives past SESSION_COOKIE_AGE.
+STEPWISE_SESSION_IDLE_SECONDS = envint("STEPWISE_SESSION_IDLE_SECONDS", 2 * 3600, minimum=60)
+SESSION_COOKIE_AGE = envint("STEPWISE_SESSION_MAX_SECONDS", 12 * 3600, minimum=STEPWISE_SESSION_IDLE_SECONDS)
+# django-axes: after 5 failed sign-ins for one user name from one address, that pair is locked out for
+# 15 minutes (other users and addresses are not); every failure is logged (axes.watch_login).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = envint("STEPWISE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = envint("STEPWISE_LOGIN_LOCKOUT_MINUTES", 15, minimum=1) / 60.0  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
