@@ -11,6 +11,7 @@ from playbooks.tunnel import TunnelError, TunnelSpec, parse_tunnel_command
 from . import services
 from .models import Investigation, InvestigationJob
 from .services.investigations import SOURCE_KINDS, SourceRequest
+from .services.sources import url_source_probe
 from .services.tunnels import tunnel_allowed
 
 
@@ -24,10 +25,12 @@ class DataSourceURLForm(forms.Form):
     )
 
     def clean_address(self) -> str:
+        """Return the URL without credentials once a Prometheus answers there (probed, never stored before)."""
         try:
-            return services.prometheus_url_check(self.cleaned_data["address"])
+            self.source = url_source_probe(self.cleaned_data["address"])
         except services.DataSourceError as exc:
             raise forms.ValidationError(str(exc)) from exc
+        return self.source.url
 
 
 SOURCE_CHOICES = [

@@ -41,16 +41,18 @@ class AllowRule:
         host: a lower-case hostname, or None for an IP or a network.
         network: the IP network (a single address is a /32 or /128), or None for a hostname.
         port: the only port allowed, or None for any port.
+        port_last: the last port of a range `host:first-last` (None: `port` alone).
     """
 
     entry: str
     host: str | None
     network: _Network | None
     port: int | None
+    port_last: int | None = None
 
     def allows(self, host: str, port: int) -> bool:
         """Return True when `host` (hostname or IP literal, no brackets) and `port` match this rule."""
-        if self.port is not None and port != self.port:
+        if self.port is not None and not self.port <= port <= (self.port_last or self.port):
             return False
         address = _ip(host)
         if self.network is not None:
@@ -75,24 +77,25 @@ def allow_rule_parse(entry: str) -> AllowRule:
         raise ValueError(f"{entry!r} is not a host, host:port or CIDR (leave out the scheme and path)")
     if "/" in text:
         return AllowRule(entry, None, ipaddress.ip_network(text, strict=False), None)
-    host, port = text, None
+    host, ports = text, (None, None)
     if text.startswith("["):
         inner, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):
             raise ValueError(f"{entry!r}: write an IPv6 address with a port as [addr]:port")
-        host, port = inner, _port(entry, rest[1:]) if rest else None
+        host, ports = inner, _ports(entry, rest[1:]) if rest else (None, None)
     elif text.count(":") == 1:
         host, port_text = text.split(":")
-        port = _port(entry, port_text)
+        ports = _ports(entry, port_text)
+    port, port_last = ports
     address = _ip(host)
     if address is not None:
-        return AllowRule(entry, None, ipaddress.ip_network(address), port)
+        return AllowRule(entry, None, ipaddress.ip_network(address), port, port_last)
     if text.startswith("[") or ":" in host:
         raise ValueError(f"{entry!r}: {host!r} is not an IP address")
     name = host.lower().rstrip(".")
     if not _HOSTNAME_RE.match(name):
         raise ValueError(f"{entry!r}: {host!r} is not a valid hostname")
-    return AllowRule(entry, name, None, port)
+    return AllowRule(entry, name, None, port, port_last)
 
 
 def _is_cidr(text: str) -> bool:
@@ -101,6 +104,17 @@ def _is_cidr(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _ports(entry: str, text: str) -> tuple[int, int | None]:
+    """Return (first, last) of "9090" (last None) or "9090-9199"."""
+    first, sep, last = text.partition("-")
+    if not sep:
+        return _port(entry, first), None
+    low, high = _port(entry, first), _port(entry, last)
+    if high < low:
+        raise ValueError(f"{entry!r}: the port range {text!r} ends before it starts")
+    return low, high
 
 
 def _port(entry: str, text: str) -> int:

@@ -32,6 +32,13 @@ def _tunnels_allowed_anywhere(settings, tmp_path: Path) -> None:
     settings.STEPWISE_TUNNEL_KEYS_DIR = "/"
 
 
+@pytest.fixture(autouse=True)
+def _loopback_prometheus_on_any_port(settings) -> None:
+    # Fakes and closed ports here are ephemeral loopback ports, outside the default's port ranges (whose
+    # refusals tests/security/test_url_sources.py and test_prometheus_url_check.py test).
+    settings.STEPWISE_ALLOWED_PROMETHEUS = ["127.0.0.1", "localhost", "::1"]
+
+
 @pytest.fixture
 def alice(django_user_model):
     """Alice, a signed-up engineer."""
