@@ -330,7 +330,7 @@ def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None,
     for one exporter instance per host, at a fraction of the cost.
     """
     if sig.host_from in ("", "host") or sig.fill_filter or " | " in sig.selector or agg not in _OUTER or \
-            sig.host_join or "," in sig.host_from:
+            sig.host_join or sig.host_alias or "," in sig.host_from:
         return None
     out_by = tuple(by if by is not None else sig.labels)
     if not set(out_by) <= {"host", "gpu"}:

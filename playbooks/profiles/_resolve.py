@@ -99,9 +99,10 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
         metrics = (prefix + chosen,)
         selector = _selector(prefix + chosen, matchers)
     fill = exp.fill_filter if (sig.fill_filter and exp.fill_filter) else ""
+    alias = tuple(tuple(p.split(":", 1)) for p in choices.get(f"{exp.name}.alias", "").split(",") if ":" in p)
     return Signal(sig.name, selector, metrics, host_from=host, gpu_from=exp.gpu_label if
                   _SIGNAL_INFO[sig.name][1] == "gpu" else "", scale=sig.scale, agg=sig.agg, fill_filter=fill,
-                  as_counter=sig.as_counter, host_join=join)
+                  as_counter=sig.as_counter, host_join=join, host_alias=alias if not sig.host else ())
 
 
 def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profile:
@@ -124,6 +125,23 @@ def _uname_addresses(client) -> dict[str, str]:
         if labels.get("instance") and labels.get("nodename"):
             out[_address(labels["instance"])] = labels["nodename"]
     return out
+
+
+def _renamed_targets(client, anchor: str, labels: list[str], nodenames: set[str]) -> dict[str, str]:
+    """Return {old: node name} for targets whose host label changed (a restarted exporter pod named itself
+    after the pod, then after the node): the earlier name is the same node, not a host that died."""
+    per_target: dict[tuple[str, str], set[str]] = {}
+    for s in client.series([anchor]):
+        name = next((s[lab] for lab in labels if s.get(lab)), "")
+        if name:
+            per_target.setdefault((s.get("job", ""), s.get("instance", "")), set()).add(name)
+    alias: dict[str, str] = {}
+    for names in per_target.values():
+        known = names & nodenames
+        if len(names) > 1 and len(known) == 1:
+            node = next(iter(known))
+            alias.update({n: node for n in names - known if re.match(r"^[A-Za-z0-9._-]+$", n)})
+    return alias
 
 
 def read_facts(client, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str]:
@@ -152,6 +170,12 @@ def read_facts(client, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str
             choices[f"{exp.name}.jobs"] = ",".join(jobs)
         hosts = [h for h in exp.host_labels if h in labels]
         host = ",".join(hosts) if hosts else "instance"
+        if hosts and exp.join_uname and "node_uname_info" in present:
+            if uname is None:
+                uname = _uname_addresses(client)
+            alias = _renamed_targets(client, anchor, hosts, set(uname.values()))
+            if alias:
+                choices[f"{exp.name}.alias"] = ",".join(f"{a}:{b}" for a, b in sorted(alias.items()))
         if not hosts and exp.join_uname and "node_uname_info" in present:
             if uname is None:
                 uname = _uname_addresses(client)

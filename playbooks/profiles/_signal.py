@@ -42,10 +42,6 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "moe_lb_loss": ("training", "job", "gauge", "", "MoE load-balance loss"),
     "staleness_fill": ("training", "job", "gauge", "", "Staleness fill (1 = value repeated, not a new step)"),
     "last_step_timestamp": ("training", "job", "gauge", "unix s", "Time of the last completed step"),
-    "dataloader_wait": ("training", "job", "gauge", "s", "Data-loader wait per step"),
-    "checkpoint_save_time": ("training", "job", "gauge", "s", "Checkpoint save latency"),
-    "restarts": ("training", "job", "counter", "restarts", "Trainer restarts"),
-    "heartbeat_age": ("training", "job", "gauge", "s", "Oldest rank heartbeat age"),
     # GPU
     "gpu_power": ("gpu", "gpu", "gauge", "W", "GPU power"),
     "gpu_temp": ("gpu", "gpu", "gauge", "°C", "GPU temperature"),
@@ -90,6 +86,11 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "exporter_scrape_duration": ("monitoring", "host", "gauge", "s", "Exporter's own collection time"),
     "scrape_duration": ("monitoring", "host", "gauge", "s", "Prometheus scrape duration"),
     "up": ("monitoring", "host", "gauge", "", "Target up"),
+    # training signals a team's trainer may export (the seeds' list); no built-in profile has them
+    "dataloader_wait": ("training", "job", "gauge", "s", "Data-loader wait per step"),
+    "checkpoint_save_time": ("training", "job", "gauge", "s", "Checkpoint save latency"),
+    "restarts": ("training", "job", "counter", "restarts", "Trainer restarts"),
+    "heartbeat_age": ("training", "job", "gauge", "s", "Oldest rank heartbeat age"),
 }
 
 #: Every signal name any profile may define.
@@ -122,6 +123,8 @@ class Signal:
         host_join: "uname" to take the host from `node_uname_info{nodename}` of the node whose address
             (`instance` without its port) is this series' `instance` (exporters scraped by IP, DCGM with
             `--no-hostname`); `host_from` is then "instance". "" for none.
+        host_alias: (old, new) host names: an exporter pod restarted under another name on the same
+            target reports `new` from then on; its earlier series are renamed to it.
         fill_filter: PromQL of a 0/1 staleness-fill gauge; samples where it is 1 are dropped.
         as_counter: the exporter exposes as a counter what `SIGNALS` calls a gauge (PSI seconds, whose rate
             x 100 is the percentage another exporter reports directly).
@@ -137,6 +140,7 @@ class Signal:
     fill_filter: str = ""
     as_counter: bool = False
     host_join: str = ""
+    host_alias: tuple[tuple[str, str], ...] = ()
     domain: str = field(init=False)
     scope: str = field(init=False)
     kind: str = field(init=False)
@@ -218,6 +222,8 @@ class Signal:
         if self.host_join and "host" in labels:
             return self._joined(inner, labels, agg or self.agg)
         inner = _host_relabel(inner, self.host_from)
+        for old, new in self.host_alias:
+            inner = f'label_replace({inner}, "host", "{new}", "host", "{_regex_literal(old)}")'
         if self.gpu_from and self.gpu_from != "gpu":
             inner = f'label_replace({inner}, "gpu", "$1", "{self.gpu_from}", "(.+)")'
         out = f"{agg or self.agg} by ({', '.join(labels)}) ({inner})" if labels else f"{agg or self.agg}({inner})"
@@ -246,6 +252,11 @@ UNAME_HOSTS = (
     'topk by (stepwise_ip) (1, label_replace(max by (instance, nodename) (last_over_time(node_uname_info[10m])), '
     f'"stepwise_ip", "$1", "instance", "{_ADDRESS}"))'
 )
+
+
+def _regex_literal(text: str) -> str:
+    """Return `text` as an RE2 pattern matching exactly it, escaped for a PromQL string."""
+    return "".join("\\\\" + c if c in ".+*?()[]{}|^$\\" else c for c in text)
 
 
 def _host_relabel(inner: str, host_from: str) -> str:
