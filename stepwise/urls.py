@@ -15,5 +15,6 @@ urlpatterns = [
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
+    path("", include("reports.urls")),
     path("", include("investigations.urls")),
 ]
