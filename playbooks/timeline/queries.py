@@ -104,8 +104,14 @@ def panel_queries(
     fn = spec.fn if sig.is_counter else None
     bare = spec.signal in ctx.unique and _bare_ok(profile, spec.signal)
 
+    mapped = bool(sig.host_join or sig.host_alias or "," in sig.host_from)
+    if mapped:
+        # the host's name comes from node_uname_info, an alias or one of several labels: only the
+        # profile's own expression (aggregated by address first) names it
+        raw, bare = sig.labels, False
+
     def _x(f: str | None, w: str) -> str:
-        return _device_expr(sig, f, w, bare)
+        return sig.expr(f, window=w) if mapped else _device_expr(sig, f, w, bare)
 
     x = _x(fn, window)
     lo, hi = x, x
