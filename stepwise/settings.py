@@ -408,6 +408,17 @@ else:
     }
 STEPWISE_TIMELINE_LIVE_TTL = envint("STEPWISE_TIMELINE_LIVE_TTL", 60, minimum=1)
 
+# --- Per-source query budget ------------------------------------------------------------------------
+
+# A live job's Prometheus serves the training job too: every process on this host (web, workers) runs
+# at most STEPWISE_SOURCE_MAX_QUERIES queries at a time on one source (lock files under
+# STEPWISE_BUDGET_DIR; the others queue, at most STEPWISE_SOURCE_QUEUE_SECONDS), and a timeline panel
+# asks at most STEPWISE_SOURCE_MAX_SAMPLES samples (series x points) of one query (its step coarsens).
+STEPWISE_SOURCE_MAX_QUERIES = envint("STEPWISE_SOURCE_MAX_QUERIES", 4, minimum=1, maximum=64)
+STEPWISE_SOURCE_MAX_SAMPLES = envint("STEPWISE_SOURCE_MAX_SAMPLES", 1_000_000, minimum=10_000)
+STEPWISE_SOURCE_QUEUE_SECONDS = envint("STEPWISE_SOURCE_QUEUE_SECONDS", 120, minimum=1)
+STEPWISE_BUDGET_DIR = envpath("STEPWISE_BUDGET_DIR", STEPWISE_DATA_DIR / "budget")
+
 # Results go to the database (QueryRun/QueryResult rows), so Celery keeps none.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
