@@ -480,3 +480,7 @@ MAILERS = {
     }
 }
 DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "stepwise@localhost")
+
+# --- Reports: exports -------------------------------------------------------------------------------
+# Chromium that kaleido drives to draw pinned charts as SVG for the HTML and PDF exports.
+STEPWISE_CHROMIUM = envstr("STEPWISE_CHROMIUM") or "/usr/bin/chromium"
