@@ -34,6 +34,7 @@ from ..access import get_investigation_or_404
 from ..forms import DiagnosisStartForm, form_errors
 from ..models import DiagnosisRun, Finding, Investigation, Job, TaskStatus
 from ..services import diagnosis as dx
+from ..services.deadruns import dead_runs_reap
 from ..services.runs import run_not_sent
 from ..tasks.diagnosis import diagnosis_plan_task
 from ..tasks.enqueue import enqueue_on_commit
@@ -205,6 +206,7 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the progress partial; a poll (`poll=1`) that finds the run finished gets the whole region."""
     investigation = get_investigation_or_404(request.user, investigation_id)
     job = investigation_job_or_404(investigation, request.GET.get("job"))
+    dead_runs_reap()  # a run whose worker died shows as failed, with the reason, on the next poll
     context = _region_context(investigation, job)
     if request.GET.get("poll") and not context["dx"]["active"]:
         response = render(request, REGION, finished_context(context))
