@@ -4,6 +4,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from .security import csp_report
+
 urlpatterns = [
     # LoginView is @login_not_required; every other view needs a session (LoginRequiredMiddleware).
     path(
@@ -14,7 +16,19 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "password/",
+        auth_views.PasswordChangeView.as_view(template_name="registration/password_change.html"),
+        name="password_change",
+    ),
+    path(
+        "password/done/",
+        auth_views.PasswordChangeDoneView.as_view(template_name="registration/password_change_done.html"),
+        name="password_change_done",
+    ),
     path("admin/", admin.site.urls),
+    # Where browsers report what the Content-Security-Policy blocked (no session needed).
+    path("csp-report/", csp_report, name="csp_report"),
     path("", include("reports.urls")),
     path("", include("investigations.urls")),
 ]
