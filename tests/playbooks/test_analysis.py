@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from playbooks.analysis import Context, Finding, Timeline, decide_diagnosis, evaluate
-from playbooks.anomaly import Grid, background, change_points, first_sustained, peer_deviation, rate_excess, walk_back
+from playbooks.anomaly import (
+    Grid,
+    background,
+    change_points,
+    first_sustained,
+    peer_deviation,
+    rate_excess,
+    walk_back,
+)
 from playbooks.loader import load_playbooks, parse_playbook
 
 NOW = 1_772_323_200.0
