@@ -2,7 +2,17 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic.base import RedirectView
+
+
+@login_not_required
+def favicon(request):
+    """Browsers ask every site for /favicon.ico; answer with the app's icon instead of a 404."""
+    return RedirectView.as_view(url=static("favicon.svg"), permanent=True)(request)
+
 
 urlpatterns = [
     # LoginView is @login_not_required; every other view needs a session (LoginRequiredMiddleware).
@@ -14,6 +24,7 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("", include("investigations.urls")),
 ]

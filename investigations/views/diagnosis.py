@@ -35,6 +35,7 @@ from playbooks.timeline import finding_panels
 
 from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from ..services import diagnosis as dx
+from ..services.verdict import finding_role
 from ..tasks.diagnosis import diagnosis_plan_task
 from ._common import HtmxHttpRequest, run_send
 
@@ -166,6 +167,7 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
     for finding in overview["findings"]:
         finding.onset_utc = utc(finding.onset)
         finding.onset_relative = relative(finding.onset, crash)
+        finding.role_label, finding.order_note = finding_role(finding, overview["diagnosis"])
     diagnosis = overview["diagnosis"] or None
     if diagnosis:
         onset = diagnosis.get("onset")
@@ -174,6 +176,7 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
             "onset_utc": utc(onset),
             "onset_relative": relative(onset, crash),
             "confidence_pct": round(100 * float(diagnosis.get("confidence") or 0)),
+            "effects": [f for f in overview["findings"] if f.role_label == "effect"],
         }
     return {
         "investigation": investigation,
@@ -204,8 +207,10 @@ def finished_context(context: dict[str, Any]) -> dict[str, Any]:
     The region then also carries the header's incident class as an out-of-band swap (`class_oob`), read
     again here: the run that just finished set it after this request had loaded the investigation.
     """
+    from ._verdict import verdict_context  # the verdict view helper formats times with this module's utc()
+
     context["investigation"].refresh_from_db(fields=["incident_class"])
-    return {**context, "class_oob": True}
+    return {**context, "class_oob": True, **verdict_context(context["investigation"])}
 
 
 # --- Forms ---------------------------------------------------------------------------------------

@@ -21,12 +21,15 @@ from kombu.exceptions import OperationalError as BrokerError
 from .. import selectors, services
 from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
 from ..models import DataSource, Investigation, Job
-from ..services import discovery, tunnels
+from ..services import diagnosis as dx
+from ..services import discovery, lifecycle, tunnels
 from ..services import investigations as inv
 from ..tasks import job_triage_task
+from ..tasks.diagnosis import diagnosis_plan_task
 from ..tasks.discovery import datasource_discover_task
-from ._common import HtmxHttpRequest
+from ._common import HtmxHttpRequest, run_send
 from ._triage_display import triage_context
+from ._verdict import verdict_context
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +53,16 @@ def _enqueue_work(job: Job | None) -> None:
         return
     for source_id in inv.discovery_pending(job):
         transaction.on_commit(partial(_send, datasource_discover_task, source_id, _discovery_not_sent))
+
+
+def _diagnose_on_open(investigation: Investigation, job: Job | None, user: Any) -> None:
+    """Start the job's diagnosis as the investigation opens, as the demo does: its plan waits for the
+    triage (which picks the playbooks) and discovers the source itself. A job without a data source
+    (an uploaded log alone) has nothing to diagnose yet."""
+    if job is None or inv.job_datasource(job) is None:
+        return
+    run = dx.diagnosis_start(investigation, job, user=user)
+    transaction.on_commit(partial(run_send, diagnosis_plan_task, run.pk))
 
 
 def _send(task: Any, object_id: int, not_sent: Any) -> None:
@@ -117,8 +130,10 @@ def culprits_text(culprits: Any, limit: int = 3) -> str:
 # --- New investigation ---------------------------------------------------------------------------
 
 
-def _new_page(request: HttpRequest, form: InvestigationForm, status: int = 200) -> HttpResponse:
-    listing = inv.job_dir_browse(request.GET.get("browse", ""))
+def _new_page(
+    request: HttpRequest, form: InvestigationForm, status: int = 200, browse: str | None = None
+) -> HttpResponse:
+    listing = inv.job_dir_browse(request.GET.get("browse", "") if browse is None else browse)
     return render(request, "investigations/new.html", {"form": form, "listing": listing}, status=status)
 
 
@@ -145,11 +160,16 @@ def create(request: HtmxHttpRequest) -> HttpResponse:
             )
             job = inv.investigation_primary_job(investigation)
             _enqueue_work(job)
+            _diagnose_on_open(investigation, job, request.user)
     except inv.InvestigationError as exc:
         field = {"tunnel": "tunnel_command"}.get(exc.field or "", exc.field)
         form.add_error(field if field in form.fields else None, str(exc))
-        return _new_page(request, form, status=400)
+        # The job root typed as a job directory: open the browser on it, to pick the job from.
+        root = inv.job_root_of(data.get("job_dir") or "") if data.get("source") == "job_dir" else None
+        return _new_page(request, form, status=400, browse=str(root) if root else None)
     messages.success(request, f"Opened “{investigation.title}”.")
+    for other in lifecycle.same_job_investigations(investigation):
+        messages.warning(request, f"Job {job.job_id} is already investigated in #{other.pk} “{other.title}”.")
     return redirect("investigations:detail", investigation_id=investigation.pk)
 
 
@@ -186,7 +206,8 @@ def _detail_context(investigation: Investigation) -> dict[str, Any]:
         "statuses": Investigation.Status.choices,
         "severities": Investigation.Severity.choices,
         "users": selectors.user_choices(),
-    }
+        "duplicates": lifecycle.same_job_investigations(investigation),
+    } | verdict_context(investigation)
 
 
 def source_final(job: Job | None, ds: DataSource | None) -> bool:
