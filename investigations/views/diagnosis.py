@@ -176,7 +176,12 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
             "onset_utc": utc(onset),
             "onset_relative": relative(onset, crash),
             "confidence_pct": round(100 * float(diagnosis.get("confidence") or 0)),
-            "effects": [f for f in overview["findings"] if f.role_label == "effect"],
+            # effects the engine's chain does not already tell
+            "effects": [
+                f
+                for f in overview["findings"]
+                if f.role_label == "effect" and not any(f.title in str(link) for link in diagnosis.get("chain") or [])
+            ],
         }
     return {
         "investigation": investigation,
