@@ -30,20 +30,13 @@ from ..models import DiagnosisRun, Investigation
 from ..services import comparison as cmp
 from ..tasks.comparison import comparison_execute_task
 from ._common import HtmxHttpRequest, run_send
+from ._units import format_value, metric_meta
 from .diagnosis import _get_investigation, finished_context, run_cancel, utc
 
 logger = logging.getLogger(__name__)
 
 REGION = "investigations/_comparison.html#comparison"
 STATUS = "investigations/_comparison.html#comparison-status"
-
-def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "—" if value is None else str(value)
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
-
 
 def _columns(
     overview: dict[str, Any], run: DiagnosisRun | None, result: dict[str, Any]
@@ -78,10 +71,12 @@ def _metric_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         values = m.get("values") or []
         plain = all(isinstance(v, int | float) and math.isfinite(v) for v in values)
         cause = m.get("likely_cause") or ""
+        meta = metric_meta(str(m.get("name") or ""))
         rows.append(
             {
                 "name": m.get("name"),
-                "values": [_number(v) for v in values],
+                "label": meta["label"],
+                "values": [format_value(v, meta["unit"]) for v in values],
                 "delta_pct": delta_text(m) if finite and plain else "—",
                 # the engine's own judgment: a difference beyond the metric's floors has a likely cause
                 "highlight": finite and bool(cause) and cause != WITHIN_NOISE,
