@@ -243,13 +243,17 @@ def finding_role(finding: Any, diagnosis: dict[str, Any] | None) -> tuple[str, s
     """Return (label, note) for a finding row of a decided diagnosis.
 
     label: the finding's class for warnings and criticals (the cause and its chain); for informational
-    ones "effect" (a job-level symptom of the named incident) or "context" (true, but not the story).
+    ones "effect" (told by the diagnosis' causal chain, or a job-level symptom such as step time under a
+    named incident) or "context" (true, but not the story).
     note: for an effect that began before its cause's onset, a sentence saying so and what it means.
     """
     if finding.severity != "info":
         return finding.incident_class, ""
     klass = str((diagnosis or {}).get("class") or HEALTHY)
-    if klass == HEALTHY or finding.playbook not in EFFECT_PLAYBOOKS or klass == "training-instability":
+    in_chain = any(finding.title in str(link) for link in (diagnosis or {}).get("chain") or [])
+    if klass == HEALTHY or not (in_chain or finding.playbook in EFFECT_PLAYBOOKS):
+        return "context", ""
+    if klass == "training-instability" and not in_chain:
         return "context", ""
     cause_onset = (diagnosis or {}).get("onset")
     if finding.onset is None or not isinstance(cause_onset, int | float):

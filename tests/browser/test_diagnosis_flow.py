@@ -24,8 +24,14 @@ def _open(page: Page, title: str, job_dir) -> int:
 
 def _run_and_wait(page: Page, scope: str = "triage") -> None:
     region = page.locator("#diagnosis")
+    button = region.get_by_role("button", name=re.compile(r"(Re-run|Run) diagnosis"))
+    # An investigation is diagnosed on open: wait for that run before starting another one.
+    expect(button).to_be_enabled()
+    shown = re.search(r"run #(\d+)", page.locator("#diagnosis-status").inner_text())
     region.locator(f"input[name=scope][value={scope}]").check()
-    region.get_by_role("button", name=re.compile(r"(Re-run|Run) diagnosis")).click()
+    button.click()
+    if shown:  # until the new run replaces it, the region still shows the earlier one, done
+        expect(page.locator("#diagnosis-status")).not_to_have_text(re.compile(rf"run #{shown.group(1)}\b"))
     # The progress bar appears while the worker runs the playbooks, then the decided region replaces it.
     expect(page.locator(".diagnosis-summary")).to_be_visible()
     expect(page.locator("#diagnosis-status .badge").first).to_have_text("Done")

@@ -121,17 +121,20 @@ def test_informational_findings_are_effect_or_context_and_an_effect_before_its_c
 ) -> None:
     investigation = make_investigation("rdma")
     job = investigation.jobs.get()
-    rdma = {"class": "rdma-degradation", "confidence": 0.7, "onset": ONSET, "culprits": [], "chain": ["RDMA"]}
+    chain = ["2026-05-13 00:30:15 UTC: RDMA", "2026-05-13 00:32:00 UTC: Collective bandwidth down on gpu-109"]
+    rdma = {"class": "rdma-degradation", "confidence": 0.7, "onset": ONSET, "culprits": [], "chain": chain}
     run = _done(investigation, rdma)
     _finding(investigation, run, rule="rdma", incident_class="rdma-degradation", severity="warning",
              title="Sustained RDMA retransmits", onset=ONSET)  # fmt: skip
     _finding(investigation, run, playbook="training", rule="step_time_regression",
              title="Step time +28% above the job's own steady state", onset=ONSET - 240)  # fmt: skip
     _finding(investigation, run, rule="tcp", title="High TCP retransmits (not the collective path)", onset=ONSET - 4000)
+    _finding(investigation, run, rule="bw", title="Collective bandwidth down on gpu-109", onset=ONSET + 105)
     url = reverse("investigations:diagnosis", args=[investigation.pk])
     body = alice_client.get(url, {"job": job.pk}, **HTMX).content.decode()
     rows = _rows(body)
     assert "finding-role-effect" in rows["Step time"] and "finding-role-context" in rows["High TCP"]
+    assert "finding-role-effect" in rows["Collective bandwidth"]  # an info finding the chain tells
     assert ">healthy<" not in body
     assert "Began 4 min 00 s before the rdma-degradation onset" in rows["Step time"]
     assert "finding-order-note" not in rows["High TCP"] and "finding-role" not in rows["Sustained RDMA"]
