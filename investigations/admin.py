@@ -10,6 +10,7 @@ from django.utils.html import format_html
 
 from .models import (
     DataSource,
+    DataSourceCredential,
     DiagnosisRun,
     Finding,
     Investigation,
@@ -108,6 +109,15 @@ class DataSourceAdmin(admin.ModelAdmin):
     exclude = ["discovery"]
     readonly_fields = ["discovery_json"]
     discovery_json = _json_display("discovery")
+
+
+@admin.register(DataSourceCredential)
+class DataSourceCredentialAdmin(admin.ModelAdmin):
+    """The user name of a URL source's credentials; the password is never shown (not even to staff)."""
+
+    list_display = ["__str__", "username"]
+    raw_id_fields = ["datasource"]
+    exclude = ["password"]
 
 
 # --- Query runs ----------------------------------------------------------------------------------

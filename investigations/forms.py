@@ -11,6 +11,8 @@ from playbooks.tunnel import TunnelError, TunnelSpec, parse_tunnel_command
 from . import services
 from .models import Investigation, InvestigationJob
 from .services.investigations import SOURCE_KINDS, SourceRequest
+from .services.sources import url_source_probe
+from .services.tunnels import tunnel_allowed
 
 
 class DataSourceURLForm(forms.Form):
@@ -23,10 +25,12 @@ class DataSourceURLForm(forms.Form):
     )
 
     def clean_address(self) -> str:
+        """Return the URL without credentials once a Prometheus answers there (probed, never stored before)."""
         try:
-            return services.prometheus_url_check(self.cleaned_data["address"])
+            self.source = url_source_probe(self.cleaned_data["address"])
         except services.DataSourceError as exc:
             raise forms.ValidationError(str(exc)) from exc
+        return self.source.url
 
 
 SOURCE_CHOICES = [
@@ -134,7 +138,7 @@ class InvestigationForm(forms.Form):
         command = data.get("tunnel_command", "").strip()
         if command:
             try:
-                return parse_tunnel_command(command)
+                return tunnel_allowed(parse_tunnel_command(command))
             except TunnelError as exc:
                 self.add_error("tunnel_command", str(exc))
                 return None
@@ -148,12 +152,12 @@ class InvestigationForm(forms.Form):
                 self.add_error(name, f"Give {label}, or paste the tunnel command from the log.")
             return None
         try:
-            return TunnelSpec(
+            return tunnel_allowed(TunnelSpec(
                 user=data.get("ssh_user", "").strip(),
                 host=data["head_host"].strip(),
                 remote_port=data["remote_port"],
                 jump=data.get("jump_host", "").strip(),
-            )
+            ))
         except TunnelError as exc:
             self.add_error("head_host", str(exc))
             return None

@@ -183,6 +183,30 @@ class DataSource(models.Model):
             return f"{self.job} ({self.get_kind_display()})"
         return f"{self.address} ({self.get_kind_display()})"
 
+    @property
+    def shown_address(self) -> str:
+        """Return the address as pages show it: a URL source's credentials (kept apart) masked."""
+        credential = getattr(self, "credential", None) if self.kind == self.Kind.URL else None
+        if credential is None or "://" not in self.address:
+            return self.address
+        scheme, rest = self.address.split("://", 1)
+        return f"{scheme}://{credential.username}:••••••@{rest}"
+
+
+class DataSourceCredential(models.Model):
+    """Basic-auth credentials of a URL data source, kept apart from its address.
+
+    The address (shown to every user, written into messages and logs) never holds them; the client
+    gets them as httpx auth. Pages show the user name and a mask, the admin shows no password.
+    """
+
+    datasource = models.OneToOneField(DataSource, on_delete=models.CASCADE, related_name="credential")
+    username = models.CharField(max_length=255)
+    password = models.CharField(max_length=1024, blank=True)
+
+    def __str__(self) -> str:
+        return f"credentials of data source {self.datasource_id}"
+
 
 class QueryRun(_RunProgress, models.Model):
     """A batch of PromQL queries against one data source, executed by a worker.

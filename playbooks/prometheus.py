@@ -113,7 +113,23 @@ class PrometheusQueryError(PrometheusError):
 
 
 class PrometheusBadResponse(PrometheusError):
-    """Non-JSON body, status other than success, unexpected shape, or HTTP 5xx after all attempts."""
+    """Non-JSON body, status other than success, unexpected shape, or HTTP 5xx after all attempts.
+
+    Attributes:
+        status: The HTTP status of the response (None when unknown). Bodies are never quoted: the
+            server may be anything the allow-list admits, and its body no business of the user.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_bad_response, (str(self), self.status))
+
+
+def _bad_response(message: str, status: int | None) -> PrometheusBadResponse:
+    return PrometheusBadResponse(message, status=status)
 
 
 class PrometheusForbidden(PrometheusError):
@@ -264,6 +280,7 @@ class PrometheusClient:
         backoff: float = 0.25,
         max_connections: int = 16,
         transport: httpx.BaseTransport | None = None,
+        auth: tuple[str, str] | None = None,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -281,6 +298,8 @@ class PrometheusClient:
             # A job's Prometheus is reached directly or through an SSH tunnel, never via an HTTP proxy.
             trust_env=False,
             headers={"Accept": "application/json"},
+            # Basic-auth credentials are passed apart from the URL, so no message ever shows them.
+            auth=auth,
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -655,10 +674,11 @@ class PrometheusClient:
             body = None
         after = f" after {self.attempts} attempts" if resp.status_code >= 500 else ""
         if not isinstance(body, dict):
-            snippet = " ".join(resp.text[:200].split())
+            kind = resp.headers.get("content-type", "no content-type").split(";")[0].strip()[:60]
             raise PrometheusBadResponse(
                 f"Prometheus at {self.base_url} answered {path} with HTTP {resp.status_code}{after} and "
-                f"non-JSON content ({resp.headers.get('content-type', 'no content-type')}): {snippet!r}"
+                f"non-JSON content ({kind})",
+                status=resp.status_code,
             )
         if body.get("status") == "success" and resp.status_code < 400:
             for warning in body.get("warnings") or ():
@@ -677,7 +697,8 @@ class PrometheusClient:
             )
         raise PrometheusBadResponse(
             f"Prometheus at {self.base_url} answered {path} with HTTP {resp.status_code}{after}, "
-            f"status {body.get('status')!r}: {error_type} {' '.join(message.split())}".rstrip()
+            f"status {body.get('status')!r}: {error_type} {' '.join(message.split())}".rstrip(),
+            status=resp.status_code,
         )
 
     def _send(self, method: str, path: str, params: Mapping[str, Any] | None) -> httpx.Response:
@@ -710,7 +731,8 @@ class PrometheusClient:
             if path.startswith("/-/"):
                 raise PrometheusBadResponse(
                     f"Prometheus at {self.base_url} answered {path} with HTTP {last_resp.status_code} "
-                    f"after {self.attempts} attempts"
+                    f"after {self.attempts} attempts",
+                    status=last_resp.status_code,
                 )
             return last_resp
         assert last_exc is not None

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from .confine import OutsideRoots, open_inside, resolved_roots
+
 __all__ = ["CLASS_ORDER", "Match", "Triage", "TriageError", "expand_nodelist", "find_job_log", "triage_job",
            "triage_log"]
 
@@ -299,18 +301,21 @@ def _iter_lines(fh: IO[bytes], out: Triage) -> Iterator[tuple[int, str]]:
 # ---------------------------------------------------------------------------------------------- core
 
 def triage_log(source: str | os.PathLike[str] | Iterable[str], *, now: float | None = None,
-               slurm_state: str | None = None) -> Triage:
+               slurm_state: str | None = None, roots: Iterable[str | os.PathLike[str]] | None = None) -> Triage:
     """Return the triage of a log file (or of an iterable of lines).
 
     `now` (unix seconds) is used to tell running from dead jobs without a summary; `slurm_state`
-    ("RUNNING", "PENDING", ...) when the scheduler could be asked. Raises TriageError only when a
-    path cannot be opened; bad content is reported in `unreadable`.
+    ("RUNNING", "PENDING", ...) when the scheduler could be asked. With `roots`, the file actually
+    opened must lie inside one of them (a symlink leading out is refused). Raises TriageError only when
+    a path cannot be opened; bad content is reported in `unreadable`.
     """
     out = Triage()
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            fh = open(path, "rb")  # noqa: SIM115 - closed below, streamed
+            fh = open(path, "rb") if roots is None else open_inside(path, resolved_roots(roots))  # noqa: SIM115
+        except OutsideRoots as exc:
+            raise TriageError(f"{path} is not read: it leads outside the job roots") from exc
         except FileNotFoundError as exc:
             raise TriageError(f"log not found: {path}") from exc
         except IsADirectoryError as exc:
@@ -670,21 +675,28 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
 
 
 def triage_job(job_dir: str | os.PathLike[str], *, now: float | None = None,
-               slurm_state: str | None = None) -> Triage:
+               slurm_state: str | None = None, roots: Iterable[str | os.PathLike[str]] | None = None) -> Triage:
     """Return the triage of a job directory: its primary log plus, for k8s jobs, every rank-N.log.
 
-    Raises TriageError when the directory has no log.
+    With `roots`, every log opened must lie inside one of them: the primary log is refused otherwise,
+    a rank log leading out is skipped and listed under `unreadable`. Raises TriageError when the
+    directory has no log.
     """
+    roots = list(roots) if roots is not None else None
     d = Path(job_dir)
     if not d.is_dir():
         raise TriageError(f"job directory not found: {d}")
     log = find_job_log(d)
     if log is None:
         raise TriageError(f"no log in {d} (looked for job.log, the log symlink and a sibling {d.name}.log)")
-    out = triage_log(log, now=now, slurm_state=slurm_state)
+    out = triage_log(log, now=now, slurm_state=slurm_state, roots=roots)
     extra: list[Match] = []
     for rank_log in sorted(d.glob("rank-*.log"), key=lambda p: _int(p.stem.split("-")[-1]) or 0):
-        sub = triage_log(rank_log, now=now)
+        try:
+            sub = triage_log(rank_log, now=now, roots=roots)
+        except TriageError as exc:
+            out.unreadable.append(f"{rank_log.name}: {exc}")
+            continue
         extra += [Match(m.klass, m.line, f"[{rank_log.name}] {m.text}") for m in sub.matches if m.line > 0]
         out.unreadable += [f"{rank_log.name}: {u}" for u in sub.unreadable if "completed step" not in u]
     if extra:

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from .prometheus import PrometheusClient, PrometheusError
+from .tsdb_copy import copy_tsdb, inventory
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +50,6 @@ _MARKER = ".stepwise-tsdb-copy"
 _RECORD = "server.json"
 _CONFIG = "stepwise-view.yml"
 _LOG = "prometheus.log"
-# Block files Prometheus may rewrite (always via write-to-temp + rename, which would only replace our
-# link, but they are tiny, so they are copied rather than linked to leave no doubt).
-_COPIED_BLOCK_FILES = frozenset({"meta.json", "tombstones"})
-# The in-memory head lives here; Prometheus repairs (truncates) and appends to these files in place.
-_HEAD_DIRS = ("wal", "chunks_head", "wbl")
 _STOP_GRACE = 10.0
 _PORT_ATTEMPTS = 5
 _INT64_MAX = 2**63 - 1
@@ -490,84 +486,6 @@ def _record_of(obj: ServedTSDB | Mapping[str, Any] | str | os.PathLike[str]) -> 
     return rec
 
 
-# -- copying ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Inventory:
-    """What a TSDB directory holds.
-
-    Attributes:
-        blocks: (ULID, minTime ms, maxTime ms) of every block with a readable meta.json.
-        unreadable: ULID dirs skipped because meta.json is missing or broken.
-        wal_has_data: True if wal/ holds at least one non-empty file.
-    """
-
-    blocks: tuple[tuple[str, int, int], ...]
-    unreadable: tuple[str, ...]
-    wal_has_data: bool
-
-
-def _inventory(src: str) -> _Inventory:
-    blocks, unreadable = [], []
-    for name in sorted(os.listdir(src)):
-        if not _ULID.match(name) or not os.path.isdir(os.path.join(src, name)):
-            continue
-        try:
-            with open(os.path.join(src, name, "meta.json"), encoding="utf-8") as fh:
-                meta = json.load(fh)
-            blocks.append((name, int(meta["minTime"]), int(meta["maxTime"])))
-        except (OSError, ValueError, KeyError, TypeError):
-            unreadable.append(name)
-    wal_has_data = False
-    for root, _dirs, files in os.walk(os.path.join(src, "wal")):
-        for name in files:
-            # A live server may delete a segment under our feet (checkpointing): skip it.
-            with contextlib.suppress(OSError):
-                wal_has_data = wal_has_data or os.path.getsize(os.path.join(root, name)) > 0
-    return _Inventory(tuple(blocks), tuple(unreadable), wal_has_data)
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    try:
-        os.link(src, dst)
-    except OSError:
-        # EXDEV (other filesystem), EPERM (fs.protected_hardlinks on another user's file), ...
-        shutil.copy2(src, dst)
-
-
-def _copy_block(src_block: str, dst_block: str) -> None:
-    for root, _dirs, files in os.walk(src_block):
-        rel = os.path.relpath(root, src_block)
-        target = os.path.normpath(os.path.join(dst_block, rel))
-        os.makedirs(target, exist_ok=True)
-        for name in files:
-            if name.endswith(".tmp"):
-                continue
-            s, d = os.path.join(root, name), os.path.join(target, name)
-            if rel == "." and name in _COPIED_BLOCK_FILES:
-                shutil.copy2(s, d)
-            else:
-                _link_or_copy(s, d)
-
-
-def _copy_tsdb(src: str, data: Path, inv: _Inventory, *, include_head: bool) -> list[str]:
-    """Return the ULIDs of blocks that vanished while copying (a live server compacted them away)."""
-    data.mkdir(parents=True)
-    vanished = []
-    for ulid, _mint, _maxt in inv.blocks:
-        try:
-            _copy_block(os.path.join(src, ulid), str(data / ulid))
-        except FileNotFoundError:
-            shutil.rmtree(data / ulid, ignore_errors=True)
-            vanished.append(ulid)
-    if include_head:
-        for name in _HEAD_DIRS:
-            if os.path.isdir(os.path.join(src, name)):
-                shutil.copytree(os.path.join(src, name), data / name, symlinks=False)
-    return vanished
-
-
 # -- starting ---------------------------------------------------------------------------------------
 
 
@@ -758,7 +676,7 @@ def _serve_locked(
             pid=holder,
         )
     blocks_only = holder is not None
-    inv = _inventory(src)
+    inv = inventory(src)
     if not inv.blocks and (blocks_only or not inv.wal_has_data):
         what = "no complete blocks yet" if blocks_only else "no blocks and an empty or missing wal/"
         raise TSDBServerError(f"no TSDB data in {src}: {what}")
@@ -768,7 +686,8 @@ def _serve_locked(
     (entry / _MARKER).write_text(f"Stepwise private copy of {src}; deleted when its server stops.\n")
     pid = 0
     try:
-        vanished = _copy_tsdb(src, entry / "data", inv, include_head=not blocks_only)
+        copied = copy_tsdb(src, entry / "data", inv, include_head=not blocks_only)
+        vanished = copied.vanished
         (entry / _CONFIG).write_text(_VIEW_CONFIG)
         pid, port, cmd = _start(binary, entry, src, port, ready_timeout)
         url = f"http://127.0.0.1:{port}"
@@ -792,6 +711,10 @@ def _serve_locked(
             notes.append(f"{len(vanished)} block(s) were compacted away by the live server while copying")
         if inv.unreadable:
             notes.append(f"skipped {len(inv.unreadable)} block(s) without a readable meta.json")
+        if copied.symlinks:
+            shown = ", ".join(copied.symlinks[:5]) + (" ..." if len(copied.symlinks) > 5 else "")
+            notes.append(f"skipped {len(copied.symlinks)} symlink(s) inside the TSDB, never followed: {shown}")
+            log.warning("%s: symlinks skipped (never followed): %s", src, shown)
         now = time.time()
         rec = {
             "pid": pid,

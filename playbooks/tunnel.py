@@ -86,6 +86,8 @@ NOT_PROMETHEUS_PORTS = frozenset({8265, 6006})
 #: Loopback ports tried for the local end (the TSDB copies use 19190-19989).
 LOCAL_PORTS = (20190, 20990)
 HOST_KEY_POLICIES = ("yes", "accept-new")
+#: Where the head node may connect the forward: its own loopback only (never 169.254.169.254, a peer...).
+REMOTE_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 _USER = re.compile(r"\A[A-Za-z0-9_][A-Za-z0-9._-]{0,63}\Z")
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
@@ -256,6 +258,11 @@ class TunnelSpec:
                 f"{', '.join(HOST_KEY_POLICIES)}."
             )
         put("remote_host", _check_host(self.remote_host, "Remote host"))
+        if self.remote_host.lower() not in REMOTE_HOSTS:
+            raise TunnelError(
+                f"The forward's target {self.remote_host} is not the head node itself: a tunnel may only "
+                "reach Prometheus on the head node's loopback (-L P:localhost:P or -L P:127.0.0.1:P)."
+            )
 
     @property
     def destination(self) -> str:
@@ -263,10 +270,10 @@ class TunnelSpec:
         return f"{self.user}@{self.host}" if self.user else self.host
 
     def describe(self) -> str:
-        """Return a one-line description: "root@gpu-101:9191 via alice@login01"."""
+        """Return the whole route on one line: "root@gpu-101 (ssh port 22) via alice@login01 → localhost:9191"."""
         hops = f" via {', '.join(self.jump)}" if self.jump else ""
-        port = f" (ssh port {self.ssh_port})" if self.ssh_port else ""
-        return f"{self.destination}:{self.remote_port}{port}{hops}"
+        port = f" (ssh port {self.ssh_port or 22})"
+        return f"{self.destination}{port}{hops} → {self.remote_host}:{self.remote_port}"
 
     def to_dict(self) -> dict[str, Any]:
         """Return the spec as JSON-ready values (DataSource.tunnel, tunnel.json)."""

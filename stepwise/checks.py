@@ -9,6 +9,7 @@ such as runserver and migrate) reports them with the ids below:
 - stepwise.W004  the Prometheus binary (STEPWISE_PROMETHEUS_BIN) is not installed
 - stepwise.E005  CELERY_TASK_ALWAYS_EAGER is on (tasks would run inside the web request)
 - stepwise.W006  the ssh client (STEPWISE_SSH_BIN) is not installed: SSH-tunnel sources cannot open
+- stepwise.E007  STEPWISE_TUNNEL_SSH_PORTS or STEPWISE_TUNNEL_PROMETHEUS_PORTS is not a list of ports/ranges
 """
 
 from __future__ import annotations
@@ -40,16 +41,18 @@ class AllowRule:
         host: a lower-case hostname, or None for an IP or a network.
         network: the IP network (a single address is a /32 or /128), or None for a hostname.
         port: the only port allowed, or None for any port.
+        port_last: the last port of a range `host:first-last` (None: `port` alone).
     """
 
     entry: str
     host: str | None
     network: _Network | None
     port: int | None
+    port_last: int | None = None
 
     def allows(self, host: str, port: int) -> bool:
         """Return True when `host` (hostname or IP literal, no brackets) and `port` match this rule."""
-        if self.port is not None and port != self.port:
+        if self.port is not None and not self.port <= port <= (self.port_last or self.port):
             return False
         address = _ip(host)
         if self.network is not None:
@@ -74,24 +77,25 @@ def allow_rule_parse(entry: str) -> AllowRule:
         raise ValueError(f"{entry!r} is not a host, host:port or CIDR (leave out the scheme and path)")
     if "/" in text:
         return AllowRule(entry, None, ipaddress.ip_network(text, strict=False), None)
-    host, port = text, None
+    host, ports = text, (None, None)
     if text.startswith("["):
         inner, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):
             raise ValueError(f"{entry!r}: write an IPv6 address with a port as [addr]:port")
-        host, port = inner, _port(entry, rest[1:]) if rest else None
+        host, ports = inner, _ports(entry, rest[1:]) if rest else (None, None)
     elif text.count(":") == 1:
         host, port_text = text.split(":")
-        port = _port(entry, port_text)
+        ports = _ports(entry, port_text)
+    port, port_last = ports
     address = _ip(host)
     if address is not None:
-        return AllowRule(entry, None, ipaddress.ip_network(address), port)
+        return AllowRule(entry, None, ipaddress.ip_network(address), port, port_last)
     if text.startswith("[") or ":" in host:
         raise ValueError(f"{entry!r}: {host!r} is not an IP address")
     name = host.lower().rstrip(".")
     if not _HOSTNAME_RE.match(name):
         raise ValueError(f"{entry!r}: {host!r} is not a valid hostname")
-    return AllowRule(entry, name, None, port)
+    return AllowRule(entry, name, None, port, port_last)
 
 
 def _is_cidr(text: str) -> bool:
@@ -100,6 +104,17 @@ def _is_cidr(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _ports(entry: str, text: str) -> tuple[int, int | None]:
+    """Return (first, last) of "9090" (last None) or "9090-9199"."""
+    first, sep, last = text.partition("-")
+    if not sep:
+        return _port(entry, first), None
+    low, high = _port(entry, first), _port(entry, last)
+    if high < low:
+        raise ValueError(f"{entry!r}: the port range {text!r} ends before it starts")
+    return low, high
 
 
 def _port(entry: str, text: str) -> int:
@@ -204,6 +219,18 @@ def check_not_eager(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     ]
 
 
+def check_tunnel_ports(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    from playbooks.tunnel_policy import parse_ports
+
+    errors = []
+    for name in ("STEPWISE_TUNNEL_SSH_PORTS", "STEPWISE_TUNNEL_PROMETHEUS_PORTS"):
+        try:
+            parse_ports(getattr(settings, name), name)
+        except ValueError as exc:
+            errors.append(checks.Error(f"{exc}.", hint="For example 22,2200-2210.", id="stepwise.E007"))
+    return errors
+
+
 def register() -> None:
     """Register every Stepwise check under the tag "stepwise"."""
     for check in (
@@ -213,5 +240,6 @@ def register() -> None:
         check_prometheus_bin,
         check_ssh_bin,
         check_not_eager,
+        check_tunnel_ports,
     ):
         checks.register(check, "stepwise")

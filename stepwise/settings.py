@@ -148,6 +148,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "investigations.apps.InvestigationsConfig",
+    "simple_history",
+    "reports.apps.ReportsConfig",
 ]
 
 MIDDLEWARE = [
@@ -162,6 +164,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Records who made each change kept by django-simple-history (reports).
+    "simple_history.middleware.HistoryRequestMiddleware",
 ]
 
 ROOT_URLCONF = "stepwise.urls"
@@ -264,9 +268,15 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 # --- Stepwise -------------------------------------------------------------------------------------
 
 STEPWISE_BIND = _bind("STEPWISE_BIND", "127.0.0.1:8000")
-# Prometheus servers the app may query: host, host:port, [v6]:port or a CIDR. Hostnames are compared
-# literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not parse.
-STEPWISE_ALLOWED_PROMETHEUS = envlist("STEPWISE_ALLOWED_PROMETHEUS", "127.0.0.1,localhost,::1")
+# Prometheus servers the app may query: host, host:port, host:first-last, [v6]:port or a CIDR. Hostnames
+# are compared literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not
+# parse. Default: loopback on the Prometheus ports 9090-9199 and the ranges the app's own served TSDB
+# copies (19190-19989) and SSH tunnels (20190-20989) use; never another loopback service (Redis, ...).
+_LOOPBACK_PORTS = ("9090-9199", "19190-19989", "20190-20989")
+STEPWISE_ALLOWED_PROMETHEUS = envlist(
+    "STEPWISE_ALLOWED_PROMETHEUS",
+    ",".join(f"{host}:{ports}" for host in ("127.0.0.1", "localhost", "[::1]") for ports in _LOOPBACK_PORTS),
+)
 STEPWISE_DEMO_JOBS = STEPWISE_DATA_DIR / "demo-jobs"
 # Folders whose job directories may be read (os.pathsep-separated); anything else is refused.
 STEPWISE_JOB_ROOTS = [
@@ -282,6 +292,13 @@ STEPWISE_SSH_BIN = envstr("STEPWISE_SSH_BIN") or "ssh"
 STEPWISE_TUNNELS_DIR = envpath("STEPWISE_TUNNELS_DIR", STEPWISE_DATA_DIR / "tunnels")
 STEPWISE_TUNNEL_TIMEOUT = envint("STEPWISE_TUNNEL_TIMEOUT", 20, minimum=1, maximum=600)
 STEPWISE_TUNNEL_IDLE_SECONDS = envint("STEPWISE_TUNNEL_IDLE_SECONDS", 1800, minimum=60)
+# The tunnel allow-list (playbooks.tunnel_policy): head nodes and jump hosts (names, shell patterns, IPs
+# or CIDRs; empty: tunnels are off), their SSH ports, the Prometheus ports a tunnel may forward to, and
+# the only folder identity and known_hosts files may come from. stepwise.E007 reports bad port lists.
+STEPWISE_TUNNEL_HOSTS = envlist("STEPWISE_TUNNEL_HOSTS", "")
+STEPWISE_TUNNEL_SSH_PORTS = envstr("STEPWISE_TUNNEL_SSH_PORTS") or "22"
+STEPWISE_TUNNEL_PROMETHEUS_PORTS = envstr("STEPWISE_TUNNEL_PROMETHEUS_PORTS") or "9090-9199"
+STEPWISE_TUNNEL_KEYS_DIR = envpath("STEPWISE_TUNNEL_KEYS_DIR", STEPWISE_DATA_DIR / "ssh-keys")
 STEPWISE_PROMETHEUS_TIMEOUT = envint("STEPWISE_PROMETHEUS_TIMEOUT", 30, minimum=1)
 STEPWISE_QUERY_CONCURRENCY = envint("STEPWISE_QUERY_CONCURRENCY", 4, minimum=1, maximum=64)
 STEPWISE_RESULT_MAX_SERIES = envint("STEPWISE_RESULT_MAX_SERIES", 50, minimum=1)
@@ -321,6 +338,32 @@ else:
     # Remote control needs broadcast replies that the filesystem transport does not deliver.
     CELERY_WORKER_ENABLE_REMOTE_CONTROL = False
 
+# --- Shared cache ---------------------------------------------------------------------------------
+
+# Timeline contexts and panel results (keyed by what the data source holds, so a finished job's stay
+# valid) are shared by every web process and worker: Redis when REDIS_URL is set, else a database table
+# (created by the investigations migration 0003). A live source's entries expire after
+# STEPWISE_TIMELINE_LIVE_TTL seconds.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "stepwise",
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "stepwise_cache",
+            "KEY_PREFIX": "stepwise",
+            # About 50 KB a panel: 20,000 entries are about 1 GB at most; a full table drops a third.
+            "OPTIONS": {"MAX_ENTRIES": 20_000, "CULL_FREQUENCY": 3},
+        }
+    }
+STEPWISE_TIMELINE_LIVE_TTL = envint("STEPWISE_TIMELINE_LIVE_TTL", 60, minimum=1)
+
 # Results go to the database (QueryRun/QueryResult rows), so Celery keeps none.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -358,3 +401,19 @@ LOGGING = {
     # One line per Prometheus request is noise at INFO; failures surface through the client's errors.
     "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
 }
+
+# --- Mail (reports: mentions and assignments) ------------------------------------------------------
+# Django's mail backend; the console backend (the demo) prints each message to the web server's log.
+# For SMTP: STEPWISE_MAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend, STEPWISE_MAIL_HOST, _PORT.
+_mail_backend = envstr("STEPWISE_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+MAILERS = {
+    "default": {
+        "BACKEND": _mail_backend,
+        "OPTIONS": (
+            {"host": envstr("STEPWISE_MAIL_HOST", "localhost"), "port": envint("STEPWISE_MAIL_PORT", 25, minimum=1)}
+            if _mail_backend.endswith("smtp.EmailBackend")
+            else {}
+        ),
+    }
+}
+DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "stepwise@localhost")

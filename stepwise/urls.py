@@ -26,5 +26,6 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
+    path("", include("reports.urls")),
     path("", include("investigations.urls")),
 ]

@@ -243,7 +243,11 @@ def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, 
 
         url, time_range = tunnel_open(ds).url, None
     else:
+        from .sources import datasource_auth  # builds on this module
+
         url, time_range = prometheus_url_check(ds.address), None
+        auth = datasource_auth(ds)
+        return PrometheusClient(url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT), auth=auth), time_range
     return PrometheusClient(url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT)), time_range
 
 

@@ -8,6 +8,7 @@ InvestigationError naming the form field to blame, and leaves no row (and no upl
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import secrets
@@ -27,26 +28,22 @@ from django.utils import timezone
 
 from playbooks import triage as triage_lib
 from playbooks.jobdirs import JobIdError, find_job_dirs, looks_like_job_id
-from playbooks.prometheus import PrometheusClient, PrometheusError
 
 from ..models import DataSource, Investigation, InvestigationJob, Job, TaskStatus
 from . import (
     DataSourceError,
     _inside_job_roots,
     _job_roots,
-    datasource_create,
     discovery,
     job_dir_validate,
     job_register,
-    prometheus_url_check,
     tunnels,
 )
+from .sources import SourceURL, url_source_probe, url_source_store
 
 logger = logging.getLogger(__name__)
 
 SOURCE_KINDS = ("job_dir", "upload", "url", "tunnel")
-#: Seconds the new-investigation form waits for a Prometheus URL to answer before calling it down.
-PROBE_TIMEOUT_S = 5.0
 #: Lines (and at most bytes) of an uploaded log read for its JOB_ID / JOB_NAME header.
 HEADER_LINES = 200
 HEADER_BYTES = 64 * 1024
@@ -119,9 +116,10 @@ def investigation_create(
     if severity not in Investigation.Severity.values:
         raise InvestigationError(f"Unknown severity {severity!r}.", "severity")
 
-    url = ""
+    probed: SourceURL | None = None
     if source.kind == "url" or (source.kind == "upload" and source.prometheus_url.strip()):
-        url = prometheus_probe(source.prometheus_url)
+        probed = prometheus_probe(source.prometheus_url)  # network I/O: never inside the transaction
+    url = probed.url if probed is not None else ""
     if source.kind == "job_dir":
         source = replace(source, job_dir=str(_job_dir_with_tsdb(source.job_dir)))
     if source.kind == "upload":
@@ -131,10 +129,9 @@ def investigation_create(
     try:
         with transaction.atomic():
             job, saved_upload = _job_for(source, url)
-            if url:
+            if probed is not None:
                 # A job seen before keeps one source per address: reuse it rather than pile up copies.
-                ds = job.datasources.filter(kind=DataSource.Kind.URL, address=url).first()
-                _mark_up(ds or datasource_create(kind=DataSource.Kind.URL, address=url, job=job))
+                _mark_up(url_source_store(probed, job=job))
             elif source.kind == "tunnel":
                 _tunnel_datasource(job, source.tunnel)
             investigation = Investigation.objects.create(
@@ -178,12 +175,20 @@ def _job_for(source: SourceRequest, url: str) -> tuple[Job, Job | None]:
         job.save()
         return job, job
     if source.kind == "url":
-        parts = urlsplit(url)
-        job_id = source.job_id.strip() or f"prom-{parts.hostname}-{parts.port or 80}"
+        job_id = source.job_id.strip() or _url_job_id(url)
     else:
         job_id = source.job_id.strip() or _generated_id("tunnel")
     job, _ = Job.objects.get_or_create(cluster=cluster, job_id=job_id)
     return job, None
+
+
+def _url_job_id(url: str) -> str:
+    """Return the job id of a URL source keyed by its whole URL: two tenants behind /a and /b of one
+    host:port are two jobs (`prom-<host>-<port>` alone, then a hash of the path when there is one)."""
+    parts = urlsplit(url)
+    base = f"prom-{parts.hostname}-{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    path = parts.path.rstrip("/")
+    return f"{base}-{hashlib.sha256(path.encode()).hexdigest()[:10]}" if path else base
 
 
 def _generated_id(prefix: str) -> str:
@@ -287,24 +292,14 @@ def _log_header(log: UploadedFile) -> tuple[str, str]:
     return found.get("JOB_ID", ""), found.get("JOB_NAME", "")
 
 
-def prometheus_probe(url: str) -> str:
-    """Return the normalised URL if the allow-list admits it and a Prometheus answers there."""
+def prometheus_probe(url: str) -> SourceURL:
+    """Return the URL split from its credentials if the allow-list admits it and a Prometheus answers there."""
     if not url.strip():
         raise InvestigationError("Give the Prometheus URL.", "prometheus_url")
     try:
-        url = prometheus_url_check(url)
+        return url_source_probe(url)
     except DataSourceError as exc:
         raise InvestigationError(str(exc), "prometheus_url") from exc
-    try:
-        with PrometheusClient(url, timeout=PROBE_TIMEOUT_S, retries=1) as client:
-            client.buildinfo()
-    except PrometheusError as exc:
-        raise InvestigationError(
-            f"No Prometheus answers at {url}: {exc}. Check the address, and that the tunnel or "
-            "port-forward is open.",
-            "prometheus_url",
-        ) from exc
-    return url
 
 
 def _mark_up(ds: DataSource) -> None:
@@ -667,7 +662,11 @@ def job_triage(job_id: int, *, now: float | None = None) -> Job:
     kind, path = _log_source(job)
     began = time.monotonic()
     now = time.time() if now is None else now
-    result = triage_lib.triage_job(path, now=now) if kind == "dir" else triage_lib.triage_log(path, now=now)
+    roots = None if job.log_upload else settings.STEPWISE_JOB_ROOTS  # every log read must lie inside them
+    if kind == "dir":
+        result = triage_lib.triage_job(path, now=now, roots=roots)
+    else:
+        result = triage_lib.triage_log(path, now=now, roots=roots)
     contract = result.to_dict()
     contract.update(
         state="done",

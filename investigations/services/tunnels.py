@@ -26,6 +26,7 @@ from django.utils import timezone
 from playbooks import tunnel as tunnels
 from playbooks.triage import TriageError, triage_log
 from playbooks.tunnel import OpenTunnel, TunnelError, TunnelSpec
+from playbooks.tunnel_policy import TunnelPolicy, parse_ports
 
 from ..models import DataSource, Investigation, InvestigationJob, Job
 from . import DataSourceError, _datasource_mark
@@ -33,14 +34,31 @@ from . import DataSourceError, _datasource_mark
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "tunnel_allowed",
     "tunnel_check",
     "tunnel_close",
     "tunnel_datasource_create",
     "tunnel_open",
+    "tunnel_policy",
     "tunnel_spec",
     "tunnels_prune",
     "tunnels_release",
 ]
+
+
+def tunnel_policy() -> TunnelPolicy:
+    """Return the tunnel allow-list of the settings (STEPWISE_TUNNEL_*)."""
+    return TunnelPolicy(
+        hosts=tuple(h for h in settings.STEPWISE_TUNNEL_HOSTS if h.strip()),
+        ssh_ports=parse_ports(settings.STEPWISE_TUNNEL_SSH_PORTS, "STEPWISE_TUNNEL_SSH_PORTS"),
+        remote_ports=parse_ports(settings.STEPWISE_TUNNEL_PROMETHEUS_PORTS, "STEPWISE_TUNNEL_PROMETHEUS_PORTS"),
+        keys_dir=str(settings.STEPWISE_TUNNEL_KEYS_DIR),
+    )
+
+
+def tunnel_allowed(spec: TunnelSpec) -> TunnelSpec:
+    """Return `spec` if the tunnel allow-list admits it; TunnelError (a sentence for the user) if not."""
+    return tunnel_policy().check(spec)
 
 
 def tunnel_spec(ds: DataSource) -> TunnelSpec:
@@ -59,7 +77,7 @@ def _job_triage(job: Job) -> Mapping[str, Any]:
         return job.triage
     if job.log_path:
         try:
-            return triage_log(job.log_path).to_dict()
+            return triage_log(job.log_path, roots=settings.STEPWISE_JOB_ROOTS).to_dict()
         except TriageError as exc:
             raise DataSourceError(f"The job's log cannot be read ({exc}); paste the tunnel command.") from exc
     raise DataSourceError("The job has no log to read a tunnel command from; paste the tunnel command.")
@@ -68,12 +86,12 @@ def _job_triage(job: Job) -> Mapping[str, Any]:
 def _as_spec(job: Job, spec_or_text: TunnelSpec | str | Mapping[str, Any] | None) -> TunnelSpec:
     try:
         if isinstance(spec_or_text, TunnelSpec):
-            return spec_or_text
+            return tunnel_allowed(spec_or_text)
         if isinstance(spec_or_text, str):
-            return tunnels.parse_tunnel_command(spec_or_text)
+            return tunnel_allowed(tunnels.parse_tunnel_command(spec_or_text))
         if isinstance(spec_or_text, Mapping):
-            return TunnelSpec.from_dict(spec_or_text)
-        return tunnels.spec_from_triage(_job_triage(job))
+            return tunnel_allowed(TunnelSpec.from_dict(spec_or_text))
+        return tunnel_allowed(tunnels.spec_from_triage(_job_triage(job)))
     except TunnelError as exc:
         raise DataSourceError(str(exc)) from exc
 
@@ -132,6 +150,11 @@ def tunnel_open(ds: DataSource) -> OpenTunnel:
     Raises DataSourceError with that reason.
     """
     spec = tunnel_spec(ds)
+    try:
+        tunnel_allowed(spec)  # checked again before every open: the allow-list may have shrunk
+    except TunnelError as exc:
+        _datasource_mark(ds, DataSource.State.ERROR, str(exc), address="", served_url="")
+        raise DataSourceError(str(exc)) from exc
     if ds.state != DataSource.State.UP:
         _datasource_mark(ds, DataSource.State.STARTING, f"opening an SSH tunnel to {spec.describe()}")
     try:

@@ -18,6 +18,8 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from kombu.exceptions import OperationalError as BrokerError
 
+from reports.services import fields as report_fields
+
 from .. import selectors, services
 from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
 from ..models import DataSource, Investigation, Job
@@ -245,9 +247,11 @@ def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     form = InvestigationUpdateForm(request.POST)
     error = ""
     if form.is_valid():
+        # Only the fields changed on this page are written; a field someone else changed meanwhile is refused.
+        bases = {k.removeprefix("base_"): v for k, v in request.POST.items() if k.startswith("base_")}
         try:
-            inv.investigation_update(investigation, **form.changes())
-        except inv.InvestigationError as exc:
+            report_fields.fields_update(investigation.pk, form.changes(), bases)
+        except (inv.InvestigationError, report_fields.StaleWrite) as exc:
             error = str(exc)
     else:
         error = " ".join(str(e) for errors in form.errors.values() for e in errors)

@@ -17,6 +17,7 @@ from kombu.exceptions import OperationalError as BrokerError
 from .. import selectors, services
 from ..forms import DataSourceURLForm
 from ..models import DataSource, QueryRun
+from ..services.sources import url_source_store
 from ..tasks import queryrun_execute_task
 from ._common import HtmxHttpRequest
 
@@ -68,7 +69,8 @@ def source_add(request: HtmxHttpRequest) -> HttpResponse:
     form = DataSourceURLForm(request.POST)
     if not form.is_valid():
         return _home(request, form, status=400)
-    services.datasource_create(kind=DataSource.Kind.URL, address=form.cleaned_data["address"])
+    with transaction.atomic():
+        url_source_store(form.source)  # probed by the form, outside this transaction
     messages.success(request, f"Added {form.cleaned_data['address']}.")
     return redirect("investigations:sources")
 

@@ -230,6 +230,10 @@ def stepwise_app(tmp_path_factory: pytest.TempPathFactory, synth_root: Path) -> 
         DEBUG="0",
         STEPWISE_LOG_LEVEL="INFO",
         HOME=str(home),
+        # The tunnel tests reach the throwaway sshd through ~/.ssh/config aliases (gpu-*) on loopback.
+        STEPWISE_TUNNEL_HOSTS="gpu-*,127.0.0.1,localhost",
+        STEPWISE_TUNNEL_SSH_PORTS="22,22200-22999",
+        STEPWISE_TUNNEL_PROMETHEUS_PORTS="1024-65535",
     )
     app = StepwiseApp(
         base_url="",

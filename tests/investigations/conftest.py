@@ -22,6 +22,23 @@ def _private_tsdb_views(settings, tmp_path: Path) -> None:
     settings.STEPWISE_TSDB_VIEWS = tmp_path / "tsdb-views"
 
 
+@pytest.fixture(autouse=True)
+def _tunnels_allowed_anywhere(settings, tmp_path: Path) -> None:
+    # These tests are about tunnels' life cycle, not the allow-list (tests/security/test_tunnel_allow_list.py):
+    # any host, port and key folder, as the throwaway sshd, generated logs and pasted commands need.
+    settings.STEPWISE_TUNNEL_HOSTS = ["*", "0.0.0.0/0", "::/0"]
+    settings.STEPWISE_TUNNEL_SSH_PORTS = "1-65535"
+    settings.STEPWISE_TUNNEL_PROMETHEUS_PORTS = "1-65535"
+    settings.STEPWISE_TUNNEL_KEYS_DIR = "/"
+
+
+@pytest.fixture(autouse=True)
+def _loopback_prometheus_on_any_port(settings) -> None:
+    # Fakes and closed ports here are ephemeral loopback ports, outside the default's port ranges (whose
+    # refusals tests/security/test_url_sources.py and test_prometheus_url_check.py test).
+    settings.STEPWISE_ALLOWED_PROMETHEUS = ["127.0.0.1", "localhost", "::1"]
+
+
 @pytest.fixture
 def alice(django_user_model):
     """Alice, a signed-up engineer."""

@@ -225,7 +225,7 @@ def test_accused_alive_is_silent_when_the_job_stopped_with_the_heartbeats():
 
 def test_missing_signals_tell_an_absent_exporter_from_what_the_family_never_has() -> None:
     """The title names the signals this TSDB lacks; Xid and friends on AMD are listed apart, not blamed."""
-    from playbooks.analysis import _det_series_absent
+    from playbooks.detectors.trends import _det_series_absent
     from playbooks.profiles import PROFILES
 
     amd = PROFILES["amd"]

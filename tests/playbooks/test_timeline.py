@@ -11,7 +11,9 @@ import pytest
 from playbooks import timeline as tl
 from playbooks.alignment import StepAxis
 from playbooks.profiles import PROFILES
-from playbooks.prometheus import InstantSample, PrometheusClient, Series
+from playbooks.prometheus import InstantSample, PrometheusClient, PrometheusError, Series
+from playbooks.timeline import figure as tl_figure
+from playbooks.timeline import traces as tl_traces
 
 NOW = 1_773_000_000.0
 START, END = NOW, NOW + 3600.0
@@ -374,7 +376,7 @@ def test_band_mode_groups_by_the_exporters_labels_and_renames_the_outliers() -> 
 
     plan = tl.panel_queries(tl.PANELS["gpu_util"], _ctx("amd", gpus=1024), START, END)
     assert plan.labels == ("instance", "GpuIndex") and "label_replace(ray" not in plan.queries["band"]
-    assert tl._normalise({"instance": "dgx031:55080", "GpuIndex": "3"}, plan.rename) == {
+    assert tl_traces._normalise({"instance": "dgx031:55080", "GpuIndex": "3"}, plan.rename) == {
         "host": "dgx031",
         "gpu": "3",
     }
@@ -465,9 +467,9 @@ def test_one_blocked_process_more_than_the_pack_names_no_host():
     assert spec.min_outlier >= 2
     hosts = {f"h{i}": [0.0] * 40 for i in range(20)}
     hosts["h3"][10] = hosts["h7"][25] = hosts["h9"][30] = 1.0
-    assert tl._rank_outliers(_counts(hosts), 3, spec.min_outlier) == []
+    assert tl_traces._rank_outliers(_counts(hosts), 3, spec.min_outlier) == []
     # without the panel's floor, the typical score is 0 and the three blips would be named
-    assert len(tl._rank_outliers(_counts(hosts), 3)) == 3
+    assert len(tl_traces._rank_outliers(_counts(hosts), 3)) == 3
 
 
 def test_a_host_stuck_in_io_with_many_blocked_processes_is_named():
@@ -475,7 +477,7 @@ def test_a_host_stuck_in_io_with_many_blocked_processes_is_named():
     hosts = {f"h{i}": [0.0] * 40 for i in range(20)}
     hosts["h3"][10] = 1.0
     hosts["h12"][20:30] = [12.0] * 10
-    named = tl._rank_outliers(_counts(hosts), 3, tl.PANELS["procs_blocked"].min_outlier)
+    named = tl_traces._rank_outliers(_counts(hosts), 3, tl.PANELS["procs_blocked"].min_outlier)
     assert [tr.labels["host"] for tr in named] == ["h12"]
     assert named[0].score == 12.0
 
@@ -483,7 +485,7 @@ def test_a_host_stuck_in_io_with_many_blocked_processes_is_named():
 def test_the_score_query_bar_keeps_the_panel_floor():
     """_scored (the band path, from Prometheus' typical score) applies the same floor."""
     typical = InstantSample({"stat": "median"}, 0.0, 0.0)
-    _, bar = tl._scored([typical], tl.PANELS["procs_running"].min_outlier)
+    _, bar = tl_traces._scored([typical], tl.PANELS["procs_running"].min_outlier)
     assert bar == 2.0
 
 
@@ -556,7 +558,7 @@ class RangeClient(CannedClient):
         self.asked.append(promql)
         self.ranges.append((start, end))
         if self.fail:
-            raise tl.PrometheusError("connection refused")
+            raise PrometheusError("connection refused")
         times = tuple(np.arange(start, end + 1e-6, 15.0).tolist())
         return [Series({}, times, tuple((t - OTHER) / 30.0 for t in times))]
 
@@ -630,10 +632,10 @@ def test_a_compared_job_that_cannot_answer_gives_notes_not_errors() -> None:
 
 
 def test_dates_are_text_whole_seconds_when_they_can_be_and_gaps_stay_gaps() -> None:
-    assert tl._iso_dates([NOW * 1000, None, NOW * 1000 + 15_000.0]) == [
+    assert tl_figure._iso_dates([NOW * 1000, None, NOW * 1000 + 15_000.0]) == [
         "2026-03-08T20:00:00",
         None,
         "2026-03-08T20:00:15",
     ]
-    assert tl._iso_dates([NOW * 1000 + 250.0]) == ["2026-03-08T20:00:00.250"]
-    assert tl._iso_dates([]) == []
+    assert tl_figure._iso_dates([NOW * 1000 + 250.0]) == ["2026-03-08T20:00:00.250"]
+    assert tl_figure._iso_dates([]) == []

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+import stepwise.settings as defaults
 from investigations import services
 from investigations.models import DataSource
 from stepwise.checks import allow_rule_parse
+
+
+@pytest.fixture
+def default_list(settings) -> None:
+    """The allow-list as shipped (the investigations tests' conftest widens it to any loopback port)."""
+    settings.STEPWISE_ALLOWED_PROMETHEUS = defaults.STEPWISE_ALLOWED_PROMETHEUS
 
 
 @pytest.mark.parametrize(
@@ -16,11 +23,14 @@ from stepwise.checks import allow_rule_parse
         ("http://localhost:19190/", "http://localhost:19190"),
         ("http://LOCALHOST:9090/prom/?x=1", "http://LOCALHOST:9090/prom"),
         ("http://[::1]:9090", "http://[::1]:9090"),
-        ("https://127.0.0.1", "https://127.0.0.1"),
+        ("https://127.0.0.1:9199", "https://127.0.0.1:9199"),
+        ("http://127.0.0.1:20190", "http://127.0.0.1:20190"),
     ],
 )
+@pytest.mark.usefixtures("default_list")
 def test_the_default_list_allows_loopback(url: str, normalised: str) -> None:
-    """With the defaults, only 127.0.0.1, localhost and ::1 on any port are allowed."""
+    """With the defaults, only 127.0.0.1, localhost and ::1 on the Prometheus ports 9090-9199 and the
+    ranges of the app's own served copies (19190-19989) and tunnels (20190-20989) are allowed."""
     assert services.prometheus_url_check(url) == normalised
 
 
@@ -34,14 +44,18 @@ def test_the_default_list_allows_loopback(url: str, normalised: str) -> None:
         ("ftp://127.0.0.1/", "is not an http:// or https:// URL"),
         ("127.0.0.1:9090", "is not an http:// or https:// URL"),
         ("http://127.0.0.1:notaport", "has an invalid port"),
+        ("http://127.0.0.1:6379", "Prometheus at 127.0.0.1:6379 is not allowed"),  # Redis
+        ("http://localhost:5432", "Prometheus at localhost:5432 is not allowed"),  # PostgreSQL
+        ("https://127.0.0.1", "Prometheus at 127.0.0.1:443 is not allowed"),
     ],
 )
+@pytest.mark.usefixtures("default_list")
 def test_it_refuses_other_hosts_with_a_clear_message(url: str, message: str) -> None:
     """Refusals say which host was refused and which setting governs it."""
     with pytest.raises(services.DataSourceError, match=message.replace(".", r"\.")) as exc:
         services.prometheus_url_check(url)
     if "not allowed" in message:
-        assert "STEPWISE_ALLOWED_PROMETHEUS (127.0.0.1, localhost, ::1)" in str(exc.value)
+        assert "STEPWISE_ALLOWED_PROMETHEUS (127.0.0.1:9090-9199, 127.0.0.1:19190-19989" in str(exc.value)
 
 
 @pytest.mark.parametrize(

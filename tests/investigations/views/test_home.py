@@ -28,11 +28,12 @@ def test_it_says_how_to_get_data_when_there_is_none(alice_client) -> None:
     assert "make demo" in body
 
 
-def test_it_adds_an_allowed_prometheus_url(alice_client) -> None:
-    response = alice_client.post(reverse("investigations:source_add"), {"address": "http://127.0.0.1:9090/"})
+def test_it_adds_an_allowed_prometheus_url(alice_client, served_job) -> None:
+    url = served_job("healthy")[0].base_url
+    response = alice_client.post(reverse("investigations:source_add"), {"address": url + "/"})
     assert response.status_code == 302
     source = DataSource.objects.get()
-    assert (source.kind, source.address) == (DataSource.Kind.URL, "http://127.0.0.1:9090")
+    assert (source.kind, source.address) == (DataSource.Kind.URL, url)
 
 
 def test_it_refuses_a_host_outside_the_allow_list_with_a_clear_message(alice_client) -> None:

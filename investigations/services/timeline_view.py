@@ -1,0 +1,117 @@
+"""What a timeline link holds (panels, range, x-axis, zone, hosts, compared jobs), parsed from its query
+string, and the errors a timeline page shows."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from playbooks import timeline as tl
+
+#: Other jobs of the investigation one timeline can draw over its panels.
+MAX_COMPARE = 4
+_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+class TimelineError(Exception):
+    """The timeline cannot be shown: no data source, no data, or a bad view. The message is for the user."""
+
+
+class CompareError(TimelineError):
+    """A job asked for in `compare=` is not another job of this investigation (`status`: 404, or 400 for itself)."""
+
+    def __init__(self, message: str, status: int = 404) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class TimelineView:
+    """What a timeline link holds.
+
+    Attributes:
+        panels: panel keys, or None for the profile's defaults.
+        start, end: the range in unix seconds, None for the job's whole data range.
+        xmode: "step", "time-utc" or "time-local".
+        tz_offset_min: the viewer's offset east of UTC in minutes (for time-local).
+        hosts: hosts to draw even in band mode (a selected finding's).
+        step_from, step_to: a range given in steps (a zoom on the step axis), converted with the step axis.
+        compare: pks of other jobs of the investigation drawn over the panels, aligned by step.
+    """
+
+    panels: tuple[str, ...] | None = None
+    start: float | None = None
+    end: float | None = None
+    xmode: str = "step"
+    tz_offset_min: int = 0
+    hosts: tuple[str, ...] = ()
+    step_from: float | None = None
+    step_to: float | None = None
+    compare: tuple[int, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["panels"] = list(self.panels) if self.panels is not None else None
+        out["hosts"] = list(self.hosts)
+        out["compare"] = list(self.compare)
+        return out
+
+
+def _float(params: Mapping[str, Any], name: str) -> float | None:
+    raw = params.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        raise TimelineError(f"{name} must be a number, got {raw!r}.") from None
+    if not math.isfinite(value):
+        raise TimelineError(f"{name} must be a finite number, got {raw!r}.")
+    return value
+
+
+def _compare_ids(raw: Any) -> tuple[int, ...]:
+    items = [c.strip() for c in str(raw or "").split(",") if c.strip()]
+    if not all(c.isdigit() for c in items):
+        raise TimelineError(f"compare lists job ids of this investigation (e.g. compare=12,14), not {raw!r}.")
+    ids = tuple(dict.fromkeys(int(c) for c in items))
+    if len(ids) > MAX_COMPARE:
+        raise TimelineError(f"At most {MAX_COMPARE} jobs can be compared on one timeline.")
+    return ids
+
+
+def timeline_view_parse(params: Mapping[str, Any]) -> TimelineView:
+    """Return the view of a query string: panels, start, end, x, tz, hosts, sfrom, sto, compare (all optional)."""
+    xmode = str(params.get("x") or "step")
+    if xmode not in tl.XMODES:
+        raise TimelineError(f"x must be one of {', '.join(tl.XMODES)}, not {xmode!r}.")
+    panels_raw = params.get("panels")
+    panels = None
+    if panels_raw:
+        panels = tuple(p.strip() for p in str(panels_raw).split(",") if p.strip())
+        unknown = [p for p in panels if p not in tl.PANELS]
+        if unknown:
+            raise TimelineError(f"Unknown panel(s): {', '.join(unknown)}.")
+    hosts = tuple(h.strip() for h in str(params.get("hosts") or "").split(",") if h.strip())
+    bad = [h for h in hosts if not set(h) <= _HOST_CHARS or len(h) > 100]
+    if bad:
+        raise TimelineError(f"Not a host name: {bad[0]!r}.")
+    start, end = _float(params, "start"), _float(params, "end")
+    if start is not None and end is not None and not end > start:
+        raise TimelineError("end must be after start.")
+    tz = _float(params, "tz") or 0.0
+    if abs(tz) > 24 * 60:
+        raise TimelineError("tz is the offset from UTC in minutes, within a day.")
+    return TimelineView(
+        panels=panels,
+        start=start,
+        end=end,
+        xmode=xmode,
+        tz_offset_min=int(tz),
+        hosts=hosts[:20],
+        step_from=_float(params, "sfrom"),
+        step_to=_float(params, "sto"),
+        compare=_compare_ids(params.get("compare")),
+    )

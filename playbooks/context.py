@@ -1,0 +1,267 @@
+"""The job's own timeline and what the rules read.
+
+`build_context` turns stored query results into grids and derives the job's own timeline from the data
+(training start, when steps stopped, typical step time, warm-up, checkpoint windows, the early steady window
+used as the job's own baseline), with the triage as a hint. `Finding` is what a rule produces.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .anomaly import Grid, nan_median
+from .gpus import GPU_MODELS, GpuModel
+from .model import Playbook
+
+__all__ = ["Context", "Finding", "Timeline", "build_context", "focus_window", "triage_get"]
+
+
+@dataclass
+class Timeline:
+    """The job's own timeline, derived from its training metrics (triage as a hint).
+
+    Attributes:
+        start, end: analysed range.
+        train_start: first training step seen.
+        last_advance: when the step counter last advanced.
+        last_step: the last step value.
+        stalled: steps stopped well before the data ends, and the job did not complete.
+        crash_time: from triage.
+        step_s: typical step time (median).
+        warm_end: end of warm-up (compile + first steps).
+        checkpoints: [(start, end)] windows of checkpoint saves.
+        steady: (start, end) the early steady window: the job's own baseline.
+        restored: the job restored from a checkpoint (triage).
+    """
+
+    start: float
+    end: float
+    train_start: float | None = None
+    last_advance: float | None = None
+    last_step: float | None = None
+    stalled: bool = False
+    crash_time: float | None = None
+    step_s: float | None = None
+    warm_end: float | None = None
+    checkpoints: list[tuple[float, float]] = field(default_factory=list)
+    steady: tuple[float, float] | None = None
+    restored: bool = False
+
+    def in_checkpoint(self, t: np.ndarray) -> np.ndarray:
+        m = np.zeros(len(t), bool)
+        for a, b in self.checkpoints:
+            m |= (t >= a) & (t <= b)
+        return m
+
+    def steady_mask(self, t: np.ndarray) -> np.ndarray:
+        if self.steady is None:
+            return np.zeros(len(t), bool)
+        inside = (t >= self.steady[0]) & (t <= self.steady[1])
+        clean = inside & ~self.in_checkpoint(t)
+        return clean if clean.sum() >= 5 else inside
+
+    def training_mask(self, t: np.ndarray) -> np.ndarray:
+        if self.train_start is None:
+            return np.ones(len(t), bool)
+        end = self.last_advance if self.last_advance is not None else self.end
+        return (t >= self.train_start) & (t <= end)
+
+    def valid_training(self, t: np.ndarray) -> np.ndarray:
+        """Training, after warm-up, outside checkpoint windows."""
+        m = self.training_mask(t) & ~self.in_checkpoint(t)
+        if self.warm_end is not None:
+            m &= t >= self.warm_end
+        return m
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"train_start": self.train_start, "last_advance": self.last_advance, "last_step": self.last_step,
+                "stalled": self.stalled, "crash_time": self.crash_time, "step_s": self.step_s,
+                "warm_end": self.warm_end, "checkpoints": len(self.checkpoints), "steady": self.steady,
+                "restored": self.restored}
+
+
+@dataclass
+class Context:
+    """What the rules read: results by query name, the timeline, the triage and the source."""
+
+    results: dict[str, Any]
+    meta: dict[str, dict[str, Any]]
+    timeline: Timeline
+    triage: dict[str, Any] | None
+    source: Any
+    gpu: GpuModel | None
+
+    def grid(self, name: str) -> Grid | None:
+        r = self.results.get(name)
+        return r if isinstance(r, Grid) and len(r.labels) else None
+
+    def instant(self, name: str) -> list[dict[str, Any]]:
+        r = self.results.get(name)
+        return r if isinstance(r, list) else []
+
+    def promql(self, name: str) -> str:
+        return str(self.meta.get(name, {}).get("promql", name))
+
+    def window_s(self, name: str) -> float:
+        return float(self.meta.get(name, {}).get("window_s") or 0.0)
+
+
+@dataclass
+class Finding:
+    """One finding of one rule (all the hosts/GPUs it flagged)."""
+
+    playbook: str
+    rule: str
+    klass: str
+    severity: str
+    role: str
+    hosts: list[str]
+    gpus: list[str]
+    onset: float | None
+    title: str
+    evidence: list[dict[str, Any]]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"playbook": self.playbook, "class": self.klass, "severity": self.severity,
+                "hosts": list(self.hosts), "gpus": list(self.gpus), "onset": _r(self.onset), "title": self.title,
+                "evidence": self.evidence, "rule": f"{self.playbook}.{self.rule}"}
+
+
+def _r(x: float | None, nd: int = 3) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), nd)
+
+
+def _num(x: float) -> float | str:
+    if x is None or not math.isfinite(float(x)):
+        return "NaN"
+    ax = abs(float(x))
+    return round(float(x), 4 if ax < 1 else 2 if ax < 1000 else 0)
+
+
+# ----------------------------------------------------------------------------------------- context
+
+def build_context(source: Any, outputs: Sequence[Any], triage: Mapping[str, Any] | None) -> Context:
+    """Return the rules' context: every output's results as grids/instant samples plus the job timeline."""
+    results: dict[str, Any] = {}
+    meta: dict[str, dict[str, Any]] = {}
+    for out in outputs:
+        for name, data in out.results.items():
+            if not isinstance(data, Mapping):
+                continue
+            meta[name] = {"promql": data.get("promql", name), "window_s": data.get("window_s")}
+            if data.get("kind") == "range":
+                results[name] = Grid.from_result(data)
+            else:
+                results[name] = list(data.get("samples", []))
+    gpu = GPU_MODELS.get(getattr(source, "gpu_model", None) or "")
+    tl = _timeline(source, results, triage)
+    return Context(results=results, meta=meta, timeline=tl, triage=dict(triage) if triage else None,
+                   source=source, gpu=gpu)
+
+
+def triage_get(triage: Mapping[str, Any] | None, *path: str) -> Any:
+    cur: Any = triage
+    for p in path:
+        if not isinstance(cur, Mapping):
+            return None
+        cur = cur.get(p)
+    return cur
+
+
+def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any] | None) -> Timeline:
+    tr = source.time_range or (0.0, 0.0)
+    grids = [r for r in results.values() if isinstance(r, Grid) and len(r.t)]
+    if grids:
+        # the analysed window (--start/--end may cut the data): a job is not "stalled" at a window's edge
+        a, b = min(float(g.t[0]) for g in grids), max(float(g.t[-1]) for g in grids)
+        tr = (max(float(tr[0]), a), min(float(tr[1]), b)) if source.time_range else (a, b)
+    tl = Timeline(start=float(tr[0]), end=float(tr[1]))
+    tl.crash_time = triage_get(triage, "job", "crash_time")
+    tl.restored = triage_get(triage, "progress", "restored_from") is not None
+    step = results.get("step")
+    st = results.get("step_time")
+    if isinstance(st, Grid) and len(st.labels):
+        tl.step_s = nan_median(st.single())
+    if not isinstance(step, Grid) or not len(step.labels):
+        tl.step_s = tl.step_s or triage_get(triage, "progress", "step_time_s")
+        return tl
+    t, s = step.t, step.single()
+    have = ~np.isnan(s)
+    if not have.any():
+        return tl
+    i0 = int(np.argmax(have))
+    tl.train_start = float(t[i0])
+    smax = float(np.nanmax(s))
+    i_last = int(np.argmax(have & (s >= smax)))
+    tl.last_step = smax
+    tl.last_advance = float(t[i_last]) - step.step / 2 if i_last > i0 else float(t[i_last])
+    lst = results.get("last_step_ts")
+    if isinstance(lst, Grid) and len(lst.labels):
+        v = lst.single()
+        if np.isfinite(v).any():
+            tl.last_advance = float(np.nanmax(v))
+    if tl.step_s is None or not math.isfinite(tl.step_s):
+        smin = float(s[i0])
+        span = (tl.last_advance or tl.train_start) - tl.train_start
+        tl.step_s = span / (smax - smin) if smax > smin and span > 0 else triage_get(triage, "progress", "step_time_s")
+    step_s = float(tl.step_s or 30.0)
+    # warm-up: the compile step and the first few steps run slow
+    first = float(s[i0])
+    warm = np.nonzero(have & (s >= first + 8))[0]
+    tl.warm_end = float(t[warm[0]]) if len(warm) else tl.train_start + 10 * step_s
+    # checkpoints: steps at multiples of checkpoint_period, and step-time spikes
+    period = _int(triage_get(triage, "config", "checkpoint_period"))
+    # the save's I/O tail; never so long that checkpoint windows cover the whole job
+    after = max(120.0, 3 * step_s)
+    if period:
+        after = min(after, 0.5 * period * step_s)
+        prev = np.concatenate([[np.nan], s[:-1]])
+        hit = have & (s != prev) & (np.mod(s, period) == 0)
+        tl.checkpoints += [(float(t[i]) - step.step, float(t[i]) + after) for i in np.nonzero(hit)[0]]
+    if isinstance(st, Grid) and len(st.labels):
+        x = st.single()
+        med = nan_median(x)
+        if math.isfinite(med):
+            spikes = np.nonzero(x > 1.5 * med)[0]
+            tl.checkpoints += [(float(st.t[i]) - float(x[i]) - st.step, float(st.t[i]) + after) for i in spikes]
+    # stalled: the counter stopped well before the data ends, and the job did not complete
+    status = triage_get(triage, "job", "status")
+    gap = tl.end - (tl.last_advance or tl.end)
+    if status == "completed" or status == "soft-success":
+        tl.stalled = False
+    elif status is not None:
+        tl.stalled = gap >= max(120.0, 4 * step_s)
+    else:
+        tl.stalled = gap >= max(300.0, 5 * step_s)
+    train_end = tl.last_advance or tl.end
+    length = max(600.0, 0.25 * max(0.0, train_end - tl.warm_end))
+    tl.steady = (tl.warm_end, min(train_end, tl.warm_end + length))
+    return tl
+
+
+def _int(x: Any) -> int | None:
+    try:
+        v = int(str(x).strip())
+        return v if v > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+def focus_window(pb: Playbook, tl: Timeline) -> tuple[float, float]:
+    w = pb.window
+    if w.anchor == "crash":
+        anchor = tl.crash_time or tl.last_advance or tl.end
+    elif w.anchor == "stall":
+        anchor = tl.last_advance if tl.stalled and tl.last_advance else tl.end
+    else:
+        return tl.start, tl.end
+    a = tl.start if w.before is None else max(tl.start, anchor - w.before)
+    b = tl.end if w.after is None else min(tl.end, anchor + w.after)
+    return a, b
+

@@ -1,0 +1,172 @@
+"""Detectors of one host or GPU against its peers: outliers, frozen values, gaps."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..anomaly import first_sustained, nan_median, peer_deviation, walk_back
+from ..context import Context, Finding
+from ..model import Playbook, RuleSpec
+from ..report import fmt_time
+from ._base import _dur, _ev, _finding
+
+
+def _det_peer_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    g = ctx.grid(rule.queries[0])
+    if g is None or len(g.labels) < 3:
+        return None
+    p = rule.params
+    tl = ctx.timeline
+    sign = 1.0 if p.get("direction", "up") == "up" else -1.0
+    vals = g.values.copy()
+    up = ctx.grid(str(p["mask"])) if p.get("mask") else None
+    if up is not None:
+        for r, lab in enumerate(g.labels):
+            u = up.row(host=lab.get("host", ""))
+            if u is not None and len(u) == vals.shape[1]:
+                vals[r, ~(u >= 1)] = np.nan
+    m = g.mask(*focus)
+    if p.get("during_training", pb.name != "exporter_health"):
+        m &= tl.training_mask(g.t)
+        if tl.warm_end is not None:
+            m &= g.t >= tl.warm_end
+    enough = (~np.isnan(vals)).sum(axis=0) >= 3
+    m &= enough
+    if not m.any():
+        return None
+    base = tl.steady_mask(g.t) & enough
+    dev, spread, med = peer_deviation(vals, base)
+    d = sign * dev
+    scale = np.maximum(spread, 0.01 * np.abs(med))
+    scale = np.where(scale > 0, scale, np.nan)
+    with np.errstate(all="ignore"):
+        zz = d / scale[None, :]
+        cond = (zz >= float(p.get("z", 6.0))) & (d >= float(p.get("min_rel", 0.0)) * np.abs(med)[None, :])
+    cond &= m[None, :]
+    cond &= ~np.isnan(vals)
+    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
+    flagged = []
+    for r in range(len(g.labels)):
+        i = first_sustained(cond[r], length, float(p.get("min_fraction", 0.8)))
+        if i is not None:
+            flagged.append((r, i))
+    if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * len(g.labels)):
+        return None
+    hosts, gpus, ev, onset = [], [], [], None
+    for r, i in flagged:
+        z = np.where(np.isnan(zz[r]), -np.inf, zz[r])
+        j = walk_back(z, i, float(p.get("onset_z", 2.0)))
+        t_on = float(g.t[j]) - g.step / 2
+        h, gpu = g.key(r)
+        if p.get("extrapolate"):
+            t_on = _extrapolate_onset(g.t, z, j, t_on, g.step)
+        onset = t_on if onset is None else min(onset, t_on)
+        if h not in hosts:
+            hosts.append(h)
+        if gpu is not None:
+            gpus.append(gpu)
+        peak_i = int(np.nanargmax(np.where(cond[r], d[r], -np.inf)))
+        ev.append(_ev(ctx, rule.queries[0], {"host": h, "gpu": gpu}, vals[r, peak_i],
+                      f"{'above' if sign > 0 else 'below'} the pack's median {med[peak_i]:.4g} by "
+                      f"{abs(d[r, peak_i]):.3g} (beyond its own usual offset; pack spread {spread[peak_i]:.2g}) "
+                      f"at {fmt_time(float(g.t[peak_i]))}; left the pack at {fmt_time(t_on)}"))
+    return _finding(pb, rule, hosts, gpus, onset, ev)
+
+
+def _extrapolate_onset(t: np.ndarray, z: np.ndarray, j: int, t_on: float, step: float) -> float:
+    """Return where a ramp that left the pack at index j started: the straight line through its rising
+    part (from z = 2 up to 60 % of its peak), extended back to zero deviation. A gradual ramp is only
+    distinguishable from noise some way in; the line recovers its start. Bounded to 4 steps before j.
+    The rising part is taken up to 60 % of the peak, at least two points."""
+    zz = np.where(np.isfinite(z), z, np.nan)
+    peak = np.nanmax(zz[j:j + 20]) if np.isfinite(zz[j:j + 20]).any() else np.nan
+    if not np.isfinite(peak) or peak < 6:
+        return t_on
+    k = j
+    while k < len(zz) - 1 and np.isfinite(zz[k]) and zz[k] < 0.6 * peak:
+        k += 1
+    if k - j < 1 or not np.isfinite(zz[j:k + 1]).all():
+        return t_on
+    a, b = np.polyfit(t[j:k + 1], zz[j:k + 1], 1)
+    if a <= 0:
+        return t_on
+    t0 = -b / a
+    return float(min(t_on, max(t0, float(t[j]) - 4 * step)))
+
+
+
+def _det_flatline(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    p = rule.params
+    level = ctx.grid(rule.queries[-1])
+    hosts: dict[str, float] = {}
+    ev = []
+    for q in rule.queries[:-1]:
+        g = ctx.grid(q)
+        if g is None or len(g.labels) < 2:
+            continue
+        w = ctx.window_s(q)
+        m = g.mask(*focus)
+        with np.errstate(all="ignore"):
+            peer = np.nanmedian(g.values, axis=0)
+            # A host reading (near) zero is dead, not frozen: below half the pack's lowest level in the job
+            # (its idle level), a flat value belongs to the node playbook.
+            lvl_floor = float(p.get("level_ratio", 0.5)) * float(np.nanmin(np.nanmedian(level.values, axis=0))) \
+                if level is not None and np.isfinite(level.values).any() else None
+        length = max(1, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
+        for r, lab in enumerate(g.labels):
+            h = lab.get("host", "")
+            flat = (g.values[r] == 0) & (peer > 0) & m
+            if level is not None and lvl_floor is not None:
+                lv = level.row(host=h)
+                if lv is not None and len(lv) == len(flat):
+                    with np.errstate(all="ignore"):
+                        flat &= lv >= lvl_floor
+            i = first_sustained(flat, length, 0.9)
+            if i is None:
+                continue
+            t_on = float(g.t[i]) - w
+            hosts[h] = min(hosts.get(h, t_on), t_on)
+            ev.append(_ev(ctx, q, {"host": h}, 0.0,
+                          f"no change at all for {flat[i:].sum() * g.step / 60:.0f} min from {fmt_time(t_on)} "
+                          f"while peers changed {nan_median(peer[flat]):.0f} times per window"))
+    if not hosts:
+        return None
+    return _finding(pb, rule, sorted(hosts), [], min(hosts.values()), ev)
+
+
+def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    g = ctx.grid(rule.queries[0])
+    if g is None or len(g.labels) < 2:
+        return None
+    p = rule.params
+    up = ctx.grid(str(p["mask"])) if p.get("mask") else None
+    m = g.mask(*focus)
+    with np.errstate(all="ignore"):
+        peer = np.nanmedian(g.values, axis=0)
+    hosts, ev, onset = [], [], None
+    for r, lab in enumerate(g.labels):
+        h = lab.get("host", "")
+        x = np.where(np.isnan(g.values[r]), 0.0, g.values[r])
+        miss = (x < float(p.get("ratio", 0.75)) * peer) & (peer > 0) & m
+        if up is not None:
+            u = up.row(host=h)
+            if u is not None and len(u) == len(miss):
+                miss &= u >= 1
+        idx = np.nonzero(miss)[0]
+        if not len(idx):
+            continue
+        events = 1 + int((np.diff(idx) > 1).sum())
+        tail = miss[int(0.8 * len(miss)):]
+        share = miss[idx[0]:].sum() / max(1, m[idx[0]:].sum())
+        if events < int(p.get("min_events", 3)) or (len(tail) and tail.all()) or \
+                share < float(p.get("min_share", 0.05)):
+            continue
+        t_on = float(g.t[idx[0]]) - ctx.window_s(rule.queries[0])
+        hosts.append(h)
+        onset = t_on if onset is None else min(onset, t_on)
+        ev.append(_ev(ctx, rule.queries[0], {"host": h}, float(miss.sum() / max(1, m.sum())),
+                      f"{events} gaps from {fmt_time(t_on)}: {miss.sum() / max(1, m.sum()):.0%} of intervals "
+                      f"short of samples while the exporter answered (peers complete)"))
+    if not hosts or len(hosts) > max(1, 0.5 * len(g.labels)):
+        return None
+    return _finding(pb, rule, hosts, [], onset, ev)

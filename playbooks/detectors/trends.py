@@ -1,0 +1,122 @@
+"""Detectors of job-wide trends: training metric jumps, step-time shifts, uniform elevation, absent series."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..anomaly import change_points, first_sustained, nan_median, walk_back
+from ..context import Context, Finding
+from ..model import Playbook, RuleSpec
+from ..profiles import PROFILES
+from ..report import fmt_time
+from ._base import _dur, _ev, _finding
+
+
+def _det_change_point(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    g = ctx.grid(rule.queries[0])
+    if g is None:
+        return None
+    x = g.single()
+    tl = ctx.timeline
+    valid = tl.valid_training(g.t) & g.mask(*focus)
+    p = rule.params
+    idx = change_points(x, g.t, valid, window=_dur(rule, "baseline_window", 1200.0), z=float(p.get("z", 8.0)),
+                        min_rel=float(p.get("min_rel", 0.3)))
+    # an isolated one-step spike is ordinary noise in real training; instability lasts several points
+    need, span = int(p.get("min_points", 3)), _dur(rule, "confirm_window", 600.0)
+    firsts = [i for i in idx if sum(1 for k in idx if g.t[i] <= g.t[k] <= g.t[i] + span) >= need]
+    if not firsts:
+        return None
+    i = firsts[0]
+    prev = x[: i][valid[: i] & ~np.isnan(x[: i])]
+    base = nan_median(prev[-30:]) if len(prev) else float("nan")
+    peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])
+    t_on = float(g.t[i]) - g.step / 2
+    ev = [_ev(ctx, rule.queries[0], {}, float(x[i]),
+              f"jumped from its recent {base:.4g} to {x[i]:.4g} at {fmt_time(t_on)} (peak {peak:.4g}; "
+              f"{len(idx)} anomalous points)")]
+    return _finding(pb, rule, [], [], t_on, ev)
+
+
+def _det_level_shift(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    g = ctx.grid(rule.queries[0])
+    if g is None:
+        return None
+    x = g.single()
+    tl = ctx.timeline
+    valid = tl.valid_training(g.t) & ~np.isnan(x)
+    base_m = tl.steady_mask(g.t) & valid
+    if base_m.sum() < 5:
+        return None
+    base = nan_median(x[base_m])
+    w = max(1, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
+    xs = np.where(valid, x, np.nan)
+    roll = np.full(len(x), np.nan)
+    for i in range(len(x)):
+        seg = xs[max(0, i - w + 1): i + 1]
+        if np.isfinite(seg).sum() >= max(3, w // 3):
+            roll[i] = np.nanmedian(seg)
+    shift = roll / base - 1
+    hit = shift >= float(rule.params.get("min_rel", 0.08))
+    i = first_sustained(hit, w, 0.8)
+    if i is None:
+        return None
+    j = walk_back(np.where(valid, x / base - 1, np.nan), max(0, i - w + 1), float(rule.params.get("min_rel", 0.08)) / 2)
+    t_on = float(g.t[j])
+    peak = float(np.nanmax(shift[i:]))
+    ev = [_ev(ctx, rule.queries[0], {}, float(roll[i]),
+              f"steady state {base:.4g}; rolling median {peak:+.0%} at most, from {fmt_time(t_on)}")]
+    return _finding(pb, rule, [], [], t_on, ev, value=f"{peak:+.0%}")
+
+
+def _det_uniform_elevation(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    g = ctx.grid(rule.queries[0])
+    tl = ctx.timeline
+    p = rule.params
+    if g is None or (p.get("requires") == "restored" and not tl.restored):
+        return None
+    m = tl.valid_training(g.t)
+    if not m.any():
+        return None
+    per_host = [nan_median(v[m]) for v in g.values]
+    per_host = [v for v in per_host if math.isfinite(v)]
+    gpus = getattr(ctx.source, "gpus_per_host", None) or 8
+    expected = float(p.get("base", 8.0)) + float(p.get("per_gpu", 0.5)) * gpus
+    high = [v for v in per_host if v >= float(p.get("factor", 1.5)) * expected]
+    if not per_host or len(high) < float(p.get("min_share", 0.8)) * len(per_host):
+        return None
+    med = nan_median(per_host)
+    if (max(per_host) - min(per_host)) > 0.5 * med:
+        return None
+    ev = [_ev(ctx, rule.queries[0], {}, med,
+              f"median {med:.0f} runnable per host on {len(high)}/{len(per_host)} hosts (spread "
+              f"{min(per_host):.0f}-{max(per_host):.0f}) vs a prior of about {expected:.0f} for {gpus} GPUs per host")]
+    return _finding(pb, rule, [], [], tl.train_start, ev, value=f"{med:.0f}")
+
+
+def _det_series_absent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    prof = PROFILES.get(getattr(ctx.source, "profile", ""))
+    if prof is None:
+        return None
+    # Two different facts: signals this exporter family never has (Xid on AMD: by design), and signals it
+    # has that this TSDB lacks (an exporter plugin that did not run: worth a look). The title names the latter.
+    by_design = prof.unavailable()
+    absent = [s for s in prof.unavailable(getattr(ctx.source, "metric_names", ())) if s not in by_design]
+    if not absent and not by_design:
+        return None
+    ev = []
+    if absent:
+        needs = "; ".join(f"{s}: {' or '.join(prof.signal(s).metrics)}" for s in absent)
+        ev.append({"query": "/api/v1/label/__name__/values", "labels": {}, "value": ", ".join(absent),
+                   "interpretation": f"{rule.meaning} The {prof.name} profile reads them from {needs}."})
+    if by_design:
+        ev.append({"query": f"profile {prof.name}", "labels": {}, "value": ", ".join(by_design),
+                   "interpretation": f"The {prof.name} exporters have no such metrics; they are not guessed."})
+    def names(items: list[str]) -> str:
+        return ", ".join(items[:6]) + ("…" if len(items) > 6 else "")
+
+    never = f"{names(by_design)} that the {prof.name} exporters never have" if by_design else ""
+    value = names(absent) + (f" (and {never})" if never else "") if absent else f"only {never}"
+    return _finding(pb, rule, [], [], None, ev, value=value)

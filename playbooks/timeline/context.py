@@ -1,0 +1,166 @@
+"""What every panel of one job's timeline shares (step axis, series counts, scrape interval, warm-up
+end), read once per view with a handful of parallel queries."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..alignment import StepAxis, step_axis_from_series
+from ..profiles import Profile, signal_info
+from ..prometheus import PrometheusClient, PrometheusError, Series, choose_step
+from .panels import PANELS, PanelSpec, TimelineError
+from .promql import _bare_ok, _fmt_seconds
+
+
+@dataclass(frozen=True)
+class TimelineContext:
+    """What every panel of one job shares, read once per view.
+
+    Attributes:
+        profile: the job's metric profile.
+        start, end: the job's data range, unix seconds.
+        axis: wall time <-> step.
+        interval: the scrape interval in seconds (the finest useful step).
+        gpu_series, host_series: how many (host, gpu) and host series the job has.
+        warmup_end: unix seconds the learning rate reached its peak after a warm-up, or None.
+        queries: how many Prometheus queries building it took.
+        unique: signals whose raw selector has at most one series per host (and GPU) over the whole
+            range: their band queries skip the per-device aggregation (5x cheaper at 1,024 GPUs).
+    """
+
+    profile: Profile
+    start: float
+    end: float
+    axis: StepAxis
+    interval: float = 15.0
+    gpu_series: int = 0
+    host_series: int = 0
+    warmup_end: float | None = None
+    queries: int = 0
+    unique: frozenset[str] = frozenset()
+
+    def series_count(self, spec: PanelSpec) -> int:
+        scope = signal_info(spec.signal)["scope"]
+        return {"gpu": self.gpu_series, "host": self.host_series}.get(scope, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "profile": self.profile.name,
+            "start": self.start,
+            "end": self.end,
+            "interval": self.interval,
+            "gpu_series": self.gpu_series,
+            "host_series": self.host_series,
+            "warmup_end": self.warmup_end,
+            "unique": sorted(self.unique),
+            "axis": self.axis.to_dict(),
+        }
+
+
+def _count_query(profile: Profile, signal: str, by: str) -> str | None:
+    if not profile.has(signal):
+        return None
+    return f"count(group by ({by}) ({profile.expr(signal, window='5m')}))"
+
+
+def _unique_query(profile: Profile, keys: Iterable[str], span: float) -> str | None:
+    """Return one instant query: per signal, the most series any one device had over the whole span.
+
+    present_over_time counts a series replaced during the span (a restarted exporter) as a second one,
+    so such a signal keeps its aggregation.
+    """
+    parts = []
+    for key in keys:
+        if not _bare_ok(profile, key):
+            continue
+        sig = profile.signal(key)
+        raw = ", ".join(sig.host_from if n == "host" else sig.gpu_from for n in sig.labels)
+        parts.append(
+            f"label_replace(max(count by ({raw}) (present_over_time({sig.selector}[{_fmt_seconds(span)}]))), "
+            f'"stepwise_signal", "{key}", "", "")'
+        )
+    return " or ".join(parts) or None
+
+
+def _warmup_end(series: list[Series]) -> float | None:
+    """Return when the learning rate first reached 99 % of its peak, if it started below half of it."""
+    if not series or not series[0].values:
+        return None
+    t = np.asarray(series[0].timestamps)
+    v = np.asarray(series[0].values)
+    ok = np.isfinite(v)
+    t, v = t[ok], v[ok]
+    if len(v) < 3 or v.max() <= 0 or v[0] >= 0.5 * v.max():
+        return None
+    return float(t[int(np.argmax(v >= 0.99 * v.max()))])
+
+
+def context_build(
+    client: PrometheusClient, profile: Profile, start: float, end: float, *, max_concurrency: int = 4
+) -> TimelineContext:
+    """Return the shared context of a job's timeline over its data range [start, end] (5 queries, in parallel).
+
+    1. The step signal at the finest legal step: the step axis.
+    2. Series counts of a GPU-scope and a host-scope signal: lines or band.
+    3. Samples per 10 minutes of a host gauge: the scrape interval.
+    4. The learning rate: the end of the warm-up.
+    """
+    if not end > start:
+        raise TimelineError(f"the data range is empty ({start} .. {end})")
+    fine = choose_step(start, end, min_step=1.0, max_points=5000)
+    coarse = max((end - start) / 8, 1.0)
+    calls: list[Callable[[], Any]] = []
+    names: list[str] = []
+
+    def add(name: str, call: Callable[[], Any]) -> None:
+        names.append(name)
+        calls.append(call)
+
+    if profile.has("step"):
+        add("step", lambda: client.query_range(profile.expr("step"), start, end, fine))
+    for name, signal, by in (("gpus", "gpu_temp", "host, gpu"), ("hosts", "procs_running", "host")):
+        q = _count_query(profile, signal, by)
+        if q:
+            add(name, lambda q=q: client.query_range(q, start, end, coarse))
+    if profile.has("procs_running"):
+        sel = profile.signal("procs_running").selector
+        add("interval", lambda: client.query(f"max(count_over_time({sel}[10m]))", end))
+    if profile.has("learning_rate"):
+        add("lr", lambda: client.query_range(profile.expr("learning_rate"), start, end, fine))
+    uq = _unique_query(profile, (s.signal for s in PANELS.values()), end - start)
+    if uq:
+        add("unique", lambda: client.query(uq, end))
+    results = dict(zip(names, client.run_parallel(calls, max_concurrency=max_concurrency), strict=True))
+    # Without the step axis or the series counts every panel would be drawn wrongly (one line per GPU at
+    # 1,024 GPUs): fail the whole timeline instead, with Prometheus's own reason.
+    for name in ("step", "gpus", "hosts"):
+        if isinstance(results.get(name), PrometheusError):
+            raise results[name]
+    ok = {k: v for k, v in results.items() if not isinstance(v, PrometheusError)}
+
+    def peak(name: str) -> int:
+        series = ok.get(name) or []
+        return int(max((max(s.values) for s in series if s.values), default=0))
+
+    interval = 15.0
+    samples = ok.get("interval")
+    if samples and samples[0].value > 1:
+        interval = max(1.0, round(600.0 / (samples[0].value - 1), 1))
+    return TimelineContext(
+        profile=profile,
+        start=start,
+        end=end,
+        axis=step_axis_from_series(ok.get("step") or []),
+        interval=interval,
+        gpu_series=peak("gpus"),
+        host_series=peak("hosts"),
+        warmup_end=_warmup_end(ok.get("lr") or []),
+        queries=len(calls),
+        unique=frozenset(
+            s.labels.get("stepwise_signal", "") for s in ok.get("unique") or () if 0 < s.value <= 1
+        ),
+    )

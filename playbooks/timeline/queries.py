@@ -1,0 +1,114 @@
+"""How a panel is queried over a range: one line per series, or a cluster band plus outlier scores."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..prometheus import choose_step
+from .context import TimelineContext
+from .panels import PanelSpec
+from .promql import _bare_ok, _device_expr, _fmt_seconds, _is_selector, _label_vector
+
+#: Above this many series a panel draws a band plus outliers instead of one line per series.
+DEFAULT_MAX_LINES = 16
+DEFAULT_TOPK = 3
+#: Points per series asked of Prometheus; zooming in lowers the step down to the scrape interval.
+QUERY_POINTS = 720
+#: Points of the grid the outlier score is computed on.
+SCORE_POINTS = 150
+
+
+def query_step(ctx: TimelineContext, start: float, end: float) -> float:
+    """Return the query step of a range: at most QUERY_POINTS points, never finer than the scrape interval."""
+    return choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=QUERY_POINTS)
+
+
+@dataclass(frozen=True)
+class PanelPlan:
+    """How a panel is queried.
+
+    Attributes:
+        spec: the panel.
+        mode: "single", "lines", "band" or "unavailable".
+        queries: role -> PromQL. Range queries: "line" (every series), "band" (min, median and max joined
+            by a `stat` label), "hosts" (every series of the selected hosts). Instant query at the range's
+            end: "score" (the top-k series by their largest deviation from the median over the range).
+        step: the range queries' step in seconds.
+        expr: the PromQL the outliers are fetched from, by label.
+        labels: the labels of its series: normalised ("host", "gpu"), or in band mode the exporter's own
+            labels when normalising them would cost a label_replace per series and step.
+        rename: (exporter label, normalised label) pairs that turn `labels` into host/gpu.
+        bare: the signal has one series per device, so `expr` is the raw selector (rated, scaled) and the
+            outliers are fetched by exact label matchers, never evaluating the other series.
+    """
+
+    spec: PanelSpec
+    mode: str
+    queries: dict[str, str]
+    step: float
+    expr: str = ""
+    labels: tuple[str, ...] = ()
+    rename: tuple[tuple[str, str], ...] = ()
+    bare: bool = False
+
+
+def panel_queries(
+    spec: PanelSpec,
+    ctx: TimelineContext,
+    start: float,
+    end: float,
+    *,
+    max_lines: int = DEFAULT_MAX_LINES,
+    topk: int = DEFAULT_TOPK,
+    hosts: Sequence[str] = (),
+) -> PanelPlan:
+    """Return how to query a panel over [start, end].
+
+    With many series the band's min and max lines come from min_over_time / max_over_time over each
+    step (for gauges read straight from a metric), so a spike between two steps still shows; counters
+    are rated over at least a step, which covers every sample anyway. The outlier score runs on a
+    coarser grid (about SCORE_POINTS points): a sustained deviation is what it looks for.
+    """
+    profile = ctx.profile
+    if not profile.has(spec.signal):
+        return PanelPlan(spec, "unavailable", {}, 0.0)
+    step = query_step(ctx, start, end)
+    window = _fmt_seconds(max(4 * ctx.interval, step))
+    sig = profile.signal(spec.signal)
+    x = profile.expr(spec.signal, spec.fn if sig.is_counter else None, window=window)
+    if sig.scope == "job":
+        return PanelPlan(spec, "single", {"line": x}, step, x)
+    if ctx.series_count(spec) <= max_lines:
+        return PanelPlan(spec, "lines", {"line": x}, step, x, sig.labels)
+    # Band statistics and scores need one value per device, not normalised labels: group by the
+    # exporter's own labels and skip label_replace, which Prometheus runs per series and step (most of
+    # the cost at 1,024 GPUs). The few outliers are renamed in Python.
+    raw = tuple(sig.host_from if n == "host" else sig.gpu_from for n in sig.labels)
+    fn = spec.fn if sig.is_counter else None
+    bare = spec.signal in ctx.unique and _bare_ok(profile, spec.signal)
+
+    def _x(f: str | None, w: str) -> str:
+        return _device_expr(sig, f, w, bare)
+
+    x = _x(fn, window)
+    lo, hi = x, x
+    if not sig.is_counter and _is_selector(sig.selector) and step > ctx.interval:
+        lo = _x("min_over_time", _fmt_seconds(step))
+        hi = _x("max_over_time", _fmt_seconds(step))
+    band = (
+        f'label_replace(min({lo}), "stat", "min", "", "") or '
+        f'label_replace(quantile(0.5, {x}), "stat", "median", "", "") or '
+        f'label_replace(max({hi}), "stat", "max", "", "")'
+    )
+    res = choose_step(start, end, min_step=step, max_points=SCORE_POINTS)
+    span = _fmt_seconds(end - start)
+    dev = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{span}:{_fmt_seconds(res)}])"
+    # The typical series' score comes along, labelled stat="median": an outlier must stand out from it.
+    score = f'topk({int(topk)}, {dev}) or label_replace(quantile(0.5, {dev}), "stat", "median", "", "")'
+    queries = {"band": band, "score": score}
+    if hosts:
+        normalised = profile.expr(spec.signal, fn, window=window)
+        queries["hosts"] = f"{normalised} and on (host) ({_label_vector([{'host': h} for h in hosts])})"
+    rename = tuple((r, n) for r, n in zip(raw, sig.labels, strict=True) if r != n)
+    return PanelPlan(spec, "band", queries, step, x, raw, rename, bare)

@@ -1,0 +1,210 @@
+"""A panel's data: the drawn traces, built from its queries' results, and the outliers named in them."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..alignment import StepAxis
+from ..profiles import Profile, ProfileError
+from ..prometheus import PrometheusError, Series
+from .panels import PanelSpec
+from .queries import PanelPlan
+
+#: An outlier's score (largest deviation from the median) must exceed this many times the typical one:
+#: with 16 GPUs a noisy one peaks at about twice the typical deviation.
+OUTLIER_FACTOR = 3.0
+
+
+@dataclass
+class Trace:
+    """One drawn series of a panel.
+
+    Attributes:
+        name: legend text ("dgx034 GPU 1", "median").
+        role: "line" (one series), "min" / "median" / "max" (the band) or "outlier".
+        labels: normalised labels ({"host": .., "gpu": ..}).
+        t, v: unix seconds and values.
+        score: the outlier's largest deviation from the median, in the panel's unit.
+        axis: a compared job's own step axis, which maps its times to steps (None: the panel's job's).
+        step: the query step of a compared job's trace (0: the panel's).
+    """
+
+    name: str
+    role: str
+    labels: dict[str, str]
+    t: np.ndarray
+    v: np.ndarray
+    score: float | None = None
+    axis: StepAxis | None = field(default=None, repr=False)
+    step: float = 0.0
+
+
+@dataclass
+class PanelData:
+    """A panel's data, ready to be drawn.
+
+    Attributes:
+        spec: the panel.
+        mode: "single" (job scope), "lines", "band", "unavailable" or "error".
+        traces: drawn series.
+        outliers: [{host, gpu?, score}] ranked by deviation from the median, largest first.
+        message: why the panel is empty (unavailable signal, query error).
+        queries: the PromQL sent.
+        step: the query step in seconds.
+        start, end: the range queried.
+    """
+
+    spec: PanelSpec
+    mode: str
+    traces: list[Trace] = field(default_factory=list)
+    outliers: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+    queries: list[str] = field(default_factory=list)
+    step: float = 0.0
+    start: float = 0.0
+    end: float = 0.0
+
+
+def _series_name(labels: Mapping[str, str]) -> str:
+    host, gpu = labels.get("host", ""), labels.get("gpu")
+    if gpu is not None and host:
+        return f"{host} GPU {gpu}"
+    return host or "value"
+
+
+def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[Trace]:
+    """Return the traces deviating most from the per-timestamp median of all of them (largest first)."""
+    if len(traces) < 3:
+        return []
+    times = np.unique(np.concatenate([tr.t for tr in traces]))
+    grid = np.full((len(traces), len(times)), np.nan)
+    for i, tr in enumerate(traces):
+        grid[i, np.searchsorted(times, tr.t)] = tr.v
+    with np.errstate(all="ignore"):
+        median = np.nanmedian(grid, axis=0)
+        dev = np.abs(grid - median)
+        scores = np.where(
+            np.isnan(dev).all(axis=1), -np.inf, np.nanmax(np.where(np.isnan(dev), -np.inf, dev), axis=1)
+        )
+    finite = scores[np.isfinite(scores)]
+    bar = _outlier_bar(float(np.median(finite)), floor) if len(finite) else math.inf
+    order = np.argsort(-scores, kind="stable")
+    out = []
+    for i in order[:topk]:
+        if scores[i] > bar:
+            traces[i].score = float(scores[i])
+            out.append(traces[i])
+    return out
+
+
+def _outlier_bar(typical: float, floor: float = 0.0) -> float:
+    """Return the score an outlier must exceed: OUTLIER_FACTOR x the typical (median) series' score.
+
+    Series that differ only by noise score alike, so none clears the bar; when most series are flat
+    (a counter that only one host increments), the typical score is 0 and any deviation above the
+    panel's floor (`PanelSpec.min_outlier`) counts.
+    """
+    return max(0.0, OUTLIER_FACTOR * typical, floor)
+
+
+_PORT = re.compile(r"^(.+?)(?::[0-9]+)?$")
+
+
+def _normalise(labels: Mapping[str, str], rename: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Return labels with the exporter's host/GPU labels renamed to host/gpu (an instance loses its port)."""
+    out = dict(labels)
+    for raw, norm in rename:
+        value = out.pop(raw, "")
+        out[norm] = _PORT.sub(r"\1", value) if raw == "instance" else value
+    return out
+
+
+def _to_trace(s: Series, role: str, rename: Sequence[tuple[str, str]] = ()) -> Trace:
+    labels = {k: v for k, v in _normalise(s.labels, rename).items() if k in ("host", "gpu")}
+    return Trace(
+        _series_name(labels), role, labels, np.asarray(s.timestamps), np.asarray(s.values, dtype=float)
+    )
+
+
+def _outlier_dict(tr: Trace) -> dict[str, Any]:
+    return {**tr.labels, "name": tr.name, "score": tr.score}
+
+
+def _unavailable_message(profile: Profile, spec: PanelSpec) -> str:
+    try:
+        profile.signal(spec.signal)
+    except ProfileError as exc:
+        return f"Not available: {exc}."
+    return "Not available."
+
+
+def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> PanelData:
+    spec, mode = plan.spec, plan.mode
+    queries = list(plan.queries.values()) + (
+        [results["outliers_query"]] if "outliers_query" in results else []
+    )
+    errors = [r for r in results.values() if isinstance(r, PrometheusError)]
+    if errors:
+        return PanelData(spec, "error", message=str(errors[0]), queries=queries)
+    panel = PanelData(spec, mode, queries=queries)
+    if mode in ("single", "lines"):
+        traces = [_to_trace(s, "line") for s in results["line"] if s.timestamps]
+        traces.sort(key=lambda tr: (tr.labels.get("host", ""), int(tr.labels.get("gpu", "0") or 0)))
+        if mode == "single":
+            for tr in traces:
+                tr.name = spec.title
+        else:
+            for tr in _rank_outliers(traces, topk, plan.spec.min_outlier):
+                tr.role = "outlier"
+                panel.outliers.append(_outlier_dict(tr))
+        panel.traces = traces
+    else:
+        by_stat = {s.labels.get("stat"): s for s in results["band"]}
+        for stat in ("min", "median", "max"):
+            if stat in by_stat:
+                tr = _to_trace(by_stat[stat], stat)
+                tr.name = stat
+                panel.traces.append(tr)
+        scored, bar = _scored(results.get("score") or [], plan.spec.min_outlier)
+        scores = {_key(s.labels, plan.labels): s.value for s in scored}
+        outliers = []
+        for s in results.get("outliers") or []:
+            if not s.timestamps:
+                continue
+            tr = _to_trace(s, "top", plan.rename)
+            tr.score = scores.get(_key(s.labels, plan.labels), 0.0)
+            if tr.score > bar:
+                tr.role = "outlier"
+            outliers.append(tr)
+        outliers.sort(key=lambda tr: -(tr.score or 0.0))
+        panel.traces += outliers[:topk]
+        panel.outliers = [_outlier_dict(tr) for tr in outliers[:topk] if tr.role == "outlier"]
+        seen = {(tr.labels.get("host"), tr.labels.get("gpu")) for tr in outliers}
+        for s in results.get("hosts") or []:
+            tr = _to_trace(s, "host")
+            if s.timestamps and (tr.labels.get("host"), tr.labels.get("gpu")) not in seen:
+                panel.traces.append(tr)
+    if not panel.traces:
+        panel.message = "no data in this range"
+    return panel
+
+
+def _key(labels: Mapping[str, str], names: Sequence[str]) -> tuple[str, ...]:
+    return tuple(labels.get(n, "") for n in names)
+
+
+def _scored(samples: Sequence[Any], floor: float = 0.0) -> tuple[list[Any], float]:
+    """Return (the top-k scored series that deviate at all, the outlier bar from the typical score).
+
+    The score query returns the top-k series and the typical (stat="median") score: the top-k are
+    drawn, and those above the bar are named as outliers.
+    """
+    typical = [s.value for s in samples if s.labels.get("stat") == "median" and math.isfinite(s.value)]
+    bar = _outlier_bar(typical[0] if typical else 0.0, floor)
+    return [s for s in samples if "stat" not in s.labels and math.isfinite(s.value) and s.value > 0], bar

@@ -1,0 +1,64 @@
+"""Teams and roles: who may see and change an investigation.
+
+- An investigation belongs to the team whose name it carries (`Investigation.team`); a team is a Team row
+  (managed in the admin). Without such a team, every signed-in user edits it, as before teams existed.
+- Members have their role: owner (manage members, delete), editor (edit), viewer (read and comment). The
+  investigation's owner is an owner of it; a superuser is an owner of every investigation.
+- A restricted investigation (a Restriction row) is visible to its team's members and its owner only;
+  everyone else gets 404, never data. An unrestricted one is open to every signed-in user as an editor.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Q, QuerySet
+
+from investigations.models import Investigation
+
+from .models import Membership, Restriction, Role, Team
+
+#: What each action needs, lowest role first.
+ACTIONS = {"view": 0, "comment": 0, "edit": 1, "manage": 2}
+_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.OWNER: 2}
+
+
+def role_for(user, investigation: Investigation) -> str | None:
+    """Return the user's role on the investigation (owner, editor, viewer), or None: not visible."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return None
+    if user.is_superuser or (investigation.owner_id is not None and investigation.owner_id == user.pk):
+        return Role.OWNER
+    team = Team.objects.filter(name=investigation.team).first() if investigation.team else None
+    if team is None:
+        return Role.EDITOR
+    membership = Membership.objects.filter(team=team, user=user).first()
+    if membership is not None:
+        return membership.role
+    if Restriction.objects.filter(investigation=investigation).exists():
+        return None
+    return Role.EDITOR
+
+
+def allows(role: str | None, action: str) -> bool:
+    return role is not None and _RANK[role] >= ACTIONS[action]
+
+
+def visible(user, queryset: QuerySet[Investigation] | None = None) -> QuerySet[Investigation]:
+    """Return the investigations the user may see (restricted ones of other teams left out)."""
+    queryset = Investigation.objects.all() if queryset is None else queryset
+    if user is None or not user.is_authenticated:
+        return queryset.none()
+    if user.is_superuser:
+        return queryset
+    teams = Team.objects.filter(memberships__user=user).values("name")
+    return queryset.filter(Q(restriction__isnull=True) | Q(team__in=teams) | Q(owner=user))
+
+
+def restrict(investigation: Investigation, restricted: bool) -> None:
+    if restricted:
+        Restriction.objects.get_or_create(investigation=investigation)
+    else:
+        Restriction.objects.filter(investigation=investigation).delete()
+
+
+def is_restricted(investigation: Investigation) -> bool:
+    return Restriction.objects.filter(investigation=investigation).exists()

@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+from django import template
+
+from .. import markdown
+
+register = template.Library()
+
+
+@register.filter(name="markdown")
+def markdown_filter(text: str):
+    """{{ text|markdown }}: Markdown rendered and sanitised."""
+    return markdown.render(text)
+
+
+@register.filter
+def get_item(mapping, key):
+    return (mapping or {}).get(key)
+
+
+@register.filter
+def offer_diff(section):
+    """The diff from a section's body to the machine's newer text waiting for it."""
+    from ..services.diff import line_diff
+
+    return line_diff(section.body, section.machine_pending) if section.machine_pending else []
+
+
+@register.filter
+def finding_key(finding):
+    from ..services.findings import finding_key as key
+
+    return key(finding)
+
+
+@register.filter
+def utc(ts):
+    """Unix seconds as ISO 8601 UTC."""
+    from playbooks.report import fmt_time
+
+    try:
+        return fmt_time(float(ts)) if ts not in (None, "") else "—"
+    except (TypeError, ValueError):
+        return "—"
+
+
+@register.filter
+def anchor_id(anchor: str) -> str:
+    """The page element id of a comment's anchor: section:<key> -> section-<key>, finding:<key> -> finding-<key>."""
+    kind, _, ref = (anchor or "").partition(":")
+    return f"{kind}-{ref}" if ref else "report-header"

@@ -1,0 +1,28 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from .views import conversation, findings, page, sections
+
+app_name = "reports"
+
+_R = "investigations/<int:investigation_id>/report/"
+
+urlpatterns = [
+    path(_R, page.page, name="page"),
+    path(_R + "live/", page.live, name="live"),
+    path(_R + "status/", page.status, name="status"),
+    path(_R + "activity/", page.activity_view, name="activity"),
+    path(_R + "sections/<slug:key>/", sections.show, name="section"),
+    path(_R + "sections/<slug:key>/save/", sections.save, name="section_save"),
+    path(_R + "sections/<slug:key>/machine/", sections.machine, name="section_machine"),
+    path(_R + "sections/<slug:key>/history/", sections.history, name="section_history"),
+    path(_R + "sections/<slug:key>/history/<int:history_id>/restore/", sections.restore, name="section_restore"),
+    path(_R + "findings/add/", findings.add, name="finding_add"),
+    path(_R + "findings/<int:finding_id>/verdict/", findings.verdict, name="verdict"),
+    path(_R + "comments/", conversation.comment, name="comment"),
+    path(_R + "actions/", conversation.action_add, name="action_add"),
+    path(_R + "actions/<int:item_id>/done/", conversation.action_done, name="action_done"),
+    path("inbox/", conversation.inbox, name="inbox"),
+    path("inbox/count/", conversation.inbox_count, name="inbox_count"),
+]

@@ -1,0 +1,81 @@
+"""What the report's views share: the access check, the page's context and each live region's token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db.models import Max
+from django.http import Http404, HttpRequest
+from django.shortcuts import get_object_or_404
+
+from investigations.models import Investigation
+from investigations.services import investigations as inv
+
+from .. import access
+from ..models import Report
+from ..services import conversation, findings, sections
+
+
+def investigation_for(request: HttpRequest, investigation_id: int, action: str = "view") -> tuple[Investigation, str]:
+    """Return the investigation and the user's role; 404 when it is not visible to them, 403 when the
+    role does not allow `action` (a viewer editing)."""
+    investigation = get_object_or_404(Investigation.objects.select_related("owner"), pk=investigation_id)
+    role = access.role_for(request.user, investigation)
+    if role is None:
+        raise Http404("No such investigation.")
+    if not access.allows(role, action):
+        raise PermissionDenied(f"Your role ({role}) on this investigation does not allow this.")
+    return investigation, role
+
+
+def report_of(request: HttpRequest, investigation_id: int, action: str = "view") -> tuple[Report, str]:
+    investigation, role = investigation_for(request, investigation_id, action)
+    return sections.report_for(investigation), role
+
+
+def tokens(report: Report) -> dict[str, str]:
+    """Return {region: a string that changes when the region's content changes}, for the live poll."""
+    agg = report.comments.aggregate(n=Max("pk"))
+    verdicts = report.verdicts.aggregate(t=Max("updated"))
+    items = report.action_items.model.history.filter(report=report).aggregate(t=Max("history_id"))
+    inv_row = Investigation.objects.filter(pk=report.investigation_id).values("updated").first() or {}
+    report_row = Report.objects.filter(pk=report.pk).values("version").first() or {}
+    humans = report.human_findings.model.history.filter(report=report).aggregate(t=Max("history_id"))
+    return {
+        "header": f"{report_row.get('version')}:{inv_row.get('updated')}",
+        "comments": f"{agg['n']}:{report.comments.count()}",
+        "findings": f"{verdicts['t']}:{humans['t']}:{report.fingerprint}",
+        "actions": str(items["t"]),
+    }
+
+
+def page_context(report: Report, role: str, user) -> dict[str, Any]:
+    investigation = report.investigation
+    job = inv.investigation_primary_job(investigation)
+    humans = list(report.human_findings.select_related("created_by", "chart"))
+    for h in humans:
+        findings.human_finding_freeze(h)
+    section_rows = list(report.sections.select_related("updated_by"))
+    return {
+        "investigation": investigation,
+        "report": report,
+        "role": role,
+        "can_edit": access.allows(role, "edit"),
+        "can_manage": access.allows(role, "manage"),
+        "restricted": access.is_restricted(investigation),
+        "sections": section_rows,
+        "findings": findings.report_findings(report),
+        "human_findings": humans,
+        "charts": list(investigation.pinned_charts.all()),
+        "log_matches": ((job.triage or {}).get("matches") or [])[:200] if job is not None else [],
+        "action_items": list(report.action_items.select_related("owner")),
+        "users": get_user_model().objects.filter(is_active=True).order_by("username"),
+        "comments": conversation.comments_tree(report),
+        "anchors": [("report", "the report")] + [(f"section:{s.key}", s.title) for s in section_rows],
+        "presence": [p for p in conversation.presence_list(report) if p.user_id != user.pk],
+        "tickets": list(investigation.ticket_links.all()),
+        "tokens": tokens(report),
+        "statuses": Report.Status.choices,
+    }

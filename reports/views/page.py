@@ -1,0 +1,72 @@
+"""The report page, its live poll (others' edits, comments, presence) and its status."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from investigations.views._common import HtmxHttpRequest
+
+from ..services import activity, conversation
+from ..services import sections as svc
+from ._common import page_context, report_of, tokens
+
+#: Regions the live poll re-renders out of band when their token changed.
+LIVE_REGIONS = ("header", "comments", "findings", "actions")
+
+
+@require_GET
+@never_cache
+def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    report, role = report_of(request, investigation_id)
+    conversation.presence_touch(report, request.user)
+    return render(request, "reports/report.html", page_context(report, role, request.user))
+
+
+@require_GET
+@never_cache
+def live(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """Poll (every few seconds): record presence, return what changed since the page's tokens, out of band.
+
+    The page sends `v_<section>` (the version it shows) for each section it displays, `editing` (a section
+    open in an editor, which is never replaced) and `t_<region>` tokens."""
+    report, role = report_of(request, investigation_id)
+    svc.report_refresh(report)
+    editing = request.GET.get("editing", "")
+    conversation.presence_touch(report, request.user, editing)
+    context = page_context(report, role, request.user)
+    shown = {k[2:]: v for k, v in request.GET.items() if k.startswith("v_")}
+    changed_sections = [s for s in context["sections"] if s.key in shown and shown[s.key] != str(s.version)
+                        and s.key != editing]
+    current = tokens(report)
+    regions = [r for r in LIVE_REGIONS if request.GET.get(f"t_{r}") not in (None, current[r])]
+    context |= {"changed_sections": changed_sections, "regions": regions, "oob": True}
+    return render(request, "reports/_live.html", context)
+
+
+@require_POST
+def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    report, role = report_of(request, investigation_id, "edit")
+    try:
+        svc.report_set_status(report.pk, status=request.POST.get("status", ""),
+                              base_version=int(request.POST.get("base_version") or 0), user=request.user)
+        error = ""
+    except svc.ReportError as exc:
+        error = str(exc)
+    report.refresh_from_db()
+    if not request.htmx:
+        if error:
+            messages.error(request, error)
+        return redirect("reports:page", investigation_id=investigation_id)
+    context = page_context(report, role, request.user) | {"status_error": error}
+    return render(request, "reports/report.html#report-header", context, status=400 if error else 200)
+
+
+@require_GET
+@never_cache
+def activity_view(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    report, _ = report_of(request, investigation_id)
+    return render(request, "reports/_activity.html", {"report": report, "events": activity.activity(report)})
