@@ -12,8 +12,8 @@ shows one verdict and says where it came from:
   other not seeing it); between two incidents the higher confidence wins, the comparison on a tie (it
   saw more: the baseline). The other's word is kept as `other`, so the page can say what it said.
 
-`next_steps` turns the verdict into the numbered actions of the seeds' report ("Recommended next steps"),
-naming the culprits.
+`next_steps` turns the verdict into the numbered actions of the seeds' report ("Recommended next steps"):
+the report's own table (`reports.services.autofill.next_steps`), so the page and the report say the same.
 """
 
 from __future__ import annotations
@@ -21,10 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from reports.services.autofill import next_steps as report_next_steps
+
 from ..models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
 from .diagnosis import COMPARISON_PLAYBOOKS
 
 HEALTHY = "healthy"
+#: Below this the verdict's first next step is to confirm it (a comparison with a healthy run).
+LOW_CONFIDENCE = 0.6
 
 
 @dataclass(frozen=True)
@@ -155,76 +159,11 @@ def culprit_names(diagnosis: dict[str, Any]) -> str:
     return ", ".join(names)
 
 
-# Per class: what to do, from the seeds' playbooks (002: "Recommended next steps"; 004: Xid handling).
-# "{culprits}" is replaced by the culprit list, "{hosts}" by "the culprit hosts" when there are none named.
-_STEPS: dict[str, list[str]] = {
-    HEALTHY: [
-        "Nothing beyond normal behaviour (checkpoint spikes, warm-up): if the job still failed, read the "
-        "log triage's primary match and check the scheduler's record of the job.",
-    ],
-    "collective-hang": [
-        "Restart from the last checkpoint{on_hosts}.",
-        "Compare the busy-wait GPU sets per host: a host whose set differs ({culprits}) is where to look "
-        "first; capture a stack dump before killing a hung job next time.",
-    ],
-    "network-hang": [
-        "Exclude {culprits} from the next run and open a ticket for their RDMA links (retransmits, ACK timeouts).",
-        "Restart from the last checkpoint on the remaining nodes.",
-    ],
-    "node-death": [
-        "Drain {culprits} and send it to hardware triage (RAS/ECC and Xid history, dmesg, BMC log).",
-        "Restart from the last checkpoint without it.",
-    ],
-    "heartbeat-false-positive": [
-        "Do not drain the accused hosts: they were training normally.",
-        "Raise the heartbeat timeout (seeds: at least 2x the longest checkpoint save + restore) and restart.",
-    ],
-    "host-oom": [
-        "Lower host memory use at checkpoint save on {culprits} (fewer in-flight save buffers, async "
-        "save limits), or move replica-0 saves to hosts with more memory.",
-        "Restart from the last checkpoint.",
-    ],
-    "thermal-straggler": [
-        "Drain {culprits} (it slows every step of the job) and ask the data-centre team to check its cooling.",
-        "Restart without it; step time should return to the baseline.",
-    ],
-    "rdma-degradation": [
-        "Exclude {culprits} from the next run: sustained RDMA retransmits cost the whole job throughput.",
-        "Open a network ticket for their NICs, cables and switch ports.",
-    ],
-    "restore-resource-leak": [
-        "Compare the restored run with its fresh-start baseline (the comparison) before restoring again.",
-        "Restart fresh from the checkpoint (a new process) rather than restoring in place; "
-        "jax.clear_caches() does not release the leaked communicators.",
-    ],
-    "monitoring-ghost-data": [
-        "Do not act on these metrics: {culprits_or_exporter} froze. Restart the exporter and re-check.",
-    ],
-    "gpu-driver-fault": [
-        "Schedule a driver reset or reboot of {culprits} at the next checkpoint; training is not affected yet.",
-    ],
-    "gpu-hardware-fault": [
-        "Drain {culprits} and file an RMA with the Xid/ECC evidence.",
-        "Restart from the last checkpoint without it.",
-    ],
-    "training-instability": [
-        "Inspect the training metrics that moved first (loss, grad norm, MoE load balance) and the data "
-        "or learning-rate change before the onset; the hardware followed, it did not lead.",
-    ],
-}
-
-
 def next_steps(diagnosis: dict[str, Any], confidence: float) -> list[str]:
-    """Return the numbered actions for a diagnosis object (class and culprits), most urgent first."""
-    klass = str(diagnosis.get("class") or HEALTHY)
-    culprits = culprit_names(diagnosis)
-    values = {
-        "culprits": culprits or "the culprit hosts",
-        "on_hosts": f" (after draining {culprits})" if culprits else "",
-        "culprits_or_exporter": culprits or "the exporter",
-    }
-    steps = [step.format(**values) for step in _STEPS.get(klass, [])]
-    if klass != HEALTHY and confidence < 0.6:
+    """Return the numbered actions for a diagnosis object: the report's next steps (one table, by root-cause
+    family, the culprits first), preceded by a word of caution when the confidence is low."""
+    steps = report_next_steps(diagnosis)
+    if str(diagnosis.get("class") or HEALTHY) != HEALTHY and confidence < LOW_CONFIDENCE:
         steps.insert(0, "Confirm before acting: the confidence is low; compare with a healthy run of the same config.")
     return steps
 

@@ -78,7 +78,7 @@ def test_opened_it_is_diagnosed_and_the_first_screen_holds_the_verdict(sized_pag
     culprit = truth["culprits"][0]["host"]
     expect(verdict.get_by_test_id("verdict-culprits")).to_contain_text(culprit)
     expect(verdict.get_by_test_id("verdict-confidence")).to_contain_text("% confidence")
-    expect(verdict.get_by_test_id("verdict-next-steps")).to_contain_text(f"Drain {culprit}")
+    expect(verdict.get_by_test_id("verdict-next-steps")).to_contain_text(f"Act on the culprits first: {culprit}")
     expect(verdict.get_by_test_id("verdict-origin")).to_contain_text("From the diagnosis (run #")
     assert stepwise_app.rows(
         "select count(*) from investigations_diagnosisrun where investigation_id = ?", (inv,)
