@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Finding, build_context, decide_diagnosis, evaluate
+from .discovery import gpus_per_host, source_hosts, typical_count
 from .gpus import choose_gpu_model, gpu_model_named
 from .loader import load_playbooks
 from .model import Playbook, QuerySpec
-from .profiles import PROFILES, ProfileError, detect_profile
+from .profiles import PROFILES, ProfileError, resolve_profile
 from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series, choose_step
 
 __all__ = [
@@ -187,7 +188,7 @@ def discover_source(client: PrometheusClient, *, profile: str = "auto",
             raise DiagnosisError(str(exc)) from None
     names = tuple(sorted(client.label_values("__name__")))
     try:
-        prof = detect_profile(names, prefer=profile)
+        prof = resolve_profile(client, names, prefer=profile)
     except ProfileError as exc:
         raise DiagnosisError(str(exc)) from None
     tr = time_range or client.data_time_range()
@@ -195,24 +196,13 @@ def discover_source(client: PrometheusClient, *, profile: str = "auto",
         raise DiagnosisError("the TSDB holds no samples")
     start, end = float(tr[0]), float(tr[1])
     span = f"{max(60, int(end - start) + 60)}s"
-    present = set(names)
     avail = prof.available(names)
 
     def q_hosts() -> list[str]:
-        sig = next((s for s in ("up", "gpu_power", "gpu_temp", "procs_running") if avail.get(s)), None)
-        if sig is None:
-            return []
-        expr = prof.expr(sig, "count_over_time" if not prof.signal(sig).is_counter else "increase",
-                         window=span, by=("host",), agg="count")
-        return sorted({s.labels.get("host", "") for s in client.query(expr, at=end)} - {""})
+        return sorted(source_hosts(client, prof, span, end))
 
     def q_gpus() -> int | None:
-        if not avail.get("gpu_power"):
-            return None
-        inner = prof.expr("gpu_power", "count_over_time", window=span, by=("host", "gpu"), agg="count")
-        res = client.query(f"count by (host) ({inner})", at=end)
-        counts = sorted(int(s.value) for s in res if math.isfinite(s.value))
-        return counts[len(counts) // 2] if counts else None
+        return typical_count(list(gpus_per_host(client, prof, span, end).values()))
 
     def q_interval() -> float:
         sig = "up" if avail.get("up") else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
@@ -226,9 +216,9 @@ def discover_source(client: PrometheusClient, *, profile: str = "auto",
 
     def q_model() -> tuple[list[str], float | None, float | None]:
         model_names: list[str] = []
-        for label, metric in (("modelName", "DCGM_FI_DEV_GPU_TEMP"), ("GpuDeviceName", "ray_node_gpus_utilization")):
-            if metric in present:
-                model_names += client.label_values(label, [metric])
+        for sig in ("gpu_temp", "gpu_util", "gpu_power"):
+            if prof.gpu_model_label and avail.get(sig):
+                model_names += client.label_values(prof.gpu_model_label, [prof.signal(sig).metrics[0]])
         vram = power = None
         if avail.get("gpu_vram_total"):
             r = client.query(f"max({prof.expr('gpu_vram_total', 'max_over_time', window=span)})", at=end)
@@ -339,7 +329,8 @@ def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None,
     Aggregating by the exporter's own labels first and renaming the (few) results gives the same series
     for one exporter instance per host, at a fraction of the cost.
     """
-    if sig.host_from in ("", "host") or sig.fill_filter or " | " in sig.selector or agg not in _OUTER:
+    if sig.host_from in ("", "host") or sig.fill_filter or " | " in sig.selector or agg not in _OUTER or \
+            sig.host_join or sig.host_alias or "," in sig.host_from:
         return None
     out_by = tuple(by if by is not None else sig.labels)
     if not set(out_by) <= {"host", "gpu"}:

@@ -28,7 +28,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from .profiles import Profile, ProfileError, detect_profile, signal_info
+from .profiles import Profile, ProfileError, resolve_profile, signal_info
 from .prometheus import (
     PrometheusClient,
     PrometheusError,
@@ -45,7 +45,10 @@ __all__ = [
     "Target",
     "discover",
     "family_prefix",
+    "gpus_per_host",
     "log_step_losses",
+    "source_hosts",
+    "typical_count",
 ]
 
 #: Known metric-name prefixes, longest first wins; other names are grouped by their first word.
@@ -74,7 +77,7 @@ _GPU_SIGNALS = ("gpu_power", "gpu_temp", "gpu_util", "gpu_vram_used", "gpu_clock
 #: Host-scope (and GPU-scope) gauge signals whose hosts together make the host list.
 _HOST_SIGNALS = ("up", "gpu_power", "gpu_temp", "procs_running", "mem_total", "exporter_scrape_duration")
 #: Labels that name the GPU model: DCGM exporter, Ray (NVML or AMD SMI).
-_MODEL_LABELS = ("modelName", "GpuDeviceName")
+_MODEL_LABELS = ("modelName", "GpuDeviceName", "card_model")
 _TRANSIENT = (PrometheusUnreachable, PrometheusTimeout)
 log = logging.getLogger(__name__)
 _STEP_LINE = re.compile(r"completed step: (\d+),.*?\bloss: ([-+0-9.eEnaif]+)")
@@ -448,8 +451,8 @@ def discover(
             series_total = int(sum(counts.values()))
             families = _families(counts)
             try:
-                profile = detect_profile(names)
-            except ProfileError as exc:
+                profile = resolve_profile(client, names)
+            except (ProfileError, PrometheusError) as exc:
                 parts.record("profile", exc)
 
     hosts: list[str] = []
@@ -466,8 +469,8 @@ def discover(
         win = _window(scope)
         calls: list[tuple[str, Callable[[], Any]]] = []
         if profile is not None:
-            calls.append(("hosts", lambda: _hosts(client, profile, win, rng[1])))
-            calls.append(("gpus", lambda: _gpus(client, profile, win, rng[1])))
+            calls.append(("hosts", lambda: source_hosts(client, profile, win, rng[1])))
+            calls.append(("gpus", lambda: gpus_per_host(client, profile, win, rng[1])))
             calls.append(("host_map", lambda: _instance_hosts(client, profile, win, rng[1])))
             if profile.has("step"):
                 calls.append(("step", lambda: _step_summary(client, profile, scope)))
@@ -490,7 +493,7 @@ def discover(
         for host in hosts:
             gpus.setdefault(host, 0)
     counts_gpu = list(gpus.values())
-    typical = _typical(counts_gpu)
+    typical = typical_count(counts_gpu)
     fewer = sorted(h for h, n in gpus.items() if typical is not None and n < typical)
 
     identity = _identity(client, profile, scope, step_info, _triage_facts(triage), log_losses, hosts, parts)
@@ -581,8 +584,11 @@ def _available(profile: Profile, names: Iterable[str]) -> list[str]:
     return [n for n in names if profile.has(n)]
 
 
-def _hosts(client: PrometheusClient, profile: Profile, win: str, at: float) -> set[str]:
-    """Return the normalised hosts seen by any of the host signals over the range."""
+def source_hosts(client: PrometheusClient, profile: Profile, win: str, at: float) -> set[str]:
+    """Return the normalised hosts seen by any of the host signals over `win` before `at`.
+
+    The one host list of a source: discovery and the diagnosis both take it from here.
+    """
     hosts: set[str] = set()
     errors: list[PrometheusError] = []
     for name in _available(profile, _HOST_SIGNALS):
@@ -598,8 +604,9 @@ def _hosts(client: PrometheusClient, profile: Profile, win: str, at: float) -> s
     return hosts
 
 
-def _gpus(client: PrometheusClient, profile: Profile, win: str, at: float) -> dict[str, int]:
-    """Return host -> GPU count from the first GPU signal this TSDB has."""
+def gpus_per_host(client: PrometheusClient, profile: Profile, win: str, at: float) -> dict[str, int]:
+    """Return host -> GPU count from the first GPU signal this TSDB has (the one count discovery and the
+    diagnosis share; `typical_count` of its values is "GPUs per host")."""
     for name in _available(profile, _GPU_SIGNALS):
         sig = profile.signal(name)
         samples = client.query(f"count by (host) ({sig.expr('last_over_time', window=win)})", at=at)
@@ -609,20 +616,24 @@ def _gpus(client: PrometheusClient, profile: Profile, win: str, at: float) -> di
 
 
 def _instance_hosts(client: PrometheusClient, profile: Profile, win: str, at: float) -> dict[str, str]:
-    """Return instance -> host for exporters scraped by address whose series name their host (DCGM)."""
+    """Return instance -> host for exporters scraped by address whose series (or node_uname_info) name their host."""
     out: dict[str, str] = {}
-    for name in _available(profile, _GPU_SIGNALS[:2]):
+    for name in _available(profile, _GPU_SIGNALS[:2] + ("procs_running",)):
         sig = profile.signal(name)
-        if sig.host_from in ("instance", "host", ""):
+        if sig.host_join:
+            names = {_strip_port(s["instance"]): s["nodename"] for s in client.series(["node_uname_info"])
+                     if s.get("instance") and s.get("nodename")}
+            for inst in client.label_values("instance", [sig.metrics[0]]):
+                if _strip_port(inst) in names:
+                    out[inst] = names[_strip_port(inst)]
             continue
-        metric = sig.metrics[0]
-        samples = client.query(
-            f"group by (instance, {sig.host_from}) (last_over_time({metric}[{win}]))", at=at
-        )
+        label = sig.host_from.split(",")[0]
+        if label in ("instance", "host", ""):
+            continue
+        samples = client.query(f"group by (instance, {label}) (last_over_time({sig.metrics[0]}[{win}]))", at=at)
         for s in samples:
-            if s.labels.get("instance") and s.labels.get(sig.host_from):
-                out[s.labels["instance"]] = s.labels[sig.host_from]
-        break
+            if s.labels.get("instance") and s.labels.get(label):
+                out.setdefault(s.labels["instance"], s.labels[label])
     return out
 
 
@@ -635,7 +646,8 @@ def _gpu_models(client: PrometheusClient, rng: tuple[float, float]) -> list[str]
     return models
 
 
-def _typical(counts: list[int]) -> int | None:
+def typical_count(counts: list[int]) -> int | None:
+    """Return the most common count (the larger on a tie): a host that lost GPUs does not move it."""
     if not counts:
         return None
     tally = Counter(counts).most_common()

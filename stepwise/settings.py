@@ -15,6 +15,7 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -150,6 +151,7 @@ INSTALLED_APPS = [
     "investigations.apps.InvestigationsConfig",
     "simple_history",
     "reports.apps.ReportsConfig",
+    "axes",  # login rate limiting and lockout (AXES_* below)
 ]
 
 MIDDLEWARE = [
@@ -163,9 +165,16 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Content-Security-Policy (SECURE_CSP) and Permissions-Policy (STEPWISE_PERMISSIONS_POLICY).
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    "stepwise.security.PermissionsPolicyMiddleware",
+    # Signs out a session idle for STEPWISE_SESSION_IDLE_SECONDS.
+    "stepwise.security.IdleSessionMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Records who made each change kept by django-simple-history (reports).
     "simple_history.middleware.HistoryRequestMiddleware",
+    # Last, as django-axes asks: answers a locked-out login with the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "stepwise.urls"
@@ -229,11 +238,45 @@ STEPWISE_TLS = envbool("STEPWISE_TLS", False)
 SESSION_COOKIE_SECURE = STEPWISE_TLS
 CSRF_COOKIE_SECURE = STEPWISE_TLS
 SESSION_COOKIE_HTTPONLY = True
+# A session unused this long is signed out (IdleSessionMiddleware); none lives past SESSION_COOKIE_AGE.
+STEPWISE_SESSION_IDLE_SECONDS = envint("STEPWISE_SESSION_IDLE_SECONDS", 2 * 3600, minimum=60)
+SESSION_COOKIE_AGE = envint("STEPWISE_SESSION_MAX_SECONDS", 12 * 3600, minimum=STEPWISE_SESSION_IDLE_SECONDS)
+# django-axes: after 5 failed sign-ins for one user name from one address, that pair is locked out for
+# 15 minutes (other users and addresses are not); every failure is logged (axes.watch_login).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = envint("STEPWISE_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = envint("STEPWISE_LOGIN_LOCKOUT_MINUTES", 15, minimum=1) / 60.0  # hours
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# Content-Security-Policy (Django's ContentSecurityPolicyMiddleware): scripts only from the app's own
+# static files (htmx, Plotly, the page scripts; no inline script, no eval), everything else from self.
+# Plotly sets style attributes and inserts <style> elements as it draws, so styles allow inline.
+# Browsers report what it blocks to /csp-report/ (logged on the stepwise.csp logger).
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF, CSP.UNSAFE_INLINE],
+    "img-src": [CSP.SELF, "data:"],
+    "font-src": [CSP.SELF],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "report-uri": "/csp-report/",
+}
+# Permissions-Policy: the app uses none of these browser features, nor may anything it embeds.
+STEPWISE_PERMISSIONS_POLICY = {
+    name: ()
+    for name in ("accelerometer", "camera", "display-capture", "geolocation", "gyroscope", "magnetometer",
+                 "microphone", "midi", "payment", "usb", "serial", "xr-spatial-tracking")
+}
 if STEPWISE_TLS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = envbool("STEPWISE_SSL_REDIRECT", True)
@@ -315,9 +358,10 @@ STEPWISE_BROKER_DIR = STEPWISE_DATA_DIR / "broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
-        # With acks_late, Redis redelivers an unacknowledged task after this long: keep it above
-        # the hard time limit so a slow task is not run twice while still running.
-        "visibility_timeout": 3600,
+        # With acks_late, Redis redelivers an unacknowledged task after this long: just above the hard
+        # time limit, so a task still running is never run twice, and one whose worker died is run
+        # again minutes later (its claim then sees the run failed by the watchdog, or takes it over).
+        # (set below from the time limits)
     }
 else:
     # Embedded broker: kombu's filesystem transport, pure Python. Producer and consumer share this
@@ -364,6 +408,17 @@ else:
     }
 STEPWISE_TIMELINE_LIVE_TTL = envint("STEPWISE_TIMELINE_LIVE_TTL", 60, minimum=1)
 
+# --- Per-source query budget ------------------------------------------------------------------------
+
+# A live job's Prometheus serves the training job too: every process on this host (web, workers) runs
+# at most STEPWISE_SOURCE_MAX_QUERIES queries at a time on one source (lock files under
+# STEPWISE_BUDGET_DIR; the others queue, at most STEPWISE_SOURCE_QUEUE_SECONDS), and a timeline panel
+# asks at most STEPWISE_SOURCE_MAX_SAMPLES samples (series x points) of one query (its step coarsens).
+STEPWISE_SOURCE_MAX_QUERIES = envint("STEPWISE_SOURCE_MAX_QUERIES", 4, minimum=1, maximum=64)
+STEPWISE_SOURCE_MAX_SAMPLES = envint("STEPWISE_SOURCE_MAX_SAMPLES", 1_000_000, minimum=10_000)
+STEPWISE_SOURCE_QUEUE_SECONDS = envint("STEPWISE_SOURCE_QUEUE_SECONDS", 120, minimum=1)
+STEPWISE_BUDGET_DIR = envpath("STEPWISE_BUDGET_DIR", STEPWISE_DATA_DIR / "budget")
+
 # Results go to the database (QueryRun/QueryResult rows), so Celery keeps none.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -380,6 +435,14 @@ if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
         f"STEPWISE_TASK_TIME_LIMIT={CELERY_TASK_TIME_LIMIT} must exceed "
         f"STEPWISE_TASK_SOFT_TIME_LIMIT={CELERY_TASK_SOFT_TIME_LIMIT}"
     )
+if REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = CELERY_TASK_TIME_LIMIT + 60
+# Dead runs (investigations.services.deadruns): a task working on a run beats this often; a beat this
+# old, left by a task that never ended, means its worker died: the run is failed with that reason.
+STEPWISE_RUN_HEARTBEAT_SECONDS = envint("STEPWISE_RUN_HEARTBEAT_SECONDS", 10, minimum=1)
+STEPWISE_RUN_DEAD_AFTER_SECONDS = envint(
+    "STEPWISE_RUN_DEAD_AFTER_SECONDS", 6 * STEPWISE_RUN_HEARTBEAT_SECONDS, minimum=3 * STEPWISE_RUN_HEARTBEAT_SECONDS
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -417,3 +480,7 @@ MAILERS = {
     }
 }
 DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "stepwise@localhost")
+
+# --- Reports: exports -------------------------------------------------------------------------------
+# Chromium that kaleido drives to draw pinned charts as SVG for the HTML and PDF exports.
+STEPWISE_CHROMIUM = envstr("STEPWISE_CHROMIUM") or "/usr/bin/chromium"

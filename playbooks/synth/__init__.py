@@ -17,10 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import _emit, _log, _sim, _tsdb
+from ._deploy import PERTURBATIONS, Exporters, apply_to_job
 from ._models import GPU_MODELS, SCENARIO_TABLE, SCENARIOS, Scenario
 from ._tsdb import SynthError
 
-__all__ = ["GPU_MODELS", "SCENARIOS", "SCENARIO_TABLE", "GeneratedJob", "Scenario", "SynthError", "generate_job"]
+__all__ = ["GPU_MODELS", "PERTURBATIONS", "PROFILES", "SCENARIOS", "SCENARIO_TABLE", "Exporters", "GeneratedJob",
+           "Scenario", "SynthError", "generate_job"]
+
+#: Exporter families the generator writes: the seed system, dcgm-exporter or AMD's device-metrics-exporter
+#: (each with node_exporter and training_* gauges).
+PROFILES = ("amd", "nvidia", "amd-dme")
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,8 @@ def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict:
         "train_start": job.train_start, "job_start": job.start, "job_end": job.job_end,
         "heartbeat_timeout_s": job.hb_timeout, "accused_tasks": job.accused_tasks,
         "accused_hosts": [job.hosts[a] for a in job.accused_tasks],
-        "profile": job.profile, "gpu_model": job.gpu.name, "nodes": job.nodes, "gpus_per_host": job.gpus,
+        "profile": job.profile, "exporters": job.exporters.to_dict() if job.profile != "amd" else None,
+        "gpu_model": job.gpu.name, "nodes": job.nodes, "gpus_per_host": job.gpus,
         "hosts": job.hosts, "head": job.head, "interval_s": job.interval,
         "checkpoint_steps": job.ckpt_steps, "warmup_end": getattr(job, "_warm_end", None),
         "data_range": [float(job.t[0]), float(job.t[-1])],
@@ -103,6 +110,8 @@ def _build_one(job: _sim.Job, job_dir: Path, *, wal_tail_minutes: float, promtoo
     # the WAL tail never holds more than half of a job's data, so that blocks always exist too
     tail_s = min(wal_tail_minutes * 60.0, 0.5 * float(job.t[-1] - job.t[0]))
     cut = float(job.t[-1]) - tail_s if wal_tail_minutes > 0 else None
+    if job.profile != "amd":
+        apply_to_job(job, job.exporters)
     tail, om_stats = _tsdb.write_openmetrics(_emit.series(job), om, cut)
     t_om = time.monotonic()
     _tsdb.promtool_blocks(om, tsdb, promtool)
@@ -118,20 +127,39 @@ def _build_one(job: _sim.Job, job_dir: Path, *, wal_tail_minutes: float, promtoo
                         "wal": round(time.monotonic() - t_blocks, 2)}}
 
 
+def _exporters(profile: str, seed: int, exporters: Exporters | str | None) -> Exporters | None:
+    if profile == "amd":
+        if exporters not in (None, "plain"):
+            raise SynthError("the seed system (profile amd) has one deployment: exporters apply to nvidia, amd-dme")
+        return None
+    gpu = "dcgm" if profile == "nvidia" else "amd-dme"
+    if isinstance(exporters, Exporters):
+        return exporters
+    try:
+        if exporters == "random":
+            return Exporters.random(seed, gpu=gpu)
+        return Exporters.named(exporters or "plain", gpu=gpu)
+    except ValueError as exc:
+        raise SynthError(str(exc)) from None
+
+
 def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profile: str = "amd", gpus: int = 8,
                  interval: float = 15.0, hours: float | None = None, wal_tail_minutes: float | None = None,
                  promtool: str = "promtool", prometheus: str = "prometheus",
-                 keep_openmetrics: bool = False) -> GeneratedJob:
+                 keep_openmetrics: bool = False, exporters: Exporters | str | None = None) -> GeneratedJob:
     """Build the job directory `out` (log at `<out>.log`, `out/log` symlink, `out/prometheus/`, truth).
 
     restore-resource-leak builds the restored job at `out` and its fresh-start baseline at
     `<out>-baseline`. `wal_tail_minutes` (default 30; 0 disables) is the final part of the data that
-    lives only in the WAL, as in a real finished job.
+    lives only in the WAL, as in a real finished job. `exporters` (standard profiles only) is how they
+    are deployed: an `Exporters`, a perturbation name of `PERTURBATIONS`, "random" (drawn from the
+    seed) or None (the plain deployment).
     """
     if scenario not in SCENARIO_TABLE:
         raise SynthError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
-    if profile not in ("amd", "nvidia"):
-        raise SynthError(f"unknown profile {profile!r}; known: amd, nvidia")
+    if profile not in PROFILES:
+        raise SynthError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+    ex = _exporters(profile, seed, exporters)
     if nodes < 1 or gpus < 1 or interval <= 0:
         raise SynthError("nodes, gpus and interval must be positive")
     out = Path(out).resolve()
@@ -139,22 +167,31 @@ def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profi
     kw = dict(wal_tail_minutes=tail_min, promtool=promtool, prometheus=prometheus,
               keep_openmetrics=keep_openmetrics)
     jobs: list[tuple[_sim.Job, Path]] = []
+    sim_profile = "amd" if profile == "amd-dme" else profile
+
+    def simulate(job: _sim.Job) -> _sim.Job:
+        if ex is not None and ex.host_domain:
+            job.hosts = [h + ex.host_domain for h in job.hosts]
+        return _sim.simulate(job)
+
     if scenario == "restore-resource-leak":
-        base = _sim.simulate(_sim.plan("healthy", seed, nodes, profile=profile, gpus=gpus, interval=interval,
-                                       hours=hours))
+        base = simulate(_sim.plan("healthy", seed, nodes, profile=sim_profile, gpus=gpus, interval=interval,
+                                  hours=hours))
         base.scenario = SCENARIO_TABLE["restore-resource-leak"]
         # restore from an early checkpoint (~25 % in) so that both runs share a long overlapping step range
         quarter = 0.25 * base.steps_total
         restored_from = min(base.ckpt_steps, key=lambda c: abs(c - quarter)) if base.ckpt_steps else 0
-        restored = _sim.plan(scenario, seed, nodes, profile=profile, gpus=gpus, interval=interval, hours=hours,
-                             restored_from=restored_from, base=base)
+        restored = _sim.plan(scenario, seed, nodes, profile=sim_profile, gpus=gpus, interval=interval,
+                             hours=hours, restored_from=restored_from, base=base)
         restored = _sim.simulate(restored)
         base.scenario = SCENARIO_TABLE["healthy"]
         jobs = [(restored, out), (base, out.with_name(out.name + "-baseline"))]
     else:
-        jobs = [(_sim.simulate(_sim.plan(scenario, seed, nodes, profile=profile, gpus=gpus, interval=interval,
-                                         hours=hours)), out)]
+        jobs = [(simulate(_sim.plan(scenario, seed, nodes, profile=sim_profile, gpus=gpus, interval=interval,
+                                    hours=hours)), out)]
     for job, _ in jobs:
+        job.profile = profile
+        job.exporters = ex  # type: ignore[attr-defined]
         tag = "-".join(f"{k}_{v}" for k, v in list(job.passthrough.items())[:2])
         job.job_name = f"JAX-{job.model_name}-{tag}"
     stats = [_build_one(job, d, **kw) for job, d in jobs]

@@ -1,8 +1,9 @@
-"""Turn a simulated job into exporter series of one metric profile (AMD seed system or NVIDIA).
+"""Turn a simulated job into exporter series of one metric profile (AMD seed system or standard exporters).
 
 `series(job)` yields `(family, labels, timestamps, values, fmt)` grouped by family, in the exact
-metric names and labels the exporters use (seed-system.md §4 for `amd`; DCGM exporter, node_exporter
-and `training_*` gauges for `nvidia`). NaN values are samples the exporter did not produce.
+metric names and labels the exporters use (seed-system.md §4 for `amd`; `_standard` for dcgm-exporter
+or AMD's device-metrics-exporter with node_exporter and `training_*` gauges, deployed as `_deploy`
+says). NaN values are samples the exporter did not produce.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ._deploy import Exporters
 from ._sim import Job
+from ._standard import standard_series
 
 Item = tuple[str, dict[str, str], np.ndarray, np.ndarray, str]
 MIB = 1024.0**2
@@ -159,107 +162,12 @@ def amd_series(job: Job) -> Iterator[Item]:
         "fill": "tb_metrics_plugin_staleness_fill"}, head)
 
 
-def nvidia_series(job: Job) -> Iterator[Item]:
-    t = job.t
-    K, G = job.nodes, job.gpus
-    hosts = job.hosts
-    gs = job.gpu_sig
-    dcgm_inst = [f"{_ip(job, h)}:9400" for h in range(K)]
-    node_inst = [f"{h}:9100" for h in hosts]
-    rng = np.random.default_rng([job.seed, 99])
-    uuids = [[f"GPU-{rng.integers(0, 2**32):08x}-{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**16):04x}-"
-              f"{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**48):012x}" for _ in range(G)] for _ in range(K)]
-
-    def dcgm(name: str, arr: np.ndarray, fmt: str) -> Iterator[Item]:
-        for h in range(K):
-            for g in range(G):
-                lab = {"DCGM_FI_DRIVER_VERSION": "560.35.03", "Hostname": hosts[h], "UUID": uuids[h][g],
-                       "device": f"nvidia{g}", "gpu": str(g), "instance": dcgm_inst[h], "job": "dcgm-exporter",
-                       "modelName": job.gpu.dcgm_model_name, "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0"}
-                yield name, lab, t, _mask(job, h, arr[h, g], gpu=True), fmt
-
-    fb_total = gs["vram_total"] / MIB
-    fb_used = gs["vram_used"] / MIB
-    yield from dcgm("DCGM_FI_DEV_GPU_TEMP", gs["temp"], "d")
-    yield from dcgm("DCGM_FI_DEV_POWER_USAGE", gs["power"], "f3")
-    yield from dcgm("DCGM_FI_DEV_SM_CLOCK", gs["sclk"], "d")
-    yield from dcgm("DCGM_FI_DEV_MEM_CLOCK", gs["mclk"], "d")
-    yield from dcgm("DCGM_FI_DEV_GPU_UTIL", gs["util"], "d")
-    yield from dcgm("DCGM_FI_DEV_FB_USED", fb_used, "d")
-    yield from dcgm("DCGM_FI_DEV_FB_FREE", fb_total - fb_used, "d")
-    yield from dcgm("DCGM_FI_DEV_XID_ERRORS", gs["xid"], "d")
-    yield from dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gs["umc_ue"], "d")
-    yield from dcgm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gs["umc_ce"], "d")
-    yield from dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gs["pcie_corr"], "d")
-
-    hs = job.host_sig
-    io_full_s = np.cumsum(hs["io_full"] / 100.0 * job.interval, axis=-1) + 1e5
-    io_some_s = np.cumsum(hs["io_some"] / 100.0 * job.interval, axis=-1) + 3e5
-    node_metrics = (
-        ("node_netstat_Tcp_RetransSegs", hs["tcp_retrans"], "d"),
-        ("node_netstat_TcpExt_ListenDrops", hs["listen_drops"], "d"),
-        ("node_netstat_TcpExt_TCPAbortOnTimeout", hs["tcp_abort"], "d"),
-        ("node_procs_running", hs["running"], "d"), ("node_procs_blocked", hs["blocked"], "d"),
-        ("node_context_switches_total", hs["ctx"], "d"), ("node_vmstat_oom_kill", hs["oom"], "d"),
-        ("node_memory_MemTotal_bytes", hs["mem_total"], "d"),
-        ("node_memory_MemAvailable_bytes", hs["mem_total"] - hs["mem_used"], "d"),
-        ("node_memory_Dirty_bytes", hs["dirty"], "d"), ("node_memory_Writeback_bytes", hs["writeback"], "d"),
-        ("node_pressure_io_stalled_seconds_total", io_full_s, "f3"),
-        ("node_pressure_io_waiting_seconds_total", io_some_s, "f3"),
-        ("node_load1", hs["running"] * 0.9, "f2"),
-    )
-    for metric, arr, fmt in node_metrics:
-        for h in range(K):
-            yield metric, {"instance": node_inst[h], "job": "node"}, t, _mask(job, h, arr[h], hw=False), fmt
-    for metric in ("node_network_receive_errs_total", "node_network_transmit_errs_total"):
-        for h in range(K):
-            lab = {"device": "eth0", "instance": node_inst[h], "job": "node"}
-            yield metric, lab, t, _mask(job, h, hs["net_rx_err"][h], hw=False), "d"
-    ns = job.nic_sig
-    D = ns["retx"].shape[1]
-    wait = ns["retx"] * 40 + ns["cnp"] * 3
-    link_err = np.floor(ns["ack"] / 4.0)
-    for metric, arr, fmt in (
-        ("node_infiniband_state_id", ns["port"] * 4, "d"),
-        ("node_infiniband_port_transmit_wait_total", wait, "d"),
-        ("node_infiniband_link_error_recovery_total", link_err, "d"),
-        ("node_infiniband_link_downed_total", ns["retry_excd"], "d"),
-        ("node_infiniband_port_data_transmitted_bytes_total", ns["tx_bytes"], "d"),
-    ):
-        for h in range(K):
-            for d in range(D):
-                lab = {"device": f"mlx5_{d}", "instance": node_inst[h], "job": "node", "port": "1"}
-                yield metric, lab, t, _mask(job, h, arr[h, d], hw=False), fmt
-
-    for jobname, insts in (("dcgm-exporter", dcgm_inst), ("node", node_inst)):
-        for h in range(K):
-            yield "up", {"instance": insts[h], "job": jobname}, t, job.present[h].astype(float), "d"
-    for jobname, insts in (("dcgm-exporter", dcgm_inst), ("node", node_inst)):
-        for h in range(K):
-            dur = np.where(job.present[h], 0.02 + 0.01 * np.sin(np.arange(len(t)) + h) ** 2, 10.0)
-            if jobname == "dcgm-exporter":
-                dur = np.where(job.scrape_timeout_mask[h], 9.99, dur)
-            yield "scrape_duration_seconds", {"instance": insts[h], "job": jobname}, t, dur, "f4"
-
-    # training gauges scraped from rank 0's exporter: value of the last completed step at each scrape
-    tr_inst = f"{hosts[0]}:8000"
-    idx = np.searchsorted(job.step_end, t, side="right") - 1
-    valid = idx >= 0
-    ii = np.clip(idx, 0, None)
-    up = job.t <= (job.crash_time if job.crash_time is not None else job.job_end)
-    lab = {"instance": tr_inst, "job": "training"}
-    for metric, arr, fmt in (
-        ("training_step", job.step_num.astype(float), "d"), ("training_loss", job.loss, "g"),
-        ("training_step_time_seconds", job.step_secs, "g"), ("training_tokens_per_second", job.tgs, "g"),
-        ("training_grad_norm", job.grad_norm, "g"), ("training_learning_rate", job.lr, "g"),
-        ("training_last_step_timestamp_seconds", job.step_end, "f3"),
-    ) + ((("training_moe_lb_loss", job.moe_lb, "g"),) if job.moe else ()):
-        if len(arr) == 0:
-            continue
-        vals = np.where(valid & up, arr[ii], np.nan)
-        yield metric, lab, t, vals, fmt
-
-
 def series(job: Job) -> Iterator[Item]:
-    """Yield every series of the job in its profile's names, grouped by family."""
-    return amd_series(job) if job.profile == "amd" else nvidia_series(job)
+    """Yield every series of the job in its profile's names, grouped by family.
+
+    The seed system (`amd`) has one deployment; the standard exporters (`nvidia`: dcgm-exporter,
+    `amd-dme`: AMD's device-metrics-exporter, each with node_exporter) follow `job.exporters`.
+    """
+    if job.profile == "amd":
+        return amd_series(job)
+    return standard_series(job, getattr(job, "exporters", None) or Exporters())

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from ..alignment import StepAxis
+from ..plotly_text import hover_literal, plotly_text
 from .annotations import Annotation, _num
 from .compare import compare_step_note
 from .context import TimelineContext
@@ -133,7 +134,7 @@ def figure_build(
     """
     if xmode not in XMODES:
         raise TimelineError(f"x-axis mode must be one of {', '.join(XMODES)}, not {xmode!r}")
-    notes = list(notes)
+    notes = [*panel.notes, *notes]
     if overlays and xmode != "step":
         notes.append(compare_step_note([tr.name.removesuffix(" median") for tr in overlays]))
         overlays = ()
@@ -171,11 +172,11 @@ def _traces_data(
         trace: dict[str, Any] = {
             "type": "scattergl",
             "mode": "lines",
-            "name": tr.name,
+            "name": plotly_text(tr.name),  # TSDB labels are data: never markup Plotly would draw
             "x": x,
             "y": y,
             "meta": {"role": tr.role, **tr.labels},
-            "hovertemplate": f"{tr.name}: %{{y}}<extra></extra>",
+            "hovertemplate": f"{hover_literal(tr.name)}: %{{y}}<extra></extra>",
         }
         _style(trace, tr, counts.get(tr.role, 0), len(panel.traces))
         if tr.role in counts:
@@ -209,11 +210,11 @@ def _style(trace: dict[str, Any], tr: Trace, nth: int, panel_traces: int) -> Non
             trace["name"] = "median (band: min..max)"
     elif tr.role == "outlier":
         trace["line"] = {"color": _OUTLIER_COLORS[nth % len(_OUTLIER_COLORS)], "width": 2.5}
-        trace["name"] = f"{tr.name} (outlier)"
+        trace["name"] = f"{plotly_text(tr.name)} (outlier)"
     elif tr.role == "top":
         # Among the k most deviating but within the outlier bar: drawn for context, not called out.
         trace["line"] = {"color": _TOP_COLORS[nth % len(_TOP_COLORS)], "width": 1.2}
-        trace["name"] = f"{tr.name} (top deviation)"
+        trace["name"] = f"{plotly_text(tr.name)} (top deviation)"
     elif tr.role == "host":
         trace["line"] = {"width": 1.5, "dash": "dot"}
     elif tr.role == "compare":
@@ -263,7 +264,7 @@ def _marks_layout(
                 "yref": "paper",
                 "xanchor": "left",
                 "yanchor": "bottom",
-                "text": a.label,
+                "text": plotly_text(a.label),
                 "showarrow": False,
                 "font": {"size": 9, "color": color},
                 "captureevents": a.kind == "finding",
@@ -292,7 +293,7 @@ def _layout(
         xaxis["range"] = list(x_range)
     title = spec.title + (f" [{spec.unit}]" if spec.unit else "")
     return {
-        "title": {"text": title, "font": {"size": 12}, "x": 0.01, "y": 0.98, "yanchor": "top"},
+        "title": {"text": plotly_text(title), "font": {"size": 12}, "x": 0.01, "y": 0.98, "yanchor": "top"},
         "height": 270,
         "margin": {"l": 60, "r": 10, "t": 62, "b": 30},
         "xaxis": xaxis,

@@ -26,7 +26,8 @@ def _bare_ok(profile: Profile, signal: str) -> bool:
     if not profile.has(signal):
         return False
     sig = profile.signal(signal)
-    return sig.scope in ("gpu", "host") and not sig.fill_filter and _is_selector(sig.selector)
+    mapped = sig.host_join or sig.host_alias or "," in sig.host_from
+    return sig.scope in ("gpu", "host") and not sig.fill_filter and not mapped and _is_selector(sig.selector)
 
 
 def _device_expr(sig: Any, fn: str | None, window: str, bare: bool) -> str:

@@ -224,8 +224,13 @@ def test_the_list_filters_and_searches_in_place(page: Page, stepwise_app) -> Non
 
 
 def _closed_port_url() -> str:
-    """Return a loopback URL where nothing listens (a kernel-chosen port, outside the TSDB servers' range)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
+    """Return a loopback URL where nothing listens, on a Prometheus port the default allow-list admits
+    (9090-9199; outside the TSDB servers' range, where tests running alongside start Prometheus servers)."""
+    for port in range(9199, 9089, -1):
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return f"http://127.0.0.1:{port}"
+    raise RuntimeError("every port of 9090-9199 is taken")

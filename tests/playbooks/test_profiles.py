@@ -80,12 +80,12 @@ def test_units_are_normalised_across_profiles(served_job):
 
 
 def test_missing_signals_are_reported_not_guessed():
-    """The NVIDIA profile has no RDMA retransmit counter and says so; asking for it names the gap."""
+    """node_exporter has no RDMA retry-exhaustion counter and the profile says so; asking for it names the gap."""
     nvidia = PROFILES["nvidia"]
-    assert "rdma_retransmits" in nvidia.unavailable()
+    assert "rdma_retry_exceeded" in nvidia.unavailable()
     assert "gpu_xid" in PROFILES["amd"].unavailable()
-    with pytest.raises(ProfileError, match="nvidia profile has no rdma_retransmits"):
-        nvidia.expr("rdma_retransmits")
+    with pytest.raises(ProfileError, match="nvidia profile has no rdma_retry_exceeded"):
+        nvidia.expr("rdma_retry_exceeded")
     assert set(nvidia.unavailable(["DCGM_FI_DEV_POWER_USAGE"])) >= {"gpu_temp", "loss"}
 
 

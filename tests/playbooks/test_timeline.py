@@ -168,13 +168,13 @@ def test_lines_mode_ranks_outliers_from_the_lines() -> None:
 
 
 def test_a_panel_whose_signal_the_profile_lacks_says_so() -> None:
-    """The NVIDIA profile has no RDMA retransmit counter: the panel is unavailable and sends no query."""
+    """A node_exporter-only TSDB has no GPU power: the panel is unavailable and sends no query."""
     client = CannedClient(lambda q: [])
-    (panel,) = tl.panels_fetch(client, _ctx("nvidia"), ["rdma_retransmits"], START, END)
+    (panel,) = tl.panels_fetch(client, _ctx("node"), ["gpu_power"], START, END)
     assert panel.mode == "unavailable"
-    assert "nvidia profile has no rdma_retransmits" in panel.message
+    assert "node profile has no gpu_power" in panel.message
     assert client.asked == []
-    fig = tl.figure_build(panel, _ctx("nvidia"))
+    fig = tl.figure_build(panel, _ctx("node"))
     assert fig["layout"]["meta"]["message"].startswith("Not available")
 
 
@@ -189,7 +189,7 @@ def test_default_panels_add_vendor_extras_only_when_exported(profile, present, a
     """Core panels are always listed; InfiniBand extras only for a profile that has them."""
     panels = set(tl.default_panels(PROFILES[profile]))
     assert present <= panels and not (absent & panels)
-    assert "rdma_retransmits" in panels  # core: shown as unavailable on NVIDIA
+    assert "rdma_retransmits" in panels  # core: node_exporter >= 1.11 exports it on NVIDIA clusters
 
 
 @pytest.mark.parametrize(
@@ -343,6 +343,20 @@ def test_served_job_marks_checkpoints_and_warmup(served_job) -> None:
 def test_zooming_in_lowers_the_query_step_down_to_the_scrape_interval(span, expected) -> None:
     """A narrower range is queried at a finer step, never finer than the scrape interval."""
     assert tl.query_step(_ctx(), START, START + span) == expected
+
+
+def test_the_samples_budget_coarsens_a_wide_panel_and_the_panel_says_so() -> None:
+    """1,024 GPUs over an hour with a budget of 100,000 samples a query: at most ~97 points, not 241; the
+    panel's notes say why; a job-scope panel (one series) keeps its step."""
+    ctx = dataclasses.replace(_ctx(gpus=1024), max_samples=100_000)
+    plan = tl.panel_queries(tl.PANELS["gpu_temp"], ctx, START, END)
+    assert plan.step == 60.0 and (END - START) / plan.step * 1024 <= 100_000
+    assert tl.panel_queries(tl.PANELS["loss"], ctx, START, END).step == 15.0
+    client = CannedClient(lambda q: [])
+    client.instant = []
+    (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], START, END)
+    assert "60 s step instead of 15 s" in panel.notes[0] and "100,000 samples" in panel.notes[0]
+    assert panel.notes[0] in tl.figure_build(panel, ctx)["layout"]["meta"]["notes"]
 
 
 def test_many_checkpoints_get_lines_but_few_labels() -> None:
@@ -589,8 +603,8 @@ def test_a_compared_job_is_one_trace_its_median_computed_by_prometheus() -> None
     assert temp.startswith("quantile(0.5, ") and "by (host, gpu)" in temp and step == 15.0
     rate, _ = tl.compare_query(tl.PANELS["rdma_retransmits"], base.ctx, OTHER, OTHER + 3600.0)
     assert rate.startswith("quantile(0.5, ") and "rate(" in rate
-    nvidia = _baseline_job("nvidia")
-    assert tl.compare_query(tl.PANELS["rdma_retransmits"], nvidia.ctx, OTHER, OTHER + 3600.0) is None
+    node_only = _baseline_job("node")
+    assert tl.compare_query(tl.PANELS["gpu_temp"], node_only.ctx, OTHER, OTHER + 3600.0) is None
 
 
 def test_a_compared_trace_sits_on_its_own_steps_dashed_and_only_on_a_step_axis() -> None:
@@ -621,11 +635,11 @@ def test_a_compared_trace_sits_on_its_own_steps_dashed_and_only_on_a_step_axis()
 
 def test_a_compared_job_that_cannot_answer_gives_notes_not_errors() -> None:
     """A Prometheus error, a signal its profile lacks or no step in range: a note per panel, no exception."""
-    base = _baseline_job("nvidia")
-    found, sent = tl.compare_fetch(RangeClient(fail=True), base, ["loss", "rdma_retransmits"], None)
+    base = _baseline_job("node")
+    found, sent = tl.compare_fetch(RangeClient(fail=True), base, ["loss", "gpu_power"], None)
     assert sent == 1
     assert "4711 (baseline): its Prometheus did not answer" in found["loss"]
-    assert found["rdma_retransmits"].startswith("4711 (baseline): Not available")
+    assert found["gpu_power"].startswith("4711 (baseline): Not available")
     client = RangeClient()
     found, sent = tl.compare_fetch(client, base, ["loss"], (900.0, 1000.0))
     assert sent == 0 and not client.asked and found["loss"] == "4711 (baseline) has no steps in this range."

@@ -1,26 +1,18 @@
-"""Metric profiles: what a semantic signal ("GPU power", "RDMA retransmits") is called by one exporter family.
+"""Semantic signals ("GPU power", "RDMA retransmits") and how one exporter family's series become them.
 
-A profile maps each signal to PromQL that yields series with *normalised* labels, whatever the exporter
-calls them:
+A `Signal` maps one semantic signal to PromQL that yields series with *normalised* labels, whatever the
+exporter calls them:
 
 - GPU-scope signals give one series per (`host`, `gpu`);
 - host-scope signals give one series per `host`;
 - job-scope signals (training gauges, exported by rank 0 only) give one series with no labels.
 
-`host` is taken from the exporter's own host label (`host`, DCGM's `Hostname`) or from `instance` without
-its port, so that the playbooks can write `max by (host) (...)` for every profile alike. Counters are turned
-into rates (or increases) before labels are mapped and series are aggregated: a cumulative counter's
+`host` is taken from the exporter's own host label (`host`, DCGM's `Hostname`/`hostname`, AMD's
+`hostname`), or from `instance` without its port, optionally joined through `node_uname_info` to the
+node's own name (`host_join = "uname"`: node_exporter scraped by IP, DCGM run with `--no-hostname`), so
+that the playbooks can write `max by (host) (...)` for every exporter alike. Counters are turned into
+rates (or increases) before labels are mapped and series are aggregated: a cumulative counter's
 absolute value is never a signal by itself.
-
-A signal that a profile lacks is absent from `Profile.signals`; `Profile.unavailable()` lists it so that
-callers report it as unavailable instead of guessing.
-
-Usage::
-
-    profile = detect_profile(metric_names)          # or PROFILES["nvidia"]
-    profile.expr("gpu_power")                       # max by (host, gpu) (label_replace(DCGM_FI_DEV_POWER_USAGE, ...))
-    profile.expr("rdma_retransmits", window="2m")   # sum by (host) (rate(hw_rdma_tx_retx_pkts_total[2m]))
-    profile.expr("gpu_temp", by=("host",), agg="max")
 """
 
 from __future__ import annotations
@@ -28,18 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .gpus import GPU_MODELS
-
-__all__ = [
-    "DOMAINS",
-    "PROFILES",
-    "SIGNALS",
-    "Profile",
-    "ProfileError",
-    "Signal",
-    "detect_profile",
-    "signal_info",
-]
+__all__ = ["DOMAINS", "SIGNALS", "Profile", "ProfileError", "Signal", "signal_info"]
 
 
 class ProfileError(Exception):
@@ -72,7 +53,7 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "gpu_ecc_correctable": ("gpu", "gpu", "counter", "errors", "Correctable ECC/RAS errors"),
     "gpu_pcie_fatal": ("gpu", "gpu", "counter", "errors", "PCIe fatal errors"),
     "gpu_pcie_correctable": ("gpu", "gpu", "counter", "errors", "PCIe correctable errors / replays"),
-    "gpu_xid": ("gpu", "gpu", "gauge", "code", "Last Xid error code"),
+    "gpu_xid": ("gpu", "gpu", "gauge", "code", "Xid error code, while it is new"),
     # network
     "tcp_retransmits": ("network", "host", "counter", "segments", "TCP retransmits"),
     "tcp_abort_on_timeout": ("network", "host", "counter", "connections", "TCP aborts on timeout"),
@@ -80,6 +61,7 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "rdma_ack_timeouts": ("network", "host", "counter", "events", "RDMA ACK timeouts"),
     "rdma_retry_exceeded": ("network", "host", "counter", "events", "RDMA retry exhaustion"),
     "rdma_cnp": ("network", "host", "counter", "packets", "RDMA congestion notifications (CNP)"),
+    "rdma_seq_errors": ("network", "host", "counter", "packets", "RDMA packet sequence errors / out of sequence"),
     "rdma_transmit_wait": ("network", "host", "counter", "ticks", "InfiniBand transmit wait"),
     "rdma_link_error_recovery": ("network", "host", "counter", "events", "InfiniBand link error recoveries"),
     "rdma_link_downed": ("network", "host", "counter", "events", "InfiniBand link downed"),
@@ -104,6 +86,11 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "exporter_scrape_duration": ("monitoring", "host", "gauge", "s", "Exporter's own collection time"),
     "scrape_duration": ("monitoring", "host", "gauge", "s", "Prometheus scrape duration"),
     "up": ("monitoring", "host", "gauge", "", "Target up"),
+    # training signals a team's trainer may export (the seeds' list); no built-in profile has them
+    "dataloader_wait": ("training", "job", "gauge", "s", "Data-loader wait per step"),
+    "checkpoint_save_time": ("training", "job", "gauge", "s", "Checkpoint save latency"),
+    "restarts": ("training", "job", "counter", "restarts", "Trainer restarts"),
+    "heartbeat_age": ("training", "job", "gauge", "s", "Oldest rank heartbeat age"),
 }
 
 #: Every signal name any profile may define.
@@ -133,6 +120,11 @@ class Signal:
         agg: how series of one output label set are combined: "sum" for counters across devices, "max" or
             "min" for gauges.
         domain, scope, kind, unit, title: from `SIGNALS`.
+        host_join: "uname" to take the host from `node_uname_info{nodename}` of the node whose address
+            (`instance` without its port) is this series' `instance` (exporters scraped by IP, DCGM with
+            `--no-hostname`); `host_from` is then "instance". "" for none.
+        host_alias: (old, new) host names: an exporter pod restarted under another name on the same
+            target reports `new` from then on; its earlier series are renamed to it.
         fill_filter: PromQL of a 0/1 staleness-fill gauge; samples where it is 1 are dropped.
         as_counter: the exporter exposes as a counter what `SIGNALS` calls a gauge (PSI seconds, whose rate
             x 100 is the percentage another exporter reports directly).
@@ -147,6 +139,8 @@ class Signal:
     agg: str = ""
     fill_filter: str = ""
     as_counter: bool = False
+    host_join: str = ""
+    host_alias: tuple[tuple[str, str], ...] = ()
     domain: str = field(init=False)
     scope: str = field(init=False)
     kind: str = field(init=False)
@@ -166,6 +160,11 @@ class Signal:
             object.__setattr__(self, "gpu_from", "gpu")
         if scope == "job":
             object.__setattr__(self, "host_from", "")
+            object.__setattr__(self, "host_join", "")
+        if self.host_join not in ("", "uname"):
+            raise ProfileError(f"{self.name}: unknown host_join {self.host_join!r} (use \"uname\" or nothing)")
+        if self.host_join:
+            object.__setattr__(self, "host_from", "instance")
 
     def _apply(self, fn: str | None, base: str, window: str, quantile: float | None) -> str:
         if self.is_counter:
@@ -219,17 +218,55 @@ class Signal:
             # label before joining, or Prometheus refuses duplicate label sets.
             tagged = [f'label_replace({p}, "stepwise_part", "{i}", "", "")' for i, p in enumerate(parts)]
             inner = "(" + " or ".join(tagged) + ")"
-        if self.host_from == "instance":
-            inner = f'label_replace({inner}, "host", "$1", "instance", "(.+?)(?::[0-9]+)?")'
-        elif self.host_from and self.host_from != "host":
-            inner = f'label_replace({inner}, "host", "$1", "{self.host_from}", "(.+)")'
+        labels = tuple(self.labels if by is None else by)
+        if self.host_join and "host" in labels:
+            return self._joined(inner, labels, agg or self.agg)
+        inner = _host_relabel(inner, self.host_from)
+        for old, new in self.host_alias:
+            inner = f'label_replace({inner}, "host", "{new}", "host", "{_regex_literal(old)}")'
         if self.gpu_from and self.gpu_from != "gpu":
             inner = f'label_replace({inner}, "gpu", "$1", "{self.gpu_from}", "(.+)")'
-        labels = tuple(self.labels if by is None else by)
         out = f"{agg or self.agg} by ({', '.join(labels)}) ({inner})" if labels else f"{agg or self.agg}({inner})"
         if self.scale != 1.0:
             out = f"({out}) * {self.scale:g}"
         return out
+
+    def _joined(self, inner: str, labels: tuple[str, ...], agg: str) -> str:
+        """Aggregate by the exporter's address first, then name the (few) results through node_uname_info."""
+        raw = tuple("instance" if n == "host" else (self.gpu_from or "gpu") if n == "gpu" else n for n in labels)
+        first = f"{agg} by ({', '.join(raw)}) ({inner})"
+        named = f'label_replace({first}, "stepwise_ip", "$1", "instance", "{_ADDRESS}")'
+        named = f'label_replace({named} * on (stepwise_ip) group_left (nodename) {UNAME_HOSTS}, "host", "$1", "nodename", "(.+)")'
+        if "gpu" in labels and self.gpu_from and self.gpu_from != "gpu":
+            named = f'label_replace({named}, "gpu", "$1", "{self.gpu_from}", "(.+)")'
+        out = f"{_OUTER.get(agg, agg)} by ({', '.join(labels)}) ({named})"
+        return f"({out}) * {self.scale:g}" if self.scale != 1.0 else out
+
+
+#: `instance` without its port (host names, IPv4, bracketed IPv6).
+_ADDRESS = "(.+?)(?::[0-9]+)?"
+_OUTER = {"count": "sum"}
+#: One node name per address, so that a renamed node or two exporters on one address never make a
+#: many-to-many match.
+UNAME_HOSTS = (
+    'topk by (stepwise_ip) (1, label_replace(max by (instance, nodename) (last_over_time(node_uname_info[10m])), '
+    f'"stepwise_ip", "$1", "instance", "{_ADDRESS}"))'
+)
+
+
+def _regex_literal(text: str) -> str:
+    """Return `text` as an RE2 pattern matching exactly it, escaped for a PromQL string."""
+    return "".join("\\\\" + c if c in ".+*?()[]{}|^$\\" else c for c in text)
+
+
+def _host_relabel(inner: str, host_from: str) -> str:
+    """Copy the host label; with several ("Hostname,hostname": nodes on two exporter releases) the first present wins."""
+    if host_from == "instance":
+        return f'label_replace({inner}, "host", "$1", "instance", "{_ADDRESS}")'
+    for label in reversed(host_from.split(",")):
+        if label and label != "host":
+            inner = f'label_replace({inner}, "host", "$1", "{label}", "(.+)")'
+    return inner
 
 
 def _is_simple_selector(text: str) -> bool:
@@ -246,11 +283,15 @@ class Profile:
     """The signals of one exporter family.
 
     Attributes:
-        name: "amd" (the seed system: hw_*, ray_*, tb_*) or "nvidia" (DCGM exporter, node_exporter, training_*).
+        name: the declaration's name ("amd", "nvidia", "amd-dme", "node", a team's), followed for one TSDB
+            by its choices ("nvidia@dcgm.host=hostname"; see `playbooks.profiles._resolve`).
         title: for people.
         signals: signal name -> Signal; signals the family lacks are absent.
         anchors: metric names whose presence identifies the family.
-        vendor: GPU vendor, for choosing GPU models.
+        vendor: GPU vendor, for choosing GPU models ("" when the family has no GPU exporter).
+        base: the declaration's name ("nvidia" for "nvidia@...").
+        gpu_model_label: the label naming the GPU model ("modelName", "card_model"), "" if none.
+        source: the declaration file.
     """
 
     name: str
@@ -258,6 +299,9 @@ class Profile:
     signals: Mapping[str, Signal]
     anchors: tuple[str, ...]
     vendor: str
+    base: str = ""
+    gpu_model_label: str = ""
+    source: str = ""
 
     def signal(self, name: str) -> Signal:
         """Return the signal, or raise ProfileError naming what the profile lacks."""
@@ -296,155 +340,6 @@ class Profile:
         return len(needed & present) / len(needed)
 
 
-def _signals(*items: Signal) -> dict[str, Signal]:
-    return {s.name: s for s in items}
-
-
-def _amd() -> Profile:
-    fill = "tb_metrics_plugin_staleness_fill"
-
-    def tb(name: str, metric: str) -> Signal:
-        return Signal(name, metric, (metric,), fill_filter=fill if name != "staleness_fill" else "")
-
-    def hw(name: str, metric: str, selector: str = "", agg: str = "", more: tuple[str, ...] = ()) -> Signal:
-        return Signal(name, selector or metric, (metric, *more), agg=agg)
-
-    ray = {"host_from": "instance"}
-    return Profile(
-        name="amd",
-        title="Seed system (AMD Instinct: hw_* GPU/host plugins, Ray, TensorBoard bridge)",
-        vendor="amd",
-        anchors=("hw_gpu_power_watts", "hw_gpu_temperature_celsius", "tb_step"),
-        signals=_signals(
-            tb("step", "tb_step"),
-            tb("loss", "tb_learning_loss"),
-            tb("grad_norm", "tb_learning_grad_norm"),
-            tb("learning_rate", "tb_learning_current_learning_rate"),
-            tb("step_time", "tb_perf_step_time_seconds"),
-            tb("tokens_per_sec", "tb_perf_per_device_tokens_per_sec"),
-            tb("moe_lb_loss", "tb_learning_moe_lb_loss"),
-            tb("staleness_fill", fill),
-            hw("gpu_power", "hw_gpu_power_watts"),
-            hw("gpu_temp", "hw_gpu_temperature_celsius"),
-            hw("gpu_clock", "hw_gpu_clock_mhz", 'hw_gpu_clock_mhz{type="sclk"}'),
-            Signal("gpu_util", "ray_node_gpus_utilization", ("ray_node_gpus_utilization",), gpu_from="GpuIndex", **ray),
-            hw("gpu_vram_used", "hw_gpu_vram_used_bytes"),
-            hw("gpu_vram_total", "hw_gpu_vram_total_bytes"),
-            hw("gpu_ecc_uncorrectable", "hw_gpu_ras_umc_ue_total",
-               'hw_gpu_ras_umc_ue_total | hw_gpu_ras_xgmi_ue_total | hw_gpu_ras_gfx_ue_total',
-               more=("hw_gpu_ras_xgmi_ue_total", "hw_gpu_ras_gfx_ue_total")),
-            hw("gpu_ecc_correctable", "hw_gpu_ras_umc_ce_total", 'hw_gpu_ras_umc_ce_total | hw_gpu_ras_xgmi_ce_total',
-               more=("hw_gpu_ras_xgmi_ce_total",)),
-            hw("gpu_pcie_fatal", "hw_gpu_pcie_fatal_total"),
-            hw("gpu_pcie_correctable", "hw_gpu_pcie_correctable_total"),
-            hw("tcp_retransmits", "hw_tcp_retransmits_total"),
-            hw("tcp_abort_on_timeout", "hw_tcp_abort_on_timeout_total"),
-            hw("rdma_retransmits", "hw_rdma_tx_retx_pkts_total"),
-            hw("rdma_ack_timeouts", "hw_rdma_tx_ack_timeout_total"),
-            hw("rdma_retry_exceeded", "hw_rdma_req_tx_retry_excd_err_total"),
-            hw("rdma_cnp", "hw_rdma_rx_cnp_pkts_total"),
-            hw("rdma_tx_bytes", "hw_rdma_tx_bytes_total"),
-            # hw_rdma_port_state is 1 for an active port: count the ports that are not.
-            hw("rdma_ports_down", "hw_rdma_port_state", "(hw_rdma_port_state != bool 1)", agg="sum"),
-            hw("nic_errors", "hw_net_rx_errors_total", 'hw_net_rx_errors_total | hw_net_tx_errors_total',
-               more=("hw_net_tx_errors_total",)),
-            hw("procs_running", "hw_procs_running"),
-            hw("procs_blocked", "hw_procs_blocked"),
-            hw("oom_kills", "hw_oom_kills_total"),
-            Signal("mem_used", "ray_node_mem_used", ("ray_node_mem_used",), **ray),
-            Signal("mem_total", "ray_node_mem_total", ("ray_node_mem_total",), **ray),
-            Signal("cpu_util", "ray_node_cpu_utilization", ("ray_node_cpu_utilization",), **ray),
-            hw("mem_dirty", "hw_mem_dirty_bytes"),
-            hw("mem_writeback", "hw_mem_writeback_bytes"),
-            hw("io_pressure", "hw_io_pressure_some_pct"),
-            hw("io_pressure_full", "hw_io_pressure_full_pct"),
-            hw("context_switches", "hw_context_switches_total"),
-            hw("dmesg_gpu_errors", "hw_dmesg_gpu_errors_total"),
-            hw("gpu_processes", "hw_gpu_user_processes"),
-            hw("exporter_scrape_duration", "hw_scrape_duration_seconds"),
-            Signal("scrape_duration", 'scrape_duration_seconds{job="node_hw"}', ("scrape_duration_seconds",), **ray),
-            Signal("up", 'up{job="node_hw"}', ("up",), agg="min", **ray),
-        ),
-    )
-
-
-def _nvidia() -> Profile:
-    def dcgm(name: str, metric: str, selector: str = "", scale: float = 1.0, more: tuple[str, ...] = ()) -> Signal:
-        return Signal(name, selector or metric, (metric, *more), host_from="Hostname", scale=scale)
-
-    def node(name: str, metric: str, selector: str = "", scale: float = 1.0, agg: str = "",
-             more: tuple[str, ...] = ()) -> Signal:
-        return Signal(name, selector or metric, (metric, *more), host_from="instance", scale=scale, agg=agg)
-
-    def training(name: str, metric: str) -> Signal:
-        return Signal(name, metric, (metric,))
-
-    mib = 1024.0 * 1024.0
-    return Profile(
-        name="nvidia",
-        title="NVIDIA DCGM exporter + node_exporter + training_* gauges",
-        vendor="nvidia",
-        anchors=("DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "training_step"),
-        signals=_signals(
-            training("step", "training_step"),
-            training("loss", "training_loss"),
-            training("grad_norm", "training_grad_norm"),
-            training("learning_rate", "training_learning_rate"),
-            training("step_time", "training_step_time_seconds"),
-            training("tokens_per_sec", "training_tokens_per_second"),
-            training("moe_lb_loss", "training_moe_lb_loss"),
-            training("last_step_timestamp", "training_last_step_timestamp_seconds"),
-            dcgm("gpu_power", "DCGM_FI_DEV_POWER_USAGE"),
-            dcgm("gpu_temp", "DCGM_FI_DEV_GPU_TEMP"),
-            dcgm("gpu_clock", "DCGM_FI_DEV_SM_CLOCK"),
-            dcgm("gpu_util", "DCGM_FI_DEV_GPU_UTIL"),
-            dcgm("gpu_vram_used", "DCGM_FI_DEV_FB_USED", scale=mib),
-            dcgm("gpu_vram_total", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_USED + DCGM_FI_DEV_FB_FREE", scale=mib,
-                 more=("DCGM_FI_DEV_FB_FREE",)),
-            dcgm("gpu_ecc_uncorrectable", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),
-            dcgm("gpu_ecc_correctable", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),
-            dcgm("gpu_pcie_correctable", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),
-            dcgm("gpu_xid", "DCGM_FI_DEV_XID_ERRORS"),
-            node("tcp_retransmits", "node_netstat_Tcp_RetransSegs"),
-            node("tcp_abort_on_timeout", "node_netstat_TcpExt_TCPAbortOnTimeout"),
-            # node_exporter has no RDMA retransmit or ACK-timeout counter: InfiniBand trouble shows as
-            # transmit-wait and link-error-recovery growth instead.
-            node("rdma_transmit_wait", "node_infiniband_port_transmit_wait_total"),
-            node("rdma_link_error_recovery", "node_infiniband_link_error_recovery_total"),
-            node("rdma_link_downed", "node_infiniband_link_downed_total"),
-            node("rdma_tx_bytes", "node_infiniband_port_data_transmitted_bytes_total"),
-            # state_id 4 is ACTIVE.
-            node("rdma_ports_down", "node_infiniband_state_id", "(node_infiniband_state_id != bool 4)", agg="sum"),
-            node("nic_errors", "node_network_receive_errs_total",
-                 'node_network_receive_errs_total | node_network_transmit_errs_total',
-                 more=("node_network_transmit_errs_total",)),
-            node("procs_running", "node_procs_running"),
-            node("procs_blocked", "node_procs_blocked"),
-            node("oom_kills", "node_vmstat_oom_kill"),
-            node("mem_used", "node_memory_MemAvailable_bytes",
-                 "node_memory_MemTotal_bytes - node_memory_MemAvailable_bytes", more=("node_memory_MemTotal_bytes",)),
-            node("mem_total", "node_memory_MemTotal_bytes"),
-            node("mem_dirty", "node_memory_Dirty_bytes"),
-            node("mem_writeback", "node_memory_Writeback_bytes"),
-            # PSI counters in seconds: rate x 100 is the share of time stalled, in percent.
-            Signal("io_pressure", "node_pressure_io_waiting_seconds_total",
-                   ("node_pressure_io_waiting_seconds_total",), host_from="instance", scale=100.0, agg="max", as_counter=True),
-            Signal("io_pressure_full", "node_pressure_io_stalled_seconds_total",
-                   ("node_pressure_io_stalled_seconds_total",), host_from="instance", scale=100.0, agg="max", as_counter=True),
-            node("context_switches", "node_context_switches_total"),
-            # DCGM exporters are usually scraped by IP: take the host name from the exporter's own series.
-            Signal("scrape_duration",
-                   'max by (instance, Hostname) (scrape_duration_seconds{job="dcgm-exporter"} * on (instance) '
-                   'group_left (Hostname) group by (instance, Hostname) (last_over_time(DCGM_FI_DEV_GPU_TEMP[1h])))',
-                   ("scrape_duration_seconds",), host_from="Hostname"),
-            node("up", 'up{job="node"}', agg="min", more=("up",)),
-        ),
-    )
-
-
-PROFILES: dict[str, Profile] = {p.name: p for p in (_amd(), _nvidia())}
-
-
 def signal_info(name: str) -> dict[str, str]:
     """Return {domain, scope, kind, unit, title} of a signal name, whatever the profile."""
     if name not in _SIGNAL_INFO:
@@ -453,43 +348,3 @@ def signal_info(name: str) -> dict[str, str]:
     return {"domain": domain, "scope": scope, "kind": kind, "unit": unit, "title": title}
 
 
-def detect_profile(metric_names: Iterable[str], *, prefer: str | None = None) -> Profile:
-    """Return the profile that best matches the TSDB's metric names, or `PROFILES[prefer]` when given.
-
-    An explicit profile wins over detection (a TSDB holding two families), but not over the data: a
-    profile none of whose anchor metrics the TSDB holds would read nothing and call any job healthy.
-    Raises ProfileError when `prefer` is unknown or absent from the TSDB, or no profile's anchor is present.
-    """
-    names = set(metric_names)
-    if prefer and prefer != "auto":
-        try:
-            chosen = PROFILES[prefer]
-        except KeyError:
-            raise ProfileError(f"unknown profile {prefer!r}; known: {', '.join(PROFILES)}") from None
-        if chosen.score(names) == 0.0:
-            found = [p.name for p in PROFILES.values() if p.score(names) > 0]
-            raise ProfileError(
-                f"this TSDB holds none of the {prefer} profile's metrics ({', '.join(chosen.anchors[:3])}…)"
-                + (f"; it holds the {', '.join(found)} profile's: use auto" if found else "")
-            )
-        return chosen
-    scored = sorted(((p.score(names), p.name) for p in PROFILES.values()), reverse=True)
-    best_score, best = scored[0]
-    if best_score == 0.0:
-        sample = ", ".join(sorted(names)[:8]) or "no metrics at all"
-        raise ProfileError(
-            f"no known metric profile matches this TSDB (it holds {sample}…); "
-            f"known: {', '.join(p.title for p in PROFILES.values())}"
-        )
-    return PROFILES[best]
-
-
-def vendor_mismatch(gpu_model: str, profile: str) -> str:
-    """Return why a GPU model does not fit a profile's exporters (an H100 on the AMD seed system), or ""."""
-    model, prof = GPU_MODELS.get(gpu_model), PROFILES.get(profile)
-    if model is None or prof is None or model.vendor == prof.vendor:
-        return ""
-    return (
-        f"{model.name} is an {model.vendor.upper()} GPU but this job's exporters are {prof.vendor.upper()}'s "
-        f"({prof.name} profile): its power and thermal priors may not fit"
-    )

@@ -1,0 +1,197 @@
+"""Turn a profile declaration into the `Profile` of one TSDB: which host label, job names, prefix, metric.
+
+The same exporter is deployed differently from one cluster to the next (DCGM's host label is `Hostname`,
+`hostname` or absent; node_exporter is scraped by name or by address; the scrape job is whatever the
+deployer called it; AMD's exporter may prefix every field). `read_facts(client, spec, names)` asks the
+TSDB (a few label queries) and returns the choices as a small string mapping; `build(spec, choices)`
+makes the Profile. The choices travel inside the profile's name (`nvidia@dcgm.host=hostname&...`), so
+that a task on another worker rebuilds the very same Profile from `PROFILES[name]`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from urllib.parse import parse_qsl, urlencode
+
+from ._declared import ExporterSpec, ProfileSpec, SignalSpec
+from ._signal import _SIGNAL_INFO, Profile, ProfileError, Signal
+
+__all__ = ["build", "decode_name", "encode_name", "read_facts"]
+
+_ADDRESS = re.compile(r"^(.+?)(?::[0-9]+)?$")
+
+
+def encode_name(base: str, choices: Mapping[str, str]) -> str:
+    return f"{base}@{urlencode(sorted(choices.items()))}" if choices else base
+
+
+def decode_name(name: str) -> tuple[str, dict[str, str]]:
+    base, _, query = name.partition("@")
+    return base, dict(parse_qsl(query, keep_blank_values=False))
+
+
+def _address(instance: str) -> str:
+    m = _ADDRESS.match(instance)
+    return m.group(1) if m else instance
+
+
+def _job_matcher(jobs: Iterable[str]) -> str:
+    jobs = sorted(set(jobs))
+    if len(jobs) == 1:
+        return f'job="{jobs[0]}"'
+    return 'job=~"' + "|".join(re.sub(r"([.+*?()\[\]{}|^$\\])", r"\\\\\1", j) for j in jobs) + '"'
+
+
+def _selector(metric: str, matchers: Iterable[str]) -> str:
+    ms = [m for m in matchers if m]
+    return f"{metric}{{{', '.join(ms)}}}" if ms else metric
+
+
+def _host_of(exp: ExporterSpec, sig: SignalSpec, choices: Mapping[str, str]) -> tuple[str, str]:
+    """Return (host_from, host_join) for a signal of `exp`."""
+    if sig.host:
+        return sig.host, ""
+    host = choices.get(f"{exp.name}.host") or (",".join(exp.host_labels[:1]) or "instance")
+    if host == "uname":
+        return "instance", "uname"
+    return host, ""
+
+
+def _target(sig: SignalSpec, exp: ExporterSpec, choices: Mapping[str, str], host: str, join: str) -> str:
+    jobs = [j for j in choices.get(f"{exp.name}.jobs", "").split(",") if j] or list(exp.jobs)
+    if not jobs:
+        raise ProfileError(f"{sig.name}: the {exp.name} exporter's scrape jobs are unknown")
+    sel = _selector(sig.target, [_job_matcher(jobs)])
+    if join or host == "instance":
+        return sel
+    # The exporter names its host in a label its targets' own series lack: borrow it from the anchor,
+    # one name per target (a restarted exporter pod may have carried two), never many-to-many.
+    prefix = choices.get(f"{exp.name}.prefix", exp.prefixes[0])
+    anchor = _selector(prefix + exp.anchor, [exp.match])
+    labels = host.split(",")
+    first = labels[0]
+    return (f"max by (instance, job, {first}) ({sel} * on (instance, job) group_left ({first}) "
+            f"topk by (instance, job) (1, group by (instance, job, {first}) (last_over_time({anchor}[1h]))))")
+
+
+def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Signal | None:
+    exp = spec.exporters[sig.exporter]
+    prefix = choices.get(f"{exp.name}.prefix", exp.prefixes[0])
+    host, join = _host_of(exp, sig, choices)
+    kind = "counter" if sig.as_counter else _SIGNAL_INFO[sig.name][2]
+    matchers = (exp.match, sig.match)
+    if sig.target:
+        try:
+            selector = _target(sig, exp, choices, host, join)
+        except ProfileError:
+            return None
+        if not join and host != "instance":
+            host = host.split(",")[0]
+        metrics: tuple[str, ...] = (sig.target,)
+    elif sig.expr:
+        selector, metrics = sig.expr, (prefix + sig.metrics[0], *(prefix + m for m in sig.more))
+    elif len(sig.metrics) > 1 and kind == "counter":
+        metrics = tuple(prefix + m for m in sig.metrics)
+        selector = " | ".join(_selector(m, matchers) for m in metrics)
+    else:
+        chosen = choices.get(f"pick.{sig.name}") or sig.metrics[0]
+        metrics = (prefix + chosen,)
+        selector = _selector(prefix + chosen, matchers)
+    fill = exp.fill_filter if (sig.fill_filter and exp.fill_filter) else ""
+    alias = tuple(tuple(p.split(":", 1)) for p in choices.get(f"{exp.name}.alias", "").split(",") if ":" in p)
+    return Signal(sig.name, selector, metrics, host_from=host, gpu_from=exp.gpu_label if
+                  _SIGNAL_INFO[sig.name][1] == "gpu" else "", scale=sig.scale, agg=sig.agg, fill_filter=fill,
+                  as_counter=sig.as_counter, host_join=join, host_alias=alias if not sig.host else ())
+
+
+def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profile:
+    """Return the Profile of `spec` with the per-TSDB `choices` of `read_facts` (none: the declared defaults)."""
+    choices = dict(choices or {})
+    signals = {}
+    for sig in spec.signals.values():
+        built = _one(spec, sig, choices)
+        if built is not None:
+            signals[sig.name] = built
+    prefixes = {p for e in spec.exporters.values() for p in e.prefixes}
+    anchors = tuple(sorted({p + a for a in spec.anchors for p in prefixes}, key=lambda a: (a not in spec.anchors, a)))
+    return Profile(name=encode_name(spec.name, choices), title=spec.title, signals=signals, anchors=anchors,
+                   vendor=spec.vendor, base=spec.name, gpu_model_label=spec.gpu_model_label, source=spec.source)
+
+
+def _uname_addresses(client) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for labels in client.series(["node_uname_info"]):
+        if labels.get("instance") and labels.get("nodename"):
+            out[_address(labels["instance"])] = labels["nodename"]
+    return out
+
+
+def _renamed_targets(client, anchor: str, labels: list[str], nodenames: set[str]) -> dict[str, str]:
+    """Return {old: node name} for targets whose host label changed (a restarted exporter pod named itself
+    after the pod, then after the node): the earlier name is the same node, not a host that died."""
+    per_target: dict[tuple[str, str], set[str]] = {}
+    for s in client.series([anchor]):
+        name = next((s[lab] for lab in labels if s.get(lab)), "")
+        if name:
+            per_target.setdefault((s.get("job", ""), s.get("instance", "")), set()).add(name)
+    alias: dict[str, str] = {}
+    for names in per_target.values():
+        known = names & nodenames
+        if len(names) > 1 and len(known) == 1:
+            node = next(iter(known))
+            alias.update({n: node for n in names - known if re.match(r"^[A-Za-z0-9._-]+$", n)})
+    return alias
+
+
+def read_facts(client, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str]:
+    """Return the choices this TSDB calls for (only those that differ from the declared defaults).
+
+    Per exporter: its metric-name prefix; the host labels its series carry (every one present, in the
+    declared order, so that nodes on two exporter releases still meet), else `instance`, joined through
+    node_uname_info when the exporter is scraped by addresses that uname names otherwise; its scrape
+    job names. Per gauge with alternatives: the first metric the TSDB holds.
+    """
+    present = set(names)
+    choices: dict[str, str] = {}
+    uname: dict[str, str] | None = None
+    for exp in spec.exporters.values():
+        prefix = next((p for p in exp.prefixes if p + exp.anchor in present), None)
+        if prefix is None:
+            continue
+        if prefix != exp.prefixes[0]:
+            choices[f"{exp.name}.prefix"] = prefix
+        if exp.scope == "job":
+            continue
+        anchor = prefix + exp.anchor
+        labels = set(client.label_names([anchor]))
+        jobs = sorted(client.label_values("job", [anchor]))
+        if jobs and not set(jobs) <= set(exp.jobs):
+            choices[f"{exp.name}.jobs"] = ",".join(jobs)
+        hosts = [h for h in exp.host_labels if h in labels]
+        host = ",".join(hosts) if hosts else "instance"
+        if hosts and exp.join_uname and "node_uname_info" in present:
+            if uname is None:
+                uname = _uname_addresses(client)
+            alias = _renamed_targets(client, anchor, hosts, set(uname.values()))
+            if alias:
+                choices[f"{exp.name}.alias"] = ",".join(f"{a}:{b}" for a, b in sorted(alias.items()))
+        if not hosts and exp.join_uname and "node_uname_info" in present:
+            if uname is None:
+                uname = _uname_addresses(client)
+            addrs = [_address(i) for i in client.label_values("instance", [anchor])]
+            renamed = [a for a in addrs if a in uname and uname[a] != a]
+            if addrs and 2 * len(renamed) >= len(addrs):
+                host = "uname"
+        default = exp.host_labels[0] if exp.host_labels else "instance"
+        if host != default:
+            choices[f"{exp.name}.host"] = host
+    for sig in spec.signals.values():
+        exp = spec.exporters[sig.exporter]
+        kind = "counter" if sig.as_counter else _SIGNAL_INFO[sig.name][2]
+        if len(sig.metrics) > 1 and kind != "counter" and not sig.expr:
+            prefix = choices.get(f"{exp.name}.prefix", exp.prefixes[0])
+            found = next((m for m in sig.metrics if prefix + m in present), sig.metrics[0])
+            if found != sig.metrics[0]:
+                choices[f"pick.{sig.name}"] = found
+    return choices

@@ -1,0 +1,156 @@
+"""How a generated job's exporters are deployed: the variants real clusters show, varied by seed.
+
+`Exporters` names one deployment (dcgm-exporter's host label, Kubernetes labels, scrape job names,
+node_exporter scraped by address, a stale Xid, remapped-row fields instead of ECC counters, node_exporter
+>= 1.11 RDMA counters, DCGM's 30 s collection under a 15 s scrape, an exporter that comes up late, a
+restarted exporter pod that renames its host, background counter noise, relabelled hosts, AMD's
+device-metrics-exporter with its field prefix). `Exporters.random(seed)` draws one; `Exporters.named(...)`
+gives a perturbation of the robustness bench by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PERTURBATIONS", "Exporters", "apply_to_job"]
+
+
+@dataclass(frozen=True)
+class Exporters:
+    """One deployment of a job's exporters (the defaults are the plain deployment every test knew).
+
+    Attributes:
+        gpu: "dcgm" (NVIDIA dcgm-exporter), "amd-dme" (AMD device-metrics-exporter) or "none" (no GPU
+            exporter was deployed: node_exporter and the trainer only); the seed system ignores these options.
+        gpu_host_label: the GPU exporter's host label: "Hostname" (dcgm-exporter releases), "hostname"
+            (its HEAD, AMD's exporter), "" (`--no-hostname`: only `instance` names the target).
+        kubernetes: scraped by kube-prometheus-stack: `pod`/`namespace`/`container`/`service`/`endpoint`
+            on every target, the GPU workload's own as `exported_*`, DCGM scraped at its pod IP.
+        node_job, gpu_job: the deployer's scrape job names.
+        node_by_address: node_exporter's `instance` is `IP:9100` (node_uname_info{nodename} names the host).
+        stale_xid: one GPU holds an Xid from before the job for the whole job (DCGM keeps the last one).
+        ecc: "dbe" (ECC SBE/DBE volatile totals) or "remapped" (the default counter set: row remapping).
+        rdma_hw_counters: node_exporter >= 1.11: RoCE retransmits, ACK timeouts, CNP, sequence errors.
+        gpu_collect_s: the GPU exporter's collection interval; above the scrape interval values repeat.
+        gpu_late_scrapes: the GPU exporter comes up this many scrapes after the others.
+        hostname_change: one GPU exporter pod is restarted mid-job and reports another host label value
+            under the same `instance` (its pod name before, the node name after).
+        counter_noise: background RDMA retransmits/ACK timeouts: a few to tens of packets on ~1 % of
+            scrapes per NIC, on every host.
+        host_domain: relabelled hosts: every host name gets this DNS suffix (log, TSDB and truth alike).
+        prefix: AMD device-metrics-exporter field prefix ("amd_").
+    """
+
+    gpu: str = "dcgm"
+    gpu_host_label: str = "Hostname"
+    kubernetes: bool = False
+    node_job: str = "node"
+    gpu_job: str = "dcgm-exporter"
+    node_by_address: bool = False
+    stale_xid: bool = False
+    ecc: str = "dbe"
+    rdma_hw_counters: bool = False
+    gpu_collect_s: float = 0.0
+    gpu_late_scrapes: int = 0
+    hostname_change: bool = False
+    counter_noise: bool = False
+    host_domain: str = ""
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if self.gpu not in ("dcgm", "amd-dme", "none"):
+            raise ValueError(f"unknown GPU exporter {self.gpu!r} (dcgm, amd-dme, none)")
+        if self.gpu_host_label not in ("Hostname", "hostname", ""):
+            raise ValueError(f"unknown GPU host label {self.gpu_host_label!r} (Hostname, hostname or '')")
+        if self.ecc not in ("dbe", "remapped"):
+            raise ValueError(f"unknown ECC field set {self.ecc!r} (dbe, remapped)")
+        if not self.gpu_host_label:
+            # without a host label only addresses meet: node_exporter must be scraped by address too
+            object.__setattr__(self, "node_by_address", True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Exporters:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in known})
+
+    @classmethod
+    def random(cls, seed: int, *, gpu: str = "dcgm") -> Exporters:
+        """Return a deployment drawn from the variants seen in the field, reproducible by seed."""
+        rng = np.random.default_rng([seed, 4242])
+        k8s = bool(rng.random() < 0.4)
+        return cls(
+            gpu=gpu,
+            gpu_host_label=str(rng.choice(["Hostname", "hostname", ""] if gpu == "dcgm" else ["hostname", ""])),
+            kubernetes=k8s,
+            node_job=str(rng.choice(["node", "node-exporter", "prometheus-node-exporter", "nodes"])),
+            gpu_job=str(rng.choice(["dcgm-exporter", "nvidia-dcgm-exporter", "gpu-metrics"]
+                                   if gpu == "dcgm" else ["amd-device-metrics-exporter", "gpu-metrics"])),
+            node_by_address=bool(k8s or rng.random() < 0.5),
+            stale_xid=bool(rng.random() < 0.3),
+            ecc=str(rng.choice(["dbe", "remapped"])),
+            rdma_hw_counters=bool(rng.random() < 0.5),
+            gpu_collect_s=float(rng.choice([0.0, 30.0])),
+            gpu_late_scrapes=int(rng.choice([0, 0, 1])),
+            counter_noise=True,
+            prefix=str(rng.choice(["", "amd_"])) if gpu == "amd-dme" else "",
+        )
+
+    @classmethod
+    def named(cls, name: str, *, gpu: str = "dcgm") -> Exporters:
+        """Return the robustness bench's perturbation `name` (see PERTURBATIONS) of the plain deployment."""
+        if name not in PERTURBATIONS:
+            raise ValueError(f"unknown perturbation {name!r}; known: {', '.join(PERTURBATIONS)}")
+        return replace(cls(gpu=gpu, gpu_job="dcgm-exporter" if gpu == "dcgm" else "amd-device-metrics-exporter",
+                           gpu_host_label="Hostname" if gpu == "dcgm" else "hostname"), **PERTURBATIONS[name])
+
+
+#: The robustness bench's perturbations: option changes applied to the plain deployment.
+PERTURBATIONS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "relabelled-hosts": {"host_domain": ".cluster.internal"},
+    "renamed-jobs": {"node_job": "prometheus-node-exporter", "gpu_job": "gpu-metrics"},
+    "kubernetes": {"kubernetes": True, "node_by_address": True, "gpu_host_label": "hostname"},
+    "no-hostname": {"gpu_host_label": ""},
+    "counter-noise": {"counter_noise": True},
+    "late-exporter": {"gpu_late_scrapes": 1},
+    "dcgm-30s": {"gpu_collect_s": 30.0},
+}
+
+
+def apply_to_job(job, ex: Exporters) -> None:
+    """Change the simulated job where the deployment changes what the exporters read (before emitting).
+
+    Host names (host_domain) must be applied before simulation by the caller; here: background counter
+    noise, the stale Xid.
+    """
+    rng = np.random.default_rng([job.seed, 777])
+    if ex.counter_noise:
+        for key in ("retx", "ack"):
+            arr = job.nic_sig[key]
+            hits = rng.random(arr.shape) < 0.01
+            size = rng.integers(3, 40 if key == "retx" else 6, arr.shape)
+            job.nic_sig[key] = arr + np.cumsum(np.where(hits, size, 0), axis=-1)
+        job.notes.append("background RDMA retransmit/ACK-timeout noise on ~1 % of scrapes per NIC")
+    if ex.stale_xid and "xid" in job.gpu_sig:
+        h, g = int(rng.integers(job.nodes)), int(rng.integers(job.gpus))
+        xid = job.gpu_sig["xid"]
+        if not xid[h, g].any():
+            xid[h, g] = float(rng.choice([31, 43, 79]))
+            job.red_herrings["stale_xid"] = f"{job.hosts[h]}:{g}"
+            job.notes.append(f"GPU {g} of {job.hosts[h]} holds an Xid from before the job (stale)")
+
+
+def hold(values: np.ndarray, interval: float, collect_s: float, phase: int) -> np.ndarray:
+    """Return values as an exporter collecting every `collect_s` reports them at each scrape (repeats)."""
+    r = int(round(collect_s / interval)) if collect_s > interval else 1
+    if r <= 1:
+        return values
+    idx = np.arange(values.shape[-1])
+    src = np.maximum(0, ((idx + phase) // r) * r - phase)
+    return values[..., src]

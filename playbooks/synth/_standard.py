@@ -1,0 +1,254 @@
+"""Series of the ecosystem's standard exporters, deployed as `_deploy.Exporters` says.
+
+- NVIDIA dcgm-exporter (`DCGM_FI_DEV_*`; `Hostname`, `hostname` or no host label; ECC or remapped rows;
+  `DCGM_FI_DEV_XID_ERRORS` as the gauge of the last Xid) or AMD's device-metrics-exporter (`gpu_*` with
+  `hostname`, `gpu_id`, `gpu_partition_id`, `card_model`, an optional field prefix);
+- node_exporter (`node_*` with `instance`, `node_uname_info{nodename}`, the InfiniBand port counters and,
+  for >= 1.11, the RDMA hw counters);
+- the trainer's `training_*` gauges, scraped from rank 0;
+- Prometheus' own `up` and `scrape_duration_seconds` per target, under the deployer's job names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from ._deploy import Exporters, hold
+from ._sim import Job
+
+Item = tuple[str, dict[str, str], np.ndarray, np.ndarray, str]
+MIB = 1024.0**2
+
+
+def _ip(job: Job, h: int) -> str:
+    return f"10.{12 + (job.seed % 50)}.{h // 250}.{11 + h % 250}"
+
+
+def _pod_ip(job: Job, h: int) -> str:
+    return f"10.244.{h // 200}.{20 + h % 200}"
+
+
+def _suffix(job: Job, h: int, n: int = 5) -> str:
+    return f"{(job.seed * 7919 + h * 104729) % (36 ** n):0{n}x}"[:n]
+
+
+def _mask(job: Job, h: int, vals: np.ndarray, *, gpu: bool = False, hw: bool = True) -> np.ndarray:
+    v = np.array(vals, dtype=float, copy=True)
+    if hw and h in job.frozen_from:
+        i = job.frozen_from[h]
+        v[i:] = v[i]
+    pres = job.gpu_present[h] if gpu else job.present[h]
+    v[~pres] = np.nan
+    return v
+
+
+class _Layout:
+    """Targets, labels and instances of one job's deployment."""
+
+    def __init__(self, job: Job, ex: Exporters) -> None:
+        self.job, self.ex = job, ex
+        K = job.nodes
+        self.node_inst = [f"{_ip(job, h)}:9100" if ex.node_by_address else f"{job.hosts[h]}:9100" for h in range(K)]
+        gpu_port = 9400 if ex.gpu == "dcgm" else 5000
+        self.gpu_inst = [f"{_pod_ip(job, h) if ex.kubernetes else _ip(job, h)}:{gpu_port}" for h in range(K)]
+        self.gpu_pod = [f"{'nvidia-dcgm-exporter' if ex.gpu == 'dcgm' else 'amd-metrics-exporter'}-{_suffix(job, h)}"
+                        for h in range(K)]
+        rng = np.random.default_rng([job.seed, 31])
+        self.restart_at = int(rng.integers(len(job.t) // 4, 3 * len(job.t) // 4)) if ex.hostname_change else -1
+        self.restart_host = int(rng.integers(K)) if ex.hostname_change else -1
+
+    def node_labels(self, h: int) -> dict[str, str]:
+        lab = {"instance": self.node_inst[h], "job": self.ex.node_job}
+        if self.ex.kubernetes:
+            lab |= {"container": "node-exporter", "endpoint": "http-metrics", "namespace": "monitoring",
+                    "pod": f"prometheus-node-exporter-{_suffix(self.job, h)}", "service": "prometheus-node-exporter"}
+        return lab
+
+    def gpu_target(self, h: int) -> dict[str, str]:
+        lab = {"instance": self.gpu_inst[h], "job": self.ex.gpu_job}
+        if self.ex.kubernetes:
+            ns = "gpu-operator" if self.ex.gpu == "dcgm" else "kube-amd-gpu"
+            lab |= {"container": self.gpu_pod[h].rsplit("-", 1)[0], "endpoint": "gpu-metrics", "namespace": ns,
+                    "pod": self.gpu_pod[h], "service": self.gpu_pod[h].rsplit("-", 1)[0]}
+        return lab
+
+    def gpu_series_labels(self, h: int, g: int, extra: dict[str, str]) -> list[tuple[dict[str, str], slice]]:
+        """Return (labels, time slice) pairs: two when the exporter pod was restarted under another name."""
+        lab = self.gpu_target(h) | extra
+        if self.ex.kubernetes:
+            lab |= {"exported_container": "trainer", "exported_namespace": "training",
+                    "exported_pod": f"{self.job.job_name.lower()[:40].strip('-')}-worker-{h}"}
+        key = self.ex.gpu_host_label
+        if not key:
+            return [(lab, slice(None))]
+        if h == self.restart_host:
+            return [(lab | {key: self.gpu_pod[h]}, slice(0, self.restart_at)),
+                    (lab | {key: self.job.hosts[h]}, slice(self.restart_at, None))]
+        return [(lab | {key: self.job.hosts[h]}, slice(None))]
+
+
+def _gpu_family(lay: _Layout, name: str, arr: np.ndarray, fmt: str, extra_of) -> Iterator[Item]:
+    job, ex = lay.job, lay.ex
+    t = job.t
+    for h in range(job.nodes):
+        late = np.arange(len(t)) < ex.gpu_late_scrapes
+        for g in range(job.gpus):
+            vals = _mask(job, h, hold(arr[h, g], job.interval, ex.gpu_collect_s, phase=h % 2), gpu=True)
+            vals[late] = np.nan
+            for lab, part in lay.gpu_series_labels(h, g, extra_of(h, g)):
+                v = np.full(len(t), np.nan)
+                v[part] = vals[part]
+                yield name, lab, t, v, fmt
+
+
+def _dcgm(lay: _Layout) -> Iterator[Item]:
+    job, ex = lay.job, lay.ex
+    gs = job.gpu_sig
+    rng = np.random.default_rng([job.seed, 99])
+    uuids = [[f"GPU-{rng.integers(0, 2**32):08x}-{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**16):04x}-"
+              f"{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**48):012x}" for _ in range(job.gpus)]
+             for _ in range(job.nodes)]
+
+    def extra(h: int, g: int) -> dict[str, str]:
+        return {"DCGM_FI_DRIVER_VERSION": "560.35.03", "UUID": uuids[h][g], "device": f"nvidia{g}", "gpu": str(g),
+                "modelName": job.gpu.dcgm_model_name, "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0"}
+
+    fb_total, fb_used = gs["vram_total"] / MIB, gs["vram_used"] / MIB
+    ue, ce = ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL") if ex.ecc == "dbe" else \
+        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")
+    fams = [("DCGM_FI_DEV_GPU_TEMP", gs["temp"], "d"), ("DCGM_FI_DEV_POWER_USAGE", gs["power"], "f3"),
+            ("DCGM_FI_DEV_SM_CLOCK", gs["sclk"], "d"), ("DCGM_FI_DEV_MEM_CLOCK", gs["mclk"], "d"),
+            ("DCGM_FI_DEV_GPU_UTIL", gs["util"], "d"), ("DCGM_FI_DEV_FB_USED", fb_used, "d"),
+            ("DCGM_FI_DEV_FB_FREE", fb_total - fb_used, "d"), ("DCGM_FI_DEV_XID_ERRORS", gs["xid"], "d"),
+            (ue, gs["umc_ue"], "d"), (ce, gs["umc_ce"], "d"), ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gs["pcie_corr"], "d")]
+    if ex.ecc == "remapped":
+        fams.append(("DCGM_FI_DEV_ROW_REMAP_FAILURE", np.zeros_like(gs["temp"]), "d"))
+    for name, arr, fmt in fams:
+        yield from _gpu_family(lay, name, arr, fmt, extra)
+
+
+def _dme(lay: _Layout) -> Iterator[Item]:
+    job, ex = lay.job, lay.ex
+    gs = job.gpu_sig
+    p = ex.prefix
+
+    def extra(h: int, g: int) -> dict[str, str]:
+        return {"card_model": f"AMD Instinct {job.gpu.name}", "card_series": f"AMD Instinct {job.gpu.name}",
+                "gpu_id": str(g), "gpu_partition_id": "0", "serial_number": f"{job.seed:04d}{h:04d}{g:02d}"}
+
+    power = "gpu_package_power" if job.gpu.name.startswith("MI3") else "gpu_power_usage"
+    yield from _gpu_family(lay, p + power, gs["power"], "f1", extra)
+    # a second partition of each GPU reads 0 W: the profile keeps partition 0
+    yield from _gpu_family(lay, p + power, np.zeros_like(gs["power"]), "d",
+                           lambda h, g: extra(h, g) | {"gpu_partition_id": "1"})
+    fams = [("gpu_junction_temperature", gs["temp"], "f1"),
+            ("gpu_gfx_activity", gs["util"], "f1"), ("gpu_used_vram", gs["vram_used"] / MIB, "d"),
+            ("gpu_total_vram", gs["vram_total"] / MIB, "d"), ("gpu_ecc_uncorrect_total", gs["umc_ue"], "d"),
+            ("gpu_ecc_correct_total", gs["umc_ce"], "d"), ("pcie_replay_count", gs["pcie_corr"], "d")]
+    for name, arr, fmt in fams:
+        yield from _gpu_family(lay, p + name, arr, fmt, extra)
+    for kind, key in (("GPU_CLOCK_TYPE_SYSTEM", "sclk"), ("GPU_CLOCK_TYPE_MEMORY", "mclk")):
+        yield from _gpu_family(lay, p + "gpu_clock", gs[key], "d", lambda h, g, k=kind: extra(h, g) | {"clock_type": k})
+
+
+def _node(lay: _Layout) -> Iterator[Item]:
+    job = lay.job
+    t, K = job.t, job.nodes
+    hs = job.host_sig
+    io_full_s = np.cumsum(hs["io_full"] / 100.0 * job.interval, axis=-1) + 1e5
+    io_some_s = np.cumsum(hs["io_some"] / 100.0 * job.interval, axis=-1) + 3e5
+    for h in range(K):
+        lab = lay.node_labels(h) | {"domainname": "(none)", "machine": "x86_64", "nodename": job.hosts[h],
+                                    "release": "5.15.0-119-generic", "sysname": "Linux", "version": "#129-Ubuntu SMP"}
+        yield "node_uname_info", lab, t, _mask(job, h, np.ones(len(t)), hw=False), "d"
+    node_metrics = (
+        ("node_netstat_Tcp_RetransSegs", hs["tcp_retrans"], "d"),
+        ("node_netstat_TcpExt_ListenDrops", hs["listen_drops"], "d"),
+        ("node_netstat_TcpExt_TCPAbortOnTimeout", hs["tcp_abort"], "d"),
+        ("node_procs_running", hs["running"], "d"), ("node_procs_blocked", hs["blocked"], "d"),
+        ("node_context_switches_total", hs["ctx"], "d"), ("node_vmstat_oom_kill", hs["oom"], "d"),
+        ("node_memory_MemTotal_bytes", hs["mem_total"], "d"),
+        ("node_memory_MemAvailable_bytes", hs["mem_total"] - hs["mem_used"], "d"),
+        ("node_memory_Dirty_bytes", hs["dirty"], "d"), ("node_memory_Writeback_bytes", hs["writeback"], "d"),
+        ("node_pressure_io_stalled_seconds_total", io_full_s, "f3"),
+        ("node_pressure_io_waiting_seconds_total", io_some_s, "f3"),
+        ("node_load1", hs["running"] * 0.9, "f2"),
+    )
+    for metric, arr, fmt in node_metrics:
+        for h in range(K):
+            yield metric, lay.node_labels(h), t, _mask(job, h, arr[h], hw=False), fmt
+    for metric in ("node_network_receive_errs_total", "node_network_transmit_errs_total"):
+        for h in range(K):
+            yield metric, lay.node_labels(h) | {"device": "eth0"}, t, _mask(job, h, hs["net_rx_err"][h], hw=False), "d"
+    yield from _infiniband(lay)
+
+
+def _infiniband(lay: _Layout) -> Iterator[Item]:
+    job, ex = lay.job, lay.ex
+    t, K = job.t, job.nodes
+    ns = job.nic_sig
+    D = ns["retx"].shape[1]
+    fams = [("node_infiniband_state_id", ns["port"] * 4),
+            ("node_infiniband_port_transmit_wait_total", ns["retx"] * 40 + ns["cnp"] * 3),
+            ("node_infiniband_link_error_recovery_total", np.floor(ns["ack"] / 4.0)),
+            ("node_infiniband_link_downed_total", ns["retry_excd"]),
+            ("node_infiniband_port_data_transmitted_bytes_total", ns["tx_bytes"])]
+    if ex.rdma_hw_counters:
+        fams += [("node_infiniband_roce_adp_retransmits_total", ns["retx"]),
+                 ("node_infiniband_local_ack_timeout_errors_total", ns["ack"]),
+                 ("node_infiniband_np_cnp_packets_sent_total", ns["cnp"]),
+                 ("node_infiniband_packet_sequence_errors_total", np.floor(ns["retx"] / 8.0))]
+    for metric, arr in fams:
+        for h in range(K):
+            for d in range(D):
+                lab = lay.node_labels(h) | {"device": f"mlx5_{d}", "port": "1"}
+                yield metric, lab, t, _mask(job, h, arr[h, d], hw=False), "d"
+
+
+def _targets(lay: _Layout) -> Iterator[Item]:
+    job, ex = lay.job, lay.ex
+    t = job.t
+    late = np.arange(len(t)) < ex.gpu_late_scrapes
+    for h in range(job.nodes):
+        up = job.present[h].astype(float)
+        yield "up", lay.node_labels(h), t, up, "d"
+        if ex.gpu != "none":
+            yield "up", lay.gpu_target(h), t, np.where(late, 0.0, up), "d"
+    for h in range(job.nodes):
+        dur = np.where(job.present[h], 0.02 + 0.01 * np.sin(np.arange(len(t)) + h) ** 2, 10.0)
+        yield "scrape_duration_seconds", lay.node_labels(h), t, dur, "f4"
+        if ex.gpu == "none":
+            continue
+        gdur = np.where(job.scrape_timeout_mask[h], 9.99, dur)
+        yield "scrape_duration_seconds", lay.gpu_target(h), t, gdur, "f4"
+
+
+def _training(job: Job) -> Iterator[Item]:
+    # training gauges scraped from rank 0's exporter: value of the last completed step at each scrape
+    t = job.t
+    idx = np.searchsorted(job.step_end, t, side="right") - 1
+    valid = idx >= 0
+    ii = np.clip(idx, 0, None)
+    up = job.t <= (job.crash_time if job.crash_time is not None else job.job_end)
+    lab = {"instance": f"{job.hosts[0]}:8000", "job": "training"}
+    for metric, arr, fmt in (
+        ("training_step", job.step_num.astype(float), "d"), ("training_loss", job.loss, "g"),
+        ("training_step_time_seconds", job.step_secs, "g"), ("training_tokens_per_second", job.tgs, "g"),
+        ("training_grad_norm", job.grad_norm, "g"), ("training_learning_rate", job.lr, "g"),
+        ("training_last_step_timestamp_seconds", job.step_end, "f3"),
+    ) + ((("training_moe_lb_loss", job.moe_lb, "g"),) if job.moe else ()):
+        if len(arr) == 0:
+            continue
+        yield metric, lab, t, np.where(valid & up, arr[ii], np.nan), fmt
+
+
+def standard_series(job: Job, ex: Exporters) -> Iterator[Item]:
+    """Yield every series of the job as the standard exporters deployed per `ex` export them."""
+    lay = _Layout(job, ex)
+    if ex.gpu != "none":
+        yield from (_dcgm(lay) if ex.gpu == "dcgm" else _dme(lay))
+    yield from _node(lay)
+    yield from _targets(lay)
+    yield from _training(job)

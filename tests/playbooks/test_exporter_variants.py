@@ -1,0 +1,109 @@
+"""Real exporters as people deploy them: each variant generated, served by a real Prometheus, diagnosed.
+
+Every case builds a job whose exporters are deployed one way (dcgm-exporter's host label `Hostname`,
+`hostname` or none; Kubernetes labels; the deployer's job names; node_exporter scraped by address; a
+stale Xid; remapped-row fields; node_exporter >= 1.11 RDMA counters; DCGM's 30 s collection; a late
+exporter; a restarted exporter pod; AMD's device-metrics-exporter) and checks that the diagnosis keeps
+the verdict the plain deployment gets: class, family, culprit hosts (by their node names), no warning on
+a healthy job.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from playbooks.diagnose import run_diagnosis
+from playbooks.profiles import PROFILES
+from playbooks.synth import Exporters
+from playbooks.triage import triage_job
+
+from .test_diagnose_scenarios import _serve
+
+
+def _diagnose(served_job, view_root, scenario, profile, exporters, seed=1, **kw):
+    client, truth, job_dir = _serve(served_job, view_root, scenario, seed, profile, exporters=exporters, **kw)
+    return run_diagnosis(client, triage=triage_job(job_dir).to_dict()), truth, client
+
+
+def _verdict_holds(result, truth):
+    d = result["diagnosis"]
+    assert (d["class"], d["root_cause_family"]) == (truth["class"], truth["root_cause_family"]), d["summary"]
+    assert sorted(c["host"] for c in d["culprits"]) == sorted(c["host"] for c in truth["culprits"]), d["summary"]
+    if truth["class"] == "healthy":
+        assert [f["title"] for f in result["findings"] if f["severity"] != "info"] == []
+
+
+VARIANTS = [
+    ("hostname-lower", Exporters(gpu_host_label="hostname")),
+    ("no-hostname", Exporters(gpu_host_label="")),
+    ("kubernetes", Exporters(kubernetes=True, node_by_address=True, node_job="node-exporter",
+                             gpu_job="nvidia-dcgm-exporter")),
+    ("renamed-jobs", Exporters(node_job="prometheus-node-exporter", gpu_job="gpu-metrics")),
+    ("node-by-address", Exporters(node_by_address=True)),
+    ("dcgm-30s", Exporters(gpu_collect_s=30.0)),
+    ("late-exporter", Exporters(gpu_late_scrapes=1)),
+    ("relabelled-hosts", Exporters(host_domain=".cluster.internal")),
+]
+
+
+@pytest.mark.parametrize(("scenario", "variant"), [(s, v) for s in ("gpu-hardware-fault", "healthy")
+                                                   for v in VARIANTS], ids=lambda x: x[0] if isinstance(x, tuple) else x)
+def test_a_deployment_variant_keeps_the_verdict(served_job, view_root, scenario, variant):
+    """Host labels, job names, addresses, collection intervals and late exporters change nothing."""
+    name, ex = variant
+    result, truth, _ = _diagnose(served_job, view_root, scenario, "nvidia", ex)
+    _verdict_holds(result, truth)
+    hosts = set(result["source"]["hosts"])
+    assert hosts == set(truth["hosts"]), f"{name}: one node under two names, or a host missed"
+
+
+def test_a_stale_xid_from_before_the_job_is_no_event(served_job, view_root):
+    """DCGM keeps the last Xid until it restarts: a value held all job long is not a GPU fault."""
+    result, truth, _ = _diagnose(served_job, view_root, "healthy", "nvidia", Exporters(stale_xid=True))
+    assert truth["red_herrings"].get("stale_xid")
+    _verdict_holds(result, truth)
+
+
+def test_remapped_rows_stand_in_for_ecc_counters(served_job, view_root):
+    """The default counter set has no ECC SBE/DBE: the uncorrectable remapped rows reveal the bad GPU."""
+    result, truth, _ = _diagnose(served_job, view_root, "gpu-hardware-fault", "nvidia", Exporters(ecc="remapped"))
+    _verdict_holds(result, truth)
+    ecc = [f for f in result["findings"] if f["class"] == "gpu-hardware-fault" and f["severity"] != "info"]
+    assert any("ecc" in f["title"].lower() or "uncorrectable" in f["title"].lower() for f in ecc), ecc
+
+
+def test_a_restarted_exporter_pod_with_two_host_names_does_not_break_matching(served_job, view_root):
+    """One instance with two Hostname values in the window: no many-to-many error, the verdict holds."""
+    result, truth, _ = _diagnose(served_job, view_root, "gpu-hardware-fault", "nvidia",
+                                 Exporters(hostname_change=True))
+    assert result["diagnosis"]["class"] == truth["class"]
+    assert not any("many-to-many" in str(e) for e in result.get("errors", {}).values())
+    assert all("many-to-many" not in f["title"] for f in result["findings"])
+
+
+def test_node_exporter_rdma_counters_feed_the_rdma_rules(served_job, view_root):
+    """node_exporter >= 1.11 exports RoCE retransmits and ACK timeouts; the network playbook reads them."""
+    result, truth, client = _diagnose(served_job, view_root, "rdma-degradation", "nvidia",
+                                      Exporters(rdma_hw_counters=True))
+    prof = PROFILES[result["source"]["profile"]]
+    assert prof.available(client.label_values("__name__"))["rdma_retransmits"]
+    _verdict_holds(result, truth)
+
+
+@pytest.mark.parametrize("scenario", ["healthy", "thermal-straggler", "gpu-hardware-fault"])
+def test_amd_device_metrics_exporter(served_job, view_root, scenario):
+    """AMD's device-metrics-exporter: hostname/gpu_id labels, partition 0 only, card_model names the GPU."""
+    result, truth, _ = _diagnose(served_job, view_root, scenario, "amd-dme", Exporters(gpu="amd-dme",
+                                 gpu_host_label="hostname", gpu_job="amd-device-metrics-exporter", prefix="amd_"))
+    assert result["source"]["profile"].partition("@")[0] == "amd-dme"
+    assert result["source"]["gpus_per_host"] == truth["gpus_per_host"]
+    _verdict_holds(result, truth)
+
+
+def test_a_node_exporter_only_tsdb_is_diagnosed_with_what_is_there(served_job, view_root):
+    """No GPU exporter: the node profile is recognised (no refusal) and the GPU signals are named as missing."""
+    result, truth, _ = _diagnose(served_job, view_root, "healthy", "nvidia", Exporters(gpu="none"))
+    assert result["source"]["profile"].partition("@")[0] == "node"
+    assert result["diagnosis"]["class"] == "healthy"
+    absent = [f for f in result["findings"] if "gpu_power" in " ".join(str(e["value"]) for e in f["evidence"])]
+    assert absent, [f["title"] for f in result["findings"]]
