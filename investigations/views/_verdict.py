@@ -7,7 +7,7 @@ from typing import Any
 from ..models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
 from ..services import diagnosis as dx
 from ..services.verdict import culprit_names, investigation_verdict
-from .diagnosis import relative, utc
+from ..times import relative, utc
 
 
 def verdict_context(investigation: Investigation) -> dict[str, Any]:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from ..access import get_investigation_or_404
 from ..models import Investigation
 from ..services import lifecycle
 from ._common import HtmxHttpRequest
@@ -14,7 +15,9 @@ from ._common import HtmxHttpRequest
 
 @require_POST
 def delete(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = get_object_or_404(Investigation.objects.select_related("owner"), pk=investigation_id)
+    investigation = get_investigation_or_404(
+        request.user, investigation_id, queryset=Investigation.objects.select_related("owner")
+    )
     try:
         title = lifecycle.investigation_delete(investigation, request.user, request.POST.get("confirm", ""))
     except lifecycle.DeleteRefused as exc:
