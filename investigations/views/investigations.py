@@ -61,7 +61,7 @@ def _diagnose_on_open(investigation: Investigation, job: Job | None, user: Any) 
     """Start the job's diagnosis as the investigation opens, as the demo does: its plan waits for the
     triage (which picks the playbooks) and discovers the source itself. A job without a data source
     (an uploaded log alone) has nothing to diagnose yet."""
-    if job is None or inv.job_datasource(job) is None:
+    if job is None or job.current_datasource() is None:
         return
     run = dx.diagnosis_start(investigation, job, user=user)
     enqueue_on_commit(diagnosis_plan_task, run.pk, not_sent=partial(run_not_sent, run.pk))
