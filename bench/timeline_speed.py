@@ -131,7 +131,11 @@ def _views(job_dir: Path, triage: dict, recorder: _Recorder) -> dict:
     out["hit_s"], out["hit_queries"] = time.perf_counter() - t0, hit["queries"]
     t0 = time.perf_counter()
     one = svc.timeline_figures(investigation, job, ds, svc.TimelineView(), panels=["gpu_temp"])
-    out["hit_one_s"], out["hit_one_queries"], out["hit_load"] = time.perf_counter() - t0, one["queries"], _load()
+    out["hit_one_s"], out["hit_one_queries"], out["hit_load"] = (
+        time.perf_counter() - t0,
+        one["queries"],
+        _load(),
+    )
     out["same"] = hit["figures"] == cold["figures"]
     recorder.sent = sent
     return out
@@ -205,13 +209,19 @@ def _run(args: argparse.Namespace, job_dir: Path, data_dir: Path) -> None:
     evals, execs, n = recorder.evaluation()
     meta = {k: f["layout"]["meta"] for k, f in views["figures"].items()}
     print(f"job: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h, culprit {truth['culprits']}")
-    print(f"cold view, all {len(meta)} default panels: {views['cold_s']:.2f} s server time, "
-          f"{views['cold_queries']} queries ({views['load_before']} before, {views['cold_load']} after)")
-    print(f"Prometheus's own evaluation of the same {n} queries, one at a time: {evals:.2f} s "
-          f"(execTotalTime {execs:.2f} s); cold view / evaluation = {views['cold_s'] / evals:.2f} ({_load()})")
-    print(f"cache hit, same view by another user: {views['hit_s']:.3f} s, {views['hit_queries']} queries; "
-          f"one panel: {views['hit_one_s']:.3f} s, {views['hit_one_queries']} queries; identical figures: "
-          f"{views['same']} ({views['hit_load']})")
+    print(
+        f"cold view, all {len(meta)} default panels: {views['cold_s']:.2f} s server time, "
+        f"{views['cold_queries']} queries ({views['load_before']} before, {views['cold_load']} after)"
+    )
+    print(
+        f"Prometheus's own evaluation of the same {n} queries, one at a time: {evals:.2f} s "
+        f"(execTotalTime {execs:.2f} s); cold view / evaluation = {views['cold_s'] / evals:.2f} ({_load()})"
+    )
+    print(
+        f"cache hit, same view by another user: {views['hit_s']:.3f} s, {views['hit_queries']} queries; "
+        f"one panel: {views['hit_one_s']:.3f} s, {views['hit_one_queries']} queries; identical figures: "
+        f"{views['same']} ({views['hit_load']})"
+    )
     sizes = {k: len(json.dumps(f, separators=(",", ":"))) for k, f in views["figures"].items()}
     print(f"{'panel':<26} {'mode':<12} {'traces':>6} {'bytes':>9}  outliers")
     for key, m in meta.items():

@@ -49,7 +49,7 @@ def _ranks(lines: list[bytes], ranks: int) -> bytes:
     for line in lines:
         m = _LABEL.match(line)
         if m and ranks > 1 and _STEP.search(line):
-            node, rest = int(m.group(1)), line[m.end():]
+            node, rest = int(m.group(1)), line[m.end() :]
             out += [b"%4d: " % (node * ranks + r) + rest for r in range(ranks)]
         else:
             out.append(line)
@@ -68,8 +68,10 @@ def stretch(log: Path, out: Path, size: int, ranks: int = 1) -> int:
         written += fh.write(b"".join(head))
         offset = 0
         while written < size - len(body):
-            chunk = body if offset == 0 else _STEP.sub(
-                lambda m, by=offset: b"completed step: %d" % (int(m.group(1)) + by), body
+            chunk = (
+                body
+                if offset == 0
+                else _STEP.sub(lambda m, by=offset: b"completed step: %d" % (int(m.group(1)) + by), body)
             )
             written += fh.write(chunk)
             offset += span
@@ -98,12 +100,18 @@ def main() -> None:
         seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
         during = _peak_mb()
     mb = size / 1024**2
-    print(f"log: {mb:,.0f} MB, {args.nodes} nodes x {args.ranks} ranks printing every step (built in {t_build:.1f} s)")
-    print(f"triage: {seconds:.1f} s wall ({mb / seconds:,.0f} MB/s), {cpu:.1f} s CPU ({mb / cpu:,.0f} MB/s of one core); "
-          f"load {load0:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs")
+    print(
+        f"log: {mb:,.0f} MB, {args.nodes} nodes x {args.ranks} ranks printing every step (built in {t_build:.1f} s)"
+    )
+    print(
+        f"triage: {seconds:.1f} s wall ({mb / seconds:,.0f} MB/s), {cpu:.1f} s CPU ({mb / cpu:,.0f} MB/s of one core); "
+        f"load {load0:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs"
+    )
     print(f"peak RSS: {before:,.0f} MB before the triage, {during:,.0f} MB after it")
-    print(f"found: status={tri.status} class={tri.triage_class} steps={tri.first_step}..{tri.last_step} "
-          f"unreadable={len(tri.unreadable)}")
+    print(
+        f"found: status={tri.status} class={tri.triage_class} steps={tri.first_step}..{tri.last_step} "
+        f"unreadable={len(tri.unreadable)}"
+    )
 
 
 if __name__ == "__main__":
