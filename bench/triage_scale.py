@@ -15,23 +15,42 @@ per step, for the step-time and TGS figures).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
-import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from playbooks.synth import _config as synth_config
 from playbooks.synth import _log, _sim
-from playbooks.triage import triage_log
 
 _STEP = re.compile(rb"completed step: (\d+)")
 _LABEL = re.compile(rb"^\s*(\d+): ")
 
 
-def _peak_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+CHILD = """
+import json, sys, time
+from playbooks.triage import triage_log
+def hwm():  # peak RSS of this process image (ru_maxrss would carry the forking parent's over exec)
+    line = next(x for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024.0
+rss0 = hwm()
+t0, cpu0 = time.monotonic(), time.process_time()
+tri = triage_log(sys.argv[1])
+print(json.dumps({"seconds": time.monotonic() - t0, "cpu": time.process_time() - cpu0,
+                  "rss_mb": hwm(), "import_mb": rss0,
+                  "status": tri.status, "class": tri.triage_class, "steps": f"{tri.first_step}..{tri.last_step}",
+                  "unreadable": len(tri.unreadable)}))
+"""
+
+
+def _triage_in_child(log: Path) -> dict:
+    """Return the triage's time, CPU and peak memory, measured in a process of its own."""
+    out = subprocess.run([sys.executable, "-c", CHILD, str(log)], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
 
 
 def write_log(scenario: str, nodes: int, path: Path) -> Path:
@@ -93,12 +112,9 @@ def main() -> None:
         t0 = time.monotonic()
         size = stretch(small, big, int(args.gb * 1024**3), args.ranks)
         t_build = time.monotonic() - t0
-        before = _peak_mb()
         load0 = os.getloadavg()[0]
-        t0, cpu0 = time.monotonic(), time.process_time()
-        tri = triage_log(big)
-        seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
-        during = _peak_mb()
+        run = _triage_in_child(big)
+        seconds, cpu = run["seconds"], run["cpu"]
     mb = size / 1024**2
     print(
         f"log: {mb:,.0f} MB, {args.nodes} nodes x {args.ranks} ranks printing every step (built in {t_build:.1f} s)"
@@ -107,10 +123,12 @@ def main() -> None:
         f"triage: {seconds:.1f} s wall ({mb / seconds:,.0f} MB/s), {cpu:.1f} s CPU ({mb / cpu:,.0f} MB/s of one core); "
         f"load {load0:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs"
     )
-    print(f"peak RSS: {before:,.0f} MB before the triage, {during:,.0f} MB after it")
     print(
-        f"found: status={tri.status} class={tri.triage_class} steps={tri.first_step}..{tri.last_step} "
-        f"unreadable={len(tri.unreadable)}"
+        f"peak RSS of the triage process: {run['rss_mb']:,.0f} MB for a {mb:,.0f} MB log "
+        f"({run['import_mb']:,.0f} MB of it before the triage started: Python and the imports)"
+    )
+    print(
+        f"found: status={run['status']} class={run['class']} steps={run['steps']} unreadable={run['unreadable']}"
     )
 
 
