@@ -8,6 +8,7 @@ Prometheus rejects (HTTP 400/422) is never retried and carries Prometheus's own 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import math
@@ -23,6 +24,8 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import httpx
+
+from .budget import BudgetTimeout
 
 log = logging.getLogger(__name__)
 
@@ -173,10 +176,14 @@ class ClientStats:
     Attributes:
         requests: HTTP requests sent, retries included.
         seconds: Time spent waiting on Prometheus, summed over requests (parallel requests add up).
+        queued: Requests that had to queue for the source's budget (`gate`).
+        queued_seconds: Time they spent queued, summed.
     """
 
     requests: int = 0
     seconds: float = 0.0
+    queued: int = 0
+    queued_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def record(self, seconds: float) -> None:
@@ -184,6 +191,12 @@ class ClientStats:
         with self._lock:
             self.requests += 1
             self.seconds += seconds
+
+    def record_queued(self, seconds: float) -> None:
+        """Count one request that waited `seconds` for a slot of the source's budget (`gate`)."""
+        with self._lock:
+            self.queued += 1
+            self.queued_seconds += seconds
 
 
 def choose_step(start: float, end: float, *, min_step: float = 1.0, max_points: int = MAX_POINTS) -> float:
@@ -263,12 +276,29 @@ def _transport_reason(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+#: Returns the budget a client's queries go through (a context manager factory whose context value is
+#: the seconds spent queued, e.g. `playbooks.budget.SourceBudget.slot`), or None; see `set_gate_factory`.
+GateFactory = Callable[[str], "Callable[[], contextlib.AbstractContextManager[float]] | None"]
+_gate_factory: GateFactory | None = None
+
+
+def set_gate_factory(factory: GateFactory | None) -> None:
+    """Make every client created from now on ask `factory(base_url)` for its query gate (None: no gate).
+
+    The web app installs a per-source budget here (`investigations.apps`), so the timeline, the
+    diagnosis tasks and the query runs all share it without each passing it along.
+    """
+    global _gate_factory
+    _gate_factory = factory
+
+
 class PrometheusClient:
     """Read-only client for one Prometheus server.
 
     One pooled httpx.Client is shared by all threads. Every request has a timeout; connection errors,
     timeouts and HTTP 5xx are retried up to `retries` attempts in total with exponential backoff and
-    jitter; 4xx is never retried.
+    jitter; 4xx is never retried. Query requests (query, range, series, labels) go through the gate
+    of the source's budget when there is one: over budget they queue (`stats.queued_seconds`).
     """
 
     def __init__(
@@ -280,6 +310,7 @@ class PrometheusClient:
         backoff: float = 0.25,
         max_connections: int = 16,
         transport: httpx.BaseTransport | None = None,
+        gate: Callable[[], contextlib.AbstractContextManager[float]] | None = None,
         auth: tuple[str, str] | None = None,
     ) -> None:
         parts = urlsplit(base_url)
@@ -290,6 +321,7 @@ class PrometheusClient:
         self.attempts = max(1, int(retries))
         self.backoff = max(0.0, float(backoff))
         self.stats = ClientStats()
+        self._gate = gate if gate is not None else (_gate_factory(self.base_url) if _gate_factory else None)
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(self.timeout),
@@ -667,7 +699,7 @@ class PrometheusClient:
         if path in _POSTABLE_PATHS and len(urlencode(params, doseq=True)) > _POST_THRESHOLD:
             method = "POST"
         self._check_allowed(method, path)
-        resp = self._send(method, path, params)
+        resp = self._send_gated(method, path, params)
         try:
             body = resp.json()
         except ValueError:
@@ -700,6 +732,18 @@ class PrometheusClient:
             f"status {body.get('status')!r}: {error_type} {' '.join(message.split())}".rstrip(),
             status=resp.status_code,
         )
+
+    def _send_gated(self, method: str, path: str, params: Mapping[str, Any] | None) -> httpx.Response:
+        """Return `_send`'s response, holding a slot of the source's budget for a query request."""
+        if self._gate is None or not (path in _POSTABLE_PATHS or path.startswith("/api/v1/label/")):
+            return self._send(method, path, params)
+        try:
+            with self._gate() as waited:
+                if waited:
+                    self.stats.record_queued(waited)
+                return self._send(method, path, params)
+        except BudgetTimeout as exc:
+            raise PrometheusTimeout(f"Prometheus at {self.base_url}: queued too long: {exc}") from exc
 
     def _send(self, method: str, path: str, params: Mapping[str, Any] | None) -> httpx.Response:
         """Return the response of the first attempt that is not a transport error or HTTP 5xx."""

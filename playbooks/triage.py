@@ -83,6 +83,10 @@ HARMLESS = (
 )
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\x1b\(B")
+# Control bytes other than tab, newline, vertical tab, form feed and carriage return: a line with more
+# than 8 of them in its first 256 bytes (or any NUL) is binary.
+_CTRL = re.compile(rb"[\x00-\x08\x0e-\x1f]")
+_NOT_CTRL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32))  # bytes.translate deletes these
 _LABEL = re.compile(r"^\s*(\d+): ")
 _RAY = re.compile(r"^\((\w+) pid=\d+(?:, ip=[^)]*)?\) ")
 _ABSL = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+[^\]\s]+\] ")
@@ -259,41 +263,98 @@ def _clean(raw: str) -> tuple[int | None, str]:
     return rank, line
 
 
-def _iter_lines(fh: IO[bytes], out: Triage) -> Iterator[tuple[int, str]]:
-    """Yield (line number, decoded line); record binary or over-long content in `out.unreadable`."""
-    binary = cut = bad_utf8 = 0
-    first_binary = None
-    n = 0
-    last = b"\n"
+#: Bytes read at a time; a block is decoded and split at C speed unless it holds control bytes or bad UTF-8.
+BLOCK = 1 << 20
+
+
+@dataclass
+class _Reading:
+    """What reading a log found wrong, for `Triage.unreadable`."""
+
+    lines: int = 0
+    binary: int = 0
+    first_binary: int | None = None
+    cut: int = 0
+    bad_utf8: int = 0
+    ends_with_newline: bool = True
+
+
+def _blocks(fh: IO[bytes], rd: _Reading) -> Iterator[list[bytes]]:
+    """Yield the log's lines (without their newline) in blocks of about BLOCK bytes.
+
+    A line longer than MAX_LINE is cut to its first MAX_LINE + 1 bytes and the rest skipped without
+    being held; a last line without a newline is yielded as it is (`rd.ends_with_newline` False).
+    """
     while True:
-        raw = fh.readline(MAX_LINE + 1)
-        if not raw:
-            break
-        n += 1
-        last = raw
-        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
-            cut += 1
-            while True:  # skip the rest of this over-long line without holding it
-                more = fh.readline(MAX_LINE)
-                if not more or more.endswith(b"\n"):
-                    break
-        if b"\x00" in raw or sum(b < 9 or 13 < b < 32 for b in raw[:256]) > 8:
-            binary += 1
-            first_binary = first_binary or n
+        block = fh.read(BLOCK)
+        if not block:
+            return
+        if not block.endswith(b"\n"):
+            block += fh.readline(MAX_LINE + 1)  # finish the last line, bounded
+        lines = block.split(b"\n")
+        tail = lines.pop()  # b"" when the block ends with a newline
+        if tail:
+            if len(tail) > MAX_LINE:
+                while True:  # skip the rest of this over-long line without holding it
+                    more = fh.readline(MAX_LINE)
+                    if not more or more.endswith(b"\n"):
+                        rd.ends_with_newline = bool(more)
+                        break
+            else:
+                rd.ends_with_newline = False  # the end of the file, in the middle of a line
+            lines.append(tail)
+        if any(len(line) > MAX_LINE for line in lines):
+            rd.cut += sum(len(line) > MAX_LINE for line in lines)
+            lines = [line[: MAX_LINE + 1] for line in lines]
+        yield lines
+
+
+def _is_binary(raw: bytes) -> bool:
+    return b"\x00" in raw or (_CTRL.search(raw, 0, 256) is not None and len(_CTRL.findall(raw, 0, 256)) > 8)
+
+
+def _iter_lines(fh: IO[bytes], out: Triage) -> Iterator[tuple[int, str]]:
+    """Yield (line number, decoded line); record binary or over-long content in `out.unreadable`.
+
+    A block without control bytes and valid as UTF-8 (nearly every block of a real log) is decoded and
+    split as a whole; only other blocks are looked at line by line.
+    """
+    rd = _Reading()
+    n = 0
+    for lines in _blocks(fh, rd):
+        joined = b"\n".join(lines)
+        text = None
+        if not joined.translate(None, _NOT_CTRL):
+            try:
+                text = joined.decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+        if text is not None:
+            split = text.split("\n")
+            if "\r" in text:
+                split = [line.rstrip("\r") for line in split]
+            yield from zip(range(n + 1, n + 1 + len(split)), split, strict=True)
+            n += len(split)
             continue
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            bad_utf8 += 1
-            text = raw.decode("utf-8", errors="replace")
-        yield n, text.rstrip("\r\n")
-    if binary:
-        out.unreadable.append(f"{binary} line(s) of binary data skipped (first at line {first_binary})")
-    if cut:
-        out.unreadable.append(f"{cut} line(s) longer than {MAX_LINE} bytes cut")
-    if bad_utf8:
-        out.unreadable.append(f"{bad_utf8} line(s) not valid UTF-8 (decoded with replacement characters)")
-    if not last.endswith(b"\n"):
+        for raw in lines:
+            n += 1
+            if _is_binary(raw):
+                rd.binary += 1
+                rd.first_binary = rd.first_binary or n
+                continue
+            try:
+                decoded = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                rd.bad_utf8 += 1
+                decoded = raw.decode("utf-8", errors="replace")
+            yield n, decoded.rstrip("\r\n")
+    if rd.binary:
+        out.unreadable.append(f"{rd.binary} line(s) of binary data skipped (first at line {rd.first_binary})")
+    if rd.cut:
+        out.unreadable.append(f"{rd.cut} line(s) longer than {MAX_LINE} bytes cut")
+    if rd.bad_utf8:
+        out.unreadable.append(f"{rd.bad_utf8} line(s) not valid UTF-8 (decoded with replacement characters)")
+    if not rd.ends_with_newline:
         out.unreadable.append(f"the log ends in the middle of line {n} (truncated file?)")
     out.details["lines"] = n
 
@@ -376,6 +437,8 @@ def _add(st: _State, klass: str, n: int, text: str) -> None:
 def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slurm_state: str | None) -> None:
     st = _State()
     for n, raw in lines:
+        if "completed step: " in raw and _step_seen(st, raw):
+            continue  # most lines of a big log: another rank's copy of a step already read
         rank, msg = _clean(raw)
         ts = None
         a = _ABSL.match(msg)
@@ -385,117 +448,173 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
             msg = msg[a.end():]
             if ts is not None:
                 st.last_time = ts
-        if rank is None and not st.header_done:
-            h = _HEADER.match(msg)
-            if h:
-                key, val = h.group(1), h.group(2).strip()
-                key = {"SLURM_JOB_ID": "JOB_ID", "SLURM_JOB_NAME": "JOB_NAME", "SLURM_JOB_NUM_NODES": "NNODES",
-                       "SLURM_JOB_NODELIST": "JOB_NODELIST"}.get(key, key)
-                out.config.setdefault(key, val.strip('"'))
-                if key == "JOB_ID":
-                    st.year = st.year or _year_hint(val)
-                continue
-            if "artifact_" in msg:
-                st.year = _year_hint(msg) or st.year
-                am = re.search(r"artifact_(\d{8})_(\d{6})", msg)
-                if am:
-                    st.start_time = _parse_stamp(am.group(1), am.group(2))
-        if "completed step:" in msg:
-            m = _STEP.search(msg)
-            if m:
-                step = int(m.group(1))
-                st.training_started = True
-                prev_rank = st.step_rank.get(step)
-                # One rank's values only (seed: sum seconds over ONE rank); prefer rank 0 / unlabelled.
-                if prev_rank is None or (rank or 0) < prev_rank:
-                    loss = _float(m.group(4))
-                    st.steps[step] = (float(m.group(2)), _float(m.group(3)), loss, ts, n)
-                    st.step_rank[step] = rank or 0
-                continue
-        if msg.startswith("Config param "):
-            c = _CONFIG.match(msg)
-            if c:
-                out.config.setdefault(c.group(1), c.group(2).strip())
+        if rank is None and not st.header_done and _scan_header(st, out, msg):
             continue
-        if "ssh " in msg and "-L " in msg and out.tunnel is None:
-            t = _TUNNEL.search(msg.strip())
-            if t:
-                fwd = [(int(x), int(y)) for x, y in _FWD.findall(t.group(1))]
-                ports = [x for x, y in fwd if x not in (8265, 6006)]
-                out.tunnel = msg.strip()
-                out.head = t.group(3)
-                out.port = ports[0] if ports else None
+        if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
             continue
-        if msg.startswith("== "):
-            s = _STAGE.match(msg.strip())
-            if s:
-                st.stages.append((s.group(1), s.group(2), s.group(3).strip(), n))
-                st.header_done = True
-                if s.group(2) == "TIMEOUT":
-                    stage = s.group(1).lower()
-                    klass = {"preflight": "preflight-timeout", "docker pull": "pull-timeout",
-                             "ecc check": "ecc-timeout", "training": "train-timeout"}.get(stage, "train-timeout")
-                    _add(st, klass, n, msg)
-                elif s.group(2) == "FAILED":
-                    _add(st, "stage-fail", n, msg)
-                continue
-        if "JOB SUMMARY" in msg:
-            st.summary_seen = True
+        if _scan_progress(st, out, n, ts, msg):
             continue
-        if st.summary_seen:
-            s2 = _SUMMARY_STATUS.search(msg)
-            if s2:
-                st.summary_status = (s2.group(1), int(s2.group(2)), (s2.group(3) or "").strip() or None)
-                continue
-            w = _WALL.match(msg)
-            if w:
-                st.wall_s = sum(int(x or 0) * k for x, k in zip(w.groups(), (3600, 60, 1), strict=True))
-                continue
-        if "NODE_EXIT" in msg:
-            e = _NODE_EXIT.search(msg)
-            if e:
-                st.node_exits.append((e.group(1), int(e.group(2)), n))
-            continue
-        if "CANCELLED AT" in msg:
-            c2 = _CANCELLED_AT.search(msg)
-            if c2:
-                try:
-                    st.cancel_time = dt.datetime.fromisoformat(c2.group(1)).replace(tzinfo=dt.UTC).timestamp()
-                except ValueError:
-                    pass
-        if "Saved a checkpoint at step" in msg:
-            s3 = _SAVED.search(msg)
-            if s3:
-                st.saved.append(int(s3.group(1)))
-            continue
-        if "restoring from this run's directory step" in msg:
-            r = _RESTORE.search(msg)
-            if r:
-                st.restored = int(r.group(1))
-            continue
-        if "processes per node" in msg:
-            p = _PROCS.search(msg)
-            if p:
-                st.procs_per_node = max(1, int(p.group(1)))
-        if "BARRIER PASSED" in msg:
-            st.training_started = True
-            st.barrier_time = ts if ts is not None else st.barrier_time
-        if st.in_heartbeat:
-            tk = _TASK.search(msg)
-            if tk:
-                st.accused_tasks.append(int(tk.group(1)))
-                continue
-            st.in_heartbeat = False
-        if any(h in msg for h in HARMLESS):
-            continue
-        klass = _classify(msg, st.training_started)
-        if klass:
-            _add(st, klass, n, msg)
-            if klass == "heartbeat-timeout" and "stopped sending heartbeats" in msg:
-                st.in_heartbeat = True
-            if ts is not None and (st.first_fatal_time is None or ts < st.first_fatal_time):
-                st.first_fatal_time = ts
+        _scan_failure(st, n, ts, msg)
     _finish(st, out, now, slurm_state)
+
+
+_SECONDS_START = frozenset("0123456789.")
+
+
+def _step_seen(st: _State, raw: str) -> bool:
+    """Return True for a labelled step line whose step a lower (or the same) rank already gave.
+
+    Cheap string checks only; anything unusual (no srun label, ANSI codes, a malformed step line) is
+    left to the full parse, so the outcome is exactly what `_scan_step` would decide.
+    """
+    k = raw.find(": ")
+    label = raw[:k].lstrip()  # the srun label: `^\s*(\d+): `
+    if k < 0 or not label.isdecimal() or "\x1b" in raw:
+        return False
+    i = raw.find("completed step: ") + 16
+    j = raw.find(", seconds: ", i)
+    num = raw[i:j]
+    if j < 0 or not num.isdecimal() or raw[j + 11 : j + 12] not in _SECONDS_START:
+        return False
+    prev = st.step_rank.get(int(num))
+    return prev is not None and int(label) >= prev
+
+
+def _scan_header(st: _State, out: Triage, msg: str) -> bool:
+    """Read a header line (JOB_ID=..., the artifact stamp); return True when it was a KEY=value line."""
+    h = _HEADER.match(msg)
+    if h:
+        key, val = h.group(1), h.group(2).strip()
+        key = {"SLURM_JOB_ID": "JOB_ID", "SLURM_JOB_NAME": "JOB_NAME", "SLURM_JOB_NUM_NODES": "NNODES",
+               "SLURM_JOB_NODELIST": "JOB_NODELIST"}.get(key, key)
+        out.config.setdefault(key, val.strip('"'))
+        if key == "JOB_ID":
+            st.year = st.year or _year_hint(val)
+        return True
+    if "artifact_" in msg:
+        st.year = _year_hint(msg) or st.year
+        am = re.search(r"artifact_(\d{8})_(\d{6})", msg)
+        if am:
+            st.start_time = _parse_stamp(am.group(1), am.group(2))
+    return False
+
+
+def _scan_step(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -> bool:
+    """Record a `completed step:` line (one rank's values per step, rank 0 / unlabelled preferred)."""
+    m = _STEP.search(msg)
+    if not m:
+        return False
+    step = int(m.group(1))
+    st.training_started = True
+    prev_rank = st.step_rank.get(step)
+    if prev_rank is None or (rank or 0) < prev_rank:
+        loss = _float(m.group(4))
+        st.steps[step] = (float(m.group(2)), _float(m.group(3)), loss, ts, n)
+        st.step_rank[step] = rank or 0
+    return True
+
+
+def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) -> bool:
+    """Read config, tunnel, stage, summary, node exit, cancel, checkpoint and restore lines; return True
+    when the line is fully read (it cannot also be a failure signature)."""
+    if msg.startswith("Config param "):
+        c = _CONFIG.match(msg)
+        if c:
+            out.config.setdefault(c.group(1), c.group(2).strip())
+        return True
+    if "ssh " in msg and "-L " in msg and out.tunnel is None:
+        t = _TUNNEL.search(msg.strip())
+        if t:
+            fwd = [(int(x), int(y)) for x, y in _FWD.findall(t.group(1))]
+            ports = [x for x, y in fwd if x not in (8265, 6006)]
+            out.tunnel = msg.strip()
+            out.head = t.group(3)
+            out.port = ports[0] if ports else None
+        return True
+    if msg.startswith("== ") and _scan_stage(st, n, msg):
+        return True
+    if "JOB SUMMARY" in msg:
+        st.summary_seen = True
+        return True
+    if st.summary_seen and _scan_summary(st, msg):
+        return True
+    if "NODE_EXIT" in msg:
+        e = _NODE_EXIT.search(msg)
+        if e:
+            st.node_exits.append((e.group(1), int(e.group(2)), n))
+        return True
+    if "CANCELLED AT" in msg:
+        c2 = _CANCELLED_AT.search(msg)
+        if c2:
+            try:
+                st.cancel_time = dt.datetime.fromisoformat(c2.group(1)).replace(tzinfo=dt.UTC).timestamp()
+            except ValueError:
+                pass
+    if "Saved a checkpoint at step" in msg:
+        s3 = _SAVED.search(msg)
+        if s3:
+            st.saved.append(int(s3.group(1)))
+        return True
+    if "restoring from this run's directory step" in msg:
+        r = _RESTORE.search(msg)
+        if r:
+            st.restored = int(r.group(1))
+        return True
+    if "processes per node" in msg:
+        p = _PROCS.search(msg)
+        if p:
+            st.procs_per_node = max(1, int(p.group(1)))
+    if "BARRIER PASSED" in msg:
+        st.training_started = True
+        st.barrier_time = ts if ts is not None else st.barrier_time
+    return False
+
+
+def _scan_stage(st: _State, n: int, msg: str) -> bool:
+    s = _STAGE.match(msg.strip())
+    if not s:
+        return False
+    st.stages.append((s.group(1), s.group(2), s.group(3).strip(), n))
+    st.header_done = True
+    if s.group(2) == "TIMEOUT":
+        stage = s.group(1).lower()
+        klass = {"preflight": "preflight-timeout", "docker pull": "pull-timeout",
+                 "ecc check": "ecc-timeout", "training": "train-timeout"}.get(stage, "train-timeout")
+        _add(st, klass, n, msg)
+    elif s.group(2) == "FAILED":
+        _add(st, "stage-fail", n, msg)
+    return True
+
+
+def _scan_summary(st: _State, msg: str) -> bool:
+    s2 = _SUMMARY_STATUS.search(msg)
+    if s2:
+        st.summary_status = (s2.group(1), int(s2.group(2)), (s2.group(3) or "").strip() or None)
+        return True
+    w = _WALL.match(msg)
+    if w:
+        st.wall_s = sum(int(x or 0) * k for x, k in zip(w.groups(), (3600, 60, 1), strict=True))
+        return True
+    return False
+
+
+def _scan_failure(st: _State, n: int, ts: float | None, msg: str) -> None:
+    """Read heartbeat-accused tasks and failure signatures (harmless lines filtered first)."""
+    if st.in_heartbeat:
+        tk = _TASK.search(msg)
+        if tk:
+            st.accused_tasks.append(int(tk.group(1)))
+            return
+        st.in_heartbeat = False
+    if any(h in msg for h in HARMLESS):
+        return
+    klass = _classify(msg, st.training_started)
+    if klass:
+        _add(st, klass, n, msg)
+        if klass == "heartbeat-timeout" and "stopped sending heartbeats" in msg:
+            st.in_heartbeat = True
+        if ts is not None and (st.first_fatal_time is None or ts < st.first_fatal_time):
+            st.first_fatal_time = ts
 
 
 def _float(text: str | None) -> float | None:
@@ -519,6 +638,42 @@ def _classify(msg: str, training: bool) -> str | None:
 
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
+    _finish_config(st, out)
+    steps = sorted(st.steps)
+    out.first_step = steps[0] if steps else None
+    out.last_step = steps[-1] if steps else None
+    prog, last_ts = _progress(st, out, steps)
+    status = _status(st, out, prog, last_ts, now, slurm_state)
+    out.status = status
+    prog["lost_steps"] = None
+    if out.last_step is not None and status not in ("completed", "soft-success", "running"):
+        last_ckpt = prog["last_checkpoint_step"]
+        base = last_ckpt if last_ckpt is not None else ((out.first_step or 0) - 1)
+        prog["lost_steps"] = out.last_step - base
+    elif status in ("completed", "soft-success"):
+        prog["lost_steps"] = 0
+    out.progress = prog
+    stall, end_time = _timing(st, out, steps, last_ts, prog["step_time_s"], now)
+    _computed_classes(st, out, stall, prog["step_time_s"], prog["tgs_trend_pct"])
+    ordered = sorted((m for lst in st.matches.values() for m in lst), key=lambda m: (_RANK[m.klass], m.line))
+    out.matches = ordered
+    out.triage_class = ordered[0].klass if ordered else None
+    if st.accused_tasks:
+        hosts = []
+        for task in dict.fromkeys(st.accused_tasks):
+            node = task // st.procs_per_node
+            hosts.append(out.nodes[node] if node < len(out.nodes) else f"task:{task}")
+        out.heartbeat_accused = hosts
+    crash = st.first_fatal_time
+    if crash is None and status in ("failed", "cancelled", "unknown-death"):
+        crash = st.cancel_time or end_time
+    out.crash_time = crash
+    if not steps and out.details.get("lines"):
+        out.unreadable.append("no 'completed step:' lines found")
+
+
+def _finish_config(st: _State, out: Triage) -> None:
+    """Fill the job id, PASSTHROUGH_ARGS items and the node list from what the scan read."""
     cfg = out.config
     out.job_id = cfg.get("JOB_ID")
     if st.year is None and out.job_id:
@@ -532,9 +687,10 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     if not out.nodes and st.node_exits:
         out.nodes = list(dict.fromkeys(h.split(".")[0] for h, _, _ in st.node_exits))
 
-    steps = sorted(st.steps)
-    out.first_step = steps[0] if steps else None
-    out.last_step = steps[-1] if steps else None
+
+def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any], float | None]:
+    """Return (the progress figures but lost steps, the last step's time)."""
+    cfg = out.config
     total = _int(cfg.get("steps"))
     prog: dict[str, Any] = {"steps_total": total}
     restored = st.restored if st.restored is not None else (
@@ -545,7 +701,6 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     if ckpt_on and period is None:
         period = 200  # the seed skill's assumption (MaxText's own default is 10000)
     ckpt_steps = set(st.saved) | ({s for s in steps if period and s % period == 0} if ckpt_on else set())
-    secs = [st.steps[s][0] for s in steps]
     steady = [st.steps[s][0] for s in steps[5:] if not ({s - 1, s - 2} & ckpt_steps)]
     step_time = None
     if steady:
@@ -568,56 +723,52 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
             c = (out.last_step // period) * period
             last_ckpt = c if c >= (out.first_step or 0) or restored is not None else None
     prog["last_checkpoint_step"] = last_ckpt
-    tgs = [(s, st.steps[s][1]) for s in steps if st.steps[s][1] is not None]
-    trend = None
-    if len(tgs) >= 20 and out.first_step is not None:
-        early = [v for s, v in tgs if out.first_step + 5 <= s <= out.first_step + 15]
-        late = [v for _, v in tgs[-10:]]
-        if early and late:
-            e, lt = sum(early) / len(early), sum(late) / len(late)
-            trend = round((lt - e) / e * 100.0, 2)
-            out.details.update(tgs_early=round(e, 3), tgs_late=round(lt, 3))
-    prog["tgs_trend_pct"] = trend
+    prog["tgs_trend_pct"] = _tgs_trend(st, out, steps)
+    return prog, last_ts
 
-    # status
-    status = None
+
+def _tgs_trend(st: _State, out: Triage, steps: list[int]) -> float | None:
+    """Return the TGS change (%) from steps first+5..first+15 to the last ten, with 20 or more TGS figures."""
+    tgs = [(s, st.steps[s][1]) for s in steps if st.steps[s][1] is not None]
+    if len(tgs) < 20 or out.first_step is None:
+        return None
+    early = [v for s, v in tgs if out.first_step + 5 <= s <= out.first_step + 15]
+    late = [v for _, v in tgs[-10:]]
+    if not (early and late):
+        return None
+    e, lt = sum(early) / len(early), sum(late) / len(late)
+    out.details.update(tgs_early=round(e, 3), tgs_late=round(lt, 3))
+    return round((lt - e) / e * 100.0, 2)
+
+
+def _status(st: _State, out: Triage, prog: dict[str, Any], last_ts: float | None, now: float | None,
+            slurm_state: str | None) -> str:
+    """Return the job's status from its summary, else from its progress and the clock."""
+    total = prog["steps_total"]
     summ = st.summary_status
     complete = total is not None and out.last_step is not None and out.last_step >= total - 1
     if summ is not None:
         word, rc, reason = summ
-        if word == "SUCCESS" and rc == 0:
-            status = "completed"
-        elif complete:
-            status = "soft-success"
-        elif rc in (130, 143):
-            status = "cancelled"
-        else:
-            status = "failed"
         out.details.update(exit_code=rc, summary_reason=reason)
-    elif st.summary_seen:
-        status = "completed"
-    else:
-        running = False
-        if now is not None and last_ts is not None and step_time:
-            running = now - last_ts <= max(5 * step_time, 900.0)
+        if word == "SUCCESS" and rc == 0:
+            return "completed"
         if complete:
-            status = "completed"
-        elif running:
-            status = "running"
-        elif (slurm_state or "").upper() == "RUNNING":
-            status = "hanging"
-        else:
-            status = "unknown-death"
-    out.status = status
-    prog["lost_steps"] = None
-    if out.last_step is not None and status not in ("completed", "soft-success", "running"):
-        base = last_ckpt if last_ckpt is not None else ((out.first_step or 0) - 1)
-        prog["lost_steps"] = out.last_step - base
-    elif status in ("completed", "soft-success"):
-        prog["lost_steps"] = 0
-    out.progress = prog
+            return "soft-success"
+        return "cancelled" if rc in (130, 143) else "failed"
+    if st.summary_seen or complete:
+        return "completed"
+    step_time = prog["step_time_s"]
+    if now is not None and last_ts is not None and step_time and now - last_ts <= max(5 * step_time, 900.0):
+        return "running"
+    if (slurm_state or "").upper() == "RUNNING":
+        return "hanging"
+    return "unknown-death"
 
-    # timing: training time vs wall, stall detection
+
+def _timing(st: _State, out: Triage, steps: list[int], last_ts: float | None, step_time: float | None,
+            now: float | None) -> tuple[float | None, float | None]:
+    """Record training time vs wall time and the stall after the last step; return (stall, end time)."""
+    secs = [st.steps[s][0] for s in steps]
     train_s = sum(secs) if secs else 0.0
     out.details.update(training_time_s=round(train_s, 1), wall_s=st.wall_s, steps_logged=len(steps),
                        checkpoints_saved=sorted(st.saved))
@@ -630,10 +781,16 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         stall = st.wall_s - train_s - 1800.0  # minus a generous setup + compile allowance
     if stall is not None:
         out.details["stall_after_last_step_s"] = round(stall, 1)
-    if last_ts is not None and step_time and now is not None and status == "running":
+    if last_ts is not None and step_time and now is not None and out.status == "running":
         out.details["expected_step_now"] = int(out.last_step + (now - last_ts) / step_time)
+    return stall, end_time
 
-    # computed classes
+
+def _computed_classes(st: _State, out: Triage, stall: float | None, step_time: float | None,
+                      trend: float | None) -> None:
+    """Add the classes no single line shows: hang, TGS degradation, cancelled, node failure, unknown death."""
+    status = out.status
+    summ = st.summary_status
     fatal_training = {"heartbeat-timeout", "oom-host", "oom-gpu", "xla-compile-fail", "python-exception",
                       "signal-kill", "subprocess-fail", "actor-fail", "checkpoint-fs-error", "gpu-hw-error"}
     stalled = stall is not None and step_time is not None and stall > max(5 * step_time, 600.0)
@@ -655,23 +812,6 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         _add(st, "unknown-death", 0, "no JOB SUMMARY and no step progress")
     if status == "soft-success":
         _add(st, "soft-success", 0, f"last step {out.last_step} = steps-1 although the job exited non-zero")
-
-    ordered = sorted((m for lst in st.matches.values() for m in lst), key=lambda m: (_RANK[m.klass], m.line))
-    out.matches = ordered
-    out.triage_class = ordered[0].klass if ordered else None
-
-    if st.accused_tasks:
-        hosts = []
-        for task in dict.fromkeys(st.accused_tasks):
-            node = task // st.procs_per_node
-            hosts.append(out.nodes[node] if node < len(out.nodes) else f"task:{task}")
-        out.heartbeat_accused = hosts
-    crash = st.first_fatal_time
-    if crash is None and status in ("failed", "cancelled", "unknown-death"):
-        crash = st.cancel_time or end_time
-    out.crash_time = crash
-    if not steps and out.details.get("lines"):
-        out.unreadable.append("no 'completed step:' lines found")
 
 
 def triage_job(job_dir: str | os.PathLike[str], *, now: float | None = None,

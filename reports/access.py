@@ -62,3 +62,23 @@ def restrict(investigation: Investigation, restricted: bool) -> None:
 
 def is_restricted(investigation: Investigation) -> bool:
     return Restriction.objects.filter(investigation=investigation).exists()
+
+
+def visible_jobs(user):
+    """Return the jobs the user may see: those of an investigation visible to them, or of none."""
+    from investigations.models import Job
+
+    return Job.objects.filter(
+        Q(investigation_links__isnull=True) | Q(investigation_links__investigation__in=visible(user))
+    ).distinct()
+
+
+def datasource_visible(user, datasource) -> bool:
+    return datasource.job_id is None or visible_jobs(user).filter(pk=datasource.job_id).exists()
+
+
+def run_visible(user, run) -> bool:
+    """A query run is visible when its investigation (if any) and its data source are."""
+    if run.investigation_id is not None and not visible(user).filter(pk=run.investigation_id).exists():
+        return False
+    return datasource_visible(user, run.datasource)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .views import conversation, findings, page, sections
+from .views import conversation, exports, findings, page, sections
 
 app_name = "reports"
 
@@ -23,6 +23,13 @@ urlpatterns = [
     path(_R + "comments/", conversation.comment, name="comment"),
     path(_R + "actions/", conversation.action_add, name="action_add"),
     path(_R + "actions/<int:item_id>/done/", conversation.action_done, name="action_done"),
+    path(_R + "export.<slug:fmt>", exports.export, name="export"),
+    path(_R + "ticket.md", exports.ticket, name="ticket"),
+    path(_R + "tickets/", exports.ticket_add, name="ticket_add"),
+    path(_R + "tickets/<int:link_id>/remove/", exports.ticket_remove, name="ticket_remove"),
+    path(_R + "share/", exports.share, name="share"),
+    path(_R + "zone/", exports.export_zone, name="export_zone"),
+    path("share/<str:token>/", exports.shared, name="shared"),
     path("inbox/", conversation.inbox, name="inbox"),
     path("inbox/count/", conversation.inbox_count, name="inbox_count"),
 ]

@@ -358,9 +358,10 @@ STEPWISE_BROKER_DIR = STEPWISE_DATA_DIR / "broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
-        # With acks_late, Redis redelivers an unacknowledged task after this long: keep it above
-        # the hard time limit so a slow task is not run twice while still running.
-        "visibility_timeout": 3600,
+        # With acks_late, Redis redelivers an unacknowledged task after this long: just above the hard
+        # time limit, so a task still running is never run twice, and one whose worker died is run
+        # again minutes later (its claim then sees the run failed by the watchdog, or takes it over).
+        # (set below from the time limits)
     }
 else:
     # Embedded broker: kombu's filesystem transport, pure Python. Producer and consumer share this
@@ -407,6 +408,17 @@ else:
     }
 STEPWISE_TIMELINE_LIVE_TTL = envint("STEPWISE_TIMELINE_LIVE_TTL", 60, minimum=1)
 
+# --- Per-source query budget ------------------------------------------------------------------------
+
+# A live job's Prometheus serves the training job too: every process on this host (web, workers) runs
+# at most STEPWISE_SOURCE_MAX_QUERIES queries at a time on one source (lock files under
+# STEPWISE_BUDGET_DIR; the others queue, at most STEPWISE_SOURCE_QUEUE_SECONDS), and a timeline panel
+# asks at most STEPWISE_SOURCE_MAX_SAMPLES samples (series x points) of one query (its step coarsens).
+STEPWISE_SOURCE_MAX_QUERIES = envint("STEPWISE_SOURCE_MAX_QUERIES", 4, minimum=1, maximum=64)
+STEPWISE_SOURCE_MAX_SAMPLES = envint("STEPWISE_SOURCE_MAX_SAMPLES", 1_000_000, minimum=10_000)
+STEPWISE_SOURCE_QUEUE_SECONDS = envint("STEPWISE_SOURCE_QUEUE_SECONDS", 120, minimum=1)
+STEPWISE_BUDGET_DIR = envpath("STEPWISE_BUDGET_DIR", STEPWISE_DATA_DIR / "budget")
+
 # Results go to the database (QueryRun/QueryResult rows), so Celery keeps none.
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
@@ -423,6 +435,14 @@ if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
         f"STEPWISE_TASK_TIME_LIMIT={CELERY_TASK_TIME_LIMIT} must exceed "
         f"STEPWISE_TASK_SOFT_TIME_LIMIT={CELERY_TASK_SOFT_TIME_LIMIT}"
     )
+if REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = CELERY_TASK_TIME_LIMIT + 60
+# Dead runs (investigations.services.deadruns): a task working on a run beats this often; a beat this
+# old, left by a task that never ended, means its worker died: the run is failed with that reason.
+STEPWISE_RUN_HEARTBEAT_SECONDS = envint("STEPWISE_RUN_HEARTBEAT_SECONDS", 10, minimum=1)
+STEPWISE_RUN_DEAD_AFTER_SECONDS = envint(
+    "STEPWISE_RUN_DEAD_AFTER_SECONDS", 6 * STEPWISE_RUN_HEARTBEAT_SECONDS, minimum=3 * STEPWISE_RUN_HEARTBEAT_SECONDS
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
@@ -460,3 +480,7 @@ MAILERS = {
     }
 }
 DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "stepwise@localhost")
+
+# --- Reports: exports -------------------------------------------------------------------------------
+# Chromium that kaleido drives to draw pinned charts as SVG for the HTML and PDF exports.
+STEPWISE_CHROMIUM = envstr("STEPWISE_CHROMIUM") or "/usr/bin/chromium"

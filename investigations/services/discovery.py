@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from playbooks import discovery as discovery_lib
 from playbooks.prometheus import PrometheusTimeout, PrometheusUnreachable
+from playbooks.textclean import scrub
 from playbooks.triage import find_job_log
 
 from ..models import DataSource, Job, TaskStatus
@@ -102,16 +103,6 @@ def discovery_fail_pending(datasource_id: int, error: str) -> None:
     DataSource.objects.filter(Q(discovery_status__in=PENDING), pk=datasource_id).update(
         discovery_status=TaskStatus.FAILED, discovery_error=error[:10_000]
     )
-
-
-def _job_triage(job: Job | None) -> dict[str, Any] | None:
-    """Return the job's finished triage (the contract dict), or None while it is missing or pending."""
-    triage = (job.triage if job is not None else None) or {}
-    if not isinstance(triage, dict) or not isinstance(triage.get("job"), dict):
-        return None
-    if triage.get("state") not in (None, "done"):
-        return None
-    return triage
 
 
 def _inside_roots(path: Path) -> bool:
@@ -222,7 +213,7 @@ def discovery_execute(datasource_id: int) -> DataSource:
     The caller owns discovery_status.
     """
     ds = DataSource.objects.select_related("job").get(pk=datasource_id)
-    triage = _job_triage(ds.job)
+    triage = ds.job.finished_triage() if ds.job is not None else None
     losses = _log_losses(ds.job, triage)
     try:
         client = datasource_client(ds)
@@ -243,7 +234,7 @@ def discovery_execute(datasource_id: int) -> DataSource:
         raise (PrometheusTimeout if timed_out else PrometheusUnreachable)(reason)
     errors = "; ".join(f"{part}: {text}" for part, text in sorted(found.errors.items()))
     DataSource.objects.filter(pk=ds.pk).update(
-        discovery=_for_display(found.to_dict()),
+        discovery=scrub(_for_display(found.to_dict())),  # label values are data: no control byte stored
         discovered=now,
         discovery_error=errors[:10_000],
         state=DataSource.State.UP,

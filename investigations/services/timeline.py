@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 
 from playbooks import timeline as tl
@@ -116,6 +117,19 @@ def _fetch(
         return first.result(), [f.result() for f in rest]
 
 
+def _queue_notes(session: TimelineSession, compared: Sequence[_Compared]) -> list[str]:
+    """Return what the page says when queries queued for a source's budget (other users, workers)."""
+    clients = [session._client, *(item.client for item in compared)]
+    waited = sum(c.stats.queued_seconds for c in clients if c is not None)
+    if not waited:
+        return []
+    return [
+        f"Queued {waited:.1f} s for the data source: it runs at most {settings.STEPWISE_SOURCE_MAX_QUERIES} "
+        "queries at a time for all users and workers (STEPWISE_SOURCE_MAX_QUERIES), so that a live job's "
+        "Prometheus keeps serving the training job."
+    ]
+
+
 def timeline_figures(
     investigation: Investigation,
     job: Job | None,
@@ -159,6 +173,7 @@ def timeline_figures(
         )
         for item, (found, _) in zip(compared, overlays, strict=True):
             _compare_store(item, found, steps or None)
+        notes += _queue_notes(session, compared)
         by_key = {p.spec.key: p for p in fetched}
         data = [by_key[k] if k in by_key else cached[cache_keys[k]] for k in keys]
         figures = _figures(investigation, job, view, session, data, overlays, notes)
@@ -170,6 +185,7 @@ def timeline_figures(
             "queries": queries,
             "panels": keys,
             "profile": ctx.profile.name,
+            "queued_s": sum(c.stats.queued_seconds for c in (session._client,) if c is not None),
         }
     finally:
         session.close()

@@ -5,7 +5,9 @@ when a query is needed (a job TSDB whose results are all cached is not even serv
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from django.conf import settings
 
 from playbooks import timeline as tl
 from playbooks.profiles import PROFILES, Profile, ProfileError, detect_profile
@@ -103,6 +105,8 @@ def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
                 ctx = _context_build(ds, client, served_range)
                 queries = ctx.queries
                 panel_cache.set_many({panel_cache.context_key(identity, hint): ctx}, identity)
+        # The samples budget is configuration, not data: applied to the cached context on every view.
+        ctx = replace(ctx, max_samples=int(settings.STEPWISE_SOURCE_MAX_SAMPLES))
         start, end = _view_range(view, ctx)
     except PrometheusError as exc:
         if client is not None:

@@ -87,7 +87,7 @@ def compare_query(
     profile = ctx.profile
     if not profile.has(spec.signal):
         return None
-    step = query_step(ctx, start, end)
+    step = query_step(ctx, start, end, 1)
     window = _fmt_seconds(max(4 * ctx.interval, step))
     sig = profile.signal(spec.signal)
     fn = spec.fn if sig.is_counter else None

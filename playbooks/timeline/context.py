@@ -30,6 +30,8 @@ class TimelineContext:
         queries: how many Prometheus queries building it took.
         unique: signals whose raw selector has at most one series per host (and GPU) over the whole
             range: their band queries skip the per-device aggregation (5x cheaper at 1,024 GPUs).
+        max_samples: the source's budget of samples a query (series x points); 0 for none. Set by the
+            caller from its configuration (`dataclasses.replace`), it coarsens the step of wide panels.
     """
 
     profile: Profile
@@ -42,6 +44,7 @@ class TimelineContext:
     warmup_end: float | None = None
     queries: int = 0
     unique: frozenset[str] = frozenset()
+    max_samples: int = 0
 
     def series_count(self, spec: PanelSpec) -> int:
         scope = signal_info(spec.signal)["scope"]

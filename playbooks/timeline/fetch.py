@@ -10,7 +10,7 @@ from ..prometheus import PrometheusClient, PrometheusError
 from .context import TimelineContext
 from .panels import PANELS, TimelineError
 from .promql import _bare_expr, _fmt_seconds, _label_vector, _select
-from .queries import DEFAULT_MAX_LINES, DEFAULT_TOPK, panel_queries
+from .queries import DEFAULT_MAX_LINES, DEFAULT_TOPK, budget_note, panel_queries
 from .traces import PanelData, _panel_from_results, _scored, _unavailable_message
 
 
@@ -79,5 +79,7 @@ def panels_fetch(
         else:
             panel = _panel_from_results(plan, res, topk)
         panel.step, panel.start, panel.end = plan.step, start, end
+        note = budget_note(ctx, start, end, ctx.series_count(plan.spec)) if plan.mode != "unavailable" else ""
+        panel.notes = [note] if note else []
         out.append(panel)
     return out

@@ -134,7 +134,7 @@ def figure_build(
     """
     if xmode not in XMODES:
         raise TimelineError(f"x-axis mode must be one of {', '.join(XMODES)}, not {xmode!r}")
-    notes = list(notes)
+    notes = [*panel.notes, *notes]
     if overlays and xmode != "step":
         notes.append(compare_step_note([tr.name.removesuffix(" median") for tr in overlays]))
         overlays = ()

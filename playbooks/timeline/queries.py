@@ -19,9 +19,25 @@ QUERY_POINTS = 720
 SCORE_POINTS = 150
 
 
-def query_step(ctx: TimelineContext, start: float, end: float) -> float:
-    """Return the query step of a range: at most QUERY_POINTS points, never finer than the scrape interval."""
-    return choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=QUERY_POINTS)
+def query_step(ctx: TimelineContext, start: float, end: float, series: int = 1) -> float:
+    """Return the query step of a range: at most QUERY_POINTS points, never finer than the scrape interval,
+    and at most `ctx.max_samples` samples over `series` series (the source's budget per query)."""
+    points = QUERY_POINTS
+    if ctx.max_samples and series > 0:
+        points = max(2, min(points, ctx.max_samples // series))
+    return choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=points)
+
+
+def budget_note(ctx: TimelineContext, start: float, end: float, series: int) -> str:
+    """Return what a panel says when the samples budget made its step coarser, else ""."""
+    step = query_step(ctx, start, end, series)
+    free = choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=QUERY_POINTS)
+    if step <= free:
+        return ""
+    return (
+        f"Drawn at a {step:g} s step instead of {free:g} s: {series:,} series at the finer step would exceed "
+        f"this source's budget of {ctx.max_samples:,} samples a query. Zoom in for detail."
+    )
 
 
 @dataclass(frozen=True)
@@ -73,7 +89,7 @@ def panel_queries(
     profile = ctx.profile
     if not profile.has(spec.signal):
         return PanelPlan(spec, "unavailable", {}, 0.0)
-    step = query_step(ctx, start, end)
+    step = query_step(ctx, start, end, ctx.series_count(spec))
     window = _fmt_seconds(max(4 * ctx.interval, step))
     sig = profile.signal(spec.signal)
     x = profile.expr(spec.signal, spec.fn if sig.is_counter else None, window=window)

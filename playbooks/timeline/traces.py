@@ -58,6 +58,7 @@ class PanelData:
         queries: the PromQL sent.
         step: the query step in seconds.
         start, end: the range queried.
+        notes: what the page should say about how it was drawn (a step coarsened by the budget).
     """
 
     spec: PanelSpec
@@ -69,6 +70,7 @@ class PanelData:
     step: float = 0.0
     start: float = 0.0
     end: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
 
 def _series_name(labels: Mapping[str, str]) -> str:

@@ -36,7 +36,11 @@ def _anchor_ok(report: Report, anchor: str) -> bool:
         return report.sections.filter(key=ref).exists()
     if kind == "human":
         return ref.isdigit() and report.human_findings.filter(pk=int(ref)).exists()
-    return kind == "finding" and bool(ref)
+    if kind == "finding":
+        from .findings import finding_key
+
+        return any(finding_key(f) == ref for f in report.investigation.findings.all())
+    return False
 
 
 def comment_add(report: Report, *, body: str, user, anchor: str = "report", parent_id: Any = None) -> Comment:

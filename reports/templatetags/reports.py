@@ -49,3 +49,9 @@ def anchor_id(anchor: str) -> str:
     """The page element id of a comment's anchor: section:<key> -> section-<key>, finding:<key> -> finding-<key>."""
     kind, _, ref = (anchor or "").partition(":")
     return f"{kind}-{ref}" if ref else "report-header"
+
+
+@register.filter
+def strip_queries(text: str) -> str:
+    """For the public share page: drop the lines that carry raw PromQL (`Query: ...`)."""
+    return "\n".join(line for line in (text or "").splitlines() if not line.lstrip().startswith("Query: `"))

@@ -58,6 +58,10 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
     for h in humans:
         findings.human_finding_freeze(h)
     section_rows = list(report.sections.select_related("updated_by"))
+    finding_rows = findings.report_findings(report)
+    anchors = [("report", "the report")] + [(f"section:{s.key}", s.title) for s in section_rows]
+    anchors += [(f"finding:{findings.finding_key(f)}", f"finding: {f.title[:60]}") for f, _ in finding_rows]
+    anchors += [(f"human:{h.pk}", f"finding: {h.title[:60]}") for h in humans]
     return {
         "investigation": investigation,
         "report": report,
@@ -66,14 +70,14 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
         "can_manage": access.allows(role, "manage"),
         "restricted": access.is_restricted(investigation),
         "sections": section_rows,
-        "findings": findings.report_findings(report),
+        "findings": finding_rows,
         "human_findings": humans,
         "charts": list(investigation.pinned_charts.all()),
         "log_matches": ((job.triage or {}).get("matches") or [])[:200] if job is not None else [],
         "action_items": list(report.action_items.select_related("owner")),
         "users": get_user_model().objects.filter(is_active=True).order_by("username"),
         "comments": conversation.comments_tree(report),
-        "anchors": [("report", "the report")] + [(f"section:{s.key}", s.title) for s in section_rows],
+        "anchors": anchors,
         "presence": [p for p in conversation.presence_list(report) if p.user_id != user.pk],
         "tickets": list(investigation.ticket_links.all()),
         "tokens": tokens(report),

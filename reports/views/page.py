@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
 
-from ..services import activity, conversation
+from ..services import activity, conversation, exports
 from ..services import sections as svc
 from ._common import page_context, report_of, tokens
 
@@ -23,7 +23,10 @@ LIVE_REGIONS = ("header", "comments", "findings", "actions")
 def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, role = report_of(request, investigation_id)
     conversation.presence_touch(report, request.user)
-    return render(request, "reports/report.html", page_context(report, role, request.user))
+    base = request.build_absolute_uri("/").rstrip("/")
+    context = page_context(report, role, request.user) | {
+        "base_url": base, "ticket_text": exports.ticket_block(report, base_url=base)}
+    return render(request, "reports/report.html", context)
 
 
 @require_GET
@@ -37,13 +40,17 @@ def live(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     svc.report_refresh(report)
     editing = request.GET.get("editing", "")
     conversation.presence_touch(report, request.user, editing)
-    context = page_context(report, role, request.user)
     shown = {k[2:]: v for k, v in request.GET.items() if k.startswith("v_")}
-    changed_sections = [s for s in context["sections"] if s.key in shown and shown[s.key] != str(s.version)
-                        and s.key != editing]
+    versions = dict(report.sections.values_list("key", "version"))
+    changed = {key for key, version in versions.items() if key in shown and shown[key] != str(version)} - {editing}
     current = tokens(report)
     regions = [r for r in LIVE_REGIONS if request.GET.get(f"t_{r}") not in (None, current[r])]
-    context |= {"changed_sections": changed_sections, "regions": regions, "oob": True}
+    if not changed and not regions:  # the usual answer: only who is here (cheap, every 3 s per reader)
+        presence = [p for p in conversation.presence_list(report) if p.user_id != request.user.pk]
+        return render(request, "reports/_live.html", {"presence": presence, "oob": True})
+    context = page_context(report, role, request.user)
+    context |= {"changed_sections": [s for s in context["sections"] if s.key in changed], "regions": regions,
+                "oob": True}
     return render(request, "reports/_live.html", context)
 
 

@@ -345,6 +345,20 @@ def test_zooming_in_lowers_the_query_step_down_to_the_scrape_interval(span, expe
     assert tl.query_step(_ctx(), START, START + span) == expected
 
 
+def test_the_samples_budget_coarsens_a_wide_panel_and_the_panel_says_so() -> None:
+    """1,024 GPUs over an hour with a budget of 100,000 samples a query: at most ~97 points, not 241; the
+    panel's notes say why; a job-scope panel (one series) keeps its step."""
+    ctx = dataclasses.replace(_ctx(gpus=1024), max_samples=100_000)
+    plan = tl.panel_queries(tl.PANELS["gpu_temp"], ctx, START, END)
+    assert plan.step == 60.0 and (END - START) / plan.step * 1024 <= 100_000
+    assert tl.panel_queries(tl.PANELS["loss"], ctx, START, END).step == 15.0
+    client = CannedClient(lambda q: [])
+    client.instant = []
+    (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], START, END)
+    assert "60 s step instead of 15 s" in panel.notes[0] and "100,000 samples" in panel.notes[0]
+    assert panel.notes[0] in tl.figure_build(panel, ctx)["layout"]["meta"]["notes"]
+
+
 def test_many_checkpoints_get_lines_but_few_labels() -> None:
     """Every checkpoint is a line; only about ten carry a label, and labels map to marks one to one."""
     marks = tl.annotations_build(_ctx(), {"config": {"checkpoint_period": "5"}})

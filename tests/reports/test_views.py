@@ -180,3 +180,14 @@ def test_the_activity_stream_merges_people_and_machine(case, alice_client) -> No
     html = alice_client.get(url("activity", case)).content.decode()
     assert "commented: Looks thermal" in html and "set the report to In review" in html
     assert "diagnosis #" in html and "onset:" in html
+
+
+def test_a_comment_on_a_finding_links_to_it_and_a_made_up_anchor_is_refused(case, alice_client) -> None:
+    from reports.services.findings import finding_key
+
+    finding = case.findings.first()
+    key = finding_key(finding)
+    response = alice_client.post(url("comment", case), {"body": "Is this real?", "anchor": f"finding:{key}"}, **HTMX)
+    assert response.status_code == 200 and f'href="#finding-{key}"' in response.content.decode()
+    bad = alice_client.post(url("comment", case), {"body": "x", "anchor": "finding:9:nope:nope"}, **HTMX)
+    assert bad.status_code == 400

@@ -41,6 +41,7 @@ from investigations.tasks import job_triage_task
 from investigations.tasks.comparison import comparison_execute_task
 from investigations.tasks.diagnosis import diagnosis_plan_task
 from playbooks import tsdb_server, tunnel
+from reports import demo as report_demo
 
 DEMO_SCENARIOS = (
     "healthy",
@@ -254,6 +255,8 @@ class Command(BaseCommand):
                 if baseline is not None:
                     compared = cmp.comparison_start(investigation, user=owner)
                     comparison_execute_task.delay_on_commit(compared.pk)
+            if scenario == report_demo.SCENARIO:
+                report_demo.write_demo_report(investigation, owner)  # the demo opens with a written report
             self.stdout.write(f"  opened investigation #{investigation.pk}: {investigation.title}")
 
     def _prune_broker(self) -> None:

@@ -18,6 +18,9 @@ _GROUP = re.compile(r"\(\?P<\w+>([^()]*)\)")
 
 # The only views that must answer anonymous users.
 PUBLIC = {"/login/", "/admin/login/"}
+# Pages opened by a secret token instead of a session (the report's share link: 404 for an unknown token,
+# tests/reports/test_exports.py).
+TOKEN_PAGES = {"/share/x/"}
 # Public endpoints that are no page: where browsers report CSP violations (POST only, no session, logs only;
 # tests/security/test_headers.py).
 NOT_PAGES = {"/csp-report/"}
@@ -62,7 +65,7 @@ def test_the_resolver_walk_finds_the_app_pages() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("method", ["get", "post"])
-@pytest.mark.parametrize("url", [u for u in ALL_URLS if u not in PUBLIC | NOT_PAGES])
+@pytest.mark.parametrize("url", [u for u in ALL_URLS if u not in PUBLIC | TOKEN_PAGES | NOT_PAGES])
 def test_anonymous_requests_are_sent_to_login(client, url: str, method: str) -> None:
     """Anonymous GET and POST to any non-public URL redirect to a login page."""
     response = getattr(client, method)(url)
