@@ -14,6 +14,7 @@ from ..context import Context, Finding, focus_window
 from ..model import Playbook, RuleSpec
 from .counters import _det_counter_increase, _det_near_limit, _det_rate_outlier, _det_threshold_prior
 from .hang import _det_accused_alive, _det_busy_wait, _det_host_silent, _det_step_stall
+from .host import _det_own_excess
 from .peers import _det_flatline, _det_gaps, _det_peer_outlier
 from .trends import _det_change_point, _det_level_shift, _det_series_absent, _det_uniform_elevation
 
@@ -92,6 +93,7 @@ DETECTORS: dict[str, DetectorSpec] = {s.name: s for s in (
           ("context",) * 8, params="power_ratio_min util_min margin presence"),
     _spec("uniform_elevation", _det_uniform_elevation, ("series",), params="requires base per_gpu factor min_share"),
     _spec("series_absent", _det_series_absent, ()),
+    _spec("own_excess", _det_own_excess, ("series per host",), params="min_rel min_abs min_duration"),
 )}
 
 
