@@ -18,7 +18,6 @@ healthy. A restored job diagnosed on its own is judged against a prior on runnab
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 import sys
@@ -27,12 +26,14 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from investigations.management.signals import CommandExit as _Exit
-from investigations.management.signals import ExitOnSignal, run_command
+from investigations.management.os_signals import CommandExit as _Exit
+from investigations.management.os_signals import ExitOnSignal, run_command
 from investigations.services import DataSourceError, prometheus_url_check
+from investigations.times import parse_time as unix_seconds
 from playbooks import tsdb_server
 from playbooks.diagnose import DiagnosisError, run_diagnosis, serves_copy
 from playbooks.gpus import GPU_MODELS, gpu_model_named
+from playbooks.profiles import PROFILES
 from playbooks.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
 from playbooks.report import diagnosis_markdown
 from playbooks.triage import TriageError, find_job_log, triage_job, triage_log
@@ -42,18 +43,10 @@ def parse_time(raw: str | None, name: str) -> float | None:
     """Return unix seconds from unix seconds or ISO 8601 (naive times are UTC); raise _Exit(2) otherwise."""
     if raw is None:
         return None
-    text = raw.strip()
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return unix_seconds(raw)
     except ValueError:
         raise _Exit(2, f"{name} {raw!r} is neither unix seconds nor ISO 8601") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
 
 
 def log_window(triage: dict, margin: float = 600.0) -> tuple[float | None, float | None]:
@@ -84,7 +77,8 @@ class Command(BaseCommand):
         parser.add_argument("--start", help="window start: unix seconds or ISO 8601 (default: the data's)")
         parser.add_argument("--end", help="window end: unix seconds or ISO 8601 (default: the data's)")
         parser.add_argument("--format", choices=("json", "markdown"), default="json")
-        parser.add_argument("--profile", default="auto", help="metric profile: auto, amd or nvidia")
+        parser.add_argument("--profile", default="auto",
+                            help="metric profile: auto, or a declared one (amd, nvidia, amd-dme, node, a team's)")
         parser.add_argument("--gpu-model", default="auto",
                             help="GPU model for the priors when the labels do not name it: auto or one of "
                                  + ", ".join(GPU_MODELS))
@@ -109,8 +103,8 @@ class Command(BaseCommand):
                 gpu_model_named(self._gpu_model)
             except ValueError as exc:
                 raise _Exit(2, str(exc)) from exc
-        if opts["profile"] not in ("auto", "amd", "nvidia"):
-            raise _Exit(2, f"unknown profile {opts['profile']!r}; use auto, amd or nvidia")
+        if opts["profile"] != "auto" and opts["profile"] not in PROFILES:
+            raise _Exit(2, f"unknown profile {opts['profile']!r}; use auto or one of {', '.join(PROFILES)}")
         start, end = parse_time(opts["start"], "--start"), parse_time(opts["end"], "--end")
         if start is not None and end is not None and end <= start:
             raise _Exit(2, "--end must be after --start")
