@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
 
+from .. import access
 from ..models import Report, TicketLink
 from ..services import exports
 from ._common import page_context, report_of
@@ -102,6 +103,16 @@ def share(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     token = secrets.token_urlsafe(32) if request.POST.get("action") == "create" else ""
     Report.objects.filter(pk=report.pk).update(share_token=token)
     report.share_token = token
+    return _links_region(request, report, role)
+
+
+@require_POST
+def restrict(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """An owner makes the investigation visible to its team only, or to everyone again."""
+    report, role = report_of(request, investigation_id, "manage")
+    if not report.investigation.team:
+        return _links_region(request, report, role, "Give the investigation a team first.", status=400)
+    access.restrict(report.investigation, request.POST.get("restricted") == "1")
     return _links_region(request, report, role)
 
 
