@@ -404,3 +404,30 @@ class PinnedChart(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class RunHeartbeat(models.Model):
+    """A task working on a run says it is alive (investigations.services.deadruns).
+
+    One row per task in flight, written when the task starts and every STEPWISE_RUN_HEARTBEAT_SECONDS
+    after, deleted when it ends however it ends. A row left behind and gone stale means the process died
+    mid-task (SIGKILL, OOM kill, a lost machine): its run is failed with that reason.
+    """
+
+    class Kind(models.TextChoices):
+        DIAGNOSIS = "diagnosis", "Diagnosis or comparison run"
+        QUERY = "query", "Query run"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    run_id = models.BigIntegerField()
+    task_id = models.CharField(max_length=255, unique=True)
+    task_name = models.CharField(max_length=255)
+    worker = models.CharField(max_length=255, blank=True)
+    pid = models.IntegerField(default=0)
+    beat = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["beat"], name="runheartbeat_beat_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} on {self.kind} run {self.run_id} (pid {self.pid})"

@@ -358,9 +358,10 @@ STEPWISE_BROKER_DIR = STEPWISE_DATA_DIR / "broker"
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
-        # With acks_late, Redis redelivers an unacknowledged task after this long: keep it above
-        # the hard time limit so a slow task is not run twice while still running.
-        "visibility_timeout": 3600,
+        # With acks_late, Redis redelivers an unacknowledged task after this long: just above the hard
+        # time limit, so a task still running is never run twice, and one whose worker died is run
+        # again minutes later (its claim then sees the run failed by the watchdog, or takes it over).
+        # (set below from the time limits)
     }
 else:
     # Embedded broker: kombu's filesystem transport, pure Python. Producer and consumer share this
@@ -434,6 +435,14 @@ if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
         f"STEPWISE_TASK_TIME_LIMIT={CELERY_TASK_TIME_LIMIT} must exceed "
         f"STEPWISE_TASK_SOFT_TIME_LIMIT={CELERY_TASK_SOFT_TIME_LIMIT}"
     )
+if REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = CELERY_TASK_TIME_LIMIT + 60
+# Dead runs (investigations.services.deadruns): a task working on a run beats this often; a beat this
+# old, left by a task that never ended, means its worker died: the run is failed with that reason.
+STEPWISE_RUN_HEARTBEAT_SECONDS = envint("STEPWISE_RUN_HEARTBEAT_SECONDS", 10, minimum=1)
+STEPWISE_RUN_DEAD_AFTER_SECONDS = envint(
+    "STEPWISE_RUN_DEAD_AFTER_SECONDS", 6 * STEPWISE_RUN_HEARTBEAT_SECONDS, minimum=3 * STEPWISE_RUN_HEARTBEAT_SECONDS
+)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False

@@ -51,6 +51,7 @@ from ..models import (
     TaskStatus,
 )
 from . import TRANSIENT_ERRORS, datasource_client
+from .deadruns import dead_runs_reap
 from .investigations import TRIAGE_PENDING, triage_stalled
 
 logger = logging.getLogger(__name__)
@@ -166,6 +167,7 @@ def diagnosis_start(
     names = list(dict.fromkeys(str(p) for p in playbooks)) if playbooks is not None else None
     if names is not None and not names:
         raise DiagnosisError("Choose at least one playbook.")
+    dead_runs_reap()  # a run whose worker died is failed first, not a reason to refuse this one
     with transaction.atomic():
         # The job's row lock serialises two starts racing for the same job (PostgreSQL; SQLite
         # serialises writers anyway).

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from playbooks import discovery as discovery_lib
 from playbooks.prometheus import PrometheusTimeout, PrometheusUnreachable
+from playbooks.textclean import scrub
 from playbooks.triage import find_job_log
 
 from ..models import DataSource, Job, TaskStatus
@@ -243,7 +244,7 @@ def discovery_execute(datasource_id: int) -> DataSource:
         raise (PrometheusTimeout if timed_out else PrometheusUnreachable)(reason)
     errors = "; ".join(f"{part}: {text}" for part, text in sorted(found.errors.items()))
     DataSource.objects.filter(pk=ds.pk).update(
-        discovery=_for_display(found.to_dict()),
+        discovery=scrub(_for_display(found.to_dict())),  # label values are data: no control byte stored
         discovered=now,
         discovery_error=errors[:10_000],
         state=DataSource.State.UP,

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from playbooks import triage as triage_lib
 from playbooks.jobdirs import JobIdError, find_job_dirs, looks_like_job_id
+from playbooks.textclean import printable, scrub
 
 from ..models import DataSource, Investigation, InvestigationJob, Job, TaskStatus
 from . import (
@@ -279,7 +280,8 @@ def _log_header(log: UploadedFile) -> tuple[str, str]:
         match = _HEADER_RE.match(raw[:1024])
         if match:
             key = match.group(1).decode()
-            found.setdefault(key, match.group(2).decode("utf-8", errors="replace").strip('"')[:100])
+            value = printable(match.group(2).decode("utf-8", errors="replace")).strip().strip('"')
+            found.setdefault(key, value[:100])
         if len(found) == 2:
             break
     return found.get("JOB_ID", ""), found.get("JOB_NAME", "")
@@ -650,7 +652,7 @@ def job_triage(job_id: int, *, now: float | None = None) -> Job:
         result = triage_lib.triage_job(path, now=now, roots=roots)
     else:
         result = triage_lib.triage_log(path, now=now, roots=roots)
-    contract = result.to_dict()
+    contract = scrub(result.to_dict())  # what a log holds is data: no NUL or control byte is stored
     contract.update(
         state="done",
         finished=timezone.now().isoformat(),
@@ -658,7 +660,7 @@ def job_triage(job_id: int, *, now: float | None = None) -> Job:
         log=job.log_upload.name if job.log_upload else str(path),
     )
     job.triage = contract
-    job.config = dict(result.config)
+    job.config = scrub(dict(result.config))
     job.save(update_fields=["triage", "config", "updated"])
     Investigation.objects.filter(job_links__job=job, job_links__role=InvestigationJob.Role.PRIMARY).exclude(
         diagnosis_runs__status=TaskStatus.DONE

@@ -35,6 +35,7 @@ from playbooks.timeline import finding_panels
 
 from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from ..services import diagnosis as dx
+from ..services.deadruns import dead_runs_reap
 from ..tasks.diagnosis import diagnosis_plan_task
 from ._common import HtmxHttpRequest, run_send
 
@@ -318,6 +319,7 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the progress partial; a poll (`poll=1`) that finds the run finished gets the whole region."""
     investigation = _get_investigation(request, investigation_id)
     job = _get_job(investigation, request.GET.get("job"))
+    dead_runs_reap()  # a run whose worker died shows as failed, with the reason, on the next poll
     context = _region_context(investigation, job)
     if request.GET.get("poll") and not context["dx"]["active"]:
         response = render(request, REGION, finished_context(context))

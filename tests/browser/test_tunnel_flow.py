@@ -274,6 +274,6 @@ def test_resolving_the_investigation_closes_its_tunnel(
     _press(page, "#source-state", page.locator("#source-state").get_by_role("button", name="Check now"))
     expect(page.get_by_test_id("source-state")).to_have_text("Down")
     expect(page.locator("#source-state")).to_contain_text(
-        f"the SSH tunnel to {USER}@{HEAD}:{port} is not open"
+        f"the SSH tunnel to {USER}@{HEAD} (ssh port 22) → localhost:{port} is not open"
     )
     _assert_no_reload(page)

@@ -1,0 +1,157 @@
+"""Dead runs: a worker killed mid-task must not leave its run "running" forever.
+
+Every task that works on a run (planning, a playbook, the decision, a comparison, a query run) writes a
+`RunHeartbeat` row when it starts and every STEPWISE_RUN_HEARTBEAT_SECONDS while it runs (a thread in the
+worker process, `heartbeat_start`), and deletes it when it ends, whatever the outcome (`heartbeat_stop`,
+from Celery's task_postrun). A row left behind and stale for STEPWISE_RUN_DEAD_AFTER_SECONDS means the
+process died mid-task: `dead_runs_reap` fails its run with that reason (its running playbooks too), so
+the page says what happened and a new diagnosis of the job is accepted. Re-running is the user's
+choice and is idempotent (findings are replaced, one per investigation, job, playbook and rule).
+
+Only a stale row marks a run dead: a run whose next tasks merely wait in the queue, or whose retry
+waits out its countdown, has no row at all and is left alone.
+
+Who reaps: the watchdog task (started when a worker starts, and again while tasks are in flight), the
+diagnosis status poll of the page, and diagnosis_start before it refuses a second run of a job.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from ..models import DiagnosisRun, PlaybookExecution, QueryRun, RunHeartbeat, TaskStatus
+
+logger = logging.getLogger(__name__)
+
+#: Task name -> the kind of run its first argument (run_id) names.
+TRACKED_TASKS = {
+    "investigations.tasks.diagnosis_plan_task": RunHeartbeat.Kind.DIAGNOSIS,
+    "investigations.tasks.playbook_execute_task": RunHeartbeat.Kind.DIAGNOSIS,
+    "investigations.tasks.diagnosis_decide_task": RunHeartbeat.Kind.DIAGNOSIS,
+    "investigations.tasks.comparison_execute_task": RunHeartbeat.Kind.DIAGNOSIS,
+    "investigations.tasks.queryrun_execute_task": RunHeartbeat.Kind.QUERY,
+}
+
+
+def heartbeat_seconds() -> float:
+    return float(settings.STEPWISE_RUN_HEARTBEAT_SECONDS)
+
+
+def dead_after_seconds() -> float:
+    return float(settings.STEPWISE_RUN_DEAD_AFTER_SECONDS)
+
+
+def _beat(task_id: str, kind: str, run_id: int, task_name: str) -> None:
+    RunHeartbeat.objects.update_or_create(
+        task_id=task_id,
+        defaults={"kind": kind, "run_id": run_id, "task_name": task_name, "worker": socket.gethostname()[:255],
+                  "pid": os.getpid(), "beat": timezone.now()},
+    )  # fmt: skip
+
+
+@dataclass
+class _Beating:
+    stop: threading.Event
+    thread: threading.Thread
+
+
+_BEATING: dict[str, _Beating] = {}
+_LOCK = threading.Lock()
+
+
+def _beat_loop(task_id: str, kind: str, run_id: int, task_name: str, stop: threading.Event) -> None:
+    try:
+        while not stop.wait(heartbeat_seconds()):
+            try:
+                _beat(task_id, kind, run_id, task_name)
+            except Exception:  # a locked database now and then must not end the beating
+                logger.warning("heartbeat of %s (run %s) not written", task_name, run_id, exc_info=True)
+    finally:
+        connection.close()  # this thread's own database connection
+
+
+def heartbeat_start(task_id: str, task_name: str, args: tuple | list, kwargs: dict) -> bool:
+    """Write the first beat of a tracked task and keep beating in a thread; False for untracked tasks."""
+    kind = TRACKED_TASKS.get(task_name)
+    run_id = kwargs.get("run_id", args[0] if args else None)
+    if kind is None or not isinstance(run_id, int) or not task_id:
+        return False
+    _beat(task_id, kind, run_id, task_name)
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=_beat_loop, args=(task_id, kind, run_id, task_name, stop), name=f"heartbeat-{task_id}", daemon=True
+    )
+    with _LOCK:
+        _BEATING[task_id] = _Beating(stop, thread)
+    thread.start()
+    return True
+
+
+def heartbeat_stop(task_id: str) -> None:
+    """Stop beating for a task that ended (returned, raised or retried) and delete its row."""
+    with _LOCK:
+        beating = _BEATING.pop(task_id, None)
+    if beating is not None:
+        beating.stop.set()
+        beating.thread.join(timeout=heartbeat_seconds() + 5)
+    RunHeartbeat.objects.filter(task_id=task_id).delete()
+
+
+def _dead_reason(beat: RunHeartbeat, now: dt.datetime) -> str:
+    return (
+        f"The worker running it stopped: {beat.task_name.rsplit('.', 1)[-1]} on {beat.worker or 'a worker'} "
+        f"(pid {beat.pid}) gave no sign of life for {int((now - beat.beat).total_seconds())} s "
+        "(killed, out of memory, or its machine lost). Run it again."
+    )
+
+
+def _fail_diagnosis(run_id: int, reason: str) -> bool:
+    with transaction.atomic():
+        failed = DiagnosisRun.objects.filter(pk=run_id, status=TaskStatus.RUNNING).update(
+            status=TaskStatus.FAILED, finished=timezone.now(), error=reason[:10_000]
+        )
+        PlaybookExecution.objects.filter(run_id=run_id, status__in=(TaskStatus.QUEUED, TaskStatus.RUNNING)).update(
+            status=TaskStatus.FAILED, error=reason[:10_000]
+        )
+    return failed == 1
+
+
+def _fail_query(run_id: int, reason: str) -> bool:
+    return (
+        QueryRun.objects.filter(pk=run_id, status=QueryRun.Status.RUNNING).update(
+            status=QueryRun.Status.FAILED, finished=timezone.now(), error=reason[:10_000]
+        )
+        == 1
+    )
+
+
+def dead_runs_reap() -> list[tuple[str, int]]:
+    """Return the (kind, run id) of the runs failed because a task working on them died; never raises."""
+    now = timezone.now()
+    cutoff = now - dt.timedelta(seconds=dead_after_seconds())
+    failed: list[tuple[str, int]] = []
+    try:
+        for beat in RunHeartbeat.objects.filter(beat__lt=cutoff).order_by("beat"):
+            reason = _dead_reason(beat, now)
+            fail = _fail_diagnosis if beat.kind == RunHeartbeat.Kind.DIAGNOSIS else _fail_query
+            if fail(beat.run_id, reason):
+                logger.warning("%s run %s failed: %s", beat.kind, beat.run_id, reason)
+                failed.append((beat.kind, beat.run_id))
+            RunHeartbeat.objects.filter(pk=beat.pk, beat=beat.beat).delete()
+    except Exception:
+        logger.exception("could not reap dead runs")
+    return failed
+
+
+def tasks_in_flight() -> bool:
+    """Return True while any tracked task has a heartbeat row (alive or not yet reaped)."""
+    return RunHeartbeat.objects.exists()
