@@ -30,6 +30,7 @@ urlpatterns = [
     path(_R + "share/", exports.share, name="share"),
     path(_R + "zone/", exports.export_zone, name="export_zone"),
     path(_R + "restrict/", exports.restrict, name="restrict"),
+    path(_R + "delete/", exports.delete, name="delete"),
     path("share/<str:token>/", exports.shared, name="shared"),
     path("inbox/", conversation.inbox, name="inbox"),
     path("inbox/count/", conversation.inbox_count, name="inbox_count"),

@@ -76,3 +76,19 @@ def test_an_owner_restricts_the_investigation_to_its_team(case, red, alice, alic
     assert carol.get(reverse("reports:page", args=[case.pk])).status_code == 404
     alice_client.post(reverse("reports:restrict", args=[case.pk]), {"restricted": "0"}, **HTMX)
     assert carol.get(reverse("reports:page", args=[case.pk])).status_code == 200
+
+
+def test_only_an_owner_deletes_and_only_with_the_title_typed(case, red, alice, alice_client, bob_client) -> None:
+    from investigations.models import Investigation
+
+    case.team = "red"
+    case.save()
+    sections.report_for(case)
+    url = reverse("reports:delete", args=[case.pk])
+    assert alice_client.post(url, {"confirm": case.title}, **HTMX).status_code == 403  # an editor
+    case.owner = alice
+    case.save()
+    assert alice_client.post(url, {"confirm": "wrong"}, **HTMX).status_code == 400
+    response = alice_client.post(url, {"confirm": case.title}, **HTMX)
+    assert response.status_code == 204 and response["HX-Redirect"] == "/"
+    assert not Investigation.objects.filter(pk=case.pk).exists()
