@@ -6,13 +6,17 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth import get_user_model
 
+from playbooks.gpus import GPU_MODELS
+from playbooks.profiles import PROFILES
 from playbooks.tunnel import TunnelError, TunnelSpec, parse_tunnel_command
 
 from . import services
 from .models import Investigation, InvestigationJob
+from .services.diagnosis import window_validate
 from .services.investigations import SOURCE_KINDS, SourceRequest
 from .services.sources import url_source_probe
 from .services.tunnels import tunnel_allowed
+from .times import parse_time
 
 
 class DataSourceURLForm(forms.Form):
@@ -205,3 +209,48 @@ class LogAttachForm(forms.Form):
     """Give a job opened from a URL or a tunnel its log, to triage it."""
 
     log = forms.FileField(label="Job log")
+
+
+class TimeField(forms.CharField):
+    """A time as unix seconds or ISO 8601 (UTC unless it carries an offset); cleans to float seconds."""
+
+    def to_python(self, value: Any) -> float | None:
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return None
+        try:
+            return parse_time(text)
+        except ValueError:
+            raise forms.ValidationError(
+                "Enter unix seconds or an ISO 8601 time such as 2026-11-20T14:05:00Z."
+            ) from None
+
+
+class DiagnosisStartForm(forms.Form):
+    """Start a diagnosis of one job: what the triage calls for, or every playbook; optional window."""
+
+    scope = forms.ChoiceField(
+        choices=[("triage", "Playbooks the triage calls for"), ("all", "All playbooks")]
+    )
+    start = TimeField(required=False)
+    end = TimeField(required=False)
+    profile = forms.ChoiceField(
+        choices=[("auto", "auto (from the metric names)")] + [(name, name) for name in PROFILES],
+        required=False,
+    )
+    gpu_model = forms.ChoiceField(
+        choices=[("auto", "auto (from the labels)")] + [(name, name) for name in GPU_MODELS], required=False
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        try:
+            data["window"] = window_validate(data.get("start"), data.get("end"))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return data
+
+
+def form_errors(form: forms.Form) -> str:
+    """Return every error of a bound form as one line, for a page region that shows a single message."""
+    return " ".join(str(e) for errors in form.errors.values() for e in errors)

@@ -6,6 +6,8 @@ the diagnosis contract.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
@@ -108,6 +110,18 @@ class Job(models.Model):
     def __str__(self) -> str:
         prefix = f"{self.cluster}/" if self.cluster else ""
         return f"{prefix}{self.job_id} {self.name}".strip()
+
+    def finished_triage(self) -> dict[str, Any] | None:
+        """Return the job's finished log triage (the contract's triage JSON), or None while it is
+        missing, queued, running or failed."""
+        triage = self.triage or {}
+        if not isinstance(triage, dict) or triage.get("state", "done") != "done":
+            return None
+        return triage if isinstance(triage.get("job"), dict) else None
+
+    def current_datasource(self) -> DataSource | None:
+        """Return the job's current data source: the newest one (the one its page shows), or None."""
+        return self.datasources.order_by("-created", "-pk").first()
 
 
 class InvestigationJob(models.Model):

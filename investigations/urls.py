@@ -12,7 +12,7 @@ app_name = "investigations"
 
 urlpatterns = [
     # Investigations: the home page lists them.
-    path("", investigations.index, name="home"),
+    path("", investigations.home, name="home"),
     path("investigations/new/", investigations.new, name="new"),
     path("investigations/create/", investigations.create, name="create"),
     path("investigations/browse/", investigations.browse, name="browse"),
@@ -109,7 +109,7 @@ urlpatterns = [
         name="comparison_cancel",
     ),
     # Data sources and query runs.
-    path("sources/", sources.home, name="sources"),
+    path("sources/", sources.index, name="sources"),
     path("sources/add/", sources.source_add, name="source_add"),
     path("sources/<int:source_id>/sample-run/", sources.run_start, name="run_start"),
     path("runs/<int:run_id>/", sources.run_detail, name="run_detail"),

@@ -532,6 +532,11 @@ def queryrun_finish(
     return QueryRun.objects.filter(pk=run_id, status=from_status).update(**fields) == 1
 
 
+def queryrun_not_sent(run_id: int, error: str) -> None:
+    """Mark a queued run failed because its task could not be sent (the page shows `error`)."""
+    queryrun_finish(run_id, QueryRun.Status.FAILED, error, from_status=QueryRun.Status.QUEUED)
+
+
 def queryrun_cancel(run: QueryRun) -> bool:
     """Return True if the queued or running run was cancelled; a worker stops at its next batch."""
     updated = QueryRun.objects.filter(

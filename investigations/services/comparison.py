@@ -42,7 +42,6 @@ from .diagnosis import (
     COMPARISON_PLAYBOOKS,
     diagnosis_is_running,
     findings_record,
-    job_datasource,
     run_watched,
     triage_wait_check,
 )
@@ -89,7 +88,7 @@ def comparison_links(investigation: Investigation) -> list[tuple[InvestigationJo
     """Return the investigation's jobs in comparison order (baseline, primary, others), each with its source."""
     links = list(InvestigationJob.objects.filter(investigation=investigation).select_related("job"))
     links.sort(key=lambda link: (_ROLE_ORDER.get(link.role, 3), link.position, link.pk))
-    return [(link, job_datasource(link.job)) for link in links]
+    return [(link, link.job.current_datasource()) for link in links]
 
 
 def comparison_start(investigation: Investigation, user: Any = None) -> DiagnosisRun:
@@ -128,14 +127,6 @@ def comparison_start(investigation: Investigation, user: Any = None) -> Diagnosi
             progress_total=len(usable),
             result={},
         )
-
-
-def _job_triage(job: Job) -> dict[str, Any] | None:
-    """Return the job's finished triage (the contract's triage JSON), or None."""
-    triage = job.triage or {}
-    if triage.get("state", "done") != "done" or not isinstance(triage.get("job"), dict):
-        return None
-    return triage
 
 
 def finding_rule(finding: dict[str, Any]) -> str:
@@ -182,13 +173,13 @@ def comparison_execute(run_id: int, *, wait_for_triage: bool = True) -> Diagnosi
         for pk in job_ids:
             job = jobs[pk]
             _checkpoint(run_id, f"before connecting to job {job.job_id}")
-            datasource = job_datasource(job)
+            datasource = job.current_datasource()
             if datasource is None:
                 raise ComparisonError(
                     f"Job {job.job_id} has no data source any more; add it again and re-run."
                 )
             client = stack.enter_context(datasource_client(datasource))
-            specs.append(CompareJob(_StoppableClient(client, stop), _job_triage(job)))
+            specs.append(CompareJob(_StoppableClient(client, stop), job.finished_triage()))
             DiagnosisRun.objects.filter(pk=run_id).update(progress_done=F("progress_done") + 1)
         _checkpoint(run_id, "before comparing")
         try:

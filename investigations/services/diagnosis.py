@@ -95,7 +95,7 @@ def _engine() -> ModuleType:
     return importlib.import_module("playbooks.diagnose")
 
 
-class DiagnosisError(Exception):
+class DiagnosisRunError(Exception):
     """A diagnosis cannot start or go on: no data source, one already running, bad input.
 
     The message is written for the user who asked for it.
@@ -107,11 +107,6 @@ class TriagePending(Exception):
 
 
 # --- Start and cancel ----------------------------------------------------------------------------
-
-
-def job_datasource(job: Job) -> DataSource | None:
-    """Return the job's current data source (the newest), as the investigation page shows it."""
-    return job.datasources.order_by("-created", "-pk").first()
 
 
 def diagnosis_active(job: Job) -> DiagnosisRun | None:
@@ -149,41 +144,41 @@ def diagnosis_start(
 
     `playbooks` None runs what the job's triage calls for; a list runs those playbooks. `profile` and
     `gpu_model` ("auto": recognised from the data) are the user's word for the metric naming and the GPU
-    model's priors. Raises DiagnosisError for a bad window, profile or GPU model, and when the job is not
+    model's priors. Raises DiagnosisRunError for a bad window, profile or GPU model, and when the job is not
     in the investigation, has no data source, or already has a queued or running diagnosis (in any
     investigation: both would query one source).
     """
     try:
         window = window_validate((window or {}).get("start"), (window or {}).get("end"))
     except ValueError as exc:
-        raise DiagnosisError(f"Bad window: {exc}.") from exc
+        raise DiagnosisRunError(f"Bad window: {exc}.") from exc
     if profile != "auto" and profile not in PROFILES:
-        raise DiagnosisError(f"Unknown metric profile {profile!r}: use auto or one of {', '.join(PROFILES)}.")
+        raise DiagnosisRunError(f"Unknown metric profile {profile!r}: use auto or one of {', '.join(PROFILES)}.")
     if gpu_model != "auto":
         try:
             gpu_model = gpu_model_named(gpu_model).name
         except ValueError as exc:
-            raise DiagnosisError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from exc
+            raise DiagnosisRunError(f"{str(exc)[0].upper()}{str(exc)[1:]}.") from exc
     names = list(dict.fromkeys(str(p) for p in playbooks)) if playbooks is not None else None
     if names is not None and not names:
-        raise DiagnosisError("Choose at least one playbook.")
+        raise DiagnosisRunError("Choose at least one playbook.")
     dead_runs_reap()  # a run whose worker died is failed first, not a reason to refuse this one
     with transaction.atomic():
         # The job's row lock serialises two starts racing for the same job (PostgreSQL; SQLite
         # serialises writers anyway).
         Job.objects.select_for_update().filter(pk=job.pk).first()
         if not InvestigationJob.objects.filter(investigation=investigation, job=job).exists():
-            raise DiagnosisError(f"Job {job.job_id} is not part of this investigation.")
-        datasource = job_datasource(job)
+            raise DiagnosisRunError(f"Job {job.job_id} is not part of this investigation.")
+        datasource = job.current_datasource()
         if datasource is None:
-            raise DiagnosisError(
+            raise DiagnosisRunError(
                 f"Job {job.job_id} has no data source: add its job directory, a Prometheus URL or an "
                 "SSH tunnel first."
             )
         active = diagnosis_active(job)
         if active is not None:
             where = "" if active.investigation_id == investigation.pk else f" in “{active.investigation}”"
-            raise DiagnosisError(
+            raise DiagnosisRunError(
                 f"A diagnosis of job {job.job_id} is already {active.status} (run #{active.pk}{where}); "
                 "wait for it or cancel it."
             )
@@ -272,14 +267,6 @@ def triage_wait_check(jobs: Sequence[Job], why: str) -> None:
             raise TriagePending(f"Waiting for the log triage of job {job.job_id}: {why}.")
 
 
-def _job_triage(job: Job) -> dict[str, Any] | None:
-    """Return the job's finished triage (the contract's triage JSON), or None."""
-    triage = job.triage or {}
-    if triage.get("state", "done") != "done" or not isinstance(triage.get("job"), dict):
-        return None
-    return triage
-
-
 def diagnosis_plan(run_id: int, *, wait_for_triage: bool = True) -> DiagnosisRun:
     """Return the running run with its source discovered, its playbooks planned and one execution each.
 
@@ -294,14 +281,14 @@ def diagnosis_plan(run_id: int, *, wait_for_triage: bool = True) -> DiagnosisRun
     A job whose log triage is still queued or running (and not stalled) raises TriagePending before
     anything is stored, unless `wait_for_triage` is False: the task tries again shortly.
     DataSourceError and Prometheus errors propagate, and a source the engine cannot diagnose (no
-    samples, no known metric profile, an unknown playbook) raises DiagnosisError: nothing was stored.
+    samples, no known metric profile, an unknown playbook) raises DiagnosisRunError: nothing was stored.
     """
     run = DiagnosisRun.objects.select_related("job", "datasource").get(pk=run_id)
     if run.datasource is None:
-        raise DiagnosisError("The job's data source was deleted; add it again and re-run.")
+        raise DiagnosisRunError("The job's data source was deleted; add it again and re-run.")
     if wait_for_triage:
         triage_wait_check([run.job], "it picks the playbooks")
-    triage = _job_triage(run.job)
+    triage = run.job.finished_triage()
     requested = (run.result or {}).get("requested")
     chosen = {k: (run.result or {}).get(k) or "auto" for k in ("profile", "gpu_model")}
     engine = _engine()
@@ -316,7 +303,7 @@ def diagnosis_plan(run_id: int, *, wait_for_triage: bool = True) -> DiagnosisRun
                 end=run.window.get("end"),
             )
         except engine.DiagnosisError as exc:
-            raise DiagnosisError(f"Cannot diagnose this source: {exc}.") from exc
+            raise DiagnosisRunError(f"Cannot diagnose this source: {exc}.") from exc
     plans_shared = _plans_share_queries(plans)
     plans = [p for p, _ in plans_shared]
     with transaction.atomic():
@@ -595,7 +582,7 @@ def playbook_execute(run_id: int, playbook: str) -> PlaybookExecution:
     )
     run = execution.run
     if run.datasource is None:
-        raise DiagnosisError("The job's data source was deleted; add it again and re-run.")
+        raise DiagnosisRunError("The job's data source was deleted; add it again and re-run.")
     plan = _engine().PlaybookPlan.from_dict(execution.output["plan"])
     progress = _Progress(run_id, execution)
     began = time.monotonic()
@@ -775,7 +762,7 @@ def diagnosis_decide(run_id: int) -> DiagnosisRun:
        store the contract object in run.result; set the investigation's incident class if the job
        is its primary job; mark the run done.
 
-    Raises DiagnosisError when no playbook produced an output.
+    Raises DiagnosisRunError when no playbook produced an output.
     """
     run = DiagnosisRun.objects.select_related("job", "investigation").get(pk=run_id)
     state = run.result or {}
@@ -784,7 +771,7 @@ def diagnosis_decide(run_id: int) -> DiagnosisRun:
     failed = [e for e in executions if e.status != TaskStatus.DONE]
     if executions and not done:
         reasons = "; ".join(f"{e.playbook}: {e.error or e.status}" for e in failed)
-        raise DiagnosisError(f"Every playbook failed, so there is nothing to decide from ({reasons}).")
+        raise DiagnosisRunError(f"Every playbook failed, so there is nothing to decide from ({reasons}).")
     outputs = [_engine().PlaybookOutput.from_dict(e.output["result"]) for e in done]
     source = _engine().SourceInfo.from_dict(state["source"])
     triage = state.get("triage")
@@ -974,7 +961,7 @@ def crash_time(job: Job, run: DiagnosisRun | None = None) -> float | None:
 
 
 __all__ = [
-    "DiagnosisError",
+    "DiagnosisRunError",
     "diagnosis_active",
     "diagnosis_cancel",
     "diagnosis_claim",

@@ -105,16 +105,6 @@ def discovery_fail_pending(datasource_id: int, error: str) -> None:
     )
 
 
-def _job_triage(job: Job | None) -> dict[str, Any] | None:
-    """Return the job's finished triage (the contract dict), or None while it is missing or pending."""
-    triage = (job.triage if job is not None else None) or {}
-    if not isinstance(triage, dict) or not isinstance(triage.get("job"), dict):
-        return None
-    if triage.get("state") not in (None, "done"):
-        return None
-    return triage
-
-
 def _inside_roots(path: Path) -> bool:
     resolved = path.resolve()
     return any(resolved.is_relative_to(Path(root).resolve()) for root in settings.STEPWISE_JOB_ROOTS)
@@ -223,7 +213,7 @@ def discovery_execute(datasource_id: int) -> DataSource:
     The caller owns discovery_status.
     """
     ds = DataSource.objects.select_related("job").get(pk=datasource_id)
-    triage = _job_triage(ds.job)
+    triage = ds.job.finished_triage() if ds.job is not None else None
     losses = _log_losses(ds.job, triage)
     try:
         client = datasource_client(ds)

@@ -427,13 +427,6 @@ def discovery_pending(job: Job | None) -> list[int]:
     return list(job.datasources.filter(discovery_status=TaskStatus.QUEUED).values_list("pk", flat=True))
 
 
-def job_datasource(job: Job | None) -> DataSource | None:
-    """Return the job's current data source: the newest one, or None."""
-    if job is None:
-        return None
-    return job.datasources.order_by("-created", "-pk").first()
-
-
 # --- Browsing the job roots ---------------------------------------------------------------------
 
 

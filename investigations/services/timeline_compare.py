@@ -81,12 +81,10 @@ def _compare_keys(item: _Compared, keys: Sequence[str], steps: tuple[float, floa
 def _compare_open(
     links: Sequence[InvestigationJob], keys: Sequence[str], steps: tuple[float, float] | None
 ) -> list[_Compared]:
-    from .investigations import job_datasource  # it imports the services this module builds on
-
     out = []
     for link in links:
         item = _Compared(f"{link.job.job_id} ({link.role})", link.job.job_id, link.role)
-        item.ds = job_datasource(link.job)
+        item.ds = link.job.current_datasource()
         out.append(item)
         if item.ds is None:
             item.error = f"{item.label} has no data source: add its Prometheus to draw it."

@@ -25,7 +25,7 @@ from .diagnosis import timed_out, transient_retry, triage_wait
 
 logger = logging.getLogger(__name__)
 
-_PERMANENT = (services.DataSourceError, cmp.ComparisonError, dx.DiagnosisError, PrometheusError)
+_PERMANENT = (services.DataSourceError, cmp.ComparisonError, dx.DiagnosisRunError, PrometheusError)
 
 
 @shared_task(

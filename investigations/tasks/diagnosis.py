@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 TRIAGE_WAIT_S = 2
 TRIAGE_WAIT_RETRIES = 300
 
-_PERMANENT = (services.DataSourceError, dx.DiagnosisError, PrometheusError)
+_PERMANENT = (services.DataSourceError, dx.DiagnosisRunError, PrometheusError)
 
 
 def triage_wait(task, run_id: int, exc: Exception) -> None:
@@ -149,7 +149,7 @@ def diagnosis_decide_task(run_id: int) -> None:
         return
     try:
         dx.diagnosis_decide(run_id)
-    except dx.DiagnosisError as exc:
+    except dx.DiagnosisRunError as exc:
         dx.diagnosis_finish(run_id, TaskStatus.FAILED, str(exc))
     except SoftTimeLimitExceeded:
         dx.diagnosis_finish(run_id, TaskStatus.FAILED, timed_out())

@@ -1,31 +1,63 @@
-"""What every view module shares: the typed request, and sending a run's first task."""
+"""What every view module shares: the typed request, the job of a region (?job=), and what the diagnosis
+and comparison regions share (Cancel, the poll that sees a run finished)."""
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
+from typing import Any
 
-from celery import Task
-from django.http import HttpRequest
-from django.utils import timezone
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django_htmx.middleware import HtmxDetails
-from kombu.exceptions import OperationalError as BrokerError
 
-from ..models import DiagnosisRun, TaskStatus
-
-logger = logging.getLogger(__name__)
+from ..models import DiagnosisRun, Investigation, InvestigationJob, Job
+from ..services import diagnosis as dx
+from ..services.investigations import investigation_primary_job
 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
-def run_send(task: Task, run_id: int) -> None:
-    """Send `task(run_id)` for a queued DiagnosisRun; if the broker cannot be reached, mark the run failed."""
+def investigation_job_or_404(investigation: Investigation, raw: str | None) -> Job | None:
+    """Return the job `raw` (a pk, from ?job=) of the investigation, else its primary job (None: it has none).
+
+    A job outside the investigation is a 404, never someone else's data.
+    """
+    if not raw:
+        return investigation_primary_job(investigation)
     try:
-        task.delay(run_id)
-    except BrokerError as exc:
-        # The run is committed but its task never left: say so instead of leaving it queued forever.
-        logger.error("could not enqueue %s for run %s: %s", task.name, run_id, exc)
-        DiagnosisRun.objects.filter(pk=run_id, status=TaskStatus.QUEUED).update(
-            status=TaskStatus.FAILED, error=f"Could not reach the task broker: {exc}", finished=timezone.now()
-        )
+        pk = int(raw)
+    except ValueError:
+        raise Http404("no such job") from None
+    link = InvestigationJob.objects.filter(investigation=investigation, job_id=pk).select_related("job").first()
+    if link is None:
+        raise Http404("no such job in this investigation")
+    return link.job
+
+
+def finished_context(context: dict[str, Any]) -> dict[str, Any]:
+    """Return a region's context for the poll that sees its run finished: with the page header's class.
+
+    The region then also carries the header's incident class as an out-of-band swap (`class_oob`), read
+    again here: the run that just finished set it after this request had loaded the investigation.
+    """
+    context["investigation"].refresh_from_db(fields=["incident_class"])
+    return {**context, "class_oob": True}
+
+
+def run_cancel(
+    request: HtmxHttpRequest, run: DiagnosisRun, noun: str, region: Callable[..., HttpResponse]
+) -> HttpResponse:
+    """Return the answer to Cancel on a diagnosis or comparison run: (htmx) its region, else the page.
+
+    The queued or running run becomes cancelled, and its task stops at its next checkpoint. A run that
+    had already finished is left as it is, and the answer says so.
+    """
+    note = "" if dx.diagnosis_cancel(run) else f"The {noun} had already finished."
+    if request.htmx:
+        return region(start_error=note)
+    if note:
+        messages.info(request, note)
+    return redirect("investigations:detail", investigation_id=run.investigation_id)

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from ..models import Job
 from ..services.investigations import TRIAGE_FINISHED, TRIAGE_PENDING, triage_stalled
+from ..times import utc
 
 #: Matches shown per class before "n more".
 MATCHES_SHOWN = 5
-
-
-def utc(seconds: Any) -> str:
-    """Return unix seconds as "YYYY-MM-DD HH:MM:SS UTC", or "" for None/garbage."""
-    try:
-        return dt.datetime.fromtimestamp(float(seconds), dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (TypeError, ValueError, OverflowError, OSError):
-        return ""
 
 
 def duration(seconds: Any) -> str:

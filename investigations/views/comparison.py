@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+from functools import partial
 from typing import Any
 
 from django.contrib import messages
@@ -26,16 +27,20 @@ from django_htmx.http import reswap, retarget, trigger_client_event
 from playbooks.compare import WITHIN_NOISE, delta_text, metric_signals
 from playbooks.timeline import PANELS
 
+from ..access import get_investigation_or_404
 from ..models import DiagnosisRun, Investigation
 from ..services import comparison as cmp
+from ..services.runs import run_not_sent
 from ..tasks.comparison import comparison_execute_task
-from ._common import HtmxHttpRequest, run_send
-from .diagnosis import _get_investigation, finished_context, run_cancel, utc
+from ..tasks.enqueue import enqueue_on_commit
+from ..times import utc
+from ._common import HtmxHttpRequest, finished_context, run_cancel
 
 logger = logging.getLogger(__name__)
 
 REGION = "investigations/_comparison.html#comparison"
 STATUS = "investigations/_comparison.html#comparison-status"
+
 
 def _number(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -156,7 +161,7 @@ def _region(request: HtmxHttpRequest, investigation: Investigation, **extra: Any
 @vary_on_headers("HX-Request")
 def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the comparison region; outside htmx, the investigation page that holds it."""
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id)
     if not request.htmx:
         return redirect("investigations:detail", investigation_id=investigation.pk)
     return _region(request, investigation)
@@ -164,12 +169,12 @@ def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit")
     error = ""
     try:
         with transaction.atomic():
             run = cmp.comparison_start(investigation, request.user)
-            transaction.on_commit(lambda: run_send(comparison_execute_task, run.pk))
+            enqueue_on_commit(comparison_execute_task, run.pk, not_sent=partial(run_not_sent, run.pk))
     except cmp.ComparisonError as exc:
         error = str(exc)
     if request.htmx:
@@ -185,7 +190,7 @@ def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the progress partial; a poll (`poll=1`) that finds the run finished gets the whole region."""
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id)
     context = _region_context(investigation)
     if request.GET.get("poll") and not context["cmp"]["active"]:
         response = render(request, REGION, finished_context(context))
@@ -198,7 +203,7 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def cancel(request: HtmxHttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit")
     # Only this investigation's comparisons: a diagnosis run is cancelled from its own region.
     run = get_object_or_404(cmp.comparison_runs(investigation), pk=run_id)
     return run_cancel(request, run, "comparison", lambda **extra: _region(request, investigation, **extra))

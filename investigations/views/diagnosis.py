@@ -4,21 +4,19 @@ The region (`investigations/_diagnosis.html#diagnosis`) is rendered here, for on
 investigation (`?job=<pk>`, default the primary job). While a run is active its status partial polls
 `status`; the response that sees it finished returns the whole region instead (findings included), which
 carries no polling trigger, so polling stops, and the page header's incident class out of band.
-Cancel and that header swap are shared with the comparison region (views/comparison.py).
+Cancel and that header swap are shared with the comparison region (views/_common.py).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import math
-from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from django import forms
 from django.contrib import messages
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -27,47 +25,26 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
-from playbooks.gpus import GPU_MODELS
-from playbooks.profiles import PROFILES, vendor_mismatch
+from playbooks.profiles import vendor_mismatch
 from playbooks.report import diagnosis_markdown
 from playbooks.report_compare import compare_markdown
 from playbooks.timeline import finding_panels
 
-from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
+from ..access import get_investigation_or_404
+from ..forms import DiagnosisStartForm, form_errors
+from ..models import DiagnosisRun, Finding, Investigation, Job, TaskStatus
 from ..services import diagnosis as dx
 from ..services.deadruns import dead_runs_reap
+from ..services.runs import run_not_sent
 from ..tasks.diagnosis import diagnosis_plan_task
-from ._common import HtmxHttpRequest, run_send
+from ..tasks.enqueue import enqueue_on_commit
+from ..times import relative, utc
+from ._common import HtmxHttpRequest, finished_context, investigation_job_or_404, run_cancel
 
 logger = logging.getLogger(__name__)
 
 REGION = "investigations/_diagnosis.html#diagnosis"
 STATUS = "investigations/_diagnosis.html#diagnosis-status"
-
-
-# Every signed-in user may read and change every investigation: there are no teams yet. These helpers
-# are the one place to add that check, and the partials go through them too.
-def _get_investigation(request: HttpRequest, investigation_id: int) -> Investigation:
-    return get_object_or_404(Investigation, pk=investigation_id)
-
-
-def _get_job(investigation: Investigation, raw: str | None) -> Job | None:
-    """Return the job named by `raw` (a pk) if it belongs to the investigation, else its primary job.
-
-    A job outside the investigation is a 404, never someone else's data.
-    """
-    links = InvestigationJob.objects.filter(investigation=investigation).select_related("job")
-    if raw:
-        try:
-            pk = int(raw)
-        except ValueError:
-            raise Http404("no such job") from None
-        link = links.filter(job_id=pk).first()
-        if link is None:
-            raise Http404("no such job in this investigation")
-        return link.job
-    link = links.filter(role=InvestigationJob.Role.PRIMARY).first()
-    return link.job if link else None
 
 
 def _get_run(investigation: Investigation, run_id: int) -> DiagnosisRun:
@@ -95,32 +72,6 @@ def _get_finding(investigation: Investigation, finding_id: int) -> Finding:
 
 
 # --- Display helpers -----------------------------------------------------------------------------
-
-
-def utc(seconds: float | None) -> str:
-    """Return unix seconds as "YYYY-MM-DD HH:MM:SS UTC", or "" for None."""
-    if seconds is None or not math.isfinite(seconds):
-        return ""
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def relative(seconds: float | None, crash: float | None) -> str:
-    """Return where `seconds` lies relative to the crash: "12 min 05 s before the crash", or ""."""
-    if seconds is None or crash is None:
-        return ""
-    delta = seconds - crash
-    if abs(delta) < 0.5:
-        return "at the crash"
-    whole = int(round(abs(delta)))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        text = f"{hours} h {minutes:02d} min"
-    elif minutes:
-        text = f"{minutes} min {secs:02d} s"
-    else:
-        text = f"{secs} s"
-    return f"{text} {'before' if delta < 0 else 'after'} the crash"
 
 
 def _evidence_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +130,7 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
     return {
         "investigation": investigation,
         "job": job,
-        "datasource": dx.job_datasource(job) if job else None,
+        "datasource": job.current_datasource() if job else None,
         "dx": {
             **overview,
             "diagnosis": diagnosis,
@@ -199,70 +150,6 @@ def _region(
     return render(request, REGION, _region_context(investigation, job, **extra))
 
 
-def finished_context(context: dict[str, Any]) -> dict[str, Any]:
-    """Return a region's context for the poll that sees its run finished: with the page header's class.
-
-    The region then also carries the header's incident class as an out-of-band swap (`class_oob`), read
-    again here: the run that just finished set it after this request had loaded the investigation.
-    """
-    context["investigation"].refresh_from_db(fields=["incident_class"])
-    return {**context, "class_oob": True}
-
-
-# --- Forms ---------------------------------------------------------------------------------------
-
-
-class _TimeField(forms.CharField):
-    """A time as unix seconds or ISO 8601 (UTC unless it carries an offset); cleans to float seconds."""
-
-    def to_python(self, value: Any) -> float | None:
-        text = (super().to_python(value) or "").strip()
-        if not text:
-            return None
-        try:
-            return float(text)
-        except ValueError:
-            pass
-        try:
-            parsed = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-        except ValueError:
-            raise forms.ValidationError(
-                "Enter unix seconds or an ISO 8601 time such as 2026-11-20T14:05:00Z."
-            ) from None
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=dt.UTC)
-        return parsed.timestamp()
-
-
-class DiagnosisStartForm(forms.Form):
-    """Start a diagnosis of one job: what the triage calls for, or every playbook; optional window."""
-
-    scope = forms.ChoiceField(
-        choices=[("triage", "Playbooks the triage calls for"), ("all", "All playbooks")]
-    )
-    start = _TimeField(required=False)
-    end = _TimeField(required=False)
-    profile = forms.ChoiceField(
-        choices=[("auto", "auto (from the metric names)")] + [(name, name) for name in PROFILES],
-        required=False,
-    )
-    gpu_model = forms.ChoiceField(
-        choices=[("auto", "auto (from the labels)")] + [(name, name) for name in GPU_MODELS], required=False
-    )
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        try:
-            data["window"] = dx.window_validate(data.get("start"), data.get("end"))
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from exc
-        return data
-
-
-def _form_error(form: forms.Form) -> str:
-    return " ".join(str(e) for errors in form.errors.values() for e in errors)
-
-
 # --- Views ---------------------------------------------------------------------------------------
 
 
@@ -271,8 +158,8 @@ def _form_error(form: forms.Form) -> str:
 @vary_on_headers("HX-Request")
 def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the diagnosis region of one job; outside htmx, the investigation page that holds it."""
-    investigation = _get_investigation(request, investigation_id)
-    job = _get_job(investigation, request.GET.get("job"))
+    investigation = get_investigation_or_404(request.user, investigation_id)
+    job = investigation_job_or_404(investigation, request.GET.get("job"))
     if not request.htmx:
         return redirect("investigations:detail", investigation_id=investigation.pk)
     return _region(request, investigation, job)
@@ -280,14 +167,14 @@ def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
-    job = _get_job(investigation, request.POST.get("job"))
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit")
+    job = investigation_job_or_404(investigation, request.POST.get("job"))
     form = DiagnosisStartForm(request.POST)
     error = ""
     if job is None:
         error = "This investigation has no job to diagnose."
     elif not form.is_valid():
-        error = _form_error(form)
+        error = form_errors(form)
     else:
         playbooks = list(dx.ALL_PLAYBOOKS) if form.cleaned_data["scope"] == "all" else None
         try:
@@ -301,8 +188,8 @@ def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
                     gpu_model=form.cleaned_data.get("gpu_model") or "auto",
                     user=request.user,
                 )
-                transaction.on_commit(lambda: run_send(diagnosis_plan_task, run.pk))
-        except dx.DiagnosisError as exc:
+                enqueue_on_commit(diagnosis_plan_task, run.pk, not_sent=partial(run_not_sent, run.pk))
+        except dx.DiagnosisRunError as exc:
             error = str(exc)
     if request.htmx:
         # 200 even on refusal: htmx swaps only 2xx responses, and the region shows the reason.
@@ -317,8 +204,8 @@ def start(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the progress partial; a poll (`poll=1`) that finds the run finished gets the whole region."""
-    investigation = _get_investigation(request, investigation_id)
-    job = _get_job(investigation, request.GET.get("job"))
+    investigation = get_investigation_or_404(request.user, investigation_id)
+    job = investigation_job_or_404(investigation, request.GET.get("job"))
     dead_runs_reap()  # a run whose worker died shows as failed, with the reason, on the next poll
     context = _region_context(investigation, job)
     if request.GET.get("poll") and not context["dx"]["active"]:
@@ -332,32 +219,16 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def cancel(request: HtmxHttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit")
     run = _get_run(investigation, run_id)
     return run_cancel(request, run, "diagnosis", lambda **extra: _region(request, investigation, run.job, **extra))
-
-
-def run_cancel(
-    request: HtmxHttpRequest, run: DiagnosisRun, noun: str, region: Callable[..., HttpResponse]
-) -> HttpResponse:
-    """Return the answer to Cancel on a diagnosis or comparison run: (htmx) its region, else the page.
-
-    The queued or running run becomes cancelled, and its task stops at its next checkpoint. A run that
-    had already finished is left as it is, and the answer says so.
-    """
-    note = "" if dx.diagnosis_cancel(run) else f"The {noun} had already finished."
-    if request.htmx:
-        return region(start_error=note)
-    if note:
-        messages.info(request, note)
-    return redirect("investigations:detail", investigation_id=run.investigation_id)
 
 
 @require_GET
 @vary_on_headers("HX-Request")
 def finding_detail(request: HtmxHttpRequest, investigation_id: int, finding_id: int) -> HttpResponse:
     """Return a finding with its evidence table: the whole page, or (htmx) the evidence that expands a row."""
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id)
     finding = _get_finding(investigation, finding_id)
     crash = dx.crash_time(finding.job, finding.run) if finding.job else None
     finding.onset_utc = utc(finding.onset)
@@ -429,7 +300,7 @@ def _finding_binding(finding: Finding) -> dict[str, Any] | None:
 def run_report(request: HttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
     """Return a finished diagnosis or comparison as Markdown (what `diagnose`/`compare --format markdown`
     print), to paste into a ticket; a run that has not finished is a 409 that says so."""
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id)
     run = _get_run(investigation, run_id)
     result = run.result or {}
     if run.status != TaskStatus.DONE or "diagnosis" not in result:

@@ -10,23 +10,24 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from kombu.exceptions import OperationalError as BrokerError
 
 from reports.services import fields as report_fields
 
 from .. import selectors, services
+from ..access import get_investigation_or_404
 from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
 from ..models import DataSource, Investigation, Job
 from ..services import discovery, tunnels
 from ..services import investigations as inv
 from ..tasks import job_triage_task
 from ..tasks.discovery import datasource_discover_task
+from ..tasks.enqueue import enqueue_on_commit
 from ._common import HtmxHttpRequest
 from ._triage_display import triage_context
 
@@ -35,12 +36,8 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 25
 #: Regions of the investigation page that htmx may ask for alone (?region=).
 DETAIL_REGIONS = ("jobs", "investigation-header")
-
-# Every signed-in user may read and change every investigation: there are no teams yet. This helper
-# is the one place to add that check, and the partials go through it too.
-def _get_investigation(request: HttpRequest, investigation_id: int) -> Investigation:
-    return get_object_or_404(Investigation.objects.select_related("owner"), pk=investigation_id)
-
+#: The investigation page shows its owner.
+_WITH_OWNER = Investigation.objects.select_related("owner")
 
 def _enqueue_work(job: Job | None) -> None:
     """Once the caller's transaction commits, enqueue the job's triage (which then enqueues discovery),
@@ -48,27 +45,12 @@ def _enqueue_work(job: Job | None) -> None:
     if job is None:
         return
     if (job.triage or {}).get("state") == "queued":
-        transaction.on_commit(partial(_send, job_triage_task, job.pk, _triage_not_sent))
+        enqueue_on_commit(job_triage_task, job.pk, not_sent=partial(inv.job_triage_fail, job.pk))
         return
     for source_id in inv.discovery_pending(job):
-        transaction.on_commit(partial(_send, datasource_discover_task, source_id, _discovery_not_sent))
-
-
-def _send(task: Any, object_id: int, not_sent: Any) -> None:
-    try:
-        task.delay(object_id)
-    except BrokerError as exc:
-        # The rows are committed but the task never left: say so instead of leaving it queued forever.
-        logger.error("could not enqueue %s(%s): %s", task.name, object_id, exc)
-        not_sent(object_id, f"Could not reach the task broker: {exc}")
-
-
-def _triage_not_sent(job_id: int, error: str) -> None:
-    inv.job_triage_fail(job_id, error)
-
-
-def _discovery_not_sent(source_id: int, error: str) -> None:
-    discovery.discovery_fail_pending(source_id, error)
+        enqueue_on_commit(
+            datasource_discover_task, source_id, not_sent=partial(discovery.discovery_fail_pending, source_id)
+        )
 
 
 # --- List ----------------------------------------------------------------------------------------
@@ -76,7 +58,7 @@ def _discovery_not_sent(source_id: int, error: str) -> None:
 
 @require_GET
 @vary_on_headers("HX-Request")
-def index(request: HtmxHttpRequest) -> HttpResponse:
+def home(request: HtmxHttpRequest) -> HttpResponse:
     filters = {
         "status": request.GET.get("status", ""),
         "cluster": request.GET.get("cluster", ""),
@@ -170,7 +152,7 @@ def browse(request: HtmxHttpRequest) -> HttpResponse:
 
 def _detail_context(investigation: Investigation) -> dict[str, Any]:
     job = inv.investigation_primary_job(investigation)
-    datasource = inv.job_datasource(job)
+    datasource = job.current_datasource() if job else None
     links = list(selectors.investigation_jobs(investigation))
     return {
         "investigation": investigation,
@@ -212,7 +194,7 @@ def source_final(job: Job | None, ds: DataSource | None) -> bool:
 @never_cache
 @vary_on_headers("HX-Request")
 def detail(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, queryset=_WITH_OWNER)
     context = _detail_context(investigation) | {"job_add_form": JobAddForm()}
     template = "investigations/detail.html"
     if request.htmx and request.GET.get("region") in DETAIL_REGIONS:
@@ -222,7 +204,13 @@ def detail(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(
+        request.user,
+        investigation_id,
+        # who owns it and which team it belongs to are the manager's to change; the rest anyone's who edits
+        action="manage" if {"owner", "team"} & request.POST.keys() else "edit",
+        queryset=_WITH_OWNER,
+    )
     form = InvestigationUpdateForm(request.POST)
     error = ""
     if form.is_valid():
@@ -249,7 +237,7 @@ def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @never_cache
 def triage(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the triage region; once finished, tell the page (HX-Trigger) so other regions refresh."""
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, queryset=_WITH_OWNER)
     context = _detail_context(investigation)
     response = render(request, "investigations/_triage.html", context)
     if context["triage"]["finished"]:
@@ -259,7 +247,7 @@ def triage(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def triage_rerun(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
     job = inv.investigation_primary_job(investigation)
     if job is not None:
         with transaction.atomic():
@@ -274,7 +262,7 @@ def triage_rerun(request: HtmxHttpRequest, investigation_id: int) -> HttpRespons
 @require_POST
 def log_attach(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Attach an uploaded log to the primary job (opened from a URL or tunnel) and triage it."""
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
     job = inv.investigation_primary_job(investigation)
     form = LogAttachForm(request.POST, request.FILES)
     error = ""
@@ -300,14 +288,15 @@ def log_attach(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @require_GET
 @never_cache
 def source_state(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, queryset=_WITH_OWNER)
     return render(request, "investigations/_source_state.html", _detail_context(investigation))
 
 
 @require_POST
 def source_check(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
-    datasource = inv.job_datasource(inv.investigation_primary_job(investigation))
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
+    job = inv.investigation_primary_job(investigation)
+    datasource = job.current_datasource() if job else None
     if datasource is not None and datasource.kind == DataSource.Kind.SSH_TUNNEL:
         tunnels.tunnel_check(datasource)  # reads only: reopening is the worker's job
     elif datasource is not None:
@@ -319,7 +308,7 @@ def source_check(request: HtmxHttpRequest, investigation_id: int) -> HttpRespons
 
 @require_POST
 def job_add(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
     form = JobAddForm(request.POST)
     if form.is_valid():
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from django.contrib import messages
 from django.db import transaction
@@ -11,13 +12,13 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
-from kombu.exceptions import OperationalError as BrokerError
 
 from .. import selectors, services
 from ..forms import DataSourceURLForm
 from ..models import DataSource, QueryRun
 from ..services.sources import url_source_store
 from ..tasks import queryrun_execute_task
+from ..tasks.enqueue import enqueue_on_commit
 from ._common import HtmxHttpRequest
 
 logger = logging.getLogger(__name__)
@@ -33,25 +34,25 @@ def _get_run(request: HttpRequest, run_id: int) -> QueryRun:
     return get_object_or_404(QueryRun.objects.select_related("datasource__job"), pk=run_id)
 
 
-def _home(request: HttpRequest, form: DataSourceURLForm, status: int = 200) -> HttpResponse:
+def _page(request: HttpRequest, form: DataSourceURLForm, status: int = 200) -> HttpResponse:
     context = {
         "datasources": selectors.datasource_list(),
         "runs": selectors.queryrun_recent(),
         "form": form,
     }
-    return render(request, "investigations/home.html", context, status=status)
+    return render(request, "investigations/sources.html", context, status=status)
 
 
 @require_GET
-def home(request: HtmxHttpRequest) -> HttpResponse:
-    return _home(request, DataSourceURLForm())
+def index(request: HtmxHttpRequest) -> HttpResponse:
+    return _page(request, DataSourceURLForm())
 
 
 @require_POST
 def source_add(request: HtmxHttpRequest) -> HttpResponse:
     form = DataSourceURLForm(request.POST)
     if not form.is_valid():
-        return _home(request, form, status=400)
+        return _page(request, form, status=400)
     with transaction.atomic():
         url_source_store(form.source)  # probed by the form, outside this transaction
     messages.success(request, f"Added {form.cleaned_data['address']}.")
@@ -61,19 +62,9 @@ def source_add(request: HtmxHttpRequest) -> HttpResponse:
 @require_POST
 def run_start(request: HtmxHttpRequest, source_id: int) -> HttpResponse:
     datasource = _get_datasource(request, source_id)
-    try:
-        with transaction.atomic():
-            run = services.queryrun_create(datasource, services.SAMPLE_QUERIES, created_by=request.user)
-            queryrun_execute_task.delay_on_commit(run.pk)
-    except BrokerError as exc:
-        # The row is committed but the task never left: say so instead of leaving it queued forever.
-        logger.error("could not enqueue query run %s: %s", run.pk, exc)
-        services.queryrun_finish(
-            run.pk,
-            QueryRun.Status.FAILED,
-            f"Could not reach the task broker: {exc}",
-            from_status=QueryRun.Status.QUEUED,
-        )
+    with transaction.atomic():
+        run = services.queryrun_create(datasource, services.SAMPLE_QUERIES, created_by=request.user)
+        enqueue_on_commit(queryrun_execute_task, run.pk, not_sent=partial(services.queryrun_not_sent, run.pk))
     return redirect("investigations:run_detail", run_id=run.pk)
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
@@ -18,34 +18,12 @@ from django.views.decorators.vary import vary_on_headers
 
 from playbooks import timeline as tl
 
-from ..models import Investigation, InvestigationJob, Job
+from ..access import get_investigation_or_404
+from ..models import Investigation, Job
 from ..services import timeline as svc
-from ..services.investigations import investigation_primary_job, job_datasource
-from ._common import HtmxHttpRequest
+from ._common import HtmxHttpRequest, investigation_job_or_404
 
 logger = logging.getLogger(__name__)
-
-
-# Every signed-in user may read every investigation: there are no teams yet. These helpers are the one
-# place to add that check, and the partial and JSON views go through them too.
-def _get_investigation(request: HttpRequest, investigation_id: int) -> Investigation:
-    return get_object_or_404(Investigation, pk=investigation_id)
-
-
-def _get_job(investigation: Investigation, raw: str | None) -> Job | None:
-    """Return the job `raw` (a pk) of the investigation, else its primary job; a foreign job is a 404."""
-    if not raw:
-        return investigation_primary_job(investigation)
-    try:
-        pk = int(raw)
-    except ValueError:
-        raise Http404("no such job") from None
-    link = (
-        InvestigationJob.objects.filter(investigation=investigation, job_id=pk).select_related("job").first()
-    )
-    if link is None:
-        raise Http404("no such job in this investigation")
-    return link.job
 
 
 def _finding_url(investigation: Investigation) -> str:
@@ -60,7 +38,7 @@ def _region_context(investigation: Investigation, job: Job | None) -> dict:
     return {
         "investigation": investigation,
         "job": job,
-        "datasource": job_datasource(job),
+        "datasource": job.current_datasource() if job else None,
         "finding_url": _finding_url(investigation),
         "xmodes": tl.XMODES,
         # The investigation's other jobs, which the toolbar offers to draw over the panels by step.
@@ -71,8 +49,8 @@ def _region_context(investigation: Investigation, job: Job | None) -> dict:
 @require_GET
 def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the timeline as a page of its own (the same region as on the investigation page)."""
-    investigation = _get_investigation(request, investigation_id)
-    job = _get_job(investigation, request.GET.get("job"))
+    investigation = get_investigation_or_404(request.user, investigation_id)
+    job = investigation_job_or_404(investigation, request.GET.get("job"))
     return render(request, "investigations/timeline.html", _region_context(investigation, job))
 
 
@@ -80,8 +58,8 @@ def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @never_cache
 def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the timeline region: toolbar and one empty slot per panel of the job's profile."""
-    investigation = _get_investigation(request, investigation_id)
-    job = _get_job(investigation, request.GET.get("job"))
+    investigation = get_investigation_or_404(request.user, investigation_id)
+    job = investigation_job_or_404(investigation, request.GET.get("job"))
     context = _region_context(investigation, job)
     try:
         context["timeline"] = svc.timeline_panels(context["datasource"])
@@ -98,8 +76,8 @@ def panel(request: HtmxHttpRequest, investigation_id: int, panel: str) -> JsonRe
     `compare=<job pk>[,<job pk>]` draws other jobs of this investigation over the panel by step: a job that
     is not one of them is a 404, the job shown itself a 400.
     """
-    investigation = _get_investigation(request, investigation_id)
-    job = _get_job(investigation, request.GET.get("job"))
+    investigation = get_investigation_or_404(request.user, investigation_id)
+    job = investigation_job_or_404(investigation, request.GET.get("job"))
     if panel not in tl.PANELS:
         return JsonResponse({"error": f"Unknown panel {panel!r}."}, status=404)
     try:
@@ -111,7 +89,8 @@ def panel(request: HtmxHttpRequest, investigation_id: int, panel: str) -> JsonRe
     except svc.CompareError as exc:
         return JsonResponse({"error": str(exc)}, status=exc.status)
     try:
-        built = svc.timeline_figures(investigation, job, job_datasource(job), view, panels=[panel])
+        datasource = job.current_datasource() if job else None
+        built = svc.timeline_figures(investigation, job, datasource, view, panels=[panel])
     except svc.TimelineError as exc:
         # The data source is down, empty or the range holds nothing: the panel says so in place.
         return JsonResponse({"error": str(exc)}, status=503)
@@ -135,15 +114,15 @@ def _pinned_response(request: HtmxHttpRequest, investigation: Investigation, err
 @vary_on_headers("HX-Request")
 def pin(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Freeze a panel's figure, as the posted view draws it, into the investigation."""
-    investigation = _get_investigation(request, investigation_id)
-    job = _get_job(investigation, request.POST.get("job"))
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit")
+    job = investigation_job_or_404(investigation, request.POST.get("job"))
     error = ""
     try:
         view = svc.timeline_view_parse(request.POST)
         svc.chart_pin(
             investigation,
             job,
-            job_datasource(job),
+            job.current_datasource() if job else None,
             view,
             request.POST.get("panel", ""),
             user=request.user,
@@ -162,7 +141,7 @@ def pin(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @vary_on_headers("HX-Request")
 def unpin(request: HtmxHttpRequest, investigation_id: int, chart_id: int) -> HttpResponse:
     """Remove a pinned chart from the investigation."""
-    investigation = _get_investigation(request, investigation_id)
+    investigation = get_investigation_or_404(request.user, investigation_id, action="edit")
     if not svc.chart_unpin(investigation, chart_id):
         raise Http404("no such pinned chart")
     if request.htmx:

@@ -109,7 +109,7 @@ def _query_start(report: Report, promql: str, start, end, step, user) -> dict[st
     from investigations.tasks import queryrun_execute_task
 
     job = inv.investigation_primary_job(report.investigation)
-    ds: DataSource | None = inv.job_datasource(job) if job is not None else None
+    ds: DataSource | None = job.current_datasource() if job is not None else None
     if ds is None:
         raise ReportError("This investigation's job has no data source to query.")
     kind = "range" if start is not None and end is not None else "instant"

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from investigations.management.signals import ExitOnSignal
+from investigations.management.os_signals import ExitOnSignal
 
 
 class _KillsInDel:

@@ -257,8 +257,8 @@ def test_a_real_worker_stops_a_cancelled_comparison_at_its_next_query(
     """The worker's queries wait at a slow link; the user cancels; the worker stops before its next query."""
     links, jobs = held_pair(served_job)
     db = stack["db"]
-    # The held query must outlast the cancel's `manage.py shell`.
-    env = stack["env"] | {"STEPWISE_PROMETHEUS_TIMEOUT": "120"}
+    # The held query must outlast the cancel's `manage.py shell`; the held links listen on any loopback port.
+    env = stack["env"] | {"STEPWISE_PROMETHEUS_TIMEOUT": "120", "STEPWISE_ALLOWED_PROMETHEUS": "127.0.0.1"}
     log = tmp_path / "worker.log"
     worker = _start_worker(env, log)
     try:

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from investigations.management.signals import CommandExit as _Exit
-from investigations.management.signals import ExitOnSignal, run_command
+from investigations.management.os_signals import CommandExit as _Exit
+from investigations.management.os_signals import ExitOnSignal, run_command
 from playbooks import tsdb_server
 from playbooks.compare import CompareError, CompareJob, compare_jobs
 from playbooks.diagnose import serves_copy

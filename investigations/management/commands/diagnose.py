@@ -18,7 +18,6 @@ healthy. A restored job diagnosed on its own is judged against a prior on runnab
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import shutil
 import sys
@@ -27,9 +26,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from investigations.management.signals import CommandExit as _Exit
-from investigations.management.signals import ExitOnSignal, run_command
+from investigations.management.os_signals import CommandExit as _Exit
+from investigations.management.os_signals import ExitOnSignal, run_command
 from investigations.services import DataSourceError, prometheus_url_check
+from investigations.times import parse_time as unix_seconds
 from playbooks import tsdb_server
 from playbooks.diagnose import DiagnosisError, run_diagnosis, serves_copy
 from playbooks.gpus import GPU_MODELS, gpu_model_named
@@ -42,18 +42,10 @@ def parse_time(raw: str | None, name: str) -> float | None:
     """Return unix seconds from unix seconds or ISO 8601 (naive times are UTC); raise _Exit(2) otherwise."""
     if raw is None:
         return None
-    text = raw.strip()
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return unix_seconds(raw)
     except ValueError:
         raise _Exit(2, f"{name} {raw!r} is neither unix seconds nor ISO 8601") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return when.timestamp()
 
 
 def log_window(triage: dict, margin: float = 600.0) -> tuple[float | None, float | None]:

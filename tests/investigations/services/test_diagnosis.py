@@ -79,7 +79,7 @@ def test_it_refuses_a_job_without_a_data_source(db) -> None:
     job = Job.objects.create(job_id="81234")
     investigation = Investigation.objects.create(title="t")
     InvestigationJob.objects.create(investigation=investigation, job=job)
-    with pytest.raises(dx.DiagnosisError, match="has no data source"):
+    with pytest.raises(dx.DiagnosisRunError, match="has no data source"):
         dx.diagnosis_start(investigation, job)
     assert not DiagnosisRun.objects.exists()
 
@@ -87,11 +87,11 @@ def test_it_refuses_a_job_without_a_data_source(db) -> None:
 def test_it_refuses_a_second_run_while_one_is_active(diagnosable) -> None:
     investigation, job, _ = diagnosable()
     first = dx.diagnosis_start(investigation, job)
-    with pytest.raises(dx.DiagnosisError, match=f"already queued \\(run #{first.pk}\\)"):
+    with pytest.raises(dx.DiagnosisRunError, match=f"already queued \\(run #{first.pk}\\)"):
         dx.diagnosis_start(investigation, job)
     other = Investigation.objects.create(title="the same job, seen from another incident")
     InvestigationJob.objects.create(investigation=other, job=job)
-    with pytest.raises(dx.DiagnosisError, match=f"run #{first.pk} in “{investigation.title}”"):
+    with pytest.raises(dx.DiagnosisRunError, match=f"run #{first.pk} in “{investigation.title}”"):
         dx.diagnosis_start(other, job)
     dx.diagnosis_cancel(first)
     assert dx.diagnosis_start(investigation, job).pk != first.pk
@@ -100,7 +100,7 @@ def test_it_refuses_a_second_run_while_one_is_active(diagnosable) -> None:
 def test_it_refuses_a_job_of_another_investigation(diagnosable) -> None:
     _, job, _ = diagnosable()
     other = Investigation.objects.create(title="other")
-    with pytest.raises(dx.DiagnosisError, match="not part of this investigation"):
+    with pytest.raises(dx.DiagnosisRunError, match="not part of this investigation"):
         dx.diagnosis_start(other, job)
 
 
@@ -110,7 +110,7 @@ def test_it_refuses_a_job_of_another_investigation(diagnosable) -> None:
 )
 def test_it_refuses_a_bad_window(diagnosable, window, message) -> None:
     investigation, job, _ = diagnosable()
-    with pytest.raises(dx.DiagnosisError, match=message):
+    with pytest.raises(dx.DiagnosisRunError, match=message):
         dx.diagnosis_start(investigation, job, window=window)
 
 
@@ -259,9 +259,9 @@ def test_the_user_names_the_gpu_model_and_the_profile(diagnosable) -> None:
     assert run.status == TaskStatus.DONE
     assert run.result["gpu_model"] == {"name": other, "set_by_user": True}
     assert run.result["source"]["profile"] == "amd"
-    with pytest.raises(dx.DiagnosisError, match="Unknown GPU model 'V100'"):
+    with pytest.raises(dx.DiagnosisRunError, match="Unknown GPU model 'V100'"):
         dx.diagnosis_start(investigation, job, gpu_model="V100")
-    with pytest.raises(dx.DiagnosisError, match="Unknown metric profile 'intel'"):
+    with pytest.raises(dx.DiagnosisRunError, match="Unknown metric profile 'intel'"):
         dx.diagnosis_start(investigation, job, profile="intel")
 
 

@@ -55,7 +55,7 @@ def test_it_opens_an_investigation_on_a_job_directory(roots, job_factory, alice)
     job = inv.investigation_primary_job(investigation)
     assert job is not None and job.job_id == truth["job_id"] and job.job_dir == str(job_dir.resolve())
     assert job.triage == {"state": "queued", "queued": job.triage["queued"]}
-    ds = inv.job_datasource(job)
+    ds = job.current_datasource()
     assert ds is not None and (ds.kind, ds.address) == (DataSource.Kind.JOB_TSDB, str(job_dir.resolve()))
 
 
@@ -105,7 +105,7 @@ def test_it_opens_one_on_an_uploaded_log_with_the_url_of_its_prometheus(roots, s
     assert (job.job_id, job.name) == (truth["job_id"], truth["job_name"])
     assert Path(job.log_upload.path).read_bytes() == (job_dir / "log").read_bytes()
     assert Path(job.log_upload.path).is_relative_to(settings.MEDIA_ROOT)
-    ds = inv.job_datasource(job)
+    ds = job.current_datasource()
     assert ds is not None and (ds.kind, ds.address, ds.state) == ("url", client.base_url, "up")
     assert job.triage["state"] == "queued"
 
@@ -115,7 +115,7 @@ def test_an_upload_without_a_header_gets_a_generated_job_id(roots) -> None:
     investigation = inv.investigation_create(title="g", source=inv.SourceRequest(kind="upload", log=log))
     job = inv.investigation_primary_job(investigation)
     assert job is not None and job.job_id.startswith("upload-") and job.name == "garbage.bin"
-    assert inv.job_datasource(job) is None
+    assert job.current_datasource() is None
 
 
 def test_an_empty_upload_is_refused_and_nothing_is_saved(roots, settings) -> None:
@@ -158,7 +158,7 @@ def test_it_opens_one_on_a_prometheus_url(roots, served_job) -> None:
     job = inv.investigation_primary_job(investigation)
     assert job is not None and job.job_id == "81234"
     assert job.triage["state"] == "none"  # no log: nothing to triage
-    ds = inv.job_datasource(job)
+    ds = job.current_datasource()
     assert ds is not None and (ds.kind, ds.state) == ("url", "up")
 
 
@@ -343,7 +343,7 @@ def test_it_opens_one_on_an_ssh_tunnel_without_opening_it_yet(roots) -> None:
     )
     job = inv.investigation_primary_job(investigation)
     assert job is not None and (job.cluster, job.job_id) == ("east", "81234")
-    ds = inv.job_datasource(job)
+    ds = job.current_datasource()
     assert ds is not None and ds.kind == DataSource.Kind.SSH_TUNNEL
     assert (ds.tunnel["host"], ds.tunnel["remote_port"], ds.discovery_status) == ("gpu-101", 9192, "queued")
     assert ds.state == DataSource.State.UNKNOWN
