@@ -115,8 +115,24 @@ def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profil
             signals[sig.name] = built
     prefixes = {p for e in spec.exporters.values() for p in e.prefixes}
     anchors = tuple(sorted({p + a for a in spec.anchors for p in prefixes}, key=lambda a: (a not in spec.anchors, a)))
-    return Profile(name=encode_name(spec.name, choices), title=spec.title, signals=signals, anchors=anchors,
+    title = spec.title + (f" ({describe(choices)})" if choices else "")
+    return Profile(name=encode_name(spec.name, choices), title=title, signals=signals, anchors=anchors,
                    vendor=spec.vendor, base=spec.name, gpu_model_label=spec.gpu_model_label, source=spec.source)
+
+
+def describe(choices: Mapping[str, str]) -> str:
+    """Return the per-TSDB choices in words: "dcgm: host from hostname; node: host from node_uname_info"."""
+    words = {"host": "host from", "jobs": "scrape jobs", "prefix": "prefix", "alias": "renamed"}
+    parts = []
+    for key, value in sorted(choices.items()):
+        who, _, what = key.partition(".")
+        if who == "pick":
+            parts.append(f"{what} from {value}")
+        elif what == "host":
+            parts.append(f"{who}: host from {'node_uname_info (scraped by address)' if value == 'uname' else value}")
+        else:
+            parts.append(f"{who}: {words.get(what, what)} {value}")
+    return "; ".join(parts)
 
 
 def _uname_addresses(client) -> dict[str, str]:
