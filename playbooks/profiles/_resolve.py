@@ -172,14 +172,18 @@ def read_facts(client, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str
     choices: dict[str, str] = {}
     uname: dict[str, str] | None = None
     for exp in spec.exporters.values():
-        prefix = next((p for p in exp.prefixes if p + exp.anchor in present), None)
-        if prefix is None:
+        # its anchor, else any metric of its signals (a custom counter set may leave the anchor out)
+        names_of = [exp.anchor] + [m for s in spec.signals.values() if s.exporter == exp.name and not s.target
+                                   for m in s.metrics]
+        found = next(((p, m) for m in names_of for p in exp.prefixes if p + m in present), None)
+        if found is None:
             continue
+        prefix = found[0]
         if prefix != exp.prefixes[0]:
             choices[f"{exp.name}.prefix"] = prefix
         if exp.scope == "job":
             continue
-        anchor = prefix + exp.anchor
+        anchor = prefix + found[1]
         labels = set(client.label_names([anchor]))
         jobs = sorted(client.label_values("job", [anchor]))
         if jobs and not set(jobs) <= set(exp.jobs):
