@@ -126,8 +126,8 @@ def test_nodes_on_two_dcgm_releases_and_a_custom_counter_set_meet_under_one_host
     DCGM_FI_DEV_GPU_TEMP (a custom counter CSV): the profile is fitted from what is there."""
     import time
 
-    from playbooks.prometheus import PrometheusClient
     from playbooks.profiles import resolve_profile
+    from playbooks.prometheus import PrometheusClient
     from tests.support.prometheus import Family, build_tsdb, points, served, write_openmetrics
 
     end = time.time() - 3600
