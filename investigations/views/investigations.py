@@ -20,16 +20,20 @@ from django.views.decorators.vary import vary_on_headers
 from reports.services import fields as report_fields
 
 from .. import selectors, services
-from ..access import get_investigation_or_404
+from ..access import get_investigation_or_404, visible_investigations
 from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
 from ..models import DataSource, Investigation, Job
-from ..services import discovery, tunnels
+from ..services import diagnosis as dx
+from ..services import discovery, lifecycle, tunnels
 from ..services import investigations as inv
+from ..services.runs import run_not_sent
 from ..tasks import job_triage_task
+from ..tasks.diagnosis import diagnosis_plan_task
 from ..tasks.discovery import datasource_discover_task
 from ..tasks.enqueue import enqueue_on_commit
 from ._common import HtmxHttpRequest
 from ._triage_display import triage_context
+from ._verdict import verdict_context
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +57,16 @@ def _enqueue_work(job: Job | None) -> None:
         )
 
 
+def _diagnose_on_open(investigation: Investigation, job: Job | None, user: Any) -> None:
+    """Start the job's diagnosis as the investigation opens, as the demo does: its plan waits for the
+    triage (which picks the playbooks) and discovers the source itself. A job without a data source
+    (an uploaded log alone) has nothing to diagnose yet."""
+    if job is None or job.current_datasource() is None:
+        return
+    run = dx.diagnosis_start(investigation, job, user=user)
+    enqueue_on_commit(diagnosis_plan_task, run.pk, not_sent=partial(run_not_sent, run.pk))
+
+
 # --- List ----------------------------------------------------------------------------------------
 
 
@@ -65,7 +79,7 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
         "klass": request.GET.get("class", ""),
         "search": request.GET.get("q", ""),
     }
-    rows = selectors.investigation_list(**filters)
+    rows = visible_investigations(request.user, selectors.investigation_list(**filters))
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     for row in page.object_list:
         row.culprits_text = culprits_text(row.verdict_culprits)
@@ -101,8 +115,10 @@ def culprits_text(culprits: Any, limit: int = 3) -> str:
 # --- New investigation ---------------------------------------------------------------------------
 
 
-def _new_page(request: HttpRequest, form: InvestigationForm, status: int = 200) -> HttpResponse:
-    listing = inv.job_dir_browse(request.GET.get("browse", ""))
+def _new_page(
+    request: HttpRequest, form: InvestigationForm, status: int = 200, browse: str | None = None
+) -> HttpResponse:
+    listing = inv.job_dir_browse(request.GET.get("browse", "") if browse is None else browse)
     return render(request, "investigations/new.html", {"form": form, "listing": listing}, status=status)
 
 
@@ -129,11 +145,16 @@ def create(request: HtmxHttpRequest) -> HttpResponse:
             )
             job = inv.investigation_primary_job(investigation)
             _enqueue_work(job)
+            _diagnose_on_open(investigation, job, request.user)
     except inv.InvestigationError as exc:
         field = {"tunnel": "tunnel_command"}.get(exc.field or "", exc.field)
         form.add_error(field if field in form.fields else None, str(exc))
-        return _new_page(request, form, status=400)
+        # The job root typed as a job directory: open the browser on it, to pick the job from.
+        root = inv.job_root_of(data.get("job_dir") or "") if data.get("source") == "job_dir" else None
+        return _new_page(request, form, status=400, browse=str(root) if root else None)
     messages.success(request, f"Opened “{investigation.title}”.")
+    for other in lifecycle.same_job_investigations(investigation):
+        messages.warning(request, f"Job {job.job_id} is already investigated in #{other.pk} “{other.title}”.")
     return redirect("investigations:detail", investigation_id=investigation.pk)
 
 
@@ -170,7 +191,8 @@ def _detail_context(investigation: Investigation) -> dict[str, Any]:
         "statuses": Investigation.Status.choices,
         "severities": Investigation.Severity.choices,
         "users": selectors.user_choices(),
-    }
+        "duplicates": lifecycle.same_job_investigations(investigation),
+    } | verdict_context(investigation)
 
 
 def source_final(job: Job | None, ds: DataSource | None) -> bool:
@@ -204,18 +226,18 @@ def detail(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    # Only the fields changed on this page are written; a field someone else changed meanwhile is refused.
+    bases = {k.removeprefix("base_"): v for k, v in request.POST.items() if k.startswith("base_")}
     investigation = get_investigation_or_404(
         request.user,
         investigation_id,
         # who owns it and which team it belongs to are the manager's to change; the rest anyone's who edits
-        action="manage" if {"owner", "team"} & request.POST.keys() else "edit",
+        action="manage" if {"owner", "team"} & report_fields.changing(request.POST, bases) else "edit",
         queryset=_WITH_OWNER,
     )
     form = InvestigationUpdateForm(request.POST)
     error = ""
     if form.is_valid():
-        # Only the fields changed on this page are written; a field someone else changed meanwhile is refused.
-        bases = {k.removeprefix("base_"): v for k, v in request.POST.items() if k.startswith("base_")}
         try:
             report_fields.fields_update(investigation.pk, form.changes(), bases)
         except (inv.InvestigationError, report_fields.StaleWrite) as exc:
