@@ -51,6 +51,7 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
     _edit(bob, "source_trace", base.replace("five", "FIVE by bob"))
     expect(bob.get_by_test_id("presence").filter(has_text="alice is editing")).to_be_visible(timeout=15_000)
     _save(alice, "source_trace")
+    expect(alice.locator("#section-source_trace").get_by_test_id("body")).to_contain_text("ONE by alice")
     _save(bob, "source_trace")
     body = bob.locator("#section-source_trace")
     expect(body).to_contain_text("Merged with alice")
@@ -63,6 +64,7 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
     _edit(alice, "source_trace", merged.replace("two", "two (alice)"))
     _edit(bob, "source_trace", merged.replace("two", "two (bob)"))
     _save(alice, "source_trace")
+    expect(alice.locator("#section-source_trace").get_by_test_id("body")).to_contain_text("two (alice)")
     _save(bob, "source_trace")
     expect(bob.get_by_test_id("conflict")).to_be_visible()
     expect(bob.get_by_test_id("mine")).to_contain_text("two (bob)")
@@ -74,22 +76,28 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
         "two (alice and bob)", timeout=15_000)
 
 
+def _select(page, name: str, value: str) -> None:
+    """Choose a value in the investigation header and wait for the server's answer."""
+    with page.expect_response(lambda r: "/update/" in r.url):
+        page.locator(f"#investigation-header select[name={name}]").select_option(value)
+
+
 def test_status_and_severity_changed_by_two_people_are_both_kept(duo) -> None:
     inv, alice, bob = duo
     alice.goto(f"/investigations/{inv}/")
     bob.goto(f"/investigations/{inv}/")
-    alice.locator("#investigation-header select[name=status]").select_option("monitoring")
+    _select(alice, "status", "monitoring")
     expect(alice.locator("#investigation-header select[name=status]")).to_have_value("monitoring")
     # Bob has not reloaded: his page still shows Open when he sets SEV1.
-    bob.locator("#investigation-header select[name=severity]").select_option("sev1")
+    _select(bob, "severity", "sev1")
     expect(bob.locator("#investigation-header select[name=status]")).to_have_value("monitoring")
     alice.reload()
     expect(alice.locator("#investigation-header select[name=status]")).to_have_value("monitoring")
     expect(alice.locator("#investigation-header select[name=severity]")).to_have_value("sev1")
     # Bob, on a page now stale, changes the status Alice just changed: refused, saying what changed.
-    alice.locator("#investigation-header select[name=status]").select_option("resolved")
+    _select(alice, "status", "resolved")
     expect(alice.locator("#investigation-header select[name=status]")).to_have_value("resolved")
-    bob.locator("#investigation-header select[name=status]").select_option("open")
+    _select(bob, "status", "open")
     expect(bob.locator("#investigation-header")).to_contain_text("Not saved")
     expect(bob.locator("#investigation-header select[name=status]")).to_have_value("resolved")
 
@@ -170,3 +178,44 @@ def test_a_permalink_lands_on_the_finding_highlighted(duo) -> None:
     expect(target).to_have_attribute("data-testid", "finding")
     expect(target).to_be_in_viewport()
     assert bob.evaluate("getComputedStyle(document.querySelector(':target')).outlineStyle") == "solid"
+
+
+def test_a_viewer_reads_and_comments_but_cannot_edit(browser, stepwise_app, thermal_result) -> None:  # noqa: F811
+    users = {"vera": "", "otto": ""}
+    inv = make_case(stepwise_app, thermal_result, tag="viewer", users=users, team="viewers-team",
+                    memberships={"vera": "viewer", "otto": "owner"})
+    vera = sign_in(browser, stepwise_app, "vera")
+    try:
+        vera.goto(f"/investigations/{inv}/report/")
+        expect(vera.get_by_test_id("role")).to_have_text("viewer")
+        expect(vera.locator("#section-summary").get_by_test_id("body")).to_contain_text("thermal-straggler")
+        expect(vera.get_by_test_id("edit")).to_have_count(0)
+        expect(vera.get_by_test_id("report-status")).to_be_disabled()
+        expect(vera.get_by_text("Judge or annotate")).to_have_count(0)
+        vera.get_by_test_id("comment-box").fill("A viewer may still ask: which rack?")
+        vera.get_by_role("button", name="Comment", exact=True).click()
+        expect(vera.get_by_test_id("comment").filter(has_text="which rack?")).to_be_visible()
+    finally:
+        vera.context.close()
+
+
+def test_a_user_of_another_team_gets_404_everywhere(browser, stepwise_app, thermal_result) -> None:  # noqa: F811
+    inv = make_case(stepwise_app, thermal_result, tag="restricted", users={"rita": "", "sam": ""},
+                    team="red-team", restricted=True, memberships={"rita": "editor"})
+    stepwise_app.shell("from reports.models import Team, Membership\nfrom django.contrib.auth import get_user_model\n"
+                       "t, _ = Team.objects.get_or_create(name='blue-team')\n"
+                       "Membership.objects.get_or_create(team=t, user=get_user_model().objects.get(username='sam'))\n")
+    sam, rita = sign_in(browser, stepwise_app, "sam"), sign_in(browser, stepwise_app, "rita")
+    try:
+        for path in (f"/investigations/{inv}/", f"/investigations/{inv}/report/", f"/investigations/{inv}/timeline/",
+                     f"/investigations/{inv}/report/export.json", f"/investigations/{inv}/diagnosis/"):
+            response = sam.request.get(path)
+            assert response.status == 404, path
+            assert "Thermal straggler restricted" not in response.text()
+        sam.goto("/?q=Thermal+straggler+restricted")
+        expect(sam.get_by_text("Thermal straggler restricted")).to_have_count(0)
+        rita.goto(f"/investigations/{inv}/report/")  # her team's: she sees it
+        expect(rita.get_by_test_id("role")).to_have_text("editor")
+    finally:
+        sam.context.close()
+        rita.context.close()
