@@ -4,12 +4,18 @@ Usage: .venv/bin/python bench/timeline_speed.py [--nodes 128] [--gpus 8] [--hour
 
 1. Generates a thermal-straggler job once into data/bench/timeline-<nodes>x<gpus>x<hours>h/ (about 100 s and
    3 GB peak, promtool's; a marker file records it, later runs reuse it).
-2. Serves a read-only copy of its TSDB with a real Prometheus.
-3. Builds the timeline as the app does: the shared context, every default panel's queries in parallel, the
-   annotations, one Plotly figure per panel. Twice: cold (Prometheus' caches empty) and warm.
-4. Prints server time per phase, query count, bytes per panel and in total, the panel modes and the
-   outliers named (the hot GPU should be first in GPU temperature and clock).
-5. Renders every figure in headless Chromium with the vendored plotly.js and prints the render time.
+2. Registers it in a private Stepwise database (a temporary data directory: SQLite, the database cache
+   table) and serves a read-only copy of its TSDB with a real Prometheus (not timed).
+3. Cold view: every default panel through the app's service (`timeline_figures`) with an empty cache:
+   context, panel queries in parallel, annotations, one Plotly figure per panel. Server time, queries.
+4. Prometheus's own evaluation time of the same queries: each query the cold view sent is sent again,
+   one at a time, with `stats=all`; the sum of Prometheus's evalTotalTime is the physical limit of a
+   cold view (on one core), printed with the ratio of the cold view to it.
+5. Cache hit: the same view again (another user), then one panel alone, as the page loads it: server
+   time and queries sent (0: nothing is served or queried).
+6. Prints bytes per panel, the panel modes and the outliers named (the hot GPU should be first in GPU
+   temperature and clock), and the load average next to every figure (the machine is shared).
+7. Renders every figure in headless Chromium with the vendored plotly.js and prints the render time.
 """
 
 from __future__ import annotations
@@ -26,10 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from playbooks import timeline as tl  # noqa: E402 - after the path set-up above
-from playbooks import tsdb_server  # noqa: E402
-from playbooks.profiles import PROFILES  # noqa: E402
-from playbooks.prometheus import PrometheusClient  # noqa: E402
+from playbooks.prometheus import PrometheusClient  # noqa: E402 - after the path set-up above
 from playbooks.synth import generate_job  # noqa: E402
 from playbooks.triage import triage_job  # noqa: E402
 
@@ -54,56 +57,87 @@ def _job(args: argparse.Namespace) -> Path:
     return job_dir
 
 
-def _cpu_seconds(pid: int) -> float:
-    """Return the CPU time (user + system) a process has used, from /proc (0 when unreadable)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _load() -> str:
+    return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
 
-def _build(client: PrometheusClient, served: tsdb_server.ServedTSDB, triage: dict) -> dict:
-    start, end = served.time_range
-    before = client.stats.requests
-    cpu0, py0 = _cpu_seconds(served.pid), time.process_time()
+def _django(data_dir: Path, job_root: Path) -> None:
+    """Set up Django on a private data directory (SQLite + the database cache table), migrated."""
+    os.environ.update(
+        DJANGO_SETTINGS_MODULE="stepwise.settings", STEPWISE_DATA_DIR=str(data_dir),
+        STEPWISE_JOB_ROOTS=str(job_root), STEPWISE_LOG_LEVEL="WARNING",
+    )  # fmt: skip
+    os.environ.pop("REDIS_URL", None)
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+class _Recorder:
+    """Records every query the app sends (path and parameters), to replay them with stats=all."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict]] = []
+        self._orig = PrometheusClient._api
+        recorder = self
+
+        def api(client, path, params, *, query):
+            if path in ("/api/v1/query", "/api/v1/query_range"):
+                recorder.sent.append((client.base_url, path, dict(params)))
+            return recorder._orig(client, path, params, query=query)
+
+        PrometheusClient._api = api  # type: ignore[method-assign]
+
+    def evaluation(self) -> tuple[float, float, int]:
+        """Return (Prometheus's evalTotalTime summed, its execTotalTime summed, queries) of the recorded queries."""
+        import httpx
+
+        evals = execs = 0.0
+        for base, path, params in self.sent:
+            with httpx.Client(base_url=base, timeout=300, trust_env=False) as http:
+                body = http.post(path, data={**params, "stats": "all"}).json()
+            timings = body["data"]["stats"]["timings"]
+            evals += timings["evalTotalTime"]
+            execs += timings["execTotalTime"]
+        return evals, execs, len(self.sent)
+
+
+def _views(job_dir: Path, triage: dict, recorder: _Recorder) -> dict:
+    """Return the cold view, the cache hits and what they cost, through the app's timeline service."""
+    from django.core.cache import cache
+
+    from investigations import services
+    from investigations.models import Investigation, InvestigationJob
+    from investigations.services import timeline as svc
+
+    job, ds = services.job_register(job_dir)
+    job.triage = {"state": "done", **triage}
+    job.save()
+    investigation = Investigation.objects.create(title="bench")
+    InvestigationJob.objects.create(investigation=investigation, job=job, role=InvestigationJob.Role.PRIMARY)
+    with services.datasource_client(ds):  # serve the TSDB first: starting Prometheus is not the view's cost
+        pass
+    cache.clear()
+    out: dict = {"load_before": _load()}
     t0 = time.perf_counter()
-    ctx = tl.context_build(client, PROFILES["amd"], start, end)
-    t1 = time.perf_counter()
-    keys = tl.default_panels(ctx.profile)
-    panels = tl.panels_fetch(client, ctx, keys, start, end)
-    t2 = time.perf_counter()
-    marks = tl.annotations_build(ctx, triage)
-    figures = {p.spec.key: tl.figure_build(p, ctx, xmode="step", annotations=marks) for p in panels}
-    t3 = time.perf_counter()
-    cpu = {"prometheus": _cpu_seconds(served.pid) - cpu0, "python": time.process_time() - py0}
-    sizes = {k: len(json.dumps(f, separators=(",", ":"))) for k, f in figures.items()}
-    return {
-        "ctx": ctx,
-        "panels": panels,
-        "figures": figures,
-        "sizes": sizes,
-        "seconds": {"context": t1 - t0, "queries": t2 - t1, "figures": t3 - t2, "total": t3 - t0},
-        "requests": client.stats.requests - before,
-        "cpu": cpu,
-    }
-
-
-def _per_panel(client: PrometheusClient, served: tsdb_server.ServedTSDB, ctx, triage: dict) -> dict:
-    """Return {panel: (seconds, Prometheus CPU seconds, queries)} of one request per panel, context cached.
-
-    The page loads panels lazily, each its own request; this is what one costs on the server.
-    """
-    start, end = served.time_range
-    marks = tl.annotations_build(ctx, triage)
-    out = {}
-    for key in tl.default_panels(ctx.profile):
-        before, cpu0 = client.stats.requests, _cpu_seconds(served.pid)
-        t0 = time.perf_counter()
-        (panel,) = tl.panels_fetch(client, ctx, [key], start, end)
-        tl.figure_build(panel, ctx, xmode="step", annotations=marks)
-        seconds = time.perf_counter() - t0
-        out[key] = (seconds, _cpu_seconds(served.pid) - cpu0, client.stats.requests - before)
+    cold = svc.timeline_figures(investigation, job, ds, svc.TimelineView())
+    out["cold_s"], out["cold_queries"], out["cold_load"] = time.perf_counter() - t0, cold["queries"], _load()
+    out["figures"] = cold["figures"]
+    sent = list(recorder.sent)
+    t0 = time.perf_counter()
+    hit = svc.timeline_figures(investigation, job, ds, svc.TimelineView())
+    out["hit_s"], out["hit_queries"] = time.perf_counter() - t0, hit["queries"]
+    t0 = time.perf_counter()
+    one = svc.timeline_figures(investigation, job, ds, svc.TimelineView(), panels=["gpu_temp"])
+    out["hit_one_s"], out["hit_one_queries"], out["hit_load"] = (
+        time.perf_counter() - t0,
+        one["queries"],
+        _load(),
+    )
+    out["same"] = hit["figures"] == cold["figures"]
+    recorder.sent = sent
     return out
 
 
@@ -155,64 +189,53 @@ def main() -> None:
     ap.add_argument("--no-browser", action="store_true")
     args = ap.parse_args()
     job_dir = _job(args)
-    truth = json.loads((job_dir / "truth.json").read_text())
-    views = REPO / "data" / "bench" / "timeline-views"
-    t0 = time.monotonic()
-    served = tsdb_server.ensure_served(job_dir / "prometheus", work_root=views)
-    print(f"served {served.url} in {time.monotonic() - t0:.1f} s; culprit {truth['culprits']}")
-    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (wall times grow with it)")
-    # The app reads the triage stored on the job; triaging the log here is not part of the server time.
-    t0 = time.perf_counter()
-    triage = triage_job(job_dir).to_dict()
-    print(
-        f"triage of the job log (stored on the job in the app, not timed below): {time.perf_counter() - t0:.2f} s"
-    )
+    data_dir = Path(tempfile.mkdtemp(prefix="stepwise-bench-"))
     try:
-        with PrometheusClient(served.url, timeout=120.0) as client:
-            runs = [_build(client, served, triage) for _ in range(2)]
-            per_panel = _per_panel(client, served, runs[0]["ctx"], triage)
+        _django(data_dir, job_dir.parent)
+        _run(args, job_dir, data_dir)
     finally:
-        tsdb_server.stop(served)
-    ctx = runs[0]["ctx"]
+        from playbooks import tsdb_server
+
+        tsdb_server.reap_leftovers(data_dir / "tsdb-views")
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, job_dir: Path, data_dir: Path) -> None:
+    truth = json.loads((job_dir / "truth.json").read_text())
+    # The app reads the triage stored on the job; triaging the log here is not part of the server time.
+    triage = triage_job(job_dir).to_dict()
+    recorder = _Recorder()
+    views = _views(job_dir, triage, recorder)
+    evals, execs, n = recorder.evaluation()
+    meta = {k: f["layout"]["meta"] for k, f in views["figures"].items()}
+    print(f"job: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h, culprit {truth['culprits']}")
     print(
-        f"job: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h; {ctx.gpu_series} GPU series, "
-        f"{ctx.host_series} host series, interval {ctx.interval} s, steps {ctx.axis.first_step:.0f}-{ctx.axis.last_step:.0f}"
+        f"cold view, all {len(meta)} default panels: {views['cold_s']:.2f} s server time, "
+        f"{views['cold_queries']} queries ({views['load_before']} before, {views['cold_load']} after)"
     )
-    for name, run in zip(("cold", "warm"), runs, strict=True):
-        s = run["seconds"]
-        print(
-            f"server time ({name}): total {s['total']:.2f} s = context {s['context']:.2f} + panel queries "
-            f"{s['queries']:.2f} + figures {s['figures']:.2f}; {run['requests']} queries; CPU used: "
-            f"Prometheus {run['cpu']['prometheus']:.1f} s, this process {run['cpu']['python']:.1f} s"
-        )
-    run = runs[1]
-    print("one request per panel (context cached): server s / Prometheus CPU s / queries")
     print(
-        f"{'panel':<26} {'mode':<12} {'traces':>6} {'bytes':>9} {'server':>7} {'prom':>6} {'q':>2}  outliers"
+        f"Prometheus's own evaluation of the same {n} queries, one at a time: {evals:.2f} s "
+        f"(execTotalTime {execs:.2f} s); cold view / evaluation = {views['cold_s'] / evals:.2f} ({_load()})"
     )
-    for p in run["panels"]:
-        names = ", ".join(o["name"] for o in p.outliers) or p.message[:60]
-        sec, cpu, n = per_panel[p.spec.key]
-        print(
-            f"{p.spec.key:<26} {p.mode:<12} {len(p.traces):>6} {run['sizes'][p.spec.key]:>9,} {sec:>7.2f} "
-            f"{cpu:>6.2f} {n:>2}  {names}"
-        )
-    slowest = max(per_panel.items(), key=lambda kv: kv[1][0])
     print(
-        f"per-panel requests: slowest {slowest[0]} {slowest[1][0]:.2f} s; "
-        f"sum {sum(v[0] for v in per_panel.values()):.2f} s, Prometheus CPU {sum(v[1] for v in per_panel.values()):.1f} s"
+        f"cache hit, same view by another user: {views['hit_s']:.3f} s, {views['hit_queries']} queries; "
+        f"one panel: {views['hit_one_s']:.3f} s, {views['hit_one_queries']} queries; identical figures: "
+        f"{views['same']} ({views['hit_load']})"
     )
-    total = sum(run["sizes"].values())
-    print(
-        f"bytes sent: {total:,} in total for {len(run['sizes'])} panels "
-        f"(max {max(run['sizes'].values()):,} per panel)"
-    )
+    sizes = {k: len(json.dumps(f, separators=(",", ":"))) for k, f in views["figures"].items()}
+    print(f"{'panel':<26} {'mode':<12} {'traces':>6} {'bytes':>9}  outliers")
+    for key, m in meta.items():
+        names = ", ".join(o["name"] for o in m["outliers"]) or (m["message"] or "")[:60]
+        traces = len(views["figures"][key]["data"])
+        print(f"{key:<26} {m['mode']:<12} {traces:>6} {sizes[key]:>9,}  {names}")
+    print(f"bytes sent: {sum(sizes.values()):,} in total (max {max(sizes.values()):,} per panel)")
     if not args.no_browser:
-        rendered = _render(run["figures"])
+        rendered = _render(views["figures"])
         if rendered:
             print(
                 f"headless Chromium: page + plotly.js load {rendered['load_s']:.2f} s; render of all panels "
                 f"{rendered['render_ms']:.0f} ms (slowest {rendered['slowest'][0]}: {rendered['slowest'][1]:.0f} ms)"
+                f" ({_load()})"
             )
 
 

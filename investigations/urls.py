@@ -5,7 +5,7 @@ from django.urls import path
 from .views import comparison as comparison_views
 from .views import diagnosis as diagnosis_views
 from .views import discovery as discovery_views
-from .views import investigations, sources
+from .views import investigations, lifecycle, sources
 from .views import timeline as timeline_views
 
 app_name = "investigations"
@@ -18,6 +18,7 @@ urlpatterns = [
     path("investigations/browse/", investigations.browse, name="browse"),
     path("investigations/<int:investigation_id>/", investigations.detail, name="detail"),
     path("investigations/<int:investigation_id>/update/", investigations.update, name="update"),
+    path("investigations/<int:investigation_id>/delete/", lifecycle.delete, name="delete"),
     path("investigations/<int:investigation_id>/triage/", investigations.triage, name="triage"),
     path(
         "investigations/<int:investigation_id>/triage/rerun/",

@@ -34,7 +34,7 @@ SEVERITIES = ("info", "warning", "critical")
 DETECTORS = (
     "step_stall", "busy_wait", "host_silent", "counter_increase", "rate_outlier", "peer_outlier", "flatline",
     "gaps", "threshold_prior", "change_point", "level_shift", "near_limit", "accused_alive",
-    "uniform_elevation", "series_absent",
+    "uniform_elevation", "series_absent", "own_excess",
 )
 #: Roles of a rule's findings in the causal chain.
 ROLES = ("cause", "symptom", "context")

@@ -84,6 +84,10 @@ if [ "${1:-}" = "--tests" ]; then
   if [ ! -x /usr/sbin/sshd ]; then
     apt_install openssh-server
   fi
+  # The real-capture test scrapes Debian's node_exporter (started by the test on a loopback port).
+  if [ ! -x /usr/bin/prometheus-node-exporter ]; then
+    apt_install prometheus-node-exporter
+  fi
 fi
 
 # 3. Database -----------------------------------------------------------------------------------

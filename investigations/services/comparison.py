@@ -36,6 +36,7 @@ from playbooks.compare import CompareError, CompareJob, compare_jobs
 
 from ..models import DataSource, DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from . import datasource_client
+from .comparison_pairs import compare_pairs
 from .decision import findings_record
 from .runs import ACTIVE, run_is_running, run_watched, triage_wait_check
 
@@ -137,7 +138,8 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
 
     1. Connect to each job's data source in order (serving a job TSDB when needed), counting one
        progress step per job connected.
-    2. Compare them (`compare_jobs`) with each job's stored triage, in a helper thread whose queries
+    2. Compare them with each job's stored triage, pair by pair (`compare_pairs`: each job with the baseline,
+       or the primary with each other job), in a helper thread whose queries
        stop once the run is cancelled (`_compare_watched`).
     3. In one transaction, and only while the run is still running: upsert the findings by
        (investigation, primary job, "comparison", rule), delete the earlier comparison findings that no
@@ -173,8 +175,13 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
             specs.append(CompareJob(_StoppableClient(client, stop), job.finished_triage()))
             DiagnosisRun.objects.filter(pk=run_id).update(progress_done=F("progress_done") + 1)
         _checkpoint(run_id, "before comparing")
+        roles = dict(
+            InvestigationJob.objects.filter(investigation_id=run.investigation_id, job_id__in=job_ids).values_list(
+                "job_id", "role"
+            )
+        )
         try:
-            result = _compare_watched(run_id, specs, stop)
+            result = _compare_watched(run_id, specs, [roles.get(pk, "") for pk in job_ids], stop)
         except CompareError as exc:
             raise ComparisonError(f"Cannot compare these jobs: {exc}.") from exc
     findings = [{**f, "rule": finding_rule(f)} for f in _json_safe(result.get("findings") or [])]
@@ -226,14 +233,16 @@ class _StoppableClient:
         return call
 
 
-def _compare_watched(run_id: int, specs: list[CompareJob], stop: threading.Event) -> dict[str, Any]:
-    """Return `compare_jobs(specs)`, watched for a cancellation (`run_watched`): `stop` ends it between queries."""
-    return run_watched(
-        run_id,
-        f"comparison {run_id}",
-        lambda: compare_jobs(specs, concurrency=settings.STEPWISE_QUERY_CONCURRENCY),
-        stop,
-    )
+def _compare_watched(
+    run_id: int, specs: list[CompareJob], roles: list[str], stop: threading.Event
+) -> dict[str, Any]:
+    """Return the jobs compared pair by pair (`compare_pairs`: each with the baseline, or the primary with
+    each other), watched for a cancellation (`run_watched`): `stop` ends it between queries."""
+
+    def compare(pair: list[CompareJob]) -> dict[str, Any]:
+        return compare_jobs(pair, concurrency=settings.STEPWISE_QUERY_CONCURRENCY)
+
+    return run_watched(run_id, f"comparison {run_id}", lambda: compare_pairs(compare, specs, roles), stop)
 
 
 def _json_safe(value: Any) -> Any:

@@ -205,6 +205,13 @@ def _job_dir_with_tsdb(path: str) -> Path:
         raise InvestigationError("Pick a job directory, or type the job id.", "job_dir")
     if "/" not in path and looks_like_job_id(path):
         path = str(_job_dir_of_id(path.strip()))
+    root = job_root_of(path)
+    if root is not None:
+        raise InvestigationError(
+            f"{path} is a job root, the folder that holds the job directories: it has no prometheus/ "
+            "of its own. Pick one of its job directories in the browser below (marked TSDB).",
+            "job_dir",
+        )
     try:
         job_dir = job_dir_validate(path.strip())
     except DataSourceError as exc:
@@ -470,6 +477,16 @@ class FolderListing:
     truncated: bool = False
     error: str = ""
     current: FolderEntry | None = None
+
+
+def job_root_of(path: str) -> Path | None:
+    """Return the job root that `path` is itself (symlinks resolved), or None: typing the root where a
+    job directory belongs is a common slip, answered with the browser open on that root."""
+    text = path.strip()
+    if not text.startswith("/") or ".." in Path(text).parts:
+        return None
+    resolved = Path(text).resolve()
+    return next((root for root in _job_roots() if resolved == root), None)
 
 
 def job_dir_browse(path: str = "") -> FolderListing:

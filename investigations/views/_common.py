@@ -43,8 +43,11 @@ def finished_context(context: dict[str, Any]) -> dict[str, Any]:
     The region then also carries the header's incident class as an out-of-band swap (`class_oob`), read
     again here: the run that just finished set it after this request had loaded the investigation.
     """
+    from ._verdict import verdict_context  # it reads the diagnosis helpers, which import this module
+
     context["investigation"].refresh_from_db(fields=["incident_class"])
-    return {**context, "class_oob": True}
+    # ... and the header's verdict, which the finished run may have changed (views/_verdict.py)
+    return {**context, "class_oob": True, **verdict_context(context["investigation"])}
 
 
 def run_cancel(

@@ -99,6 +99,7 @@ def triage_context(job: Job | None) -> dict[str, Any]:
         klass=job_part.get("triage_class") or "",
         crash_time=utc(job_part.get("crash_time")),
         groups=_grouped_matches(t),
+        match_count=len(t.get("matches") or []),
         progress=_progress_rows(t),
         config=sorted(config.items()),
         nodes=t.get("nodes") or [],

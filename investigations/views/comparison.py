@@ -35,20 +35,12 @@ from ..tasks.comparison import comparison_execute_task
 from ..tasks.enqueue import enqueue_on_commit
 from ..times import utc
 from ._common import HtmxHttpRequest, finished_context, run_cancel
+from ._units import format_value, metric_meta
 
 logger = logging.getLogger(__name__)
 
 REGION = "investigations/_comparison.html#comparison"
 STATUS = "investigations/_comparison.html#comparison-status"
-
-
-def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "—" if value is None else str(value)
-    if not math.isfinite(value):
-        return str(value)
-    return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.6g}"
-
 
 def _columns(
     overview: dict[str, Any], run: DiagnosisRun | None, result: dict[str, Any]
@@ -75,22 +67,70 @@ def _columns(
     return out
 
 
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _delta(name: str, ref: Any, value: Any, delta: Any) -> str:
+    """Return one job's change against the reference as a report shows it, or "—"."""
+    if not (_finite(ref) and _finite(value) and _finite(delta)):
+        return "—"
+    return delta_text({"name": name, "values": [ref, value], "delta_pct": delta})
+
+
 def _metric_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the metric table: each job's value by name and unit, its change against the reference
+    (with three or more jobs, each compared pair's), and the primary's pair's delta and likely cause."""
+    comparison = result.get("comparison") or {}
+    ref = int(comparison.get("baseline") or 0)
+    pairs = result.get("pairs") or []
+    primary = pairs[0]["jobs"][1] if pairs else None
     rows = []
-    for m in (result.get("comparison") or {}).get("metrics") or []:
-        delta = m.get("delta_pct")
-        finite = isinstance(delta, int | float) and math.isfinite(delta)
-        values = m.get("values") or []
-        plain = all(isinstance(v, int | float) and math.isfinite(v) for v in values)
+    for m in comparison.get("metrics") or []:
+        name = str(m.get("name") or "")
+        values = list(m.get("values") or [])
+        deltas = m.get("deltas") or []
+        other = primary if primary is not None and primary < len(values) else len(values) - 1
         cause = m.get("likely_cause") or ""
+        meta = metric_meta(name)
+        delta = _delta(name, values[ref] if ref < len(values) else None, values[other] if values else None,
+                       m.get("delta_pct"))  # fmt: skip
         rows.append(
             {
-                "name": m.get("name"),
-                "values": [_number(v) for v in values],
-                "delta_pct": delta_text(m) if finite and plain else "—",
+                "name": name,
+                "label": meta["label"],
+                "values": [format_value(v, meta["unit"]) for v in values],
+                # (value, its change against the reference: shown when more than one pair was compared)
+                "cells": [
+                    (
+                        format_value(v, meta["unit"]),
+                        _delta(name, values[ref], v, deltas[i]) if len(pairs) > 1 and i != ref and i < len(deltas) else "",
+                    )
+                    for i, v in enumerate(values)
+                ],
+                "delta_pct": delta,
                 # the engine's own judgment: a difference beyond the metric's floors has a likely cause
-                "highlight": finite and bool(cause) and cause != WITHIN_NOISE,
+                "highlight": delta != "—" and bool(cause) and cause != WITHIN_NOISE,
                 "likely_cause": cause,
+            }
+        )
+    return rows
+
+
+def _pair_rows(result: dict[str, Any], columns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Return which pairs the comparison compared, each with its verdict ("" names from the columns)."""
+    rows = []
+    for pair in result.get("pairs") or []:
+        names = [columns[i]["id"] if i < len(columns) else f"job {i + 1}" for i in pair.get("jobs") or []]
+        roles = [columns[i]["role"] if i < len(columns) else "" for i in pair.get("jobs") or []]
+        confidence = pair.get("confidence")
+        rows.append(
+            {
+                "names": names,
+                "roles": roles,
+                "class": pair.get("class") or "healthy",
+                "confidence_pct": round(100 * float(confidence)) if _finite(confidence) else None,
+                "summary": pair.get("summary") or "",
             }
         )
     return rows
@@ -105,6 +145,7 @@ def _region_context(investigation: Investigation, **extra: Any) -> dict[str, Any
         diagnosis["confidence_pct"] = round(100 * float(diagnosis.get("confidence") or 0))
         diagnosis["onset_utc"] = utc(diagnosis.get("onset"))
     comparison = result.get("comparison") or {}
+    columns = _columns(overview, decided, result) if result else []
     for finding in overview["findings"]:
         finding.onset_utc = utc(finding.onset)
     return {
@@ -113,7 +154,8 @@ def _region_context(investigation: Investigation, **extra: Any) -> dict[str, Any
             **overview,
             "active": run is not None and not run.is_finished,
             "jobs_count": len(overview["links"]),
-            "columns": _columns(overview, decided, result) if result else [],
+            "columns": columns,
+            "pairs": _pair_rows(result, columns),
             "overlap": comparison.get("overlap_steps"),
             "config_rows": [
                 {"key": key, "values": ["—" if v is None else v for v in values]}

@@ -37,6 +37,7 @@ from ..services import diagnosis as dx
 from ..services.deadruns import dead_runs_reap
 from ..services.diagnosis_overview import crash_time, diagnosis_overview
 from ..services.runs import run_not_sent
+from ..services.verdict import finding_role
 from ..tasks.diagnosis import diagnosis_plan_task
 from ..tasks.enqueue import enqueue_on_commit
 from ..times import relative, utc
@@ -119,6 +120,7 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
     for finding in overview["findings"]:
         finding.onset_utc = utc(finding.onset)
         finding.onset_relative = relative(finding.onset, crash)
+        finding.role_label, finding.order_note = finding_role(finding, overview["diagnosis"])
     diagnosis = overview["diagnosis"] or None
     if diagnosis:
         onset = diagnosis.get("onset")
@@ -127,6 +129,12 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
             "onset_utc": utc(onset),
             "onset_relative": relative(onset, crash),
             "confidence_pct": round(100 * float(diagnosis.get("confidence") or 0)),
+            # effects the engine's chain does not already tell
+            "effects": [
+                f
+                for f in overview["findings"]
+                if f.role_label == "effect" and not any(f.title in str(link) for link in diagnosis.get("chain") or [])
+            ],
         }
     return {
         "investigation": investigation,

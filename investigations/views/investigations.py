@@ -23,13 +23,17 @@ from .. import selectors, services
 from ..access import get_investigation_or_404
 from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
 from ..models import DataSource, Investigation, Job
-from ..services import discovery, tunnels
+from ..services import diagnosis as dx
+from ..services import discovery, lifecycle, tunnels
 from ..services import investigations as inv
+from ..services.runs import run_not_sent
 from ..tasks import job_triage_task
+from ..tasks.diagnosis import diagnosis_plan_task
 from ..tasks.discovery import datasource_discover_task
 from ..tasks.enqueue import enqueue_on_commit
 from ._common import HtmxHttpRequest
 from ._triage_display import triage_context
+from ._verdict import verdict_context
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +55,16 @@ def _enqueue_work(job: Job | None) -> None:
         enqueue_on_commit(
             datasource_discover_task, source_id, not_sent=partial(discovery.discovery_fail_pending, source_id)
         )
+
+
+def _diagnose_on_open(investigation: Investigation, job: Job | None, user: Any) -> None:
+    """Start the job's diagnosis as the investigation opens, as the demo does: its plan waits for the
+    triage (which picks the playbooks) and discovers the source itself. A job without a data source
+    (an uploaded log alone) has nothing to diagnose yet."""
+    if job is None or job.current_datasource() is None:
+        return
+    run = dx.diagnosis_start(investigation, job, user=user)
+    enqueue_on_commit(diagnosis_plan_task, run.pk, not_sent=partial(run_not_sent, run.pk))
 
 
 # --- List ----------------------------------------------------------------------------------------
@@ -101,8 +115,10 @@ def culprits_text(culprits: Any, limit: int = 3) -> str:
 # --- New investigation ---------------------------------------------------------------------------
 
 
-def _new_page(request: HttpRequest, form: InvestigationForm, status: int = 200) -> HttpResponse:
-    listing = inv.job_dir_browse(request.GET.get("browse", ""))
+def _new_page(
+    request: HttpRequest, form: InvestigationForm, status: int = 200, browse: str | None = None
+) -> HttpResponse:
+    listing = inv.job_dir_browse(request.GET.get("browse", "") if browse is None else browse)
     return render(request, "investigations/new.html", {"form": form, "listing": listing}, status=status)
 
 
@@ -129,11 +145,16 @@ def create(request: HtmxHttpRequest) -> HttpResponse:
             )
             job = inv.investigation_primary_job(investigation)
             _enqueue_work(job)
+            _diagnose_on_open(investigation, job, request.user)
     except inv.InvestigationError as exc:
         field = {"tunnel": "tunnel_command"}.get(exc.field or "", exc.field)
         form.add_error(field if field in form.fields else None, str(exc))
-        return _new_page(request, form, status=400)
+        # The job root typed as a job directory: open the browser on it, to pick the job from.
+        root = inv.job_root_of(data.get("job_dir") or "") if data.get("source") == "job_dir" else None
+        return _new_page(request, form, status=400, browse=str(root) if root else None)
     messages.success(request, f"Opened “{investigation.title}”.")
+    for other in lifecycle.same_job_investigations(investigation):
+        messages.warning(request, f"Job {job.job_id} is already investigated in #{other.pk} “{other.title}”.")
     return redirect("investigations:detail", investigation_id=investigation.pk)
 
 
@@ -170,7 +191,8 @@ def _detail_context(investigation: Investigation) -> dict[str, Any]:
         "statuses": Investigation.Status.choices,
         "severities": Investigation.Severity.choices,
         "users": selectors.user_choices(),
-    }
+        "duplicates": lifecycle.same_job_investigations(investigation),
+    } | verdict_context(investigation)
 
 
 def source_final(job: Job | None, ds: DataSource | None) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from functools import partial
+from typing import Any
 
 from django.contrib import messages
 from django.db import transaction
@@ -36,11 +37,27 @@ def _get_run(request: HttpRequest, run_id: int) -> QueryRun:
 
 def _page(request: HttpRequest, form: DataSourceURLForm, status: int = 200) -> HttpResponse:
     context = {
-        "datasources": selectors.datasource_list(),
+        "datasources": one_per_address(selectors.datasource_list()),
         "runs": selectors.queryrun_recent(),
         "form": form,
     }
     return render(request, "investigations/sources.html", context, status=status)
+
+
+def one_per_address(sources: Any) -> list[DataSource]:
+    """Return one data source per (kind, address): a job directory opened under two clusters (the demo's
+    and a user's) is one TSDB. The row kept is the one last created; `also` lists the other jobs."""
+    kept: dict[tuple[str, str], DataSource] = {}
+    for ds in sorted(sources, key=lambda d: d.pk, reverse=True):
+        key = (ds.kind, ds.address)
+        if key in kept:
+            if ds.job is not None and ds.job != kept[key].job:
+                kept[key].also.append(ds.job)
+            continue
+        ds.also = []
+        kept[key] = ds
+    order = {ds.pk: i for i, ds in enumerate(sources)}
+    return sorted(kept.values(), key=lambda d: order[d.pk])
 
 
 @require_GET

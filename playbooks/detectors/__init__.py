@@ -13,6 +13,7 @@ from ..context import Context, Finding, focus_window
 from ..model import Playbook, RuleSpec
 from .counters import _det_counter_increase, _det_near_limit, _det_rate_outlier, _det_threshold_prior
 from .hang import _det_accused_alive, _det_busy_wait, _det_host_silent, _det_step_stall
+from .host import _det_own_excess
 from .peers import _det_flatline, _det_gaps, _det_peer_outlier
 from .trends import _det_change_point, _det_level_shift, _det_series_absent, _det_uniform_elevation
 
@@ -27,6 +28,7 @@ DETECTORS: dict[str, Detector] = {
     "threshold_prior": _det_threshold_prior, "change_point": _det_change_point, "level_shift": _det_level_shift,
     "near_limit": _det_near_limit, "accused_alive": _det_accused_alive,
     "uniform_elevation": _det_uniform_elevation, "series_absent": _det_series_absent,
+    "own_excess": _det_own_excess,
 }
 
 

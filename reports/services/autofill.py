@@ -263,14 +263,22 @@ def _comparison(i: Inputs) -> str:
     return "\n".join(out)
 
 
+def next_steps(diagnosis: dict[str, Any]) -> list[str]:
+    """Return what to do next for a diagnosis object (its root-cause family and culprits), most urgent first.
+
+    The one table of next steps: the report's section and the investigation page's verdict both use it.
+    """
+    steps = list(_NEXT_STEPS.get(diagnosis.get("root_cause_family", ""), []))
+    if diagnosis.get("culprits"):
+        steps.insert(0, f"Act on the culprits first: {_culprits(diagnosis)}.")
+    return steps or ["Review the findings below."]
+
+
 def _next_steps(i: Inputs) -> str:
     d = i.result.get("diagnosis") or (i.compare.get("diagnosis") if i.compare else None)
     if not d:
         return "1. Run the diagnosis (and a comparison with a healthy baseline if there is one)."
-    steps = list(_NEXT_STEPS.get(d.get("root_cause_family", ""), []))
-    if d.get("culprits"):
-        steps.insert(0, f"Act on the culprits first: {_culprits(d)}.")
-    return "\n".join(f"{n}. {s}" for n, s in enumerate(steps or ["Review the findings below."], 1))
+    return "\n".join(f"{n}. {s}" for n, s in enumerate(next_steps(d), 1))
 
 
 _BUILDERS = {

@@ -46,16 +46,22 @@ def test_a_restored_job_compared_with_its_baseline_shows_the_leak(
     # Both triages finish (the jobs table polls them) before comparing: the comparison reads the restore from them.
     expect(page.locator("#jobs tbody .badge-class")).to_have_count(2)
 
-    # The header's class slot; whatever the triage put there, it is not yet the comparison's class.
+    # The header's verdict: the job was diagnosed on open, so it may already say what the diagnosis alone
+    # found; it does not come from a comparison yet.
     header_class = page.locator("#investigation-header #incident-class")
-    expect(header_class).not_to_contain_text("restore-resource-leak")
+    verdict = page.locator("#investigation-header #verdict")
+    expect(verdict).not_to_contain_text("the comparison")
     page.evaluate(f"{NO_RELOAD} = true")
 
     region = page.locator("#comparison")
     region.get_by_role("button", name="Compare jobs").click()
     expect(region.locator(".diagnosis-class")).to_have_text("restore-resource-leak")
-    # The poll that delivered the result also swapped the header's class, in place.
+    # The poll that delivered the result also swapped the header's class and verdict, in place: the verdict
+    # now takes the comparison into account and says so.
     expect(header_class.locator(".badge-class")).to_have_text("restore-resource-leak")
+    expect(verdict.get_by_test_id("verdict-class")).to_have_text("restore-resource-leak")
+    expect(verdict.get_by_test_id("verdict-origin")).to_contain_text("comparison")
+    expect(verdict.get_by_test_id("verdict-confidence")).to_contain_text("90 %")
     assert page.evaluate(NO_RELOAD) is True
     page.locator("#investigation-header").screenshot(path=str(stepwise_app.log_dir / "comparison-header.png"))
     expect(region.locator("#comparison-status .badge").first).to_have_text("Done")

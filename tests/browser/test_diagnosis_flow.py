@@ -24,12 +24,15 @@ def _open(page: Page, title: str, job_dir) -> int:
 
 def _run_and_wait(page: Page, scope: str = "triage") -> None:
     region = page.locator("#diagnosis")
+    button = region.get_by_role("button", name=re.compile(r"(Re-run|Run) diagnosis"))
+    # An investigation is diagnosed on open: wait for that run before starting another one.
+    expect(button).to_be_enabled()
     status = page.locator("#diagnosis-status")
     # A re-run starts with the previous run's region, "Done" included: wait for the new run's number, or
     # the poll that finishes it would replace the region under the next step.
     earlier = re.search(r"run #(\d+)", status.inner_text()) if status.count() else None
     region.locator(f"input[name=scope][value={scope}]").check()
-    region.get_by_role("button", name=re.compile(r"(Re-run|Run) diagnosis")).click()
+    button.click()
     if earlier:
         expect(status).to_contain_text(re.compile(rf"run #(?!{earlier.group(1)}\b)\d+"))
     # The progress bar appears while the worker runs the playbooks, then the decided region replaces it.

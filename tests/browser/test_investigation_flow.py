@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from playbooks.synth import SCENARIOS
+from tests.browser.page_helpers import unfold
 
 DETAIL_URL = re.compile(r"/investigations/\d+/$")
 
@@ -45,7 +46,9 @@ def _expect_triage(page: Page, truth: dict) -> None:
 def _expect_discovery(page: Page, truth: dict, identity: str | None = "identity-match") -> None:
     """The discovery region fills in by itself once the worker has asked the job's Prometheus."""
     expect(page.get_by_test_id("discovery-hosts")).to_contain_text(f"{len(truth['hosts'])} ×")
+    expect(page.get_by_test_id("discovery-line")).to_contain_text(f"{len(truth['hosts'])} hosts")
     if identity:
+        unfold(page, "#discovery-status")
         expect(page.get_by_test_id(identity)).to_be_visible()
 
 

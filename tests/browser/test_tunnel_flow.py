@@ -23,6 +23,7 @@ from playwright.sync_api import Page, expect
 
 from playbooks import tsdb_server
 from playbooks import tunnel as tunnels
+from tests.browser.page_helpers import unfold
 from tests.support.sshd import SSHServer, sshd_fixture  # noqa: F401 (registers the `sshd` fixture)
 
 DETAIL_URL = re.compile(r"/investigations/(\d+)/$")
@@ -134,6 +135,7 @@ def _expect_up_and_discovered(
     hosts = truth["hosts"]
     expect(page.get_by_test_id("discovery-hosts")).to_have_text(f"{len(hosts)} × {truth['gpus_per_host']}")
     expect(page.get_by_test_id("discovery-profile")).to_have_text(truth["profile"])
+    unfold(page, "#discovery-status")
     listed = page.locator("#discovery-status details.discovery-hosts")
     listed.locator("summary").click()
     for name in hosts:

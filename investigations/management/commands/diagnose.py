@@ -33,6 +33,7 @@ from investigations.times import parse_time as unix_seconds
 from playbooks import tsdb_server
 from playbooks.diagnose import DiagnosisError, run_diagnosis, serves_copy
 from playbooks.gpus import GPU_MODELS, gpu_model_named
+from playbooks.profiles import PROFILES
 from playbooks.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
 from playbooks.report import diagnosis_markdown
 from playbooks.triage import TriageError, find_job_log, triage_job, triage_log
@@ -76,7 +77,8 @@ class Command(BaseCommand):
         parser.add_argument("--start", help="window start: unix seconds or ISO 8601 (default: the data's)")
         parser.add_argument("--end", help="window end: unix seconds or ISO 8601 (default: the data's)")
         parser.add_argument("--format", choices=("json", "markdown"), default="json")
-        parser.add_argument("--profile", default="auto", help="metric profile: auto, amd or nvidia")
+        parser.add_argument("--profile", default="auto",
+                            help="metric profile: auto, or a declared one (amd, nvidia, amd-dme, node, a team's)")
         parser.add_argument("--gpu-model", default="auto",
                             help="GPU model for the priors when the labels do not name it: auto or one of "
                                  + ", ".join(GPU_MODELS))
@@ -101,8 +103,8 @@ class Command(BaseCommand):
                 gpu_model_named(self._gpu_model)
             except ValueError as exc:
                 raise _Exit(2, str(exc)) from exc
-        if opts["profile"] not in ("auto", "amd", "nvidia"):
-            raise _Exit(2, f"unknown profile {opts['profile']!r}; use auto, amd or nvidia")
+        if opts["profile"] != "auto" and opts["profile"] not in PROFILES:
+            raise _Exit(2, f"unknown profile {opts['profile']!r}; use auto or one of {', '.join(PROFILES)}")
         start, end = parse_time(opts["start"], "--start"), parse_time(opts["end"], "--end")
         if start is not None and end is not None and end <= start:
             raise _Exit(2, "--end must be after --start")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from playbooks.synth import SCENARIOS, SynthError, generate_job
+from playbooks.synth import PERTURBATIONS, PROFILES, SCENARIOS, SynthError, generate_job
 
 
 class Command(BaseCommand):
@@ -20,7 +20,10 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, required=True)
         parser.add_argument("--nodes", type=int, required=True)
         parser.add_argument("--out", required=True, help="the job directory to create (replaced if present)")
-        parser.add_argument("--profile", choices=("amd", "nvidia"), default="amd")
+        parser.add_argument("--profile", choices=PROFILES, default="amd")
+        parser.add_argument("--exporters", default=None,
+                            help=f"how nvidia/amd-dme exporters are deployed: random (by seed) or one of "
+                                 f"{', '.join(PERTURBATIONS)}")
         parser.add_argument("--gpus", type=int, default=8)
         parser.add_argument("--interval", type=float, default=15.0, help="scrape interval in seconds")
         parser.add_argument("--hours", type=float, default=None, help="job length (default: 2.2-3.2 h by seed)")
@@ -36,7 +39,8 @@ class Command(BaseCommand):
                 opts["scenario"], opts["seed"], opts["nodes"], Path(opts["out"]), profile=opts["profile"],
                 gpus=opts["gpus"], interval=opts["interval"], hours=opts["hours"],
                 wal_tail_minutes=opts["wal_tail_minutes"], promtool=opts["promtool"],
-                prometheus=opts["prometheus"], keep_openmetrics=opts["keep_openmetrics"])
+                prometheus=opts["prometheus"], keep_openmetrics=opts["keep_openmetrics"],
+                exporters=opts["exporters"])
         except SynthError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(json.dumps({

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from django.conf import settings
+from django.contrib.staticfiles import finders
 from django.shortcuts import resolve_url
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.resolvers import RegexPattern, RoutePattern
@@ -18,6 +19,8 @@ _GROUP = re.compile(r"\(\?P<\w+>([^()]*)\)")
 
 # The only views that must answer anonymous users.
 PUBLIC = {"/login/", "/admin/login/"}
+#: Public and answered with a redirect to a static file: the icon every browser asks every site for.
+PUBLIC_STATIC = {"/favicon.ico"}
 # Pages opened by a secret token instead of a session (the report's share link: 404 for an unknown token,
 # tests/reports/test_exports.py).
 TOKEN_PAGES = {"/share/x/"}
@@ -65,7 +68,7 @@ def test_the_resolver_walk_finds_the_app_pages() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("method", ["get", "post"])
-@pytest.mark.parametrize("url", [u for u in ALL_URLS if u not in PUBLIC | TOKEN_PAGES | NOT_PAGES])
+@pytest.mark.parametrize("url", [u for u in ALL_URLS if u not in PUBLIC | PUBLIC_STATIC | TOKEN_PAGES | NOT_PAGES])
 def test_anonymous_requests_are_sent_to_login(client, url: str, method: str) -> None:
     """Anonymous GET and POST to any non-public URL redirect to a login page."""
     response = getattr(client, method)(url)
@@ -79,3 +82,12 @@ def test_the_login_pages_answer_anonymous_users(client) -> None:
     """The public pages really are public."""
     for url in PUBLIC:
         assert client.get(url).status_code == 200, url
+
+
+@pytest.mark.django_db
+def test_the_favicon_answers_anonymous_users_with_the_app_icon(client) -> None:
+    """/favicon.ico is not a 404 (nor a login redirect): it points at the app's icon."""
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301
+    assert response["Location"].endswith("/favicon.svg")
+    assert finders.find("favicon.svg"), "the icon is a static file of the app"

@@ -7,7 +7,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from investigations.models import DataSource, Investigation, Job
+from investigations.models import DataSource, DiagnosisRun, Investigation, Job
 
 from .investigation_helpers import (
     assert_login_required,
@@ -25,6 +25,11 @@ def _post(client, captured, **data):
     with captured(execute=False) as callbacks:
         response = client.post(URL, form)
     return response, callbacks
+
+
+def _tasks(callbacks) -> list[str]:
+    """Return the short names of the tasks the on-commit callbacks send (each is partial(send, task, id, ...))."""
+    return [cb.args[0].name.rsplit(".", 1)[-1] for cb in callbacks]
 
 
 def test_it_needs_a_login(client) -> None:
@@ -48,7 +53,11 @@ def test_a_job_directory_opens_and_enqueues_its_triage(
     job = Job.objects.get()
     assert job.job_id == truth["job_id"] and job.triage["state"] == "queued"
     assert DataSource.objects.get().discovery_status == "queued"
-    assert len(callbacks) == 1  # the triage; it enqueues discovery when it is done
+    # The triage (it enqueues discovery when done), and the diagnosis, diagnosed on open as the demo's
+    # investigations are: its plan waits for the triage.
+    assert _tasks(callbacks) == ["job_triage_task", "diagnosis_plan_task"]
+    run = DiagnosisRun.objects.get()
+    assert (run.investigation, run.job, run.status, run.created_by) == (investigation, job, "queued", alice)
 
 
 def test_an_upload_with_a_url_opens(alice_client, served_job, django_capture_on_commit_callbacks) -> None:
@@ -80,7 +89,8 @@ def test_a_url_alone_enqueues_discovery_at_once(
     )
     assert response.status_code == 302
     assert Job.objects.get().triage["state"] == "none"
-    assert len(callbacks) == 1  # discovery: there is no log to triage first
+    # discovery (there is no log to triage first), and the diagnosis
+    assert _tasks(callbacks) == ["datasource_discover_task", "diagnosis_plan_task"]
 
 
 def test_a_job_id_opens_the_job_directory_it_names(
@@ -158,7 +168,8 @@ def test_a_pasted_tunnel_command_opens_and_enqueues_discovery(
     assert response.status_code == 302
     ds = DataSource.objects.get()
     assert (ds.kind, ds.tunnel["host"], ds.tunnel["remote_port"]) == ("ssh_tunnel", "gpu-101", 9192)
-    assert len(callbacks) == 1  # discovery, which opens the tunnel through the data source's client
+    # discovery, which opens the tunnel through the data source's client, and the diagnosis
+    assert _tasks(callbacks) == ["datasource_discover_task", "diagnosis_plan_task"]
 
 
 def test_tunnel_fields_open_one(alice_client, django_capture_on_commit_callbacks) -> None:

@@ -44,7 +44,9 @@ def test_it_shows_the_triage_summary(alice_client) -> None:
         "binary data skipped", "NNODES", "ssh -J a@login root@dgx031", "L590",
     ):  # fmt: skip
         assert text in body, text
-    assert body.index('id="triage"') < body.index('id="discovery-status"') < body.index('id="diagnosis"')
+    # The verdict and the diagnosis first; the triage and discovery details below, folded.
+    assert body.index('id="verdict"') < body.index('id="diagnosis"') < body.index('id="triage"')
+    assert body.index('id="triage"') < body.index('id="discovery-status"')
     assert body.index('id="diagnosis"') < body.index('id="timeline')
 
 
