@@ -20,6 +20,7 @@ from .models import (
     PlaybookExecution,
     QueryResult,
     QueryRun,
+    RunHeartbeat,
 )
 
 
@@ -182,20 +183,24 @@ class DiagnosisRunAdmin(admin.ModelAdmin):
         "pk",
         "investigation",
         "job",
+        "kind",
         "status",
+        "stage",
         "progress_done",
         "progress_total",
         "created",
         "finished",
     ]
-    list_filter = ["status"]
+    list_filter = ["kind", "status"]
     search_fields = ["investigation__title", "job__job_id", "error"]
     raw_id_fields = ["investigation", "job", "datasource", "created_by"]
     inlines = [PlaybookExecutionInline]
-    exclude = ["playbooks", "window", "result"]
-    readonly_fields = ["playbooks_json", "window_json", "result_json"]
+    exclude = ["request", "playbooks", "window", "planned", "result"]
+    readonly_fields = ["request_json", "playbooks_json", "window_json", "planned_json", "result_json"]
+    request_json = _json_display("request")
     playbooks_json = _json_display("playbooks")
     window_json = _json_display("window")
+    planned_json = _json_display("planned")
     result_json = _json_display("result")
 
 
@@ -242,3 +247,18 @@ class PinnedChartAdmin(admin.ModelAdmin):
     readonly_fields = ["view_json", "figure_json"]
     view_json = _json_display("view")
     figure_json = _json_display("figure")
+
+
+@admin.register(RunHeartbeat)
+class RunHeartbeatAdmin(admin.ModelAdmin):
+    """Tasks in flight (services/deadruns.py): shown to see which worker holds which run, never edited."""
+
+    list_display = ["task_name", "kind", "run_id", "worker", "pid", "beat"]
+    list_filter = ["kind"]
+    search_fields = ["task_name", "worker", "task_id"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

@@ -115,13 +115,19 @@ def test_a_thermal_straggler_diagnosis_persists_the_culprit_host(diagnosable, qu
 
 
 def test_a_rerun_gives_the_same_findings(diagnosable, queue) -> None:
+    """A re-run over the same data updates the same finding rows (same rule, class, severity, where) in place."""
     investigation, job, _ = diagnosable("thermal-straggler")
-    counts = []
+    found = []
     for _ in range(2):
-        tasks.diagnosis_plan_task(dx.diagnosis_start(investigation, job).pk)
+        run_id = dx.diagnosis_start(investigation, job).pk
+        tasks.diagnosis_plan_task(run_id)
         drain(queue)
-        counts.append(Finding.objects.filter(investigation=investigation, job=job).count())
-    assert counts[0] == counts[1] > 0
+        rows = Finding.objects.filter(investigation=investigation, job=job).order_by("pk")
+        assert set(rows.values_list("run_id", flat=True)) == {run_id}, "every finding comes from the latest run"
+        found.append(
+            list(rows.values_list("pk", "playbook", "rule", "incident_class", "severity", "hosts", "gpus", "onset"))
+        )
+    assert found[0] == found[1] and found[0]
     assert DiagnosisRun.objects.filter(status=TaskStatus.DONE).count() == 2
 
 
