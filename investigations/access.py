@@ -26,7 +26,19 @@ def investigation_allowed(user: Any, investigation: Investigation, action: Actio
     """Return True if `user` may do `action` to `investigation`."""
     if action not in ACTIONS:
         raise ValueError(f"unknown action {action!r}: use one of {', '.join(ACTIONS)}")
-    return bool(getattr(user, "is_authenticated", False) and getattr(user, "is_active", False))
+    if not (getattr(user, "is_authenticated", False) and getattr(user, "is_active", False)):
+        return False
+    # Teams and roles (owner/editor/viewer, restricted investigations) live with the report.
+    from reports import access as roles
+
+    return roles.allows(roles.role_for(user, investigation), action)
+
+
+def visible_investigations(user: Any, queryset: QuerySet[Investigation] | None = None) -> QuerySet[Investigation]:
+    """Return the investigations `user` may see (every list and search goes through this)."""
+    from reports import access as roles
+
+    return roles.visible(user, queryset)
 
 
 def get_investigation_or_404(

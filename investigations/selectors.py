@@ -25,9 +25,10 @@ def datasource_list() -> QuerySet[DataSource]:
     )
 
 
-def queryrun_recent(limit: int = 10) -> QuerySet[QueryRun]:
-    """Return the newest runs, newest first."""
-    return QueryRun.objects.select_related("datasource__job").order_by("-created", "-pk")[:limit]
+def queryrun_recent(limit: int | None = 10) -> QuerySet[QueryRun]:
+    """Return the newest runs, newest first (all of them when `limit` is None, to filter further)."""
+    runs = QueryRun.objects.select_related("datasource__job").order_by("-created", "-pk")
+    return runs if limit is None else runs[:limit]
 
 
 def queryresult_list(run: QueryRun) -> QuerySet[QueryResult]:

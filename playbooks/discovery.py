@@ -54,7 +54,7 @@ __all__ = [
 #: Known metric-name prefixes, longest first wins; other names are grouped by their first word.
 FAMILY_PREFIXES: tuple[str, ...] = (
     "hw_gpu_", "hw_rdma_", "hw_tcp_", "hw_net_", "hw_io_", "hw_mem_", "hw_procs_", "hw_",
-    "DCGM_FI_DEV_", "DCGM_FI_PROF_", "DCGM_",
+    "DCGM_FI_DEV_", "DCGM_FI_PROF_", "DCGM_", "amd_gpu_", "gpu_", "amd_pcie_", "pcie_",
     "node_memory_", "node_netstat_", "node_infiniband_", "node_network_", "node_pressure_", "node_disk_",
     "node_cpu_", "node_",
     "tb_learning_", "tb_perf_", "tb_", "training_",

@@ -3,7 +3,8 @@
 - An investigation belongs to the team whose name it carries (`Investigation.team`); a team is a Team row
   (managed in the admin). Without such a team, every signed-in user edits it, as before teams existed.
 - Members have their role: owner (manage members, delete), editor (edit), viewer (read and comment). The
-  investigation's owner is an owner of it; a superuser is an owner of every investigation.
+  investigation's owner is an owner of it; a superuser is an owner of every investigation. An
+  investigation of no team is edited by everyone and managed by its owner (by anyone while it has none).
 - A restricted investigation (a Restriction row) is visible to its team's members and its owner only;
   everyone else gets 404, never data. An unrestricted one is open to every signed-in user as an editor.
 """
@@ -28,8 +29,8 @@ def role_for(user, investigation: Investigation) -> str | None:
     if user.is_superuser or (investigation.owner_id is not None and investigation.owner_id == user.pk):
         return Role.OWNER
     team = Team.objects.filter(name=investigation.team).first() if investigation.team else None
-    if team is None:
-        return Role.EDITOR
+    if team is None:  # no team: everyone edits; nobody owns it yet, so anyone may take it (manage)
+        return Role.OWNER if investigation.owner_id is None else Role.EDITOR
     membership = Membership.objects.filter(team=team, user=user).first()
     if membership is not None:
         return membership.role
@@ -82,3 +83,16 @@ def run_visible(user, run) -> bool:
     if run.investigation_id is not None and not visible(user).filter(pk=run.investigation_id).exists():
         return False
     return datasource_visible(user, run.datasource)
+
+
+def visible_datasources(user, queryset):
+    """Return the data sources of `queryset` whose job the user may see (or that have no job)."""
+    return queryset.filter(Q(job__isnull=True) | Q(job__in=visible_jobs(user)))
+
+
+def visible_runs(user, queryset):
+    """Return the query runs of `queryset` the user may see (see `run_visible`)."""
+    return queryset.filter(
+        Q(investigation__isnull=True) | Q(investigation__in=visible(user)),
+        Q(datasource__job__isnull=True) | Q(datasource__job__in=visible_jobs(user)),
+    )

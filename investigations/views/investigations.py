@@ -20,7 +20,7 @@ from django.views.decorators.vary import vary_on_headers
 from reports.services import fields as report_fields
 
 from .. import selectors, services
-from ..access import get_investigation_or_404
+from ..access import get_investigation_or_404, visible_investigations
 from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
 from ..models import DataSource, Investigation, Job
 from ..services import diagnosis as dx
@@ -79,7 +79,7 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
         "klass": request.GET.get("class", ""),
         "search": request.GET.get("q", ""),
     }
-    rows = selectors.investigation_list(**filters)
+    rows = visible_investigations(request.user, selectors.investigation_list(**filters))
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     for row in page.object_list:
         row.culprits_text = culprits_text(row.verdict_culprits)
@@ -226,18 +226,18 @@ def detail(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    # Only the fields changed on this page are written; a field someone else changed meanwhile is refused.
+    bases = {k.removeprefix("base_"): v for k, v in request.POST.items() if k.startswith("base_")}
     investigation = get_investigation_or_404(
         request.user,
         investigation_id,
         # who owns it and which team it belongs to are the manager's to change; the rest anyone's who edits
-        action="manage" if {"owner", "team"} & request.POST.keys() else "edit",
+        action="manage" if {"owner", "team"} & report_fields.changing(request.POST, bases) else "edit",
         queryset=_WITH_OWNER,
     )
     form = InvestigationUpdateForm(request.POST)
     error = ""
     if form.is_valid():
-        # Only the fields changed on this page are written; a field someone else changed meanwhile is refused.
-        bases = {k.removeprefix("base_"): v for k, v in request.POST.items() if k.startswith("base_")}
         try:
             report_fields.fields_update(investigation.pk, form.changes(), bases)
         except (inv.InvestigationError, report_fields.StaleWrite) as exc:

@@ -8,11 +8,13 @@ from typing import Any
 
 from django.contrib import messages
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
+
+from reports import access as roles
 
 from .. import selectors, services
 from ..forms import DataSourceURLForm
@@ -28,17 +30,24 @@ logger = logging.getLogger(__name__)
 # Every signed-in user may read and query every data source: there are no teams yet. The helpers
 # are the one place to add that check, and partials go through them too.
 def _get_datasource(request: HttpRequest, source_id: int) -> DataSource:
-    return get_object_or_404(DataSource.objects.select_related("job"), pk=source_id)
+    datasource = get_object_or_404(DataSource.objects.select_related("job"), pk=source_id)
+    if not roles.datasource_visible(request.user, datasource):  # a restricted investigation's job
+        raise Http404("No DataSource matches the given query.")
+    return datasource
 
 
 def _get_run(request: HttpRequest, run_id: int) -> QueryRun:
-    return get_object_or_404(QueryRun.objects.select_related("datasource__job"), pk=run_id)
+    run = get_object_or_404(QueryRun.objects.select_related("datasource__job"), pk=run_id)
+    if not roles.run_visible(request.user, run):
+        raise Http404("No QueryRun matches the given query.")
+    return run
 
 
 def _page(request: HttpRequest, form: DataSourceURLForm, status: int = 200) -> HttpResponse:
     context = {
-        "datasources": one_per_address(selectors.datasource_list()),
-        "runs": selectors.queryrun_recent(),
+        # Only what the user may see: a restricted investigation's jobs and runs are left out.
+        "datasources": one_per_address(roles.visible_datasources(request.user, selectors.datasource_list())),
+        "runs": roles.visible_runs(request.user, selectors.queryrun_recent(limit=None))[:10],
         "form": form,
     }
     return render(request, "investigations/sources.html", context, status=status)

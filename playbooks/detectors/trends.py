@@ -100,6 +100,7 @@ def _det_series_absent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[
     prof = PROFILES.get(getattr(ctx.source, "profile", ""))
     if prof is None:
         return None
+    name = prof.base or prof.name  # "nvidia", not the per-TSDB choices that follow it
     # Two different facts: signals this exporter family never has (Xid on AMD: by design), and signals it
     # has that this TSDB lacks (an exporter plugin that did not run: worth a look). The title names the latter.
     by_design = prof.unavailable()
@@ -110,13 +111,13 @@ def _det_series_absent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[
     if absent:
         needs = "; ".join(f"{s}: {' or '.join(prof.signal(s).metrics)}" for s in absent)
         ev.append({"query": "/api/v1/label/__name__/values", "labels": {}, "value": ", ".join(absent),
-                   "interpretation": f"{rule.meaning} The {prof.name} profile reads them from {needs}."})
+                   "interpretation": f"{rule.meaning} The {name} profile reads them from {needs}."})
     if by_design:
-        ev.append({"query": f"profile {prof.name}", "labels": {}, "value": ", ".join(by_design),
-                   "interpretation": f"The {prof.name} exporters have no such metrics; they are not guessed."})
+        ev.append({"query": f"profile {name}", "labels": {}, "value": ", ".join(by_design),
+                   "interpretation": f"The {name} exporters have no such metrics; they are not guessed."})
     def names(items: list[str]) -> str:
         return ", ".join(items[:6]) + ("…" if len(items) > 6 else "")
 
-    never = f"{names(by_design)} that the {prof.name} exporters never have" if by_design else ""
+    never = f"{names(by_design)} that the {name} exporters never have" if by_design else ""
     value = names(absent) + (f" (and {never})" if never else "") if absent else f"only {never}"
     return _finding(pb, rule, [], [], None, ev, value=value)

@@ -115,23 +115,35 @@ def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profil
             signals[sig.name] = built
     prefixes = {p for e in spec.exporters.values() for p in e.prefixes}
     anchors = tuple(sorted({p + a for a in spec.anchors for p in prefixes}, key=lambda a: (a not in spec.anchors, a)))
-    return Profile(name=encode_name(spec.name, choices), title=spec.title, signals=signals, anchors=anchors,
+    title = spec.title + (f" ({describe(choices)})" if choices else "")
+    return Profile(name=encode_name(spec.name, choices), title=title, signals=signals, anchors=anchors,
                    vendor=spec.vendor, base=spec.name, gpu_model_label=spec.gpu_model_label, source=spec.source)
 
 
-def _uname_addresses(client) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for labels in client.series(["node_uname_info"]):
-        if labels.get("instance") and labels.get("nodename"):
-            out[_address(labels["instance"])] = labels["nodename"]
-    return out
+def describe(choices: Mapping[str, str]) -> str:
+    """Return the per-TSDB choices in words: "dcgm: host from hostname; node: host from node_uname_info"."""
+    words = {"host": "host from", "jobs": "scrape jobs", "prefix": "prefix", "alias": "renamed"}
+    parts = []
+    for key, value in sorted(choices.items()):
+        who, _, what = key.partition(".")
+        if who == "pick":
+            parts.append(f"{what} from {value}")
+        elif what == "host":
+            parts.append(f"{who}: host from {'node_uname_info (scraped by address)' if value == 'uname' else value}")
+        else:
+            parts.append(f"{who}: {words.get(what, what)} {value}")
+    return "; ".join(parts)
 
 
-def _renamed_targets(client, anchor: str, labels: list[str], nodenames: set[str]) -> dict[str, str]:
+def _uname_addresses(series: list[dict[str, str]]) -> dict[str, str]:
+    return {_address(s["instance"]): s["nodename"] for s in series if s.get("instance") and s.get("nodename")}
+
+
+def _renamed_targets(series: list[dict[str, str]], labels: list[str], nodenames: set[str]) -> dict[str, str]:
     """Return {old: node name} for targets whose host label changed (a restarted exporter pod named itself
     after the pod, then after the node): the earlier name is the same node, not a host that died."""
     per_target: dict[tuple[str, str], set[str]] = {}
-    for s in client.series([anchor]):
+    for s in series:
         name = next((s[lab] for lab in labels if s.get(lab)), "")
         if name:
             per_target.setdefault((s.get("job", ""), s.get("instance", "")), set()).add(name)
@@ -144,48 +156,69 @@ def _renamed_targets(client, anchor: str, labels: list[str], nodenames: set[str]
     return alias
 
 
+def _anchors(spec: ProfileSpec, present: set[str]) -> dict[str, tuple[str, str]]:
+    """Return exporter -> (prefix, metric read for its labels): its anchor, else any metric of its signals
+    the TSDB holds (a custom counter set may leave the anchor out)."""
+    out = {}
+    for exp in spec.exporters.values():
+        names_of = [exp.anchor] + [m for s in spec.signals.values() if s.exporter == exp.name and not s.target
+                                   for m in s.metrics]
+        found = next(((p, m) for m in names_of for p in exp.prefixes if p + m in present), None)
+        if found is not None:
+            out[exp.name] = found
+    return out
+
+
+def _host_choice(exp: ExporterSpec, series: list[dict[str, str]], uname: dict[str, str] | None,
+                 choices: dict[str, str]) -> None:
+    labels = {k for s in series for k in s}
+    hosts = [h for h in exp.host_labels if h in labels]
+    host = ",".join(hosts) if hosts else "instance"
+    if hosts and exp.join_uname and uname:
+        alias = _renamed_targets(series, hosts, set(uname.values()))
+        if alias:
+            choices[f"{exp.name}.alias"] = ",".join(f"{a}:{b}" for a, b in sorted(alias.items()))
+    if not hosts and exp.join_uname and uname:
+        addrs = {_address(s["instance"]) for s in series if s.get("instance")}
+        renamed = [a for a in addrs if a in uname and uname[a] != a]
+        if addrs and 2 * len(renamed) >= len(addrs):
+            host = "uname"
+    if host != (exp.host_labels[0] if exp.host_labels else "instance"):
+        choices[f"{exp.name}.host"] = host
+
+
 def read_facts(client, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str]:
     """Return the choices this TSDB calls for (only those that differ from the declared defaults).
 
     Per exporter: its metric-name prefix; the host labels its series carry (every one present, in the
     declared order, so that nodes on two exporter releases still meet), else `instance`, joined through
-    node_uname_info when the exporter is scraped by addresses that uname names otherwise; its scrape
-    job names. Per gauge with alternatives: the first metric the TSDB holds.
+    node_uname_info when the exporter is scraped by addresses that uname names otherwise; a restarted
+    exporter pod's earlier host name; its scrape job names. Per gauge with alternatives: the first metric
+    the TSDB holds. The label sets of one metric per exporter (and node_uname_info) are asked in parallel.
     """
     present = set(names)
     choices: dict[str, str] = {}
-    uname: dict[str, str] | None = None
-    for exp in spec.exporters.values():
-        prefix = next((p for p in exp.prefixes if p + exp.anchor in present), None)
-        if prefix is None:
-            continue
-        if prefix != exp.prefixes[0]:
-            choices[f"{exp.name}.prefix"] = prefix
-        if exp.scope == "job":
-            continue
-        anchor = prefix + exp.anchor
-        labels = set(client.label_names([anchor]))
-        jobs = sorted(client.label_values("job", [anchor]))
+    anchors = _anchors(spec, present)
+    for exp_name, (prefix, _) in anchors.items():
+        if prefix != spec.exporters[exp_name].prefixes[0]:
+            choices[f"{exp_name}.prefix"] = prefix
+    asked = [e for e in anchors if spec.exporters[e].scope != "job"]
+    metrics = [anchors[e][0] + anchors[e][1] for e in asked]
+    want_uname = "node_uname_info" in present and any(spec.exporters[e].join_uname for e in asked)
+    calls = [lambda m=m: client.series([m]) for m in metrics]
+    if want_uname:
+        calls.append(lambda: client.series(["node_uname_info"]))
+    results = client.run_parallel(calls, max_concurrency=4)
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    uname = _uname_addresses(results[-1]) if want_uname else None
+    for exp_name, series in zip(asked, results, strict=False):
+        exp = spec.exporters[exp_name]
+        jobs = sorted({s["job"] for s in series if s.get("job")})
         if jobs and not set(jobs) <= set(exp.jobs):
             choices[f"{exp.name}.jobs"] = ",".join(jobs)
-        hosts = [h for h in exp.host_labels if h in labels]
-        host = ",".join(hosts) if hosts else "instance"
-        if hosts and exp.join_uname and "node_uname_info" in present:
-            if uname is None:
-                uname = _uname_addresses(client)
-            alias = _renamed_targets(client, anchor, hosts, set(uname.values()))
-            if alias:
-                choices[f"{exp.name}.alias"] = ",".join(f"{a}:{b}" for a, b in sorted(alias.items()))
-        if not hosts and exp.join_uname and "node_uname_info" in present:
-            if uname is None:
-                uname = _uname_addresses(client)
-            addrs = [_address(i) for i in client.label_values("instance", [anchor])]
-            renamed = [a for a in addrs if a in uname and uname[a] != a]
-            if addrs and 2 * len(renamed) >= len(addrs):
-                host = "uname"
-        default = exp.host_labels[0] if exp.host_labels else "instance"
-        if host != default:
-            choices[f"{exp.name}.host"] = host
+        _host_choice(exp, series, uname, choices)
     for sig in spec.signals.values():
         exp = spec.exporters[sig.exporter]
         kind = "counter" if sig.as_counter else _SIGNAL_INFO[sig.name][2]

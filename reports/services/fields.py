@@ -52,6 +52,12 @@ def _submitted_text(value: Any) -> str:
     return str(getattr(value, "pk", value)).strip()
 
 
+def changing(submitted: Any, bases: dict[str, str]) -> set[str]:
+    """Return the names of the fields `submitted` (a form's data) changes from what its page showed."""
+    return {name for name in FIELDS if name in submitted
+            and (name not in bases or str(submitted.get(name, "")).strip() != bases[name].strip())}
+
+
 def fields_update(investigation_id: int, changes: dict[str, Any], bases: dict[str, str]) -> list[str]:
     """Write the submitted `changes` ({name: cleaned value}) whose value differs from `bases[name]` (the
     value shown); return the names written. A field without a base is written as sent (a client that

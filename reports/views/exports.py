@@ -6,18 +6,21 @@ import json
 import secrets
 import zoneinfo
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.text import slugify
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
 
+from .. import access
 from ..models import Report, TicketLink
 from ..services import exports
 from ._common import page_context, report_of
@@ -103,6 +106,32 @@ def share(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     Report.objects.filter(pk=report.pk).update(share_token=token)
     report.share_token = token
     return _links_region(request, report, role)
+
+
+@require_POST
+def restrict(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """An owner makes the investigation visible to its team only, or to everyone again."""
+    report, role = report_of(request, investigation_id, "manage")
+    if not report.investigation.team:
+        return _links_region(request, report, role, "Give the investigation a team first.", status=400)
+    access.restrict(report.investigation, request.POST.get("restricted") == "1")
+    return _links_region(request, report, role)
+
+
+@require_POST
+def delete(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    """An owner deletes the investigation (its report, findings and runs); the jobs stay registered."""
+    report, role = report_of(request, investigation_id, "manage")
+    title = report.investigation.title
+    if request.POST.get("confirm", "").strip() != title:
+        return _links_region(request, report, role, "Type the investigation's title to delete it.", status=400)
+    report.investigation.delete()
+    messages.success(request, f"Deleted “{title}”.")
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = reverse("investigations:home")
+        return response
+    return redirect("investigations:home")
 
 
 @require_POST

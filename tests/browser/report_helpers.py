@@ -63,8 +63,11 @@ print(inv.pk)
 
 def sign_in(browser: Any, app: Any, username: str, password: str = PASSWORD) -> Any:
     """Return a page of a fresh browser context signed in as `username`."""
+    from playwright.sync_api import expect
+
     from .conftest import EXPECT_TIMEOUT_MS
 
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     context = browser.new_context(base_url=app.base_url, viewport={"width": 1360, "height": 900})
     context.set_default_timeout(EXPECT_TIMEOUT_MS)
     page = context.new_page()

@@ -51,6 +51,7 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
     _edit(bob, "source_trace", base.replace("five", "FIVE by bob"))
     expect(bob.get_by_test_id("presence").filter(has_text="alice is editing")).to_be_visible(timeout=15_000)
     _save(alice, "source_trace")
+    expect(alice.locator("#section-source_trace").get_by_test_id("body")).to_contain_text("ONE by alice")
     _save(bob, "source_trace")
     body = bob.locator("#section-source_trace")
     expect(body).to_contain_text("Merged with alice")
@@ -63,6 +64,7 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
     _edit(alice, "source_trace", merged.replace("two", "two (alice)"))
     _edit(bob, "source_trace", merged.replace("two", "two (bob)"))
     _save(alice, "source_trace")
+    expect(alice.locator("#section-source_trace").get_by_test_id("body")).to_contain_text("two (alice)")
     _save(bob, "source_trace")
     expect(bob.get_by_test_id("conflict")).to_be_visible()
     expect(bob.get_by_test_id("mine")).to_contain_text("two (bob)")
@@ -74,22 +76,28 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
         "two (alice and bob)", timeout=15_000)
 
 
+def _select(page, name: str, value: str) -> None:
+    """Choose a value in the investigation header and wait for the server's answer."""
+    with page.expect_response(lambda r: "/update/" in r.url):
+        page.locator(f"#investigation-header select[name={name}]").select_option(value)
+
+
 def test_status_and_severity_changed_by_two_people_are_both_kept(duo) -> None:
     inv, alice, bob = duo
     alice.goto(f"/investigations/{inv}/")
     bob.goto(f"/investigations/{inv}/")
-    alice.locator("#investigation-header select[name=status]").select_option("monitoring")
+    _select(alice, "status", "monitoring")
     expect(alice.locator("#investigation-header select[name=status]")).to_have_value("monitoring")
     # Bob has not reloaded: his page still shows Open when he sets SEV1.
-    bob.locator("#investigation-header select[name=severity]").select_option("sev1")
+    _select(bob, "severity", "sev1")
     expect(bob.locator("#investigation-header select[name=status]")).to_have_value("monitoring")
     alice.reload()
     expect(alice.locator("#investigation-header select[name=status]")).to_have_value("monitoring")
     expect(alice.locator("#investigation-header select[name=severity]")).to_have_value("sev1")
     # Bob, on a page now stale, changes the status Alice just changed: refused, saying what changed.
-    alice.locator("#investigation-header select[name=status]").select_option("resolved")
+    _select(alice, "status", "resolved")
     expect(alice.locator("#investigation-header select[name=status]")).to_have_value("resolved")
-    bob.locator("#investigation-header select[name=status]").select_option("open")
+    _select(bob, "status", "open")
     expect(bob.locator("#investigation-header")).to_contain_text("Not saved")
     expect(bob.locator("#investigation-header select[name=status]")).to_have_value("resolved")
 

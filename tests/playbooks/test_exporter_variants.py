@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from playbooks.diagnose import run_diagnosis
+from playbooks.diagnose import discover_source, run_diagnosis
 from playbooks.profiles import PROFILES
 from playbooks.synth import Exporters
 from playbooks.triage import triage_job
@@ -93,10 +93,11 @@ def test_node_exporter_rdma_counters_feed_the_rdma_rules(served_job, view_root):
 @pytest.mark.parametrize("scenario", ["healthy", "thermal-straggler", "gpu-hardware-fault"])
 def test_amd_device_metrics_exporter(served_job, view_root, scenario):
     """AMD's device-metrics-exporter: hostname/gpu_id labels, partition 0 only, card_model names the GPU."""
-    result, truth, _ = _diagnose(served_job, view_root, scenario, "amd-dme", Exporters(gpu="amd-dme",
-                                 gpu_host_label="hostname", gpu_job="amd-device-metrics-exporter", prefix="amd_"))
+    result, truth, client = _diagnose(served_job, view_root, scenario, "amd-dme", Exporters(gpu="amd-dme",
+                                      gpu_host_label="hostname", gpu_job="amd-device-metrics-exporter", prefix="amd_"))
     assert result["source"]["profile"].partition("@")[0] == "amd-dme"
-    assert result["source"]["gpus_per_host"] == truth["gpus_per_host"]
+    assert result["source"]["gpus_per_host"] == truth["gpus_per_host"], "the 0 W second partition is not a GPU"
+    assert discover_source(client).gpu_model == truth["gpu_model"], "card_model names the GPU"
     _verdict_holds(result, truth)
 
 

@@ -4,6 +4,7 @@ visible to their team only (404 for everyone else, never data)."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from reports import access
@@ -61,3 +62,33 @@ def test_the_share_link_is_for_owners(case, red, alice_client) -> None:
     case.save()
     sections.report_for(case)
     assert alice_client.post(reverse("reports:share", args=[case.pk]), {"action": "create"}, **HTMX).status_code == 403
+
+
+def test_an_owner_restricts_the_investigation_to_its_team(case, red, alice, alice_client, bob_client) -> None:
+    case.team, case.owner = "red", alice
+    case.save()
+    sections.report_for(case)
+    assert bob_client.post(reverse("reports:restrict", args=[case.pk]), {"restricted": "1"}, **HTMX).status_code == 403
+    alice_client.post(reverse("reports:restrict", args=[case.pk]), {"restricted": "1"}, **HTMX)
+    assert access.is_restricted(case)
+    carol = Client()
+    carol.force_login(red["carol"])
+    assert carol.get(reverse("reports:page", args=[case.pk])).status_code == 404
+    alice_client.post(reverse("reports:restrict", args=[case.pk]), {"restricted": "0"}, **HTMX)
+    assert carol.get(reverse("reports:page", args=[case.pk])).status_code == 200
+
+
+def test_only_an_owner_deletes_and_only_with_the_title_typed(case, red, alice, alice_client, bob_client) -> None:
+    from investigations.models import Investigation
+
+    case.team = "red"
+    case.save()
+    sections.report_for(case)
+    url = reverse("reports:delete", args=[case.pk])
+    assert alice_client.post(url, {"confirm": case.title}, **HTMX).status_code == 403  # an editor
+    case.owner = alice
+    case.save()
+    assert alice_client.post(url, {"confirm": "wrong"}, **HTMX).status_code == 400
+    response = alice_client.post(url, {"confirm": case.title}, **HTMX)
+    assert response.status_code == 204 and response["HX-Redirect"] == "/"
+    assert not Investigation.objects.filter(pk=case.pk).exists()
