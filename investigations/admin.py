@@ -256,18 +256,3 @@ class PinnedChartAdmin(admin.ModelAdmin):
     readonly_fields = ["view_json", "figure_json"]
     view_json = _json_display("view")
     figure_json = _json_display("figure")
-
-
-@admin.register(RunHeartbeat)
-class RunHeartbeatAdmin(admin.ModelAdmin):
-    """Tasks in flight (services/deadruns.py): shown to see which worker holds which run, never edited."""
-
-    list_display = ["task_name", "kind", "run_id", "worker", "pid", "beat"]
-    list_filter = ["kind"]
-    search_fields = ["task_name", "worker", "task_id"]
-
-    def has_add_permission(self, request: Any) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
