@@ -20,6 +20,7 @@ from .models import (
     PlaybookExecution,
     QueryResult,
     QueryRun,
+    RunHeartbeat,
 )
 
 
@@ -118,6 +119,15 @@ class DataSourceCredentialAdmin(admin.ModelAdmin):
     list_display = ["__str__", "username"]
     raw_id_fields = ["datasource"]
     exclude = ["password"]
+
+
+@admin.register(RunHeartbeat)
+class RunHeartbeatAdmin(admin.ModelAdmin):
+    """Tasks in flight and when each last said it was alive (a stale one is reaped with its run)."""
+
+    list_display = ["__str__", "kind", "run_id", "worker", "pid", "beat"]
+    list_filter = ["kind"]
+    readonly_fields = ["kind", "run_id", "task_id", "task_name", "worker", "pid", "beat"]
 
 
 # --- Query runs ----------------------------------------------------------------------------------

@@ -4,6 +4,10 @@
   camera, microphone, geolocation, payment, USB... for any page of the app or anything it embeds.
 - `IdleSessionMiddleware` signs out a session unused for settings.STEPWISE_SESSION_IDLE_SECONDS (the
   last activity is written at most once a minute, so pages polling every second add no write per poll).
+- `InvestigationAccessMiddleware` applies the teams and roles (reports.access) to every view of the
+  investigations app that names an investigation: one that is not visible to the user is a 404, and a
+  change (any method but GET/HEAD/OPTIONS) needs the editor role, else 403. One place, so no view can
+  forget it.
 - `csp_report` receives the reports browsers send when the Content-Security-Policy (Django's own
   ContentSecurityPolicyMiddleware, settings.SECURE_CSP) blocks something, and logs one line each on the
   `stepwise.csp` logger. It needs no session (a browser sends reports without cookies of a login it
@@ -20,7 +24,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -66,6 +70,39 @@ class IdleSessionMiddleware:
             elif not isinstance(last, (int, float)) or now - last > self.WRITE_EVERY_S:
                 request.session[self.KEY] = now
         return self.get_response(request)
+
+
+class InvestigationAccessMiddleware:
+    """Enforce the investigation's team and role on every investigations-app view that names one."""
+
+    SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(self, request: HttpRequest, view: Callable, args: tuple, kwargs: dict) -> HttpResponse | None:
+        match = getattr(request, "resolver_match", None)
+        pk = kwargs.get("investigation_id")
+        if match is None or match.app_name != "investigations" or pk is None:
+            return None
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None  # LoginRequiredMiddleware sends it to the login page
+        from investigations.models import Investigation
+        from reports import access
+
+        investigation = Investigation.objects.filter(pk=pk).first()
+        if investigation is None:
+            return None  # the view answers 404 itself
+        role = access.role_for(user, investigation)
+        if role is None:
+            raise Http404("No such investigation.")
+        if request.method not in self.SAFE and not access.allows(role, "edit"):
+            return HttpResponseForbidden("Your role on this investigation does not allow changes.")
+        return None
 
 
 def _one_line(value: object) -> str:

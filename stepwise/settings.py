@@ -170,6 +170,8 @@ MIDDLEWARE = [
     "stepwise.security.PermissionsPolicyMiddleware",
     # Signs out a session idle for STEPWISE_SESSION_IDLE_SECONDS.
     "stepwise.security.IdleSessionMiddleware",
+    # Teams and roles (reports.access) on every investigations view that names an investigation.
+    "stepwise.security.InvestigationAccessMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Records who made each change kept by django-simple-history (reports).
     "simple_history.middleware.HistoryRequestMiddleware",

@@ -178,3 +178,44 @@ def test_a_permalink_lands_on_the_finding_highlighted(duo) -> None:
     expect(target).to_have_attribute("data-testid", "finding")
     expect(target).to_be_in_viewport()
     assert bob.evaluate("getComputedStyle(document.querySelector(':target')).outlineStyle") == "solid"
+
+
+def test_a_viewer_reads_and_comments_but_cannot_edit(browser, stepwise_app, thermal_result) -> None:  # noqa: F811
+    users = {"vera": "", "otto": ""}
+    inv = make_case(stepwise_app, thermal_result, tag="viewer", users=users, team="viewers-team",
+                    memberships={"vera": "viewer", "otto": "owner"})
+    vera = sign_in(browser, stepwise_app, "vera")
+    try:
+        vera.goto(f"/investigations/{inv}/report/")
+        expect(vera.get_by_test_id("role")).to_have_text("viewer")
+        expect(vera.locator("#section-summary").get_by_test_id("body")).to_contain_text("thermal-straggler")
+        expect(vera.get_by_test_id("edit")).to_have_count(0)
+        expect(vera.get_by_test_id("report-status")).to_be_disabled()
+        expect(vera.get_by_text("Judge or annotate")).to_have_count(0)
+        vera.get_by_test_id("comment-box").fill("A viewer may still ask: which rack?")
+        vera.get_by_role("button", name="Comment", exact=True).click()
+        expect(vera.get_by_test_id("comment").filter(has_text="which rack?")).to_be_visible()
+    finally:
+        vera.context.close()
+
+
+def test_a_user_of_another_team_gets_404_everywhere(browser, stepwise_app, thermal_result) -> None:  # noqa: F811
+    inv = make_case(stepwise_app, thermal_result, tag="restricted", users={"rita": "", "sam": ""},
+                    team="red-team", restricted=True, memberships={"rita": "editor"})
+    stepwise_app.shell("from reports.models import Team, Membership\nfrom django.contrib.auth import get_user_model\n"
+                       "t, _ = Team.objects.get_or_create(name='blue-team')\n"
+                       "Membership.objects.get_or_create(team=t, user=get_user_model().objects.get(username='sam'))\n")
+    sam, rita = sign_in(browser, stepwise_app, "sam"), sign_in(browser, stepwise_app, "rita")
+    try:
+        for path in (f"/investigations/{inv}/", f"/investigations/{inv}/report/", f"/investigations/{inv}/timeline/",
+                     f"/investigations/{inv}/report/export.json", f"/investigations/{inv}/diagnosis/"):
+            response = sam.request.get(path)
+            assert response.status == 404, path
+            assert "Thermal straggler restricted" not in response.text()
+        sam.goto("/?q=Thermal+straggler+restricted")
+        expect(sam.get_by_text("Thermal straggler restricted")).to_have_count(0)
+        rita.goto(f"/investigations/{inv}/report/")  # her team's: she sees it
+        expect(rita.get_by_test_id("role")).to_have_text("editor")
+    finally:
+        sam.context.close()
+        rita.context.close()

@@ -22,3 +22,13 @@ def test_the_demo_report_is_written_once_with_peoples_work_in_it(case, alice) ->
     assert set(InboxItem.objects.filter(user=alice).values_list("kind", flat=True)) == {"mention", "assignment"}
     again = demo.write_demo_report(case, alice)
     assert again.pk == report.pk and again.comments.count() == 1
+
+
+def test_rundemo_writes_the_report_of_its_thermal_investigation(thermal, django_user_model) -> None:
+    from investigations.management.commands.rundemo import Command
+
+    django_user_model.objects.create_user("demo", password="pw-demo-12345")
+    Command()._demo_investigations([thermal["job_dir"]])
+    report = Report.objects.get(investigation__title__startswith="Thermal straggler")
+    assert report.status == Report.Status.IN_REVIEW and report.comments.count() == 1
+    assert report.action_items.get().owner.username == "demo"
