@@ -1,6 +1,6 @@
 """Diagnosis accuracy on a generated corpus: confusion matrix, culprits, onset, false alarms (prints figures).
 
-Usage: .venv/bin/python bench/diagnosis_accuracy.py [--seeds 2] [--nodes 8,16,32] [--profiles amd,nvidia]
+Usage: .venv/bin/python bench/diagnosis_accuracy.py [--seeds 2] [--seed-from 1] [--nodes 8,16,32] [--profiles amd,nvidia]
        [--scenarios a,b] [--gpus 8] [--hours H] [--out data/bench/accuracy] [--rebuild] [--json FILE]
 
 1. Corpus: every scenario x seed x profile, the node count cycling through --nodes (8-64 nodes; the default
@@ -63,7 +63,7 @@ def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
     i = 0
     for scenario in args.scenarios.split(","):
         for profile in args.profiles.split(","):
-            for seed in range(1, args.seeds + 1):
+            for seed in range(args.seed_from, args.seed_from + args.seeds):
                 n = nodes[i % len(nodes)]
                 i += 1
                 opts = {"scenario": scenario, "seed": seed, "nodes": n, "profile": profile, "gpus": args.gpus,
@@ -206,6 +206,28 @@ def report(rows: list[dict[str, Any]]) -> None:
             n_pred += len(got)
             n_true += len(want)
         print(f"Culprit {kind}: precision {tp}/{n_pred} = {_pct(tp, n_pred)}, recall {tp}/{n_true} = {_pct(tp, n_true)}")
+    f1s = {}
+    for c in truth_classes:
+        tp = sum(1 for r in rows if r["truth"] == c and r["predicted"] == c)
+        fp = sum(1 for r in rows if r["truth"] != c and r["predicted"] == c)
+        fn = sum(1 for r in rows if r["truth"] == c and r["predicted"] != c)
+        f1s[c] = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else 1.0
+    print("Per-class F1: " + ", ".join(f"{SHORT[c]} {v:.2f}" for c, v in f1s.items()))
+    print(f"Class macro-F1: {statistics.mean(f1s.values()):.3f}")
+    tp = n_pred = n_true = 0
+    for r in rows:
+        want = {c["host"] for c in r["truth_culprits"]}
+        got = {c["host"] for c in r["culprits"]}
+        tp, n_pred, n_true = tp + len(want & got), n_pred + len(got), n_true + len(want)
+    prec, rec = (tp / n_pred if n_pred else 1.0), (tp / n_true if n_true else 1.0)
+    print(f"Culprit hosts F1: {2 * prec * rec / (prec + rec) if prec + rec else 0.0:.3f} "
+          f"(precision {prec:.3f}, recall {rec:.3f}; jobs naming more hosts than the truth: "
+          f"{sum(1 for r in rows if len(r['culprits']) > len(r['truth_culprits']))})")
+    scr = [abs(r["onset"] - r["truth_onset"]) / float(r.get("interval") or 15.0) for r in rows
+           if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None]
+    if scr:
+        print(f"Onset error in scrape intervals (correct class, n={len(scr)}): median {statistics.median(scr):.2f}, "
+              f"p90 {_quantile(scr, 0.9):.1f}; within 3 intervals {sum(x <= 3 for x in scr)}/{len(scr)}")
     errors = [abs(r["onset"] - r["truth_onset"]) for r in rows
               if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None]
     missing = sum(1 for r in rows if r["predicted"] == r["truth"] and r["truth_onset"] is not None and r["onset"] is None)
@@ -214,6 +236,7 @@ def report(rows: list[dict[str, Any]]) -> None:
               f"p90 {_quantile(errors, 0.9):.0f} s, max {max(errors):.0f} s; {missing} without an onset")
     healthy = [r for r in rows if r["truth"] == "healthy"]
     alarmed = [r for r in healthy if r["alarms"]]
+    print(f"Healthy false alarms: {_pct(len(alarmed), len(healthy))} of healthy jobs with a warning or worse")
     print(f"False alarms on healthy jobs: {len(alarmed)}/{len(healthy)} jobs with a warning/critical finding "
           f"({sum(r['alarms'] for r in healthy)} findings); {sum(r['predicted'] != 'healthy' for r in healthy)} "
           "not called healthy")
@@ -227,11 +250,19 @@ def report(rows: list[dict[str, Any]]) -> None:
         for r in wrong:
             extra = f" ({r['error']})" if r.get("error") else ""
             print(f"  {r['job']}: truth {r['truth']}, predicted {r['predicted']}{extra}")
+    off = [r for r in rows if r["predicted"] == r["truth"] and
+           {c["host"] for c in r["culprits"]} != {c["host"] for c in r["truth_culprits"]}]
+    if off:
+        print("\nRight class, other culprits:")
+        for r in off:
+            print(f"  {r['job']}: truth {sorted(c['host'] for c in r['truth_culprits'])}, "
+                  f"named {sorted(c['host'] for c in r['culprits'])[:8]}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=2, help="seeds 1..N per scenario and profile")
+    ap.add_argument("--seeds", type=int, default=2, help="N seeds per scenario and profile")
+    ap.add_argument("--seed-from", type=int, default=1, help="the first seed (seeds FROM..FROM+N-1)")
     ap.add_argument("--nodes", default="8,16,32", help="node counts, cycled over the corpus (8-64)")
     ap.add_argument("--profiles", default="amd,nvidia")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
@@ -256,7 +287,7 @@ def main() -> None:
             truth = entry["truth"]
             row = {"job": Path(entry["dir"]).name, "profile": entry["profile"], "nodes": entry["nodes"],
                    "truth": truth["class"], "truth_culprits": truth.get("culprits") or [],
-                   "truth_onset": truth.get("onset"), **got}
+                   "truth_onset": truth.get("onset"), "interval": truth.get("interval_s"), **got}
             rows.append(row)
             print(f"  {row['job']:<48} {row['truth']:<26} -> {row['predicted']:<26} {row['seconds']:5.1f} s",
                   file=sys.stderr)
@@ -266,7 +297,7 @@ def main() -> None:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
     print(f"\n{len(rows)} jobs: corpus {t_built - t0:.0f} s, judging {time.monotonic() - t_built:.0f} s "
-          f"(seeds 1-{args.seeds}, nodes {args.nodes}, profiles {args.profiles}, {args.gpus} GPUs/node)")
+          f"(seeds {args.seed_from}-{args.seed_from + args.seeds - 1}, nodes {args.nodes}, profiles {args.profiles}, {args.gpus} GPUs/node)")
     report(rows)
     if compared:
         bad = [c for c in compared if c["predicted"] != "healthy" or c["alarms"]]

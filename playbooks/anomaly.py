@@ -8,13 +8,15 @@ GPU-model priors passed in by the caller.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 __all__ = [
-    "Grid", "change_points", "first_sustained", "nan_median", "peer_deviation", "rate_excess", "robust_spread",
+    "Grid", "Shift", "background", "distribution_shift", "change_points", "first_sustained", "nan_median", "peer_deviation", "rate_excess", "rise_start", "robust_spread", "step_noise",
     "walk_back",
 ]
 
@@ -124,6 +126,34 @@ def walk_back(x: np.ndarray, i: int, level: float, *, up: bool = True) -> int:
     return j
 
 
+def rise_start(x: np.ndarray, i: int, noise: float) -> int:
+    """Return the first index of the rise that reached x[i]: walking back, the series keeps falling by more
+    than `noise` a step (NaNs skipped). A staircase (plateaus left by earlier rises) stops the walk at the
+    last plateau, so the onset is the start of the final rise, not of the first step of the stairs."""
+    j = i
+    k = i - 1
+    while k >= 0:
+        if np.isnan(x[k]):
+            k -= 1
+            continue
+        if x[j] - x[k] > noise:
+            j = k
+            k -= 1
+        else:
+            break
+    # j is the lowest point reached; the rise starts just after it unless the walk never moved
+    nxt = j + 1
+    while nxt < i and np.isnan(x[nxt]):
+        nxt += 1
+    return i if j == i else nxt
+
+
+def step_noise(x: np.ndarray) -> float:
+    """Return the typical point-to-point change of a series (MAD-scaled): what a step of noise looks like."""
+    d = np.diff(x[~np.isnan(x)])
+    return float(MAD_SCALE * np.median(np.abs(d - np.median(d)))) if len(d) >= 3 else 0.0
+
+
 def peer_deviation(values: np.ndarray, baseline_cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (deviation, spread, median) of each row against the pack at each instant.
 
@@ -145,21 +175,29 @@ def peer_deviation(values: np.ndarray, baseline_cols: np.ndarray) -> tuple[np.nd
     return dev, np.full(values.shape[1], spread), med
 
 
-def rate_excess(rates: np.ndarray, baseline_cols: np.ndarray, *, floor: float, factor: float) -> np.ndarray:
-    """Return a mask of where each row's rate exceeds the floor and `factor` x (its peers' median or its own
-    baseline median), i.e. it left both the pack and its own normal."""
+def background(rates: np.ndarray, cols: np.ndarray, *, q: float = 95.0) -> tuple[np.ndarray, float]:
+    """Return (each row's own background, the pack's background) of a sparse or steady rate over `cols`.
+
+    A row's background is a high quantile (`q`) of its own values over `cols`: for a counter that ticks now
+    and then (a few retransmitted packets on one scrape in a hundred) it is the size of a typical tick, not 0,
+    which a median would give. The pack's background is the median of the rows' backgrounds: a few hosts in
+    trouble cannot raise it, and a counter that ticks on every host (transmit waits) raises it for all.
+    Rows without data over `cols` get NaN.
+    """
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        own = np.nanpercentile(np.where(cols[None, :], rates, np.nan), q, axis=1) if cols.any() \
+            else np.full(len(rates), np.nan)
+        pack = float(np.nanmedian(own)) if np.isfinite(own).any() else float("nan")
+    return own, pack
+
+
+def rate_excess(rates: np.ndarray, reference: np.ndarray, *, floor: float, factor: float) -> np.ndarray:
+    """Return a mask of where each row's rate exceeds the floor and `factor` x its reference (one per row:
+    the larger of the pack's background over the job and the row's own history)."""
     with np.errstate(all="ignore"):
-        peer = np.nanmedian(rates, axis=0)
-        if baseline_cols.any():
-            own = np.nanmedian(rates[:, baseline_cols], axis=1)
-        else:
-            own = np.full(len(rates), np.nan)
-        own = np.where(np.isnan(own), 0.0, own)
-        peer = np.where(np.isnan(peer), 0.0, peer)
-        above_floor = rates > floor
-        vs_peer = rates > factor * peer[None, :]
-        vs_self = rates > factor * own[:, None]
-        return above_floor & (vs_peer | vs_self) & ~np.isnan(rates)
+        ref = np.where(np.isnan(reference), 0.0, reference)
+        return (rates > floor) & (rates > factor * ref[:, None]) & ~np.isnan(rates)
 
 
 def change_points(x: np.ndarray, t: np.ndarray, valid: np.ndarray, *, window: float, z: float,
@@ -198,3 +236,29 @@ def nan_median(x: Sequence[float] | np.ndarray) -> float:
     arr = np.asarray(x, dtype=float)
     arr = arr[~np.isnan(arr)]
     return float(np.median(arr)) if len(arr) else float("nan")
+
+
+@dataclass(frozen=True)
+class Shift:
+    """How far one sample's distribution lies above another's: the Hodges-Lehmann estimate (the median of
+    all pairwise differences), its ~95 % interval, and the one-sided Mann-Whitney p-value."""
+
+    estimate: float
+    low: float
+    high: float
+    p: float
+
+
+def distribution_shift(base: Sequence[float], other: Sequence[float]) -> Shift | None:
+    """Return the shift of `other` over `base` (None with fewer than 3 values on a side)."""
+    a = np.asarray([x for x in base if np.isfinite(x)], float)
+    b = np.asarray([x for x in other if np.isfinite(x)], float)
+    if len(a) < 3 or len(b) < 3:
+        return None
+    diffs = np.sort((b[:, None] - a[None, :]).ravel())
+    n, m = len(b), len(a)
+    # the interval's ranks from the normal approximation of the Mann-Whitney statistic
+    k = int(np.floor(n * m / 2 - 1.96 * np.sqrt(n * m * (n + m + 1) / 12.0)))
+    k = min(max(k, 0), len(diffs) - 1)
+    p = float(stats.mannwhitneyu(b, a, alternative="greater").pvalue)
+    return Shift(float(np.median(diffs)), float(diffs[k]), float(diffs[len(diffs) - 1 - k]), p)

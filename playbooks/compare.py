@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from .anomaly import Shift, distribution_shift
 from .diagnose import DiagnosisError, discover_source
 from .profiles import PROFILES, Profile
 from .prometheus import PrometheusClient, PrometheusError, Series, choose_step
@@ -404,22 +405,26 @@ class _Verdict:
     gpus: list[str]
 
 
-def _host_delta(base: _Job, other: _Job, row: _Row, concurrency: int) -> tuple[dict[str, float], float]:
-    """Return ({host: other's figure minus the baseline's}, the baseline's per-host noise).
+def _host_delta(base: _Job, other: _Job, row: _Row, concurrency: int) -> tuple[dict[str, float], float, Shift | None]:
+    """Return ({host: other's figure minus the baseline's}, the baseline's per-host noise, the shift of the
+    whole distribution of host figures with its interval).
 
     The figure is each host's median over the steady window (its mean for trouble counters). Hosts present
-    in both jobs are compared with themselves; the others with the baseline's median host.
+    in both jobs are compared with themselves; the others with the baseline's median host. Same-host
+    deltas miss a uniform extra load when each host's own background differs between the runs (another
+    allocation, other daemons); the shift of the distribution (Hodges-Lehmann, rank test) does not.
     """
     mid = "mean" if row.metric.stat == "mean" else "0.5"
     b_q = _per_host(base, row.signal, ("0.25", mid, "0.75"), concurrency)
     o_mid = _per_host(other, row.signal, (mid,), concurrency)[0]
     b_mid = b_q[1]
     if not b_mid or not o_mid:
-        return {}, 0.0
+        return {}, 0.0, None
     level = statistics.median(b_mid.values())
     iqrs = [b_q[2][h] - b_q[0][h] for h in b_mid if h in b_q[0] and h in b_q[2]]
     noise = max(_robust_sd(list(b_mid.values())), statistics.median(iqrs) / 1.349 if iqrs else 0.0)
-    return {h: v - b_mid.get(h, level) for h, v in o_mid.items()}, noise
+    shift = distribution_shift(list(b_mid.values()), list(o_mid.values()))
+    return {h: v - b_mid.get(h, level) for h, v in o_mid.items()}, noise, shift
 
 
 def _verdict(jobs: Sequence[_Job], base: int, other: int, rows: Mapping[str, _Row], diff: Mapping[str, Any],
@@ -432,15 +437,21 @@ def _verdict(jobs: Sequence[_Job], base: int, other: int, rows: Mapping[str, _Ro
 
     # 1. CPU contention: more runnable processes on (nearly) every host.
     if up.get("procs_running"):
-        deltas, noise = _host_delta(b, o, rows["procs_running"], concurrency)
+        deltas, noise, shift = _host_delta(b, o, rows["procs_running"], concurrency)
         thr = max(_NOISE_K * noise, rows["procs_running"].metric.abs_floor)
         raised = sorted(h for h, d in deltas.items() if d > thr)
         share = len(raised) / len(deltas) if deltas else 0.0
         med = statistics.median(deltas.values()) if deltas else 0.0
-        ev = [_evidence(rows["procs_running"], jobs, base, other,
-                        f"+{med:.1f} runnable processes per host (median host), raised on {len(raised)} of "
-                        f"{len(deltas)} hosts")]
-        if share >= _UNIFORM_SHARE and not scale:
+        # the whole distribution moved: its shift's interval lies above the floor and the ranks separate
+        moved = shift is not None and shift.p < 0.05 and shift.low > rows["procs_running"].metric.abs_floor
+        text = (f"+{med:.1f} runnable processes per host (median host), raised on {len(raised)} of "
+                f"{len(deltas)} hosts")
+        if shift is not None:
+            text += (f"; the hosts' distribution shifted by {shift.estimate:+.1f} ({shift.low:+.1f} to "
+                     f"{shift.high:+.1f}, rank test p = {shift.p:.2g})")
+        ev = [_evidence(rows["procs_running"], jobs, base, other, text)]
+        if (share >= _UNIFORM_SHARE or moved) and not scale:
+            med = shift.estimate if moved and shift is not None else med
             restored = o.restored and not b.restored
             why = (f"{o.label} restored from a checkpoint and {b.label} is a fresh start with the same config. "
                    "Threads leaked by the restore (RCCL communicator polling threads cached by XLA)"
@@ -467,7 +478,7 @@ def _verdict(jobs: Sequence[_Job], base: int, other: int, rows: Mapping[str, _Ro
     # 2. RDMA retransmits in one run and not the other: degraded links slow every collective.
     if up.get("rdma_retransmits"):
         row = rows["rdma_retransmits"]
-        deltas, noise = _host_delta(b, o, row, concurrency)
+        deltas, noise, _ = _host_delta(b, o, row, concurrency)
         thr = max(_NOISE_K * noise, row.metric.abs_floor)
         bad = sorted((h for h, d in deltas.items() if d > thr), key=lambda h: -deltas[h])
         if bad and len(bad) < max(2, _LOCAL_SHARE * len(deltas)):

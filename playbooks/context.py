@@ -206,6 +206,12 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         v = lst.single()
         if np.isfinite(v).any():
             tl.last_advance = float(np.nanmax(v))
+    # the most advanced source wins: a step gauge polled less often than steps complete lags the log
+    # (beyond a grid step or two, where the log's own timing is no better than the gauge's)
+    logged = triage_get(triage, "progress", "last_step_time")
+    if isinstance(logged, int | float) and tl.last_advance is not None and tl.start <= logged <= tl.end + 60 \
+            and logged > tl.last_advance + max(60.0, 2 * step.step, 2 * float(tl.step_s or 0.0)):
+        tl.last_advance = float(logged)
     if tl.step_s is None or not math.isfinite(tl.step_s):
         smin = float(s[i0])
         span = (tl.last_advance or tl.train_start) - tl.train_start
@@ -239,6 +245,8 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         tl.stalled = gap >= max(120.0, 4 * step_s)
     else:
         tl.stalled = gap >= max(300.0, 5 * step_s)
+    if tl.stalled and _still_training(results, tl, step_s):
+        tl.stalled = False  # the gauge stopped, the GPUs did not: no stall without corroboration
     train_end = tl.last_advance or tl.end
     length = max(600.0, 0.25 * max(0.0, train_end - tl.warm_end))
     tl.steady = (tl.warm_end, min(train_end, tl.warm_end + length))
@@ -265,3 +273,20 @@ def focus_window(pb: Playbook, tl: Timeline) -> tuple[float, float]:
     b = tl.end if w.after is None else min(tl.end, anchor + w.after)
     return a, b
 
+
+
+def _still_training(results: Mapping[str, Any], tl: Timeline, step_s: float) -> bool:
+    """Return True when the pack's GPU power after the last step stays at its training level (steps did not
+    stop; the step source lags): a stall needs GPUs that busy-wait or idle."""
+    power = results.get("power_by_host")
+    if not isinstance(power, Grid) or not len(power.labels) or tl.last_advance is None or tl.train_start is None:
+        return False
+    with np.errstate(all="ignore"):
+        pack = np.nanmedian(power.values, axis=0)
+    before = power.mask(tl.train_start + 10 * step_s, tl.last_advance) & np.isfinite(pack)
+    after = power.mask(tl.last_advance + max(120.0, 2 * step_s), (tl.crash_time or tl.end) - power.step) & \
+        np.isfinite(pack)
+    if before.sum() < 5 or after.sum() < 3:
+        return False
+    level = float(np.median(pack[before]))
+    return level > 0 and float(np.mean(pack[after] >= 0.85 * level)) >= 0.8

@@ -2,35 +2,112 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from .classes import load_classes
 from .context import Context, Finding, _r
 from .report import fmt_time
 
-__all__ = ["FAMILY", "PRIORITY", "decide_diagnosis"]
+__all__ = ["decide_diagnosis", "score"]
 
-FAMILY = {
-    "healthy": "none", "collective-hang": "collective", "network-hang": "network-rdma", "node-death": "node",
-    "heartbeat-false-positive": "heartbeat", "host-oom": "host-memory", "thermal-straggler": "thermal",
-    "rdma-degradation": "network-rdma", "restore-resource-leak": "cpu-contention",
-    "monitoring-ghost-data": "monitoring", "gpu-driver-fault": "gpu-driver", "gpu-hardware-fault": "gpu-hardware",
-    "training-instability": "training",
-}
-# How specific a cause is, to order findings whose onsets coincide (a hang is the effect of nearly anything).
-PRIORITY = {
-    "gpu-hardware-fault": 10, "host-oom": 9, "node-death": 8, "heartbeat-false-positive": 7, "network-hang": 7,
-    "training-instability": 6, "thermal-straggler": 5, "rdma-degradation": 5, "monitoring-ghost-data": 4,
-    "gpu-driver-fault": 4, "restore-resource-leak": 3, "collective-hang": 1, "healthy": 0,
-}
-# Classes whose story includes the job stopping; their stall/busy-wait findings are effects.
-STOPPING = {"collective-hang", "network-hang", "node-death", "heartbeat-false-positive", "host-oom",
-            "gpu-hardware-fault"}
 SEV_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 
 def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
-    """Return the contract's `diagnosis` object; re-class and demote findings explained by the primary."""
+    """Return the contract's `diagnosis` object; re-class and demote findings explained by the primary.
+
+    Candidates are scored as a diagnostician weighs them (see `score`): severity, how specific the cause is,
+    how far it stands out, what corroborates it and whether its timing can explain the job's fate. Onset
+    only breaks ties.
+    """
     tl = ctx.timeline
+    _demote_unsupported(ctx, findings)
+    cands = [f for f in findings if f.role == "cause" and SEV_RANK[f.severity] >= 1 and f.klass != "healthy"]
+    if not cands:
+        return _healthy(ctx, findings)
+    inf = float("inf")
+    ranked = sorted(cands, key=lambda f: (-round(score(ctx, f, findings), 6),
+                                          f.onset if f.onset is not None else inf))
+    primary = ranked[0]
+    klass = primary.klass
+    tol = max(90.0, 2 * (tl.step_s or 0.0))
+    klass, primary, onset = _reconcile(ctx, klass, primary, findings, tol)
+    same = [f for f in findings if f.klass == klass]
+    hosts = _culprit_hosts(ctx, klass, primary, findings)
+    gpus = _culprit_gpus(klass, hosts, same)
+    _explain(ctx, klass, primary, findings, hosts, onset, tol)
+    corroboration = sum(1 for f in same if f is not primary and SEV_RANK[f.severity] >= 1)
+    conf = (0.8 if primary.severity == "critical" else 0.65) + 0.05 * min(3, corroboration)
+    if klass == "collective-hang" and not any(f.rule == "busy_wait" for f in findings):
+        conf = 0.5
+    if klass == "restore-resource-leak":
+        conf = 0.45
+    if len(ranked) > 1 and ranked[1].klass != klass and score(ctx, ranked[1], findings) > \
+            score(ctx, primary, findings) - 0.5:
+        conf -= 0.1  # a close second opinion
+    chain = _chain(ctx, klass, primary, findings, onset)
+    return {"class": klass, "root_cause_family": load_classes()[klass].family, "culprits": gpus, "onset": _r(onset),
+            "confidence": round(min(0.95, max(0.05, conf)), 2),
+            "summary": _summary(ctx, klass, hosts, gpus, onset, primary, findings), "chain": chain}
+
+
+def _n_hosts(ctx: Context) -> int:
+    return max(1, len(getattr(ctx.source, "hosts", ()) or ()))
+
+
+def score(ctx: Context, f: Finding, findings: list[Finding]) -> float:
+    """Return how strongly a cause candidate explains the job: higher is stronger.
+
+    - severity: a critical finding weighs twice a warning;
+    - specificity: a cause on one or two hosts (or a job-level fact) is plausible, one on a quarter of the
+      hosts much less, one on most hosts is no host's fault;
+    - strength: how far it stands out (a detector's ratio to its background, 10x -> 0.5, 100x -> 1);
+    - corroboration: other findings on the same hosts from other rules, from shortly before to 30 minutes
+      after its onset;
+    - timing: when the job stalled, a cause must come before the stall (what starts after it is an effect),
+      and a class whose story does not stop the job cannot explain a stall;
+    - prior: how specific the class is (a hang is the effect of nearly anything: it is the fallback).
+    """
+    tl = ctx.timeline
+    k = _n_hosts(ctx)
+    total = 1.5 * SEV_RANK[f.severity]
+    n = len(f.hosts)
+    if n == 0 or f.extra.get("no_culprits"):
+        total += 0.5
+    elif n <= max(2, 0.05 * k):
+        total += 1.0
+    elif n <= max(3, 0.25 * k):
+        total += 0.5
+    elif n > 0.5 * k:
+        total -= 1.0
+    ratio = f.extra.get("strength")
+    total += 0.5 if not ratio else min(1.0, max(0.0, math.log10(max(float(ratio), 1.0)) / 2))
+    total += min(0.75, 0.25 * sum(1 for o in findings if _corroborates(o, f)))
+    tol = max(90.0, 2 * (tl.step_s or 0.0))
+    spec = load_classes()[f.klass]
+    if tl.stalled and tl.last_advance is not None and not spec.fallback:
+        if not spec.stops_job:
+            total -= 1.5
+        elif f.onset is not None and f.onset > tl.last_advance + tol:
+            total -= 1.5
+    total += -0.5 if spec.fallback else 0.06 * spec.priority
+    return total
+
+
+def _corroborates(o: Finding, f: Finding) -> bool:
+    if o is f or o.rule == f.rule or o.role == "context" or o.onset is None or f.onset is None:
+        return False
+    if f.hosts and not set(o.hosts) & set(f.hosts):
+        return False
+    if not f.hosts and o.hosts:
+        return False
+    related = o.klass == f.klass or o.role == "symptom"
+    return related and f.onset - 300 <= o.onset <= f.onset + 1800
+
+
+def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
+    """Turn findings that lack what their class needs into notes (info)."""
     if ctx.triage is None and not any(f.rule == "busy_wait" for f in findings):
         # Without a log, steps that stop before the data ends may just be the job's end (exporters kept
         # running): only GPUs still spinning make it a hang.
@@ -43,36 +120,67 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
         needs = f.extra.get("needs") or ()
         if needs and not any(o.rule in needs and set(o.hosts) & set(f.hosts) for o in findings):
             f.severity = "info"
-    cands = [f for f in findings if f.role == "cause" and SEV_RANK[f.severity] >= 1 and f.klass != "healthy"]
-    if not cands:
-        return _healthy(ctx, findings)
-    top = max(SEV_RANK[f.severity] for f in cands)
-    pool = [f for f in cands if SEV_RANK[f.severity] == top]
-    inf = float("inf")
-    earliest = min((f.onset if f.onset is not None else inf) for f in pool)
-    tol = max(90.0, 2 * (tl.step_s or 0.0))
-    group = [f for f in pool if (f.onset if f.onset is not None else inf) <= earliest + tol]
-    primary = max(group, key=lambda f: (PRIORITY.get(f.klass, 0), -(f.onset or 0)))
-    klass = primary.klass
-    # a network event shortly before a stall made the hang
-    net = [f for f in findings if f.klass in ("rdma-degradation", "network-hang") and f.role == "cause"
-           and SEV_RANK[f.severity] >= 1 and f.onset is not None]
-    if tl.stalled and tl.last_advance is not None and klass in ("collective-hang", "rdma-degradation"):
-        before = [f for f in net if tl.last_advance - 1800 <= f.onset <= tl.last_advance + 60]
-        if before:
-            klass = "network-hang"
-            primary = min(before, key=lambda f: f.onset or inf)
-    same = [f for f in findings if f.klass == klass or (klass == "network-hang" and f in net)]
+    # rdma-degradation means the job slowed down: without a step-time rise overlapping it, retransmits are a
+    # note (when the job's step time is known at all)
+    if ctx.grid("step_time") is not None and not ctx.timeline.stalled:
+        slow = [f for f in findings if f.rule == "step_time_regression"]
+        for f in findings:
+            if f.klass == "rdma-degradation" and SEV_RANK[f.severity] >= 1 and f.onset is not None and \
+                    not any(s.onset is not None and s.onset >= f.onset - 900 for s in slow):
+                f.severity = "info"
+                f.title += " (the job did not slow down)"
+
+
+def _reconcile(ctx: Context, klass: str, primary: Finding, findings: list[Finding],
+               tol: float) -> tuple[str, Finding, float | None]:
+    """Return (class, primary, onset) once the causal story is settled.
+
+    A host that went silent is a node death even when its GPU reported errors first: those errors (within a
+    bounded lookback) are its onset. A hang's onset is when the steps stopped (or, before the first step,
+    when the busy-wait pattern settled).
+    """
+    tl = ctx.timeline
+    silent = [f for f in findings if f.rule == "host_silent" and SEV_RANK[f.severity] >= 1]
+    if silent and klass in ("gpu-hardware-fault", "gpu-driver-fault", "node-death"):
+        dead = silent[0]
+        t_dead = dead.onset if dead.onset is not None else float("inf")
+        before = [f for f in findings if f.klass in ("gpu-hardware-fault", "gpu-driver-fault")
+                  and set(f.hosts) & set(dead.hosts) and f.onset is not None
+                  and t_dead - 1800 <= f.onset <= t_dead + tol]
+        if klass == "node-death" or before:
+            onset = min([dead.onset] + [f.onset for f in before if f.onset is not None],
+                        key=lambda x: x if x is not None else float("inf"))
+            for f in before:
+                f.klass = "node-death"
+            return "node-death", dead, onset
+    if klass == "collective-hang":
+        bw = next((f for f in findings if f.rule == "busy_wait"), None)
+        onset = tl.last_advance if tl.last_advance is not None and tl.stalled else (bw.onset if bw else primary.onset)
+        return klass, primary, onset
+    if klass == "network-hang":
+        trig = [f for f in findings if f.klass == "network-hang" and f.role == "cause" and SEV_RANK[f.severity] >= 1]
+        return klass, primary, min((f.onset for f in trig if f.onset is not None), default=primary.onset)
+    return klass, primary, primary.onset
+
+
+def _culprit_hosts(ctx: Context, klass: str, primary: Finding, findings: list[Finding]) -> list[str]:
+    k = _n_hosts(ctx)
     hosts: list[str] = []
-    gpus: list[dict[str, Any]] = []
     if klass in ("rdma-degradation", "network-hang"):
-        for f in net if klass == "rdma-degradation" or not tl.stalled else [f for f in net if f.onset <= (tl.last_advance or inf) + 60]:
-            hosts += [h for h in f.hosts if h not in hosts]
-    elif klass == "collective-hang":
+        for f in findings:
+            if f.klass == klass and f.role == "cause" and SEV_RANK[f.severity] >= 1 and \
+                    len(f.hosts) <= max(3, 0.25 * k):
+                hosts += [h for h in f.hosts if h not in hosts]
+        return hosts or list(primary.hosts)
+    if klass == "collective-hang":
         bw = [f for f in findings if f.rule == "busy_wait"]
-        hosts = list(bw[0].hosts) if bw else []
-    elif not primary.extra.get("no_culprits"):
-        hosts = list(primary.hosts)
+        return list(bw[0].hosts) if bw else []
+    if primary.extra.get("no_culprits"):
+        return []
+    return list(primary.hosts)
+
+
+def _culprit_gpus(klass: str, hosts: list[str], same: list[Finding]) -> list[dict[str, Any]]:
     gpu_by_host: dict[str, list[str]] = {}
     for f in same:
         if f.gpus and len(f.hosts) == 1:
@@ -83,41 +191,31 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
             if f.gpus and len(f.hosts) == 1 and f.hosts[0] in hosts and f.role == "cause":
                 gpu_by_host[f.hosts[0]] = list(f.gpus)
                 break
+    out: list[dict[str, Any]] = []
     for h in hosts:
-        gl = gpu_by_host.get(h) or []
-        gpus += [{"host": h, "gpu": g} for g in gl] if gl else [{"host": h, "gpu": None}]
-    onset = primary.onset
-    if klass == "collective-hang":
-        onset = tl.last_advance
-    elif klass == "network-hang":
-        onset = min((f.onset for f in same if f.onset is not None and f in net), default=onset)
-    # findings explained by the primary: the stall/busy-wait are its effects; data problems on a dead or
-    # faulty host after the onset are consequences
+        gl = gpu_by_host.get(h) or [] if klass in ("thermal-straggler", "gpu-hardware-fault") else []
+        out += [{"host": h, "gpu": g} for g in gl] if gl else [{"host": h, "gpu": None}]
+    return out
+
+
+def _explain(ctx: Context, klass: str, primary: Finding, findings: list[Finding], hosts: list[str],
+             onset: float | None, tol: float) -> None:
+    """Re-class findings that are the primary's effects; demote data problems its fault explains."""
+    inf = float("inf")
+    tl = ctx.timeline
+    classes = load_classes()
+    spec = classes[klass]
     for f in findings:
         if f is primary:
             continue
-        if klass in STOPPING and f.klass == "collective-hang":
+        if spec.stops_job and classes[f.klass].fallback:
             f.klass = klass
-        elif klass == "network-hang" and f.klass == "rdma-degradation" and set(f.hosts) <= set(hosts) \
+        elif f.klass in spec.absorbs and set(f.hosts) <= set(hosts) \
                 and (f.onset or inf) <= (tl.last_advance or inf) + 60:
             f.klass = klass
-        elif (f.klass in ("monitoring-ghost-data", "gpu-driver-fault") and klass in ("node-death", "gpu-hardware-fault",
-                                                                                     "host-oom")
-              and set(f.hosts) & set(hosts) and (f.onset or inf) >= (onset or 0) - tol):
+        elif (f.klass in spec.explains and set(f.hosts) & set(hosts) and (f.onset or inf) >= (onset or 0) - tol):
             f.severity = "info"
             f.title += f" (explained by the {klass.replace('-', ' ')})"
-    corroboration = sum(1 for f in same if f is not primary and SEV_RANK[f.severity] >= 1)
-    conf = (0.8 if primary.severity == "critical" else 0.65) + 0.05 * min(3, corroboration)
-    if klass == "collective-hang" and not any(f.rule == "busy_wait" for f in findings):
-        conf = 0.5
-    if klass == "restore-resource-leak":
-        conf = 0.45
-    if klass == "network-hang" and primary.klass != "network-hang":
-        conf -= 0.05
-    chain = _chain(ctx, klass, primary, findings, onset)
-    return {"class": klass, "root_cause_family": FAMILY[klass], "culprits": gpus, "onset": _r(onset),
-            "confidence": round(min(0.95, max(0.05, conf)), 2),
-            "summary": _summary(ctx, klass, hosts, gpus, onset, primary, findings), "chain": chain}
 
 
 def _healthy(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
@@ -158,39 +256,6 @@ def _chain(ctx: Context, klass: str, primary: Finding, findings: list[Finding], 
     return [s for _, s in steps[:8]]
 
 
-_SUMMARY = {
-    "collective-hang": "The job hung in a collective: the step counter stopped at {stall} and every GPU then "
-                       "spun at high utilisation with power far below its training level (RCCL/NCCL busy-wait), "
-                       "with no network, node or hardware event before it.{odd}",
-    "network-hang": "A network event on {hosts} triggered the hang: RDMA link trouble (retransmits, ACK timeouts, "
-                    "transmit waits or link errors) started at {onset}, the collectives then stalled (steps "
-                    "stopped at {stall}) and every GPU busy-waited.",
-    "node-death": "Host {hosts} stopped at {onset} (its exporter went silent or its GPUs dropped to 0 W / 0 %); "
-                  "the other hosts then waited for it in their collectives until the job was killed.",
-    "heartbeat-false-positive": "The coordinator killed the job for missed heartbeats, but at the heartbeat-stop "
-                                "time ({onset}) the accused hosts ({accused}) drew their usual training power at "
-                                "high utilisation: the tasks were alive; the heartbeat mechanism failed.",
-    "host-oom": "Host memory on {hosts} climbed from its usual level to the limit from {onset} (a checkpoint save "
-                "on a replica-0 host) and the kernel OOM-killed the trainer; the other hosts then timed out.",
-    "thermal-straggler": "GPU {gpu} on {hosts} left its peers from {onset}: it ran hotter and its clock dropped, "
-                         "and since every step is synchronous the whole job slowed down with it.",
-    "rdma-degradation": "Sustained RDMA link trouble (retransmits, ACK timeouts, transmit waits or link errors) "
-                        "on {hosts} from {onset} slowed every collective: step time rose for the whole job "
-                        "without a hang.",
-    "restore-resource-leak": "This restored job carries uniformly more runnable processes on every host than a "
-                             "job of its size should (a prior, not a measured baseline): the signature of the "
-                             "restore leak of communicator polling threads. Confirm with `compare` against a "
-                             "fresh start with the same config.",
-    "monitoring-ghost-data": "The exporter on {hosts} froze at {onset}: its values stopped changing exactly while "
-                             "its peers' kept moving and training went on. The data, not the job, is broken: "
-                             "ignore {hosts}'s hardware metrics after the onset.",
-    "gpu-driver-fault": "GPU driver trouble on {hosts} from {onset}: GPU metric collection times out and leaves "
-                        "gaps (and the kernel logs GPU errors where collected), while training is unaffected.",
-    "gpu-hardware-fault": "GPU {gpu} on {hosts} reported uncorrectable memory/hardware errors at {onset}; the "
-                          "job failed shortly after. Drain the node.",
-    "training-instability": "A training-level metric moved first: the {what} jumped at {onset}; utilisation "
-                            "spread and step time followed. The system metrics are symptoms, not the cause.",
-}
 
 
 def _summary(ctx: Context, klass: str, hosts: list[str], gpus: list[dict[str, Any]], onset: float | None,
@@ -205,8 +270,8 @@ def _summary(ctx: Context, klass: str, hosts: list[str], gpus: list[dict[str, An
                     if f.klass == "training-instability" and SEV_RANK[f.severity] >= 1}, key=str.lower)
     moved = [m if sum(c.isupper() for c in m.split()[0]) >= 2 else m[0].lower() + m[1:] for m in moved]
     what = (", ".join(moved[:-1]) + " and " + moved[-1] if len(moved) > 1 else moved[0]) if moved else "the loss"
-    text = _SUMMARY[klass].format(hosts=", ".join(hosts) or "the hosts", onset=fmt_time(onset),
-                                  stall=fmt_time(tl.last_advance), odd=odd, gpu=gpu, what=what,
+    text = load_classes()[klass].summary.format(hosts=", ".join(hosts) or "the hosts", onset=fmt_time(onset),
+                                  stall=fmt_time(tl.last_advance if tl.stalled else onset), odd=odd, gpu=gpu, what=what,
                                   accused=", ".join(primary.hosts))
     others = sorted({f.klass for f in findings if SEV_RANK[f.severity] >= 1 and f.klass not in (klass, "healthy")})
     if others:

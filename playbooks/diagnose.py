@@ -243,22 +243,8 @@ def discover_source(client: PrometheusClient, *, profile: str = "auto",
 
 # -------------------------------------------------------------------------------------------- plan
 
-def _triage_classes(triage: Mapping[str, Any] | None) -> set[str]:
-    if not triage:
-        return set()
-    out = {str(m.get("class")) for m in triage.get("matches", []) if isinstance(m, Mapping)}
-    job = triage.get("job") or {}
-    if job.get("triage_class"):
-        out.add(str(job["triage_class"]))
-    if job.get("status") in ("hanging", "cancelled") and not out:
-        out.add("hang")
-    if (triage.get("progress") or {}).get("restored_from") is not None:
-        out.add("restore")
-    return out
-
-
 def select_playbooks(triage: Mapping[str, Any] | None, names: Sequence[str] | None = None) -> list[Playbook]:
-    """Return the playbooks to run: `names` (["all"] for every one), else the triage's plus the always-on."""
+    """Return the playbooks to run: `names` (["all"] for every one), else every playbook."""
     every = load_playbooks()
     if names:
         if "all" in names:
@@ -267,10 +253,10 @@ def select_playbooks(triage: Mapping[str, Any] | None, names: Sequence[str] | No
         if unknown:
             raise DiagnosisError(f"unknown playbook(s) {', '.join(unknown)}; known: {', '.join(every)}")
         return [every[n] for n in names]
-    if not triage:
-        return list(every.values())
-    classes = _triage_classes(triage)
-    return [pb for pb in every.values() if pb.always or classes & set(pb.trigger)]
+    # Every data playbook runs (a few dozen aggregated queries): a log's class picks windows and priors,
+    # never what is looked at (a job cancelled before step 0, or a node failure triaged as a stage failure,
+    # must still be judged for a hang or a dead node).
+    return list(every.values())
 
 
 def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: float) -> float:
@@ -315,7 +301,10 @@ def render_query(q: QuerySpec, profile_name: str, *, start: float, end: float, i
     uses_window = bool(q.fn) or (q.signal and prof.signal(q.signal).is_counter)
     if q.kind == "instant":
         return PlannedQuery(q.name, expr, "instant", start, end, None, w if uses_window else 0.0)
-    return PlannedQuery(q.name, expr, "range", start, end, step, w if uses_window else 0.0)
+    # the grid ends at the data's end, so that an increment in the last scrapes is on its last point (a grid
+    # anchored at the start may stop up to a step short of the end)
+    aligned = end - math.ceil((end - start) / step - 1e-9) * step
+    return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
 
 
 _OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .model import CLASSES, DETECTORS, ROLES, SEVERITIES, Playbook, QuerySpec, RuleSpec, WindowRule
+from .detectors import DETECTORS
+from .model import CLASSES, ROLES, SEVERITIES, Playbook, QuerySpec, RuleSpec, WindowRule
 from .profiles import SIGNALS
 from .prometheus import parse_duration
 
@@ -94,7 +95,7 @@ def _rule(raw: Mapping[str, Any], queries: set[str], where: str) -> RuleSpec:
     where = f"{where} {rid!r}"
     det = raw.get("detector")
     if det not in DETECTORS:
-        raise PlaybookError(f"{where}: unknown detector {det!r}; known: {', '.join(DETECTORS)}")
+        raise PlaybookError(f"{where}: unknown detector {det!r}; known: {', '.join(sorted(DETECTORS))}")
     qs = raw.get("queries", [])
     if isinstance(qs, str):
         qs = [qs]
@@ -114,11 +115,20 @@ def _rule(raw: Mapping[str, Any], queries: set[str], where: str) -> RuleSpec:
     params = raw.get("params", {})
     if not isinstance(params, Mapping):
         raise PlaybookError(f"{where}: params must be a table")
-    for key in ("mask", "gpu_detail", "onset_from"):
+    for key in ("mask", "gpu_detail", "onset_from", "gpu_query"):
         if key in params and params[key] not in qs:
             raise PlaybookError(f"{where}: params.{key} names {params[key]!r}, which is not among its queries")
+    wrong = DETECTORS[det].check(tuple(qs), params)
+    if wrong:
+        raise PlaybookError(f"{where}: {wrong}")
+    for key in ("presence", "needs"):
+        if key in params and not (isinstance(params[key], list) and all(isinstance(x, str) for x in params[key])):
+            raise PlaybookError(f"{where}: params.{key} must be a list of names")
+    for q in params.get("presence", ()):
+        if q not in qs:
+            raise PlaybookError(f"{where}: params.presence names {q!r}, which is not among its queries")
     for key, value in params.items():
-        if key.endswith(("_duration", "_window", "_margin")):
+        if key.endswith(("_duration", "_window", "_margin")) or key in ("margin", "before_stall"):
             _duration(value, f"{where} params.{key}")
     return RuleSpec(id=rid, detector=det, queries=tuple(qs), klass=klass, severity=sev, role=role,
                     title=str(raw.get("title", rid)), meaning=str(raw.get("meaning", "")), params=dict(params))

@@ -15,7 +15,7 @@ from typing import Any
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 __all__ = [
-    "CLASSES", "DETECTORS", "FAMILIES", "SEVERITIES", "Playbook", "QuerySpec", "RuleSpec", "WindowRule",
+    "CLASSES", "FAMILIES", "SEVERITIES", "Playbook", "QuerySpec", "RuleSpec", "WindowRule",
 ]
 
 #: The contract's CLASS vocabulary.
@@ -30,12 +30,6 @@ FAMILIES = (
     "monitoring", "gpu-driver", "gpu-hardware", "training",
 )
 SEVERITIES = ("info", "warning", "critical")
-#: The generic detectors a rule may name (implemented once in `playbooks.anomaly`).
-DETECTORS = (
-    "step_stall", "busy_wait", "host_silent", "counter_increase", "rate_outlier", "peer_outlier", "flatline",
-    "gaps", "threshold_prior", "change_point", "level_shift", "near_limit", "accused_alive",
-    "uniform_elevation", "series_absent", "own_excess",
-)
 #: Roles of a rule's findings in the causal chain.
 ROLES = ("cause", "symptom", "context")
 
@@ -101,7 +95,7 @@ class RuleSpec:
 
     Attributes:
         id: stable id, unique within the playbook ("rdma_retransmits_sustained").
-        detector: a name of `DETECTORS`.
+        detector: a name of `playbooks.detectors.DETECTORS` (its queries and params are checked there).
         queries: the query names it reads, in the detector's order.
         klass: the CLASS its findings support.
         severity: severity of its findings.

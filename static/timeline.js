@@ -6,6 +6,7 @@
   var CONFIG = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
   var XMODES = ["step", "time-utc", "time-local"];
   var current = null; // {region, st}: the timeline on this page
+  var TOOLS = window.StepwiseTimelineTools; // static/timeline_tools.js, loaded before this file
 
   function whenPlotly(fn) {
     if (window.Plotly) fn();
@@ -118,8 +119,10 @@
     var out = region.querySelector(".timeline-range");
     if (!out) return;
     if (!st.start || !st.end) { out.textContent = "whole job"; return; }
-    function fmt(s) { return new Date(parseFloat(s) * 1000).toISOString().replace("T", " ").slice(0, 19); }
-    out.textContent = fmt(st.start) + " – " + fmt(st.end) + " UTC";
+    // In the chosen zone, as the axes are: local time when the x-axis shows local time, else UTC.
+    var shift = st.x === "time-local" ? tzMinutes() * 60000 : 0;
+    function fmt(s) { return new Date(parseFloat(s) * 1000 + shift).toISOString().replace("T", " ").slice(0, 19); }
+    out.textContent = fmt(st.start) + " – " + fmt(st.end) + " " + (shift ? zoneName() : "UTC");
   }
 
   /* ---- panels ---- */
@@ -128,7 +131,8 @@
     if (!plot.data || !plot.data.length) return;
     var opacity = plot.data.map(function (t) {
       var m = t.meta || {};
-      if (!hosts.length || ["min", "median", "max", "compare"].indexOf(m.role) >= 0) return 1;
+      // Only host and GPU series fade: a job-wide series (step time, loss) and the band stay readable.
+      if (!hosts.length || !m.host || ["min", "median", "max", "compare", "clipped"].indexOf(m.role) >= 0) return 1;
       return hosts.indexOf(m.host) >= 0 ? 1 : 0.2;
     });
     var width = plot.data.map(function (t) {
@@ -223,8 +227,14 @@
       return;
     }
     if (plot.dataset.state !== "drawn") plot.innerHTML = "";
+    // On the step axis the hover names a whole step (a step is an integer; the figure's points may not be).
+    if (meta.xmode === "step" && figure.layout.xaxis) figure.layout.xaxis.hoverformat = ",.0f";
     whenPlotly(function () {
       Plotly.react(plot, figure.data, figure.layout, CONFIG).then(function () {
+        return TOOLS.layoutLabels(plot);
+      }).then(function () {
+        return TOOLS.yRange(el, plot);
+      }).then(function () {
         plot.dataset.state = "drawn";
         plot.dataset.xmode = meta.xmode;
         highlight(plot, st.hosts);
@@ -416,6 +426,12 @@
     });
     region.querySelectorAll(".timeline-pin").forEach(function (b) {
       b.addEventListener("click", function () { pin(region, st, b); });
+    });
+    region.querySelectorAll(".timeline-yrange").forEach(function (b) {
+      b.addEventListener("click", function () { TOOLS.toggleYRange(b.closest(".timeline-panel")); });
+    });
+    region.querySelectorAll(".timeline-csv").forEach(function (b) {
+      b.addEventListener("click", function () { TOOLS.downloadCsv(b.closest(".timeline-panel")); });
     });
     applyPanels(region, st);
     showRange(region, st);

@@ -193,15 +193,16 @@ def diagnosis_start(
         )
 
 
-def diagnosis_cancel(run: DiagnosisRun) -> bool:
-    """Return True if the queued or running run was cancelled.
+def diagnosis_cancel(run: DiagnosisRun, user: Any = None) -> bool:
+    """Return True if the queued or running run was cancelled (by `user`, whom the run's error names).
 
     Queued playbooks are cancelled at once; a running one stops between queries and keeps what it
     has. False: the run had already finished.
     """
+    who = user.get_username() if getattr(user, "is_authenticated", False) else "a user"
     with transaction.atomic():
         updated = DiagnosisRun.objects.filter(pk=run.pk, status__in=ACTIVE).update(
-            status=TaskStatus.CANCELLED, finished=timezone.now(), error="Cancelled by a user."
+            status=TaskStatus.CANCELLED, finished=timezone.now(), error=f"Cancelled by {who}."
         )
         if updated:
             PlaybookExecution.objects.filter(run_id=run.pk, status=TaskStatus.QUEUED).update(

@@ -166,7 +166,11 @@ def _job_for(source: SourceRequest, url: str) -> tuple[Job, Job | None]:
         assert source.log is not None
         job_id, name = _log_header(source.log)
         job_id = source.job_id.strip() or job_id or _generated_id("upload")
-        job, _ = Job.objects.get_or_create(cluster=cluster, job_id=job_id)
+        if Job.objects.filter(cluster=cluster, job_id=job_id).exists():
+            # Never take over a job another investigation (or a job directory) already holds: its triage
+            # would switch to this upload without anybody there being told. The upload gets its own record.
+            job_id = f"{job_id[:70]}~{_generated_id('upload')}"
+        job = Job.objects.create(cluster=cluster, job_id=job_id)
         if name and not job.name:
             job.name = name
         elif not job.name:

@@ -58,7 +58,7 @@ def run_cancel(
     The queued or running run becomes cancelled, and its task stops at its next checkpoint. A run that
     had already finished is left as it is, and the answer says so.
     """
-    note = "" if dx.diagnosis_cancel(run) else f"The {noun} had already finished."
+    note = "" if dx.diagnosis_cancel(run, request.user) else f"The {noun} had already finished."
     if request.htmx:
         return region(start_error=note)
     if note:

@@ -6,58 +6,91 @@ import math
 
 import numpy as np
 
-from ..anomaly import first_sustained, nan_median, rate_excess, walk_back
+from ..anomaly import (
+    Grid,
+    background,
+    first_sustained,
+    nan_median,
+    rate_excess,
+    rise_start,
+    step_noise,
+    walk_back,
+)
 from ..context import Context, Finding
 from ..model import Playbook, RuleSpec
 from ..report import fmt_time
 from ._base import _dur, _ev, _finding, _gkey
 
 
+def _rate_window(ctx: Context, rule: RuleSpec, g: Grid, focus: tuple[float, float]) -> tuple[float, float] | None:
+    tl = ctx.timeline
+    if "before_stall" not in rule.params:
+        return focus
+    if not tl.stalled or tl.last_advance is None:
+        return None
+    return tl.last_advance - _dur(rule, "before_stall", 1800.0), tl.last_advance + 60.0
+
+
 def _det_rate_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    """Hosts whose rate of a counter leaves the pack's background by an order of magnitude, persistently.
+
+    The background is judged over the whole job, not a window: each host's own high quantile (a counter that
+    ticks now and then has a tick-sized background, never 0) and the pack's (the median host's). A host
+    stands out where its rate exceeds `factor` x the larger of the pack's background and its own history
+    before the window, for most of `min_duration` (a change point, not a few close ticks). Only hosts within
+    an order of magnitude of the strongest are named, and an excess on more than `max_share` of the hosts
+    (and more than three) is job-wide, not a host's fault: no finding. With a traffic query (second), only instants where the host's
+    traffic flows are judged. The onset walks back, over the whole data, to where the rate left the
+    background.
+    """
     g = ctx.grid(rule.queries[0])
     tl = ctx.timeline
-    if g is None:
+    win = _rate_window(ctx, rule, g, focus) if g is not None else None
+    if g is None or win is None:
         return None
     p = rule.params
-    a, b = focus
-    if "before_stall" in p:
-        if not tl.stalled or tl.last_advance is None:
-            return None
-        a, b = tl.last_advance - _dur(rule, "before_stall", 1800.0), tl.last_advance + 60.0
-    base = tl.steady_mask(g.t) & ~g.mask(a, b)
-    if base.sum() < 5:
-        base = tl.training_mask(g.t) & (g.t < a) & ~tl.in_checkpoint(g.t)
-    if base.sum() < 5:
-        base = tl.steady_mask(g.t)
-    exc = rate_excess(g.values, base, floor=float(p.get("floor", 0.0)), factor=float(p.get("factor", 10.0)))
-    exc &= g.mask(a, b)[None, :]
-    if p.get("exclude_checkpoints"):
-        exc &= ~tl.in_checkpoint(g.t)[None, :]
+    a, b = win
+    floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
+    job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
+    own, pack = background(g.values, job)
+    before = job & (g.t < a)
+    own_before, _ = background(g.values, before) if before.sum() >= 5 else (np.full(len(g.labels), np.nan), 0.0)
+    ref = np.fmax(np.nan_to_num(own_before, nan=0.0), pack if math.isfinite(pack) else 0.0)
+    exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
+    traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
+    if traffic is not None and len(traffic.t) == len(g.t):
+        for r, lab in enumerate(g.labels):
+            tx = traffic.row(host=lab.get("host", ""))
+            if tx is not None and np.isfinite(tx[job]).any():
+                exc[r] &= np.nan_to_num(tx, nan=0.0) >= 0.1 * nan_median(tx[job])
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    if g.mask(a, b).sum() < length:
-        length = max(1, int(g.mask(a, b).sum()))
-    hosts, onset, ev = [], None, []
+    length = min(length, max(1, int(g.mask(a, b).sum())))
+    found = []
     for r in range(len(g.labels)):
         i = first_sustained(exc[r], length, float(p.get("min_fraction", 0.8)))
         if i is None:
             continue
         x = g.values[r]
-        own = nan_median(x[base]) if base.any() else 0.0
-        pack = nan_median(g.values[:, base].ravel()) if base.any() else 0.0
-        usual = max(v for v in (own, pack, 0.0) if math.isfinite(v))
-        j = walk_back(x, i, max(float(p.get("floor", 0.0)), 0.3 * float(p.get("factor", 10.0)) * usual))
-        j = max(j, int(np.argmax(g.mask(a, b))))
+        level = nan_median(x[exc[r]])
+        strength = level / max(ref[r], floor, 1e-12)
+        j = walk_back(x, i, max(floor, ref[r]))
         t_on = float(g.t[j]) - min(ctx.window_s(rule.queries[0]), g.step) / 2
+        found.append((strength, r, t_on, level))
+    if not found:
+        return None
+    top = max(s for s, *_ in found)
+    found = [f for f in found if f[0] >= 0.1 * top]
+    if len(found) > max(3, float(p.get("max_share", 0.25)) * len(g.labels)):
+        return None
+    hosts, ev = [], []
+    for strength, r, t_on, level in sorted(found, key=lambda f: -f[0]):
         h = g.labels[r].get("host", "")
         hosts.append(h)
-        onset = t_on if onset is None else min(onset, t_on)
-        level = nan_median(x[exc[r]])
-        peer = nan_median(np.delete(g.values, r, axis=0)[:, exc[r]].ravel()) if len(g.labels) > 1 else float("nan")
         ev.append(_ev(ctx, rule.queries[0], {"host": h}, level,
-                      f"{level:.3g}/s sustained from {fmt_time(t_on)} (peers {peer:.3g}/s at the same times)"))
-    if not hosts:
-        return None
-    return _finding(pb, rule, hosts, [], onset, ev)
+                      f"{level:.3g}/s sustained from {fmt_time(t_on)}: {strength:.0f}x the background "
+                      f"({ref[r]:.3g}/s: the pack's over the job, or its own before)"))
+    onset = min(f[2] for f in found)
+    return _finding(pb, rule, hosts, [], onset, ev, strength=top)
 
 
 def _det_counter_increase(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -88,12 +121,8 @@ def _det_counter_increase(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tup
                 k = mg.index(float(g.t[i]))
                 seg = row[: k + 1]
                 if np.isfinite(seg).any():
-                    peak = int(np.nanargmax(seg))
-                    own = nan_median(row[ctx.timeline.steady_mask(mg.t)]) if ctx.timeline.steady_mask(mg.t).any() \
-                        else nan_median(row)
-                    spread = float(np.nanstd(row[ctx.timeline.steady_mask(mg.t)])) if \
-                        ctx.timeline.steady_mask(mg.t).any() else 0.0
-                    j = walk_back(row, peak, own + max(0.02 * abs(own), 3 * spread))
+                    # the start of the final rise before the kill (earlier saves' plateaus are not it)
+                    j = _final_rise(ctx, mg, row, int(np.nanargmax(seg)))
                     t_on = min(t_on, float(mg.t[j]) - mg.step / 2)
         onset = t_on if onset is None else min(onset, t_on)
         hosts.append(h)
@@ -108,6 +137,15 @@ def _det_counter_increase(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tup
             ev.append(_ev(ctx, str(p["gpu_detail"]), s["labels"], s["value"], "increase over the whole window"))
     return _finding(pb, rule, hosts, gpus, onset, ev)
 
+
+
+def _final_rise(ctx: Context, g: Grid, x: np.ndarray, i: int) -> int:
+    """Return where the rise that reached x[i] began, judged against the series' own noise in the job's
+    steady window (at least 0.5 % of its level a step)."""
+    sm = ctx.timeline.steady_mask(g.t)
+    base = x[sm] if sm.sum() >= 5 else x
+    level = abs(nan_median(base)) if np.isfinite(base).any() else 0.0
+    return rise_start(x, i, max(3 * step_noise(base), 0.005 * level))
 
 
 def _det_near_limit(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -126,8 +164,7 @@ def _det_near_limit(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
         i = int(np.argmax(hit))
         base = x[sm] if sm.any() else x
         own = nan_median(base)
-        spread = float(np.nanstd(base)) if np.isfinite(base).any() else 0.0
-        j = walk_back(x, i, own + max(0.02 * abs(own), 3 * spread))
+        j = _final_rise(ctx, g, x, i)
         t_on = float(g.t[j]) - g.step / 2
         h = lab.get("host", "")
         hosts.append(h)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -10,7 +11,7 @@ from ..anomaly import Grid, nan_median
 from ..context import Context, Finding, _int, triage_get
 from ..model import Playbook, RuleSpec
 from ..report import fmt_time
-from ._base import _dur, _ev, _finding, _match_host, _steady_level
+from ._base import _dur, _ev, _finding, _gkey, _match_host, _steady_level
 
 
 def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -29,9 +30,12 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
     tl = ctx.timeline
     util, power = ctx.grid(rule.queries[0]), ctx.grid(rule.queries[1])
     umin = ctx.grid(rule.queries[2]) if len(rule.queries) > 2 else None
+    p = rule.params
+    per_gpu = ctx.grid(str(p["gpu_query"])) if p.get("gpu_query") else None
+    if not tl.stalled and tl.train_start is None and per_gpu is not None:
+        return _pre_step_hang(ctx, pb, rule, per_gpu)
     if not tl.stalled or util is None or power is None or tl.last_advance is None:
         return None
-    p = rule.params
     a = tl.last_advance + max(60.0, 2 * power.step)
     b = (tl.crash_time if tl.crash_time and tl.crash_time > a else tl.end) - power.step
     win_p, win_u = power.mask(a, b), util.mask(a, b)
@@ -54,6 +58,9 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
             seg = v[pg.mask(a, b)]
             if len(seg) and not (np.nan_to_num(seg, nan=0.0) > 0).all():
                 silent.add(lab.get("host", ""))
+    # a host spins when its GPUs (or, per GPU, any of them) run at high utilisation at low power
+    sets = _busy_sets(per_gpu, per_gpu.mask(a, b), float(p.get("util_min", 70.0)), silent) \
+        if per_gpu is not None else {}
     for lab, pv in zip(power.labels, power.values, strict=True):
         h = lab.get("host", "")
         if h in silent:
@@ -64,7 +71,8 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
         if not math.isfinite(pu):
             continue
         hosts_seen += 1
-        is_busy = math.isfinite(uu) and uu >= p.get("util_min", 70.0) and pu <= p.get("power_ratio_max", 0.6) * active
+        spins = (math.isfinite(uu) and uu >= p.get("util_min", 70.0)) or bool(sets.get(h))
+        is_busy = spins and pu <= p.get("power_ratio_max", 0.6) * active
         busy += is_busy
         rows.append((h, uu, pu, is_busy))
     if not hosts_seen or busy < max(1, 0.5 * hosts_seen):
@@ -72,7 +80,10 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
     odd = []
     for h in silent:
         umin_by_host.pop(h, None)
-    if umin_by_host:
+    if per_gpu is not None:
+        odd = _odd_hosts(sets)
+        umin_by_host = {h: v for h, v in umin_by_host.items() if h in odd}
+    elif umin_by_host:
         typical = nan_median([v for v in umin_by_host.values() if math.isfinite(v)])
         for h, v in umin_by_host.items():
             if math.isfinite(v) and math.isfinite(typical) and v < p.get("idle_util", 20.0) <= typical:
@@ -82,7 +93,7 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
               f"{active:.0f} W){'' if busy_ else ' - not busy-waiting'}")
           for h, uu, pu, busy_ in sorted(rows, key=lambda r: (r[0] not in odd, r[3], r[0]))]
     for h in odd:
-        ev.insert(0, _ev(ctx, rule.queries[2], {"host": h}, umin_by_host[h],
+        ev.insert(0, _ev(ctx, rule.queries[2], {"host": h}, umin_by_host.get(h, float("nan")),
                          "some GPUs of this host sit idle while the others spin: they never entered the collective"))
     return _finding(pb, rule, sorted(odd), [], tl.last_advance, ev, busy_hosts=busy, hosts_seen=hosts_seen)
 
@@ -265,3 +276,90 @@ def _det_accused_alive(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[
                          f"training steps went on for {(tl.last_advance - hb_stop) / 60:.1f} min after the "
                          f"heartbeat-stop time, up to {fmt_time(tl.last_advance)}: every task was alive"))
     return _finding(pb, rule, list(rows.values()), [], hb_stop, ev, no_culprits=True)
+
+
+def _busy_sets(g: Grid, cols: np.ndarray, util_min: float, skip: set[str]) -> dict[str, frozenset[str]]:
+    """Return each host's set of GPU indices that spin (utilisation >= util_min) over most of `cols`."""
+    sets: dict[str, set[str]] = {}
+    for lab, v in zip(g.labels, g.values, strict=True):
+        h, gpu = lab.get("host", ""), lab.get("gpu", "")
+        if h in skip:
+            continue
+        seg = v[cols]
+        seg = seg[~np.isnan(seg)]
+        sets.setdefault(h, set())
+        if len(seg) and (seg >= util_min).mean() >= 0.8:
+            sets[h].add(gpu)
+    return {h: frozenset(x) for h, x in sets.items()}
+
+
+def _odd_hosts(sets: dict[str, frozenset[str]]) -> list[str]:
+    """Return the hosts whose busy set differs from the most common one (when one is held by most hosts)."""
+    if len(sets) < 3:
+        return []
+    counts = Counter(sets.values())
+    common, n = counts.most_common(1)[0]
+    if n < 0.5 * len(sets):
+        return []
+    return sorted(h for h, x in sets.items() if x != common)
+
+
+def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Finding | None:
+    """A hang before the first step: no step ever completed, yet GPUs spin for a sustained time at the end.
+
+    Each host is described by its set of spinning GPU indices (the ranks that entered the first collective);
+    the hosts whose set differs from the most common one are where to start. The onset is when the pattern
+    settled: the median time at which the spinning GPUs started spinning for good.
+    """
+    p = rule.params
+    util_min = float(p.get("util_min", 70.0))
+    busy = np.nan_to_num(g.values, nan=0.0) >= util_min
+    any_busy = np.nonzero(busy.any(axis=0))[0]
+    if not len(any_busy):
+        return None
+    e = int(any_busy[-1])
+    length = max(2, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
+    if e + 1 < length:
+        return None
+    final = np.zeros(len(g.t), bool)
+    final[e + 1 - length: e + 1] = True
+    spinning = [r for r in range(len(g.labels)) if busy[r, final].mean() >= 0.8]
+    if not spinning:
+        return None
+    starts = []
+    for r in spinning:
+        i = e
+        while i > 0 and busy[r, i - 1]:
+            i -= 1
+        starts.append(float(g.t[i]) - g.step / 2)
+    onset = _refine_settle(ctx.grid(rule.queries[0]), float(np.median(starts)), float(g.t[e]), g.step)
+    sets = _busy_sets(g, final, util_min, set())
+    odd = _odd_hosts(sets)
+    n_hosts = len(sets)
+    common = Counter(sets.values()).most_common(1)[0][0] if sets else frozenset()
+    ev = [_ev(ctx, rule.queries[0], {}, len(spinning),
+              f"no training step ever completed, yet {len(spinning)} GPUs on {n_hosts} hosts spin at >= "
+              f"{util_min:.0f} % utilisation from {fmt_time(onset)}; most hosts spin GPUs "
+              f"{', '.join(sorted(common, key=_gkey)) or 'none'}")]
+    for h in odd:
+        ev.append(_ev(ctx, str(p["gpu_query"]), {"host": h}, ", ".join(sorted(sets[h], key=_gkey)) or "none",
+                      "this host spins another set of GPUs than the others: its ranks are elsewhere"))
+    return _finding(pb, rule, odd, [], onset, ev, busy_hosts=n_hosts, hosts_seen=n_hosts, pre_step=True)
+
+
+def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: float) -> float:
+    """Return the settle time on the fine grid of per-host utilisation: the median over hosts of when the
+    host's utilisation last rose to half its final level (searched around the coarse estimate)."""
+    if util is None or len(util.t) < 3:
+        return coarse
+    a, b = coarse - 2 * coarse_step, coarse + 2 * coarse_step
+    final = util.mask(end - 3 * coarse_step, end)
+    times = []
+    for v in util.values:
+        level = nan_median(v[final])
+        if not math.isfinite(level) or level <= 0:
+            continue
+        low = np.nonzero(util.mask(a, b) & (np.nan_to_num(v, nan=0.0) < 0.5 * level) & (util.t <= end))[0]
+        if len(low) and low[-1] + 1 < len(util.t):
+            times.append(float(util.t[low[-1] + 1]) - util.step / 2)
+    return float(np.median(times)) if times else coarse

@@ -140,14 +140,21 @@ def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, fl
         return None
     p = rule.params
     up = ctx.grid(str(p["mask"])) if p.get("mask") else None
-    m = g.mask(*focus)
+    w = max(ctx.window_s(rule.queries[0]), g.step)
+    # a count_over_time window that is not yet full at the start of the data is no gap
+    m = g.mask(*focus) & (g.t >= float(g.t[0]) + w)
     with np.errstate(all="ignore"):
         peer = np.nanmedian(g.values, axis=0)
     hosts, ev, onset = [], [], None
     for r, lab in enumerate(g.labels):
         h = lab.get("host", "")
+        seen = np.nonzero(~np.isnan(g.values[r]))[0]
+        if not len(seen):
+            continue
         x = np.where(np.isnan(g.values[r]), 0.0, g.values[r])
-        miss = (x < float(p.get("ratio", 0.75)) * peer) & (peer > 0) & m
+        # nor is its first window on a host whose exporter came up late
+        mine = m & (g.t >= float(g.t[seen[0]]) + w)
+        miss = (x < float(p.get("ratio", 0.75)) * peer) & (peer > 0) & mine
         if up is not None:
             u = up.row(host=h)
             if u is not None and len(u) == len(miss):
@@ -157,11 +164,11 @@ def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, fl
             continue
         events = 1 + int((np.diff(idx) > 1).sum())
         tail = miss[int(0.8 * len(miss)):]
-        share = miss[idx[0]:].sum() / max(1, m[idx[0]:].sum())
+        share = miss[idx[0]:].sum() / max(1, mine[idx[0]:].sum())
         if events < int(p.get("min_events", 3)) or (len(tail) and tail.all()) or \
                 share < float(p.get("min_share", 0.05)):
             continue
-        t_on = float(g.t[idx[0]]) - ctx.window_s(rule.queries[0])
+        t_on = float(g.t[_regime_start(idx)]) - ctx.window_s(rule.queries[0])
         hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
         ev.append(_ev(ctx, rule.queries[0], {"host": h}, float(miss.sum() / max(1, m.sum())),
@@ -170,3 +177,17 @@ def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, fl
     if not hosts or len(hosts) > max(1, 0.5 * len(g.labels)):
         return None
     return _finding(pb, rule, hosts, [], onset, ev)
+
+
+def _regime_start(idx: np.ndarray) -> int:
+    """Return the first index of the recurring-gap regime among gap indices `idx`: the first gap event
+    followed by the next one within three typical spacings (an isolated early gap is not the regime)."""
+    starts = [int(idx[0])] + [int(b) for a, b in zip(idx[:-1], idx[1:], strict=True) if b - a > 1]
+    if len(starts) < 3:
+        return starts[0]
+    spacing = np.diff(starts)
+    typical = float(np.median(spacing))
+    for k, d in enumerate(spacing):
+        if d <= 3 * typical:
+            return starts[k]
+    return starts[0]

@@ -33,7 +33,9 @@ def _det_change_point(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[f
     prev = x[: i][valid[: i] & ~np.isnan(x[: i])]
     base = nan_median(prev[-30:]) if len(prev) else float("nan")
     peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])
-    t_on = float(g.t[i]) - g.step / 2
+    # a training metric is reported when its step completes: the anomaly began when that step started
+    step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
+    t_on = float(g.t[i]) - g.step / 2 - step_s
     ev = [_ev(ctx, rule.queries[0], {}, float(x[i]),
               f"jumped from its recent {base:.4g} to {x[i]:.4g} at {fmt_time(t_on)} (peak {peak:.4g}; "
               f"{len(idx)} anomalous points)")]

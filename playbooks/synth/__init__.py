@@ -84,7 +84,7 @@ def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict:
         "accused_hosts": [job.hosts[a] for a in job.accused_tasks],
         "profile": job.profile, "exporters": job.exporters.to_dict() if job.profile != "amd" else None,
         "gpu_model": job.gpu.name, "nodes": job.nodes, "gpus_per_host": job.gpus,
-        "hosts": job.hosts, "head": job.head, "interval_s": job.interval,
+        "hosts": job.hosts, "head": job.head, "interval_s": job.interval, "variants": job.variants,
         "checkpoint_steps": job.ckpt_steps, "warmup_end": getattr(job, "_warm_end", None),
         "data_range": [float(job.t[0]), float(job.t[-1])],
         "red_herrings": job.red_herrings, "notes": job.notes, "description": sc.description,

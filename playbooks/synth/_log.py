@@ -264,6 +264,9 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
         _summary(w, end - 1, 143, "CANCELLED (scancel / SIGTERM)")
         return
     crash = float(job.crash_time)
+    if name == "node-death" and job.variants.get("slurm_node_failure"):
+        _slurm_node_failure(job, w, crash)
+        return
     if name in ("heartbeat-false-positive", "node-death"):
         w.add(crash, _absl("E", crash, 9012, "client.cc:84") + "UNAVAILABLE: The following tasks are unhealthy "
               "(stopped sending heartbeats):", 0)
@@ -322,3 +325,21 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
         _summary(w, crash + 20, 1, "Training FAILED (exit=134)")
         return
     raise ValueError(f"no log ending for scenario {name}")
+
+
+def _slurm_node_failure(job: Job, w: _Writer, crash: float) -> None:
+    """Slurm notices the lost node: the step is cancelled due to node failure and the survivors get SIGTERM."""
+    hosts = job.hosts
+    dead = job.accused_tasks[0]
+    stamp = _utc(crash).strftime("%Y-%m-%dT%H:%M:%S")
+    w.add(crash, f"srun: error: Node failure on {hosts[dead]}")
+    w.add(crash + 1, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} DUE TO NODE "
+          "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***")
+    w.add(crash + 2, f"srun: Terminating StepId={job.job_id}.0")
+    for r, h in enumerate(hosts):
+        if r == dead:
+            continue
+        w.add(crash + 3, f"NODE_EXIT host={h} exit=143", r)
+        w.add(crash + 3.5, f"srun: error: {h}: task {r}: Exited with exit code 143")
+    w.add(crash + 30, f"== Training FAILED (exit=143, {int(crash - job.train_start)}s) ==")
+    _summary(w, crash + 40, 143, "CANCELLED DUE TO NODE FAILURE")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import _variants
 from ._models import GPU_MODELS, HOST_SCHEMES, MODEL_NAMES, SCENARIO_TABLE, VENDOR_MODELS, GpuModel, Scenario
 
 NAN = float("nan")
@@ -58,6 +59,7 @@ class Job:
     accused_tasks: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     red_herrings: dict = field(default_factory=dict)
+    variants: dict = field(default_factory=dict)
     # steps (index i = i-th completed step of this run)
     step_num: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     step_end: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -270,10 +272,13 @@ def simulate(job: Job) -> Job:
     onset = job.train_start + onset_frac * train_window
     slow: dict = {"t0": None, "factor": 1.0, "ramp": 1.0, "until": None}
 
+    job.variants = _variants.choose(job)
     if sc.ending == "hang":
         job.stall_time = onset
         if sc.name == "network-hang":
             job.stall_time = onset + float(rng.uniform(90, 300))
+        if "pre_step" in job.variants:
+            job.stall_time = job.train_start + job.variants["pre_step"]
         hang_len = float(rng.uniform(1500, 2700))
         job.job_end = min(job.job_end, job.stall_time + hang_len)
         job.job_end = max(job.job_end, job.stall_time + 1200)
@@ -332,7 +337,7 @@ def simulate(job: Job) -> Job:
     if job.onset is None and sc.klass != "healthy":
         job.onset = onset
     if sc.name == "collective-hang":
-        job.onset = float(job.step_end[-1]) if len(job.step_end) else onset
+        job.onset = float(job.step_end[-1]) if len(job.step_end) else job.stall_time
     if sc.name == "restore-resource-leak":
         job.onset = job.train_start if job.restored_from is not None else None
     if sc.name == "training-instability":
@@ -434,6 +439,8 @@ def simulate(job: Job) -> Job:
     blocked = np.where(ck, rng.integers(10, 22, (K, N)), rng.integers(0, 3, (K, N))).astype(float)
     running = np.where(train_b[0], rng.integers(6, 14, (K, N)), rng.integers(1, 4, (K, N))).astype(float)
     running = np.where(hang[None, :], rng.integers(8, 14, (K, N)), running)
+    if "host_background" in job.variants:
+        _variants.host_background(job, running, t >= job.train_start - 300)
     cpu_util = np.where(train_b[0], rng.uniform(18, 30, (K, N)), rng.uniform(1, 4, (K, N)))
     ctx_rate = np.where(train_b[0], rng.uniform(2e4, 6e4, (K, N)), rng.uniform(3e3, 6e3, (K, N)))
     tcp_rate = np.abs(rng.normal(0.4, 0.4, (K, N)))
@@ -450,6 +457,8 @@ def simulate(job: Job) -> Job:
     rdma_bw = np.where(train_b[0][None], rng.uniform(8e9, 12e9, nshape), rng.uniform(1e5, 1e6, nshape))
     retx = np.abs(rng.normal(0, 0.02, nshape)) * (rng.random(nshape) < 0.01)
     ack = np.zeros(nshape)
+    trickle_retx, trickle_ack = _variants.rdma_trickle(job, K, D, N)
+    retx, ack = retx + trickle_retx, ack + trickle_ack
     cnp = np.where(train_b[0][None], np.abs(rng.normal(0.5, 0.5, nshape)), 0.0)
     retry_excd = np.zeros(nshape)
     cqe = np.zeros(nshape)
@@ -473,7 +482,9 @@ def simulate(job: Job) -> Job:
     # ------------------------------------------------------------------------------ scenarios
     ch, cg = culprit_h, culprit_g
     name = sc.name
-    if name == "collective-hang":
+    if name == "collective-hang" and "pre_step" in job.variants:
+        _variants.pre_step_hang(job, util, power, hang, gm.idle_w)
+    elif name == "collective-hang":
         if rng.random() < 0.5 and K > 2:
             stuck = rng.choice(G, size=int(rng.integers(2, max(3, G - 1))), replace=False)
             hmask = hang
@@ -508,6 +519,11 @@ def simulate(job: Job) -> Job:
             job.notes.append(f"{job.hosts[ch]}: GPUs at 0 W / 0 % after the death")
         job.culprits = [{"host": job.hosts[ch], "gpu": None}]
         job.accused_tasks = [ch]
+        if "errors_before_death" in job.variants:
+            t_err = death - job.variants["errors_before_death"]
+            job._predeath = dict(host=ch, gpu=cg, t=t_err, until=death)  # type: ignore[attr-defined]
+            job.onset = t_err
+            job.notes.append(f"{job.hosts[ch]} GPU {cg}: Xid 79 and kernel errors from the onset, silent later")
     elif name == "heartbeat-false-positive":
         n_acc = int(rng.integers(1, min(4, K)))
         acc = sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_acc, replace=False)}) if K > 1 else [0]
@@ -521,6 +537,8 @@ def simulate(job: Job) -> Job:
         h = h if h != 0 or K == 1 else (1 if rep0.sum() > 1 else 0)
         ramp = (t >= info["ramp_start"]) & (t < info["kill"])
         frac = np.clip((t - info["ramp_start"]) / max(1.0, info["kill"] - info["ramp_start"]), 0, 1)
+        if "staircase" in job.variants:
+            _variants.staircase(job, mem, h, t, info["ramp_start"])
         mem[h] = np.where(ramp, mem[h] + (2 * TIB * 0.999 - mem[h]) * frac, mem[h])
         mem[h] = np.where(t >= info["kill"], 2 * TIB * rng.uniform(0.08, 0.1), mem[h])
         oom_rate[h] = np.where((t >= info["kill"]) & (t < info["kill"] + job.interval), 1.0 / job.interval, 0)
@@ -580,6 +598,8 @@ def simulate(job: Job) -> Job:
             power[h, weak] = np.where(on, power[h, weak] * 0.88, power[h, weak])
         job.culprits = []
 
+    if "near_limit_save" in job.variants:
+        _variants.near_limit_save(job, mem, rep0, t)
     # scrape timeouts also drop GPU samples
     job.gpu_sig = {"power": power, "temp": temp, "sclk": clock,
                    "mclk": np.where(train_b | hang_b, gm.mem_clock_mhz, gm.mem_clock_mhz * 0.5) * np.ones(shape),
@@ -609,6 +629,7 @@ def simulate(job: Job) -> Job:
         "port": port,
     }
     _gpu_counters(job, rng, shape)
+    _variants.late_exporter(job, present)
     job.present = present
     job.gpu_present = gpu_present & present
     job.scrape_timeout_mask = timeouts
@@ -679,6 +700,14 @@ def _gpu_counters(job: Job, rng: np.random.Generator, shape: tuple[int, int, int
         sig["xid"][h, g] = np.where(on, float(rng.choice([48, 79])), 0)
         job.host_sig["dmesg"][h] = np.where(on, job.host_sig["dmesg"][h] + 3, job.host_sig["dmesg"][h])
         job._xid = int(sig["xid"][h, g][on][0]) if on.any() else 48  # type: ignore[attr-defined]
+    pre = getattr(job, "_predeath", None)
+    if pre is not None:
+        h, g = pre["host"], pre["gpu"]
+        on = t >= pre["t"]
+        sig["xid"][h, g] = np.where(on, 79.0, 0.0)
+        if job.gpu.vendor == "amd":  # no Xid there: the RAS counters of the failing GPU grow instead
+            sig["umc_ue"][h, g] = np.where(on, 1.0 + np.floor((t - pre["t"]) / 60.0).clip(0, 3), 0.0)
+        job.host_sig["dmesg"][h] = job.host_sig["dmesg"][h] + np.where(on, 2.0 + np.floor((t - pre["t"]) / 30.0), 0)
     job.gpu_sig.update(sig)
 
 

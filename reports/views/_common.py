@@ -43,10 +43,11 @@ def tokens(report: Report) -> dict[str, str]:
     inv_row = Investigation.objects.filter(pk=report.investigation_id).values("updated").first() or {}
     report_row = Report.objects.filter(pk=report.pk).values("version").first() or {}
     humans = report.human_findings.model.history.filter(report=report).aggregate(t=Max("history_id"))
+    running = report.human_findings.filter(kind="query", evidence__state="running").count()
     return {
         "header": f"{report_row.get('version')}:{inv_row.get('updated')}",
         "comments": f"{agg['n']}:{report.comments.count()}",
-        "findings": f"{verdicts['t']}:{humans['t']}:{report.fingerprint}",
+        "findings": f"{verdicts['t']}:{humans['t']}:{running}:{report.fingerprint}",
         "actions": str(items["t"]),
     }
 

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
 
-from ..services import activity, conversation, exports
+from ..services import activity, conversation, exports, findings
 from ..services import sections as svc
 from ._common import page_context, report_of, tokens
 
@@ -38,6 +38,8 @@ def live(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     open in an editor, which is never replaced) and `t_<region>` tokens."""
     report, role = report_of(request, investigation_id)
     svc.report_refresh(report)
+    for pending in report.human_findings.filter(kind="query", evidence__state="running"):
+        findings.human_finding_freeze(pending)  # a query the worker finished: its result is frozen now
     editing = request.GET.get("editing", "")
     conversation.presence_touch(report, request.user, editing)
     shown = {k[2:]: v for k, v in request.GET.items() if k.startswith("v_")}

@@ -102,7 +102,7 @@ def test_a_running_comparison_is_cancelled_in_place_and_the_worker_stops(
         page.evaluate(f"{NO_RELOAD} = true")
         region.get_by_role("button", name="Cancel").click()
         expect(badge).to_have_text("Cancelled")
-        expect(region.get_by_text("Cancelled by a user.")).to_be_visible()
+        expect(region.get_by_text(f"Cancelled by {stepwise_app.username}.")).to_be_visible()
         expect(region.get_by_role("button", name="Cancel")).to_have_count(0)
         expect(region.get_by_role("button", name="Compare jobs again")).to_be_enabled()
         assert page.evaluate(NO_RELOAD) is True

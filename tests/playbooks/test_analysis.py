@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from playbooks.analysis import Context, Finding, Timeline, decide_diagnosis, evaluate
-from playbooks.anomaly import Grid, change_points, first_sustained, peer_deviation, rate_excess, walk_back
+from playbooks.anomaly import (
+    Grid,
+    background,
+    change_points,
+    first_sustained,
+    peer_deviation,
+    rate_excess,
+    walk_back,
+)
 from playbooks.loader import load_playbooks, parse_playbook
 
 NOW = 1_772_323_200.0
@@ -67,18 +75,25 @@ def test_walk_back_stops_at_the_baseline():
     assert walk_back(x, 6, 1.5) == 3
 
 
-def test_rate_excess_needs_floor_and_leaving_peers_or_self():
-    """A rate counts only above the floor and well above the pack's median or its own baseline."""
-    quiet = np.zeros(10)
-    noisy_but_usual = np.full(10, 5.0)   # always 5/s: its own normal
-    burst = np.r_[np.zeros(5), np.full(5, 50.0)]
-    rates = np.array([quiet, noisy_but_usual, burst])
-    base = np.r_[np.ones(5, bool), np.zeros(5, bool)]
-    exc = rate_excess(rates, base, floor=1.0, factor=10.0)
+def test_background_of_a_sparse_counter_is_a_tick_not_zero():
+    """A counter that ticks on a few scrapes has a tick-sized background; the pack's is the median host's."""
+    rng = np.random.default_rng(1)
+    ticks = np.where(rng.random((6, 400)) < 0.08, rng.uniform(0.05, 0.6, (6, 400)), 0.0)
+    ticks[2, 300:] = 200.0  # one host in trouble late in the job
+    own, pack = background(ticks, np.ones(400, bool))
+    assert 0.05 < pack < 1.0  # a median would say 0 and any tick would stand out
+    assert own[2] > 100  # its own quantile includes its trouble; the pack's does not
+    exc = rate_excess(ticks, np.full(6, pack), floor=0.5, factor=10.0)
+    assert not exc[[0, 1, 3, 4, 5]].any()
+    assert exc[2, 300:].all() and not exc[2, :300].any()
+
+
+def test_rate_excess_needs_floor_and_the_reference():
+    """A rate counts only above the floor and `factor` x its own reference."""
+    rates = np.array([np.full(10, 5.0), np.r_[np.zeros(5), np.full(5, 50.0)]])
+    exc = rate_excess(rates, np.array([5.0, 1.0]), floor=1.0, factor=10.0)
     assert not exc[0].any()
-    # always 5/s: not above its own baseline, but above a silent pack (any sustained retransmit is a concern)
-    assert exc[1, :5].all() and not exc[1, 5:].any()
-    assert exc[2, 5:].all() and not exc[2, :5].any()
+    assert exc[1, 5:].all() and not exc[1, :5].any()
 
 
 def test_peer_deviation_removes_each_rows_usual_offset():

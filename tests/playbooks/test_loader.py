@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from playbooks.detectors import DETECTORS
 from playbooks.loader import PlaybookError, load_playbooks, parse_playbook, validate_set
-from playbooks.model import CLASSES, DETECTORS
+from playbooks.model import CLASSES
 
 GOOD = """
 name = "demo"
@@ -72,6 +73,16 @@ def test_good_declaration_parses_into_dataclasses():
         ('min_duration = "3m"', 'min_duration = "soon"', "is not a duration"),
         ('title = "Demo"', 'title = "Demo"\ncolour = "red"', "unknown key(s) colour"),
         ('name = "power"', 'name = "power"\npromql = "{gpu_power}"', "exactly one of `signal` or `promql`"),
+        # the detector registry: parameters and query roles are checked at load time, naming the rule
+        ('min_duration = "3m"', 'min_durration = "3m"', "rule 'silent': detector 'host_silent' has no parameter "
+                                                        "min_durration"),
+        ('detector = "host_silent"', 'detector = "busy_wait"', "rule 'silent': detector 'busy_wait' reads 2-5 "
+                                                               "queries"),
+        ('queries = ["power"]', 'queries = ["power", "power", "power", "power", "power"]',
+         "detector 'host_silent' reads 1-4 queries"),
+        ('detector = "host_silent"', 'detector = "series_absent"', "detector 'series_absent' reads 0 queries"),
+        ('params = { min_duration = "3m" }', 'params = { min_duration = "3m", presence = ["gpu"] }',
+         "has no parameter presence"),
     ],
 )
 def test_bad_declarations_name_the_problem(old, new, message):
@@ -106,3 +117,25 @@ def test_load_from_directory(tmp_path):
     (tmp_path / "b.toml").write_text(GOOD)
     with pytest.raises(PlaybookError, match="declared twice"):
         load_playbooks(tmp_path)
+
+
+def test_classes_are_declarations_checked_at_load():
+    """Families, priorities, causal links and summaries come from classes.toml; a bad one names the class."""
+    from playbooks.classes import CLASSES_FILE, ClassError, load_classes, parse_classes
+
+    classes = load_classes()
+    assert set(classes) == set(CLASSES)
+    assert classes["node-death"].family == "node" and classes["node-death"].stops_job
+    assert [c for c, s in classes.items() if s.fallback] == ["collective-hang"]
+    text = CLASSES_FILE.read_text()
+    for old, new, message in [
+        ('family = "node"', 'family = "nodes"', "class 'node-death': family 'nodes'"),
+        ("priority = 8", "priority = 80", "priority must be an integer"),
+        ('absorbs = ["rdma-degradation"]', 'absorbs = ["rdma"]', "absorbs names unknown class(es) rdma"),
+        ("Host {hosts} stopped", "Host {host} stopped", "summary names unknown field(s) host"),
+    ]:
+        assert old in text
+        with pytest.raises(ClassError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            parse_classes(text.replace(old, new, 1), source="classes.toml")
+    with pytest.raises(ClassError, match="thermal-stragler not in the contract"):
+        parse_classes(text.replace("[thermal-straggler]", "[thermal-stragler]"), source="classes.toml")

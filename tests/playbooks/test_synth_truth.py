@@ -40,12 +40,16 @@ def test_step_gauge_matches_the_log_and_the_wal_tail_is_served(served_job, scena
 
 
 def test_healthy_job_has_only_red_herrings(served_job):
-    """A healthy job: no RDMA retransmit growth anywhere, yet one host with high TCP retransmits."""
+    """A healthy job: only the RDMA retransmit trickle every fabric shows, and one host with high TCP retransmits."""
     client, truth, _ = served_job("healthy")
     start, end = truth["train_start"], truth["job_end"]
     span = _window(truth, start, end)
     retx = _by(client, f"sum by (host) (increase(hw_rdma_tx_retx_pkts_total[{span}]))", end, "host")
-    assert max(retx.values()) < 5
+    # a few to tens of packets on an occasional scrape: present, yet far below a packet a second
+    assert max(retx.values()) > 0
+    assert max(retx.values()) < 0.5 * (end - start)
+    tick = client.query(f"max(max_over_time(idelta(hw_rdma_tx_retx_pkts_total[1m])[{span}:15s]))", at=end)
+    assert 3 <= tick[0].value <= 41
     static = _by(client, "max by (host) (hw_rdma_tx_retx_pkts_total)", end, "host")
     for h in truth["red_herrings"]["large_static_counters"]:
         assert static[h] > 1e4  # large absolute value that did not grow in the window
@@ -68,12 +72,13 @@ def test_thermal_straggler_gpu_is_hottest_and_slowest(served_job):
 
 
 def test_rdma_degradation_culprits_are_the_retransmitting_hosts(served_job):
-    """Exactly the culprit hosts have growing RDMA retransmits and ACK timeouts."""
+    """Exactly the culprit hosts have sustained RDMA retransmits (beyond every host's trickle) and ACK timeouts."""
     client, truth, _ = served_job("rdma-degradation")
     end = truth["job_end"] - 120
     span = _window(truth, truth["onset"], end)
     retx = _by(client, f"sum by (host) (increase(hw_rdma_tx_retx_pkts_total[{span}]))", end, "host")
-    bad = {h for h, v in retx.items() if v > 100}
+    seconds = end - truth["onset"]
+    bad = {h for h, v in retx.items() if v > 10 * seconds}  # 10/s and more; the trickle is well under 1/s
     assert bad == {c["host"] for c in truth["culprits"]}
     ack = _by(client, f"sum by (host) (increase(hw_rdma_tx_ack_timeout_total[{span}]))", end, "host")
     assert all(ack[h] > 0 for h in bad)

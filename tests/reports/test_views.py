@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core import mail
 from django.urls import reverse
@@ -191,3 +193,19 @@ def test_a_comment_on_a_finding_links_to_it_and_a_made_up_anchor_is_refused(case
     assert response.status_code == 200 and f'href="#finding-{key}"' in response.content.decode()
     bad = alice_client.post(url("comment", case), {"body": "x", "anchor": "finding:9:nope:nope"}, **HTMX)
     assert bad.status_code == 400
+
+
+def test_the_live_poll_shows_a_query_finding_once_the_worker_froze_its_result(
+    case, alice_client, django_capture_on_commit_callbacks
+) -> None:
+    from investigations.tasks import queryrun_execute_task
+
+    with django_capture_on_commit_callbacks(execute=False):
+        alice_client.post(url("finding_add", case), {"title": "Hot GPU", "kind": "query",
+                                                     "promql": "max(hw_gpu_temperature_celsius)"}, **HTMX)
+    page = alice_client.get(url("page", case)).content.decode()
+    token = re.search(r'name="t_findings" value="([^"]+)"', page).group(1)
+    assert 'id="findings"' not in alice_client.get(url("live", case), {"t_findings": token}).content.decode()
+    queryrun_execute_task.apply(args=[HumanFinding.objects.get().evidence["run_id"]])
+    html = alice_client.get(url("live", case), {"t_findings": token}).content.decode()
+    assert 'id="findings"' in html and "frozen" in html

@@ -262,13 +262,13 @@ def test_cancel_marks_the_run_cancelled_and_keeps_the_previous_result(alice_clie
     response = alice_client.post(_cancel_url(run), **HTMX)
     run.refresh_from_db()
     assert run.status == TaskStatus.CANCELLED and run.finished is not None
-    assert run.error == "Cancelled by a user." and run.progress_done == 1
+    assert run.error == "Cancelled by alice." and run.progress_done == 1  # who cancelled it
     body = response.content.decode()
     # The whole region, in place: the run cancelled, polling stopped, the earlier comparison still shown.
     assert body.lstrip().startswith('<section id="comparison"')
     assert "hx-trigger" not in body and ">Cancel</button>" not in body
     assert '<span class="badge badge-cancelled">Cancelled</span>' in body
-    assert "Cancelled by a user." in body and "1 / 2 jobs connected" in body
+    assert "Cancelled by alice." in body and "1 / 2 jobs connected" in body
     assert f"From run #{earlier.pk} of" in body and "81234 carries a uniform extra CPU load" in body
     assert "Compare jobs again" in body and "already finished" not in body
     assert Finding.objects.filter(run=earlier).count() == 1

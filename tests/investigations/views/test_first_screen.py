@@ -230,3 +230,20 @@ def test_a_wrong_job_on_the_timeline_is_a_styled_404(alice_client) -> None:
     assert response.status_code == 404
     assert 'data-testid="error-page"' in body and "no such job in this investigation" in body
     assert "Log out" in body  # the signed-in layout
+
+
+def test_a_retried_run_shows_when_it_began_and_a_cancel_says_who(alice_client) -> None:
+    investigation = make_investigation("retrying")
+    job = investigation.jobs.get()
+    run = DiagnosisRun.objects.create(investigation=investigation, job=job, status="running", playbooks=["network"])
+    began = run.created.strftime("%Y-%m-%d %H:%M:%S")
+    # a retry claims the run again: its `started` moves, the time it began does not
+    DiagnosisRun.objects.filter(pk=run.pk).update(
+        started=run.created + timezone.timedelta(minutes=7), error="Attempt 1 failed: timed out (retrying in 4 s)"
+    )
+    url = reverse("investigations:diagnosis", args=[investigation.pk])
+    body = alice_client.get(url, {"job": job.pk}, **HTMX).content.decode()
+    assert f'began <span data-testid="run-began">{began}</span> UTC' in body
+    assert "this attempt since" in body and "Attempt 1 failed" in body
+    cancel = reverse("investigations:diagnosis_cancel", args=[investigation.pk, run.pk])
+    assert "Cancelled by alice." in alice_client.post(cancel, **HTMX).content.decode()

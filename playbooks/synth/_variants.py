@@ -1,0 +1,133 @@
+"""Seed-dependent variants of the scenarios, as real deployments show them.
+
+Each variant draws from its own random stream (seed, variant number), so adding one leaves every other
+value of a seed's job as it was. `choose` decides the variants of a job before it is simulated; the other
+functions change the simulated arrays in place.
+
+- every scenario, healthy included: a trickle of RDMA retransmits (a few to tens of packets on about 1 % of
+  scrapes of 2-8 NICs a host) and a rarer ACK timeout, with no change point and no effect on throughput;
+- collective-hang: cancelled before step 0, with 2-3 GPU indices a host busy-waiting in the first
+  collective (a host whose set differs is where to start);
+- node-death: the node is lost as Slurm reports it (`Node failure`, the step CANCELLED DUE TO NODE FAILURE,
+  the survivors exit 143), and/or its GPU fell off the bus (Xid 79, kernel errors) minutes before it went
+  silent, which is then the onset;
+- host-oom: checkpoint saves leave memory retained, so memory climbs in a staircase and the last save hits
+  the limit (the onset is the start of that last rise);
+- healthy: a checkpoint writer brushes the memory limit during a save and recovers, without any kill;
+- restore-resource-leak (both runs) and healthy: each host runs its own number of background daemons, drawn
+  anew for every run (another allocation), so a host's level differs between a restored run and its baseline;
+- every scenario, half the seeds: one host's exporter comes up a scrape or two late.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+TIB = 1024.0**4
+
+
+def stream(job: Any, k: int) -> np.random.Generator:
+    salt = zlib.crc32(job.scenario.name.encode())
+    return np.random.default_rng([job.seed, 100 + k, salt, 0 if job.restored_from is None else 1])
+
+
+def choose(job: Any) -> dict[str, Any]:
+    """Return the job's variants (decided once, before the simulation)."""
+    rng = stream(job, 0)
+    name = job.scenario.name
+    draws = rng.random(4)
+    v: dict[str, Any] = {}
+    if name == "collective-hang" and draws[0] < 0.35:
+        v["pre_step"] = float(rng.uniform(5, 35))  # seconds after the training loop starts: before step 0 ends
+    if name == "node-death":
+        v["slurm_node_failure"] = bool(draws[1] < 0.5)
+        if draws[2] < 0.5:
+            v["errors_before_death"] = float(rng.uniform(60, 300))
+    if name == "host-oom" and draws[1] < 0.6:
+        v["staircase"] = float(rng.uniform(0.80, 0.88))
+    if name == "healthy" and draws[3] < 0.4:
+        v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
+    if name in ("restore-resource-leak", "healthy"):
+        v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
+    return v
+
+
+def rdma_trickle(job: Any, K: int, D: int, N: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (retransmits, ACK timeouts) per second on the grid: the background every fabric shows."""
+    rng = stream(job, 1)
+    nics = rng.integers(2, D + 1, K) if D >= 2 else np.ones(K, int)
+    used = np.arange(D)[None, :, None] < nics[:, None, None]
+    retx = np.where((rng.random((K, D, N)) < 0.01) & used, rng.integers(3, 41, (K, D, N)), 0)
+    ack = np.where((rng.random((K, D, N)) < 0.001) & used, rng.integers(1, 3, (K, D, N)), 0)
+    return retx / job.interval, ack / job.interval
+
+
+def pre_step_hang(job: Any, util: np.ndarray, power: np.ndarray, hang: np.ndarray, idle_w: float) -> None:
+    """Only 2-3 GPU indices a host spin in the first collective; one host (half the seeds) spins others."""
+    rng = stream(job, 2)
+    K, G, _ = util.shape
+    common = set(int(x) for x in rng.choice(G, size=int(rng.integers(2, 4)), replace=False))
+    sets = [set(common) for _ in range(K)]
+    if K > 2 and rng.random() < 0.5:
+        h = int(rng.integers(1, K))
+        other = [g for g in range(G) if g not in common]
+        sets[h] = set(common) - {min(common)} | {int(rng.choice(other))}
+        job.culprits = [{"host": job.hosts[h], "gpu": None}]
+        job.notes.append(f"{job.hosts[h]} spins GPUs {sorted(sets[h])}, the others {sorted(common)}")
+    else:
+        job.culprits = []
+        job.notes.append(f"every host spins GPUs {sorted(common)} before step 0")
+    for h in range(K):
+        for g in range(G):
+            if g not in sets[h]:
+                util[h, g] = np.where(hang, 0.0, util[h, g])
+                power[h, g] = np.where(hang, idle_w * rng.uniform(0.98, 1.02, len(hang)), power[h, g])
+
+
+def staircase(job: Any, mem: np.ndarray, h: int, t: np.ndarray, ramp_start: float) -> None:
+    """Each checkpoint save before the fatal one leaves memory retained on host h: a staircase."""
+    level = float(job.variants["staircase"]) * 2 * TIB
+    saves = [float(job.step_end[c - job.first_step]) for c in job.ckpt_steps
+             if 0 <= c - job.first_step < len(job.step_end) and job.step_end[c - job.first_step] < ramp_start - 60]
+    if not saves:
+        return
+    before = (t >= job.train_start) & (t < saves[0])
+    floor = float(np.median(mem[h][before])) if before.any() else float(mem[h][0])
+    each = max(0.0, level - floor) / len(saves)
+    rise = sum((t >= s).astype(float) for s in saves) * each
+    mem[h] = np.where(t < ramp_start, mem[h] + rise, mem[h])
+    job.notes.append(f"{len(saves)} earlier saves left {each / 2 / TIB:.1%} of memory each on {job.hosts[h]}")
+
+
+def near_limit_save(job: Any, mem: np.ndarray, rep0: np.ndarray, t: np.ndarray) -> None:
+    """A checkpoint writer reaches `near_limit_save` of its memory during one save and recovers."""
+    rng = stream(job, 3)
+    writers = np.nonzero(rep0)[0]
+    if not len(writers) or len(job.ckpt_steps) < 2:
+        return
+    h = int(rng.choice(writers))
+    c = job.ckpt_steps[len(job.ckpt_steps) // 2]
+    t0 = float(job.step_end[c - job.first_step])
+    win = (t >= t0) & (t < t0 + float(rng.uniform(60, 150)))
+    mem[h] = np.where(win, float(job.variants["near_limit_save"]) * 2 * TIB, mem[h])
+    job.red_herrings["near_limit_without_kill"] = job.hosts[h]
+
+
+def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
+    """Add each host's own background runnable processes (drawn per run) while the job runs."""
+    rng = stream(job, 4)
+    offsets = rng.uniform(0.0, float(job.variants["host_background"]), running.shape[0])
+    running += np.where(during[None, :], offsets[:, None], 0.0)
+
+
+def late_exporter(job: Any, present: np.ndarray) -> None:
+    """Half the seeds: one host's exporter comes up one or two scrapes after the others."""
+    rng = stream(job, 5)
+    if rng.random() >= 0.5:
+        return
+    h, k = int(rng.integers(0, present.shape[0])), int(rng.integers(1, 3))
+    present[h, :k] = False
+    job.red_herrings["late_exporter"] = job.hosts[h]

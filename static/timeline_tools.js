@@ -1,0 +1,197 @@
+/* Stepwise timeline tools (used by static/timeline.js): label layout, a robust y-range, CSV of a panel.
+ *
+ * - layoutLabels(plot): the marks' labels (onsets, warm-up end, checkpoints, crash) are stacked in rows
+ *   above the chart so that no two label boxes intersect; every label stays where it is on the x-axis and
+ *   every finding's label stays clickable (nothing is drawn on top of it).
+ * - steadyRange(plot): a y-range that follows the steady state (quartiles -/+ 3 IQR, padded), when
+ *   spikes (checkpoint saves: ~100 s against a ~10 s step) would otherwise flatten it; the points beyond
+ *   it are counted, so the page can say what was clipped and offer the full range.
+ * - csv(plot): the panel's series as drawn, one row per point: series, x, y.
+ */
+(function () {
+  "use strict";
+
+  var ROW_PX = 14; // one label row (9 px font, with its padding)
+  var GAP_PX = 6; // horizontal room kept between two labels on one row
+  var TOP_PX = 26; // the panel title above the label rows
+
+  /* Assign each box [left, right] a row: the first row whose last box ends before it (greedy by left edge). */
+  function packRows(boxes) {
+    var order = boxes.map(function (b, i) { return i; }).sort(function (a, b) { return boxes[a].left - boxes[b].left; });
+    var ends = [];
+    var rows = new Array(boxes.length);
+    order.forEach(function (i) {
+      var r = 0;
+      while (r < ends.length && ends[r] + GAP_PX > boxes[i].left) r++;
+      ends[r] = boxes[i].right;
+      rows[i] = r;
+    });
+    return { rows: rows, count: ends.length };
+  }
+
+  function layoutLabels(plot) {
+    var notes = (plot.layout && plot.layout.annotations) || [];
+    if (!notes.length || !plot._fullLayout) return Promise.resolve();
+    // Upright first (a slanted label is taller than a row), then measured and stacked.
+    var upright = {};
+    notes.forEach(function (note, i) {
+      if (note.yref === "paper" && note.y >= 1 && note.textangle) upright["annotations[" + i + "].textangle"] = 0;
+    });
+    var first = Object.keys(upright).length ? Plotly.relayout(plot, upright) : Promise.resolve();
+    return first.then(function () { return stackLabels(plot); });
+  }
+
+  function stackLabels(plot) {
+    var notes = (plot.layout && plot.layout.annotations) || [];
+    var fl = plot._fullLayout;
+    if (!fl || !fl._size) return Promise.resolve();
+    var boxes = [];
+    var index = [];
+    plot.querySelectorAll(".annotation").forEach(function (g) {
+      var i = parseInt(g.getAttribute("data-index"), 10);
+      var note = notes[i];
+      if (!note || note.yref !== "paper" || note.y < 1) return; // only the marks' labels above the chart
+      var box = g.getBoundingClientRect();
+      if (!box.width) return;
+      boxes.push({ left: box.left, right: box.left + box.width });
+      index.push(i);
+    });
+    if (!boxes.length) return Promise.resolve();
+    var packed = packRows(boxes);
+    // The rows live in the top margin, which grows to hold them, and the figure with it: the plot area
+    // keeps its height (paper coordinates are fractions of it).
+    var top = Math.max(fl.margin.t, TOP_PX + packed.count * ROW_PX + 4);
+    var h = fl._size.h;
+    var update = { height: fl.height + (top - fl.margin.t) };
+    index.forEach(function (i, k) {
+      update["annotations[" + i + "].y"] = 1 + (2 + packed.rows[k] * ROW_PX) / h;
+      update["annotations[" + i + "].yanchor"] = "bottom";
+    });
+    update["margin.t"] = top;
+    plot.dataset.labelRows = String(packed.count);
+    return Plotly.relayout(plot, update);
+  }
+
+  function quantile(sorted, q) {
+    var pos = (sorted.length - 1) * q;
+    var lo = Math.floor(pos);
+    var hi = Math.ceil(pos);
+    return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
+  }
+
+  /* Return {range, above, below, max, min, marks} when the steady range is much tighter than the full one, else
+   * null. The steady range is Tukey's far fences (quartiles -/+ 3 interquartile ranges): checkpoint spikes
+   * fall outside it however often they come, while a lasting shift (a +15 % slowdown) stays inside. */
+  function steadyRange(plot) {
+    var values = [];
+    (plot.data || []).forEach(function (t) {
+      var role = (t.meta || {}).role;
+      if (role === "compare" || role === "clipped" || !t.y) return;
+      for (var i = 0; i < t.y.length; i++) {
+        var v = t.y[i];
+        if (typeof v === "number" && isFinite(v)) values.push(v);
+      }
+    });
+    if (values.length < 20) return null;
+    values.sort(function (a, b) { return a - b; });
+    var min = values[0];
+    var max = values[values.length - 1];
+    var q1 = quantile(values, 0.25);
+    var q3 = quantile(values, 0.75);
+    var iqr = q3 - q1 || Math.abs(q3) * 0.05 || 1;
+    var lo = Math.max(min, q1 - 3 * iqr);
+    var hi = Math.min(max, q3 + 3 * iqr);
+    // Worth it only when a spike would take most of the chart's height from the steady state.
+    if ((max - min) < 2 * (hi - lo)) return null;
+    var pad = 0.05 * (hi - lo);
+    lo = Math.max(min, lo - pad);
+    hi = hi + pad;
+    var above = 0;
+    var below = 0;
+    values.forEach(function (v) { if (v > hi) above++; else if (v < lo) below++; });
+    // Where the clipped points are, drawn as marks on the edge they cross.
+    var marks = { x: [], y: [] };
+    (plot.data || []).forEach(function (t) {
+      var role = (t.meta || {}).role;
+      if (role === "compare" || role === "clipped" || !t.y || !t.x) return;
+      for (var i = 0; i < t.y.length; i++) {
+        var v = t.y[i];
+        if (typeof v !== "number" || !isFinite(v) || (v <= hi && v >= lo)) continue;
+        marks.x.push(t.x[i]);
+        marks.y.push(v > hi ? hi : lo);
+      }
+    });
+    return { range: [lo, hi], above: above, below: below, max: max, min: min, marks: marks };
+  }
+
+  function csvCell(value) {
+    var text = value === null || value === undefined ? "" : String(value);
+    return /[",\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
+  }
+
+  function csv(plot) {
+    var lines = ["series,x,y"];
+    (plot.data || []).forEach(function (t) {
+      if ((t.meta || {}).role === "clipped" || !t.x) return;
+      var name = t.name || (t.meta || {}).host || "";
+      for (var i = 0; i < t.x.length; i++) {
+        lines.push([csvCell(name), csvCell(t.x[i]), csvCell(t.y ? t.y[i] : "")].join(","));
+      }
+    });
+    return lines.join("\n") + "\n";
+  }
+
+  /* ---- y-range: the steady state by default (spikes clipped and marked), the full range on request ---- */
+
+  function fmtY(v) { return Math.abs(v) >= 1000 || Math.abs(v) < 0.01 ? v.toPrecision(3) : String(+v.toFixed(2)); }
+
+  function yRange(el, plot) {
+    var toggle = el.querySelector(".timeline-yrange");
+    var note = el.querySelector(".timeline-clipped");
+    var r = steadyRange(plot);
+    el.dataset.yrange = r ? (el.dataset.yfull === "1" ? "full" : "steady") : "auto";
+    if (toggle) toggle.hidden = !r;
+    if (!r) {
+      if (note) note.textContent = "";
+      return Promise.resolve();
+    }
+    var full = el.dataset.yfull === "1";
+    if (toggle) toggle.textContent = full ? "Steady range" : "Full range";
+    if (note) {
+      note.textContent = full ? "" : (r.above + r.below) + " point" + (r.above + r.below === 1 ? "" : "s") +
+        " beyond the steady range clipped (▲, up to " + fmtY(r.max) + ")";
+    }
+    if (full) return Plotly.relayout(plot, { "yaxis.autorange": true });
+    return Plotly.addTraces(plot, {
+      x: r.marks.x, y: r.marks.y, mode: "markers", name: "clipped", showlegend: false, hoverinfo: "skip",
+      marker: { symbol: "triangle-up", size: 7, color: "#c92a2a" }, meta: { role: "clipped" }, cliponaxis: false,
+    }).then(function () {
+      return Plotly.relayout(plot, { "yaxis.range": r.range, "yaxis.autorange": false });
+    });
+  }
+
+  function toggleYRange(el) {
+    var plot = el.querySelector(".timeline-plot");
+    if (!plot || plot.dataset.state !== "drawn") return;
+    el.dataset.yfull = el.dataset.yfull === "1" ? "" : "1";
+    var clipped = (plot.data || []).map(function (t, i) { return (t.meta || {}).role === "clipped" ? i : -1; })
+      .filter(function (i) { return i >= 0; });
+    (clipped.length ? Plotly.deleteTraces(plot, clipped) : Promise.resolve()).then(function () { yRange(el, plot); });
+  }
+
+  function downloadCsv(el) {
+    var plot = el.querySelector(".timeline-plot");
+    if (!plot || plot.dataset.state !== "drawn") return;
+    var link = document.createElement("a");
+    link.href = URL.createObjectURL(new Blob([csv(plot)], { type: "text/csv" }));
+    link.download = (el.dataset.panel || "panel") + ".csv";
+    document.body.appendChild(link);
+    link.click();
+    setTimeout(function () { URL.revokeObjectURL(link.href); link.remove(); }, 0);
+  }
+
+  window.StepwiseTimelineTools = {
+    layoutLabels: layoutLabels, steadyRange: steadyRange, csv: csv, packRows: packRows,
+    yRange: yRange, toggleYRange: toggleYRange, downloadCsv: downloadCsv,
+  };
+})();

@@ -1,0 +1,134 @@
+"""A first-time user reads the timeline (issue 13): onset labels never overlap and each is clickable, the
+step-time panel follows the steady state (checkpoint spikes clipped and marked, the full range one click
+away), selecting a finding fades only host/GPU series, the step axis hovers whole steps, the range label
+uses the chosen zone, and a panel's data downloads as CSV."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from .conftest import EXPECT_TIMEOUT_MS
+from .timeline_helpers import drawn, open_case, plot
+
+# Three more findings whose onsets sit within a minute of the culprit's: their labels would be drawn on
+# top of each other.
+_CLUSTER = """
+import json
+from investigations.models import Finding, Investigation
+inv = Investigation.objects.get(pk={inv})
+f0 = Finding.objects.get(pk={finding})
+ids = []
+for k, title in enumerate(["Step time +12% above the steady state", "GPU clock down on the same GPU",
+                           "Power drops with the clock"]):
+    f = Finding.objects.create(investigation=inv, job=f0.job, playbook="gpu-health", rule=f"near-{{k}}",
+        severity="info", incident_class="healthy", title=title, hosts=f0.hosts, gpus=f0.gpus,
+        onset=f0.onset + 20 * (k + 1))
+    ids.append(f.pk)
+print(json.dumps(ids))
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(stepwise_app, job_factory):
+    job_dir, truth = job_factory("thermal-straggler", 21)
+    ids = open_case(stepwise_app, job_dir, truth, "labels in a cluster")
+    near = stepwise_app.shell(_CLUSTER.format(inv=ids["inv"], finding=ids["finding"])).strip().splitlines()[-1]
+    return ids, truth, near
+
+
+def _boxes(page, panel: str) -> list[dict]:
+    return page.evaluate(
+        """p => [...document.querySelectorAll(`#timeline-panel-${p} .annotation`)].map(g => {
+             const r = g.getBoundingClientRect();
+             return {text: g.textContent, x: r.x, y: r.y, w: r.width, h: r.height};
+           })""",
+        panel,
+    )
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+
+
+def test_onset_labels_never_overlap_and_the_first_onset_opens_its_finding(page, cluster) -> None:
+    ids, _, _ = cluster
+    page.goto(f"/investigations/{ids['inv']}/?panels=gpu_temp")
+    page.locator("#timeline").scroll_into_view_if_needed()
+    drawn(page, "gpu_temp")
+    boxes = [b for b in _boxes(page, "gpu_temp") if b["w"]]
+    assert len(boxes) >= 4, boxes
+    clashes = [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
+    assert not clashes, clashes
+    assert int(plot(page, "gpu_temp").get_attribute("data-label-rows")) >= 2  # the cluster was stacked
+    # The culprit's onset is the first of the cluster: a plain click (no force) reaches it and opens it.
+    page.locator("#timeline-panel-gpu_temp .annotation-text", has_text="Culprit found").click()
+    row = page.locator(f"#finding-{ids['finding']}")
+    expect(row).to_have_class(re.compile("finding-highlight"))
+    expect(page.locator(f"#finding-{ids['finding']}-evidence")).not_to_be_empty()
+
+
+def test_step_time_follows_the_steady_state_and_the_full_range_is_a_click_away(page, cluster) -> None:
+    ids, _, _ = cluster
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=step_time")
+    drawn(page, "step_time")
+    figure = """() => { const el = document.querySelector('#timeline-panel-step_time .timeline-plot');
+        const ys = el.data.filter(t => (t.meta || {}).role !== 'clipped').flatMap(t => t.y.filter(Number.isFinite));
+        return {range: el._fullLayout.yaxis.range, max: Math.max(...ys),
+                clipped: el.data.filter(t => (t.meta || {}).role === 'clipped').map(t => t.y.length)}; }"""
+    steady = page.evaluate(figure)
+    assert steady["range"][1] < steady["max"] / 2, steady  # checkpoint spikes do not set the scale
+    assert steady["clipped"] and steady["clipped"][0] > 0  # and the clipped points are marked
+    expect(page.get_by_test_id("clipped-step_time")).to_contain_text("beyond the steady range clipped")
+    page.get_by_test_id("yrange-step_time").click()
+    expect(page.get_by_test_id("yrange-step_time")).to_have_text("Steady range")
+    full = page.evaluate(figure)
+    assert full["range"][1] >= full["max"] and not full["clipped"], full
+    assert page.evaluate(
+        "() => document.querySelector('#timeline-panel-step_time .timeline-plot').layout.xaxis.hoverformat"
+    ) == ",.0f"  # whole steps on the step axis
+
+
+def test_a_selected_finding_fades_only_host_series_and_a_panel_downloads_as_csv(page, cluster) -> None:
+    ids, truth, _ = cluster
+    host = truth["culprits"][0]["host"]
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=step_time,gpu_temp&hosts={host}")
+    drawn(page, "step_time")
+    drawn(page, "gpu_temp")
+    opacities = page.evaluate(
+        """() => Object.fromEntries(['step_time', 'gpu_temp'].map(p => [p,
+             document.querySelector(`#timeline-panel-${p} .timeline-plot`).data
+               .filter(t => (t.meta || {}).role !== 'clipped').map(t => [t.meta.host || null, t.opacity])]))"""
+    )
+    assert all(o == 1 for _, o in opacities["step_time"]), opacities["step_time"]  # no host: never faded
+    assert any(h == host and o == 1 for h, o in opacities["gpu_temp"])
+    assert any(h and h != host and o < 1 for h, o in opacities["gpu_temp"])
+    with page.expect_download() as info:
+        page.get_by_test_id("csv-step_time").click()
+    download = info.value
+    assert download.suggested_filename == "step_time.csv"
+    lines = open(download.path()).read().splitlines()
+    assert lines[0] == "series,x,y" and len(lines) > 20
+
+
+def test_the_range_label_uses_the_chosen_zone(browser, stepwise_app, cluster, _signed_in_state) -> None:
+    ids, _, _ = cluster
+    context = browser.new_context(
+        base_url=stepwise_app.base_url, storage_state=str(_signed_in_state), timezone_id="Asia/Tokyo"
+    )
+    context.set_default_timeout(EXPECT_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        # 2026-05-09 20:00:00 UTC to 20:30:00 UTC, shown on a local time axis in Tokyo (UTC+09:00)
+        page.goto(
+            f"/investigations/{ids['inv']}/timeline/?panels=step_time&x=time-local&start=1778356800&end=1778358600"
+        )
+        expect(page.locator(".timeline-range")).to_have_text("2026-05-10 05:00:00 – 2026-05-10 05:30:00 UTC+09:00")
+        page.goto(
+            f"/investigations/{ids['inv']}/timeline/?panels=step_time&x=time-utc&start=1778356800&end=1778358600"
+        )
+        expect(page.locator(".timeline-range")).to_have_text("2026-05-09 20:00:00 – 2026-05-09 20:30:00 UTC")
+    finally:
+        context.close()
