@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from playbooks.compare import CompareError, CompareJob, compare_jobs
@@ -37,7 +37,7 @@ from playbooks.compare import CompareError, CompareJob, compare_jobs
 from ..models import DataSource, DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from . import datasource_client
 from .comparison_pairs import compare_pairs
-from .decision import findings_record
+from .decision import findings_prune, findings_record
 from .runs import ACTIVE, run_is_running, run_watched, triage_wait_check
 
 logger = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
         if not DiagnosisRun.objects.select_for_update().filter(pk=run_id, status=TaskStatus.RUNNING).exists():
             raise ComparisonCancelled("stopped before storing its result")
         keys = findings_record(run, findings)
-        _findings_prune(run, keys)
+        findings_prune(run, keys, playbooks=[PLAYBOOK])
         run.result = _json_safe(result)
         run.status = TaskStatus.DONE
         run.finished = timezone.now()
@@ -254,20 +254,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
-
-
-def _findings_prune(run: DiagnosisRun, fired: set[tuple[str, str]]) -> int:
-    """Delete this investigation's comparison findings (of the run's job) that this run did not find."""
-    stale = Finding.objects.filter(
-        investigation_id=run.investigation_id, job_id=run.job_id, run__isnull=False, playbook=PLAYBOOK
-    )
-    keep = Q()
-    for playbook, rule in fired:
-        keep |= Q(playbook=playbook, rule=rule)
-    if fired:
-        stale = stale.exclude(keep)
-    deleted, _ = stale.delete()
-    return deleted
 
 
 def comparison_overview(investigation: Investigation) -> dict[str, Any]:

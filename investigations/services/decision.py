@@ -116,7 +116,7 @@ def diagnosis_decide(run_id: int) -> DiagnosisRun:
             return run
         keys = findings_record(run, findings)
         if complete:
-            _findings_prune(run, keys, playbooks=[e.playbook for e in executions])
+            findings_prune(run, keys, playbooks=[e.playbook for e in executions])
         finished = timezone.now()
         run.result = {
             "job": _contract_job(run.job, triage),
@@ -193,8 +193,8 @@ def findings_record(run: DiagnosisRun, findings: list[dict[str, Any]]) -> set[tu
     return {(row.playbook, row.rule) for row in rows}
 
 
-def _findings_prune(run: DiagnosisRun, fired: set[tuple[str, str]], *, playbooks: list[str]) -> int:
-    """Delete this job's diagnosis findings of `playbooks` (and of the decision itself) that did not fire.
+def findings_prune(run: DiagnosisRun, fired: set[tuple[str, str]], *, playbooks: list[str]) -> int:
+    """Delete this job's findings of `playbooks` (and of the playbooks that fired) that did not fire this run.
 
     Findings a person recorded (no run) are kept; so are those of playbooks this run did not cover.
     """
