@@ -15,7 +15,7 @@ _LAZY = {
     "execute": "diagnose", "plan": "diagnose", "run_diagnosis": "diagnose",
     "PlaybookError": "loader", "load_playbooks": "loader",
     "GPU_MODELS": "gpus", "choose_gpu_model": "gpus",
-    "PROFILES": "profiles", "detect_profile": "profiles",
+    "PROFILES": "profiles", "detect_profile": "profiles", "resolve_profile": "profiles",
     "PrometheusClient": "prometheus", "PrometheusError": "prometheus",
     "triage_job": "triage", "triage_log": "triage",
 }

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from django.conf import settings
 
 from playbooks import timeline as tl
-from playbooks.profiles import PROFILES, Profile, ProfileError, detect_profile
+from playbooks.profiles import PROFILES, Profile, ProfileError, resolve_profile
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
 from ..models import DataSource
@@ -63,7 +63,8 @@ def _profile_of(ds: DataSource, client: PrometheusClient) -> Profile:
     if name in PROFILES:
         return PROFILES[name]
     try:
-        return detect_profile(client.label_values("__name__"))
+        # fitted to this TSDB (host labels, job names), as discovery would
+        return resolve_profile(client, client.label_values("__name__"))
     except ProfileError as exc:
         raise TimelineError(str(exc)) from exc
 

@@ -36,7 +36,7 @@ def _det_own_excess(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
     """Flag hosts whose series stay above their own typical level (median over the window) for a while.
 
     Params: min_rel (share above the typical level, default 0.5), min_abs (in the series' unit, default 0),
-    min_duration (default 60 s). The finding's onset is the start of the strongest episode (the largest
+    min_duration (default 60 s). Start-up, warm-up and checkpoint windows are left out. The finding's onset is the start of the strongest episode (the largest
     excess over the typical level, held for the duration); every episode is listed in the evidence.
     """
     g = ctx.grid(rule.queries[0])
@@ -45,7 +45,9 @@ def _det_own_excess(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
     p = rule.params
     min_rel, min_abs = float(p.get("min_rel", 0.5)), float(p.get("min_abs", 0.0))
     length = max(2, int(round(_dur(rule, "min_duration", 60.0) / max(g.step, 1e-9))))
-    m = g.mask(*focus)
+    # start-up, warm-up and checkpoint saves are the job's own normal pressure: only steady training is
+    # judged (all of the data when the TSDB holds no training steps)
+    m = g.mask(*focus) & ctx.timeline.valid_training(g.t)
     hosts, ev, best = [], [], None
     for r, lab in enumerate(g.labels):
         x = np.where(m, g.values[r], np.nan)

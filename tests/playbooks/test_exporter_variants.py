@@ -108,3 +108,20 @@ def test_a_node_exporter_only_tsdb_is_diagnosed_with_what_is_there(served_job, v
     assert result["diagnosis"]["class"] == "healthy"
     absent = [f for f in result["findings"] if "gpu_power" in " ".join(str(e["value"]) for e in f["evidence"])]
     assert absent, [f["title"] for f in result["findings"]]
+
+
+@pytest.mark.parametrize("variant", [Exporters(gpu_host_label=""), Exporters(hostname_change=True)],
+                         ids=["no-hostname", "restarted-pod"])
+def test_timeline_bands_name_hosts_as_the_diagnosis_does(served_job, view_root, variant):
+    """Many GPUs draw a band with named outliers: host names come from node_uname_info / the alias, not IPs."""
+    from playbooks import timeline as tl
+    from playbooks.profiles import resolve_profile
+
+    client, truth, _ = _serve(served_job, view_root, "thermal-straggler", 1, "nvidia", exporters=variant, gpus=8)
+    prof = resolve_profile(client, client.label_values("__name__"))
+    start, end = truth["data_range"]
+    ctx = tl.context_build(client, prof, start, end)
+    (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], start, end, max_lines=4)
+    assert panel.mode == "band", panel.message
+    named = {o["host"] for o in panel.outliers}
+    assert named and named <= set(truth["hosts"]), named
