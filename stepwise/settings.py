@@ -470,9 +470,13 @@ LOGGING = {
 }
 
 # --- Mail (reports: mentions and assignments) ------------------------------------------------------
-# Django's mail backend; the console backend (the demo) prints each message to the web server's log.
-# For SMTP: STEPWISE_MAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend, STEPWISE_MAIL_HOST, _PORT.
-_mail_backend = envstr("STEPWISE_MAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Django's mail backend. Served over TLS (production) the default is SMTP to STEPWISE_MAIL_HOST:_PORT
+# (localhost:25, the host's MTA; a failed send is logged, the comment is kept); otherwise (the demo) the
+# console backend prints each message to the web server's log. STEPWISE_MAIL_BACKEND overrides both.
+_mail_backend = envstr(
+    "STEPWISE_MAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend" if STEPWISE_TLS else "django.core.mail.backends.console.EmailBackend",
+)
 MAILERS = {
     "default": {
         "BACKEND": _mail_backend,
