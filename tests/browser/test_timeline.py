@@ -195,7 +195,9 @@ def test_rdma_degraded_host_is_named(page, case, profile, panel) -> None:
     drawn(page, panel)
     expect(page.get_by_test_id(f"outliers-{panel}")).to_contain_text(truth["culprits"][0]["host"])
     if profile == "nvidia":
-        expect(plot(page, "rdma_retransmits")).to_contain_text("Not available")
+        # The NVIDIA profile declares node_exporter's RDMA counters (>= 1.11); this job's exporter has none,
+        # so the panel draws nothing and says so (unavailable signal, or no series in the range).
+        expect(plot(page, "rdma_retransmits")).to_contain_text(re.compile("Not available|no data in this range"))
 
 
 def test_a_pinned_chart_renders_after_its_prometheus_is_stopped(page, case, stepwise_app) -> None:
