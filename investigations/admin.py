@@ -192,20 +192,24 @@ class DiagnosisRunAdmin(admin.ModelAdmin):
         "pk",
         "investigation",
         "job",
+        "kind",
         "status",
+        "stage",
         "progress_done",
         "progress_total",
         "created",
         "finished",
     ]
-    list_filter = ["status"]
+    list_filter = ["kind", "status"]
     search_fields = ["investigation__title", "job__job_id", "error"]
     raw_id_fields = ["investigation", "job", "datasource", "created_by"]
     inlines = [PlaybookExecutionInline]
-    exclude = ["playbooks", "window", "result"]
-    readonly_fields = ["playbooks_json", "window_json", "result_json"]
+    exclude = ["request", "playbooks", "window", "planned", "result"]
+    readonly_fields = ["request_json", "playbooks_json", "window_json", "planned_json", "result_json"]
+    request_json = _json_display("request")
     playbooks_json = _json_display("playbooks")
     window_json = _json_display("window")
+    planned_json = _json_display("planned")
     result_json = _json_display("result")
 
 

@@ -295,12 +295,29 @@ class QueryResult(models.Model):
 
 
 class DiagnosisRun(_RunProgress, models.Model):
-    """One automated diagnosis of one job of an investigation: the playbooks run, then the decision.
+    """One automated run on an investigation's jobs: a diagnosis of one job, or a comparison of several.
 
-    `playbooks` lists the playbook names planned; `window` is {"start": s, "end": s} (unix seconds) or
-    empty for the job's whole range; `result` is the contract's output object (job, source, diagnosis,
-    findings, timings) once done.
+    What was asked, how far it got and what came out are kept apart:
+
+    - `kind`: diagnosis (playbooks, then the decision) or comparison (the investigation's jobs side by side).
+    - request: `request` is what the user asked for — a diagnosis {"playbooks": names or None for what
+      the triage calls for, "profile", "gpu_model"} with `window` {"start": s, "end": s} (unix seconds;
+      empty for the job's whole range); a comparison {"jobs": [job pks, baseline first]}.
+    - progress: `status`, `stage` (a diagnosis: "executing" its playbooks, then "deciding"), `planned`
+      (a diagnosis: the discovered source and the triage its plan read, which the decision reads
+      again), `playbooks` (the names planned), `progress_done` / `progress_total`, `error`.
+    - output: `result`, the contract's output object once done (a diagnosis: job, source, diagnosis,
+      findings, timings; a comparison: the `compare` object), and nothing before.
     """
+
+    class Kind(models.TextChoices):
+        DIAGNOSIS = "diagnosis", "Diagnosis"
+        COMPARISON = "comparison", "Comparison"
+
+    class Stage(models.TextChoices):
+        NONE = "", "Not planned"
+        EXECUTING = "executing", "Executing playbooks"
+        DECIDING = "deciding", "Deciding"
 
     investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="diagnosis_runs")
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="diagnosis_runs")
@@ -308,9 +325,13 @@ class DiagnosisRun(_RunProgress, models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.DIAGNOSIS)
+    request = models.JSONField(default=dict, blank=True)
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.QUEUED)
+    stage = models.CharField(max_length=16, choices=Stage.choices, default=Stage.NONE, blank=True)
     playbooks = models.JSONField(default=list, blank=True)
     window = models.JSONField(default=dict, blank=True)
+    planned = models.JSONField(default=dict, blank=True)
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
@@ -323,10 +344,17 @@ class DiagnosisRun(_RunProgress, models.Model):
 
     class Meta:
         ordering = ["-created", "-pk"]
-        indexes = [models.Index(fields=["status"], name="diagnosisrun_status_idx")]
+        indexes = [
+            models.Index(fields=["status"], name="diagnosisrun_status_idx"),
+            models.Index(fields=["investigation", "kind", "-created"], name="diagnosisrun_kind_idx"),
+        ]
 
     def __str__(self) -> str:
-        return f"diagnosis {self.pk} of {self.job} ({self.status})"
+        return f"{self.kind} {self.pk} of {self.job} ({self.status})"
+
+    @property
+    def is_comparison(self) -> bool:
+        return self.kind == self.Kind.COMPARISON
 
 
 class PlaybookExecution(models.Model):

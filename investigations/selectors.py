@@ -14,7 +14,6 @@ from .models import (
     QueryRun,
     TaskStatus,
 )
-from .services.diagnosis import COMPARISON_PLAYBOOKS
 
 
 def datasource_list() -> QuerySet[DataSource]:
@@ -55,8 +54,8 @@ def investigation_list(
             job__investigation_links__investigation=OuterRef("pk"),
             job__investigation_links__role=InvestigationJob.Role.PRIMARY,
             status=TaskStatus.DONE,
+            kind=DiagnosisRun.Kind.DIAGNOSIS,
         )
-        .exclude(playbooks=COMPARISON_PLAYBOOKS)
         .order_by("-finished", "-pk")
     )
     rows = Investigation.objects.select_related("owner").annotate(

@@ -6,6 +6,7 @@ One parser for the diagnosis form and `manage.py diagnose`; one formatter for ev
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Any
 
 
@@ -53,3 +54,12 @@ def relative(seconds: float | None, crash: float | None) -> str:
     else:
         text = f"{secs} s"
     return f"{text} {'before' if delta < 0 else 'after'} the crash"
+
+
+def finite_seconds(value: Any) -> float | None:
+    """Return `value` as float seconds, or None when it is missing, not a number, NaN or infinite."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -231,14 +231,6 @@ class StepAxis:
         idx = int(np.searchsorted(p.knot_s, p.last_step, side="left"))
         return float(p.knot_t[idx])
 
-    def knots(self, max_points: int = 2000) -> list[tuple[float, float]]:
-        """Return (time, step) knots of every piece, thinned to about `max_points`, for clients."""
-        pairs = [(float(t), float(s)) for p in self.pieces for t, s in zip(p.knot_t, p.knot_s, strict=True)]
-        if len(pairs) <= max_points:
-            return pairs
-        stride = int(np.ceil(len(pairs) / max_points))
-        return pairs[::stride] + [pairs[-1]]
-
     def to_dict(self) -> dict:
         """Return a JSON-ready summary: range, steps, gaps and restores."""
         return {

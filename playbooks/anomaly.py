@@ -180,15 +180,16 @@ def background(rates: np.ndarray, cols: np.ndarray, *, q: float = 95.0) -> tuple
 
     A row's background is a high quantile (`q`) of its own values over `cols`: for a counter that ticks now
     and then (a few retransmitted packets on one scrape in a hundred) it is the size of a typical tick, not 0,
-    which a median would give. The pack's background is the median of the rows' backgrounds: a few hosts in
-    trouble cannot raise it, and a counter that ticks on every host (transmit waits) raises it for all.
+    which a median would give. The pack's background is the lower quartile of the rows' backgrounds: hosts in
+    trouble cannot raise it even when they are half of a small job, and a counter that ticks on every host
+    (transmit waits) raises it for all.
     Rows without data over `cols` get NaN.
     """
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         own = np.nanpercentile(np.where(cols[None, :], rates, np.nan), q, axis=1) if cols.any() \
             else np.full(len(rates), np.nan)
-        pack = float(np.nanmedian(own)) if np.isfinite(own).any() else float("nan")
+        pack = float(np.nanpercentile(own, 25)) if np.isfinite(own).any() else float("nan")
     return own, pack
 
 

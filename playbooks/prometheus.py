@@ -455,10 +455,6 @@ class PrometheusClient:
         """Return /api/v1/status/buildinfo data."""
         return self._api_dict("/api/v1/status/buildinfo")
 
-    def runtimeinfo(self) -> dict:
-        """Return /api/v1/status/runtimeinfo data."""
-        return self._api_dict("/api/v1/status/runtimeinfo")
-
     def flags(self) -> dict:
         """Return /api/v1/status/flags data (flag name -> value as text)."""
         return self._api_dict("/api/v1/status/flags")
@@ -466,10 +462,6 @@ class PrometheusClient:
     def targets(self) -> dict:
         """Return /api/v1/targets data (activeTargets, droppedTargets)."""
         return self._api_dict("/api/v1/targets")
-
-    def metadata(self, metric: str | None = None) -> dict:
-        """Return /api/v1/metadata data (metric name -> list of type/help/unit)."""
-        return self._api_dict("/api/v1/metadata", {"metric": metric} if metric else None)
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
         """Return the `data` of a GET on a read-only API path (the text body for /-/ paths)."""

@@ -464,7 +464,9 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": STEPWISE_LOG_LEVEL},
     # One line per Prometheus request is noise at INFO; failures surface through the client's errors.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}},
+    # axes.apps only announces its version at start-up (on stderr of every manage.py command); lockouts
+    # and failed sign-ins are logged by axes.handlers and axes.watch_login, which keep the root level.
+    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}, "axes.apps": {"level": "WARNING"}},
 }
 
 # --- Mail (reports: mentions and assignments) ------------------------------------------------------

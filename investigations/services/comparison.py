@@ -1,7 +1,7 @@
 """Glue for the multi-job comparison of an investigation (seed 002, "Multi-Job Comparison").
 
-A comparison is a DiagnosisRun of the investigation's primary job whose `playbooks` is ["comparison"]
-(COMPARISON) and whose `window` is {"jobs": [job pks, baseline first]}; no new table. The engine
+A comparison is a DiagnosisRun of kind comparison, of the investigation's primary job, whose `request`
+is {"jobs": [job pks, baseline first]}. The engine
 (`playbooks.compare.compare_jobs`) does the thinking; this module loads rows, connects to each job's
 data source, calls it and stores what it returns:
 
@@ -9,14 +9,13 @@ data source, calls it and stores what it returns:
 2. `comparison_execute` connects to every job's source (progress: one step per job connected), compares
    them with their stored triage, stores the contract's `compare` object in `run.result`, upserts the
    findings (playbook "comparison", job = the primary job) and sets the investigation's incident class.
-3. A user cancels it like a diagnosis (`diagnosis_cancel`: the run row becomes cancelled). `comparison_execute`
+3. A user cancels it like a diagnosis (`runs.run_cancel`: the run row becomes cancelled). `comparison_execute`
    looks for that before connecting each job, between the engine's queries and before storing anything, and
    then raises ComparisonCancelled: the run row is left as the user's cancel wrote it.
 
 Services never enqueue tasks and never decide whether to retry: transient Prometheus errors propagate
-(`TRANSIENT_ERRORS`), the task retries them. The claim, requeue and finish of a run are the diagnosis
-module's (`diagnosis_claim`, `diagnosis_requeue`, `diagnosis_finish`, `diagnosis_cancel`): a comparison is a
-run like any other.
+(`TRANSIENT_ERRORS`), the task retries them. The claim, requeue and finish of a run are any run's
+(services/runs.py): a comparison is a run like any other.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from playbooks.compare import CompareError, CompareJob, compare_jobs
@@ -38,19 +37,12 @@ from playbooks.compare import CompareError, CompareJob, compare_jobs
 from ..models import DataSource, DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from . import datasource_client
 from .comparison_pairs import compare_pairs
-from .diagnosis import (
-    ACTIVE,
-    COMPARISON_PLAYBOOKS,
-    diagnosis_is_running,
-    findings_record,
-    run_watched,
-    triage_wait_check,
-)
+from .decision import findings_prune, findings_record
+from .runs import ACTIVE, run_is_running, run_watched, triage_wait_check
 
 logger = logging.getLogger(__name__)
 
-#: The `playbooks` of a DiagnosisRun that is a comparison, not a single-job diagnosis.
-COMPARISON = COMPARISON_PLAYBOOKS
+#: The playbook of a comparison's findings.
 PLAYBOOK = "comparison"
 
 # Baseline first (compare_jobs judges every job against the job that did not restore, else the first).
@@ -75,7 +67,7 @@ class ComparisonCancelled(Exception):
 
 def comparison_runs(investigation: Investigation) -> Any:
     """Return the investigation's comparison runs, newest first."""
-    return DiagnosisRun.objects.filter(investigation=investigation, playbooks=COMPARISON).order_by(
+    return DiagnosisRun.objects.filter(investigation=investigation, kind=DiagnosisRun.Kind.COMPARISON).order_by(
         "-created", "-pk"
     )
 
@@ -123,8 +115,8 @@ def comparison_start(investigation: Investigation, user: Any = None) -> Diagnosi
             job=primary[0].job,
             datasource=primary[1],
             created_by=user if getattr(user, "is_authenticated", False) else None,
-            playbooks=list(COMPARISON),
-            window={"jobs": [link.job.pk for link, _ in usable]},
+            kind=DiagnosisRun.Kind.COMPARISON,
+            request={"jobs": [link.job.pk for link, _ in usable]},
             progress_total=len(usable),
             result={},
         )
@@ -141,7 +133,7 @@ def finding_rule(finding: dict[str, Any]) -> str:
     return f"{finding.get('class') or 'healthy'}:{title}"[:100]
 
 
-def comparison_execute(run_id: int, *, wait_for_triage: bool = True) -> DiagnosisRun:
+def comparison_execute(run_id: int) -> DiagnosisRun:
     """Return the running comparison, done, with its result and findings stored.
 
     1. Connect to each job's data source in order (serving a job TSDB when needed), counting one
@@ -160,14 +152,13 @@ def comparison_execute(run_id: int, *, wait_for_triage: bool = True) -> Diagnosi
     ComparisonCancelled: the run keeps its progress so far and the earlier comparison's findings.
     """
     run = DiagnosisRun.objects.select_related("job", "investigation").get(pk=run_id)
-    job_ids = [int(pk) for pk in (run.window or {}).get("jobs") or []]
+    job_ids = [int(pk) for pk in (run.request or {}).get("jobs") or []]
     jobs = Job.objects.in_bulk(job_ids)
     missing = [pk for pk in job_ids if pk not in jobs]
     if missing or len(job_ids) < 2:
         raise ComparisonError("A job of this comparison was deleted; start the comparison again.")
-    if wait_for_triage:
-        # the logs give the restore points and the configs the comparison diffs
-        triage_wait_check([jobs[pk] for pk in job_ids], "its restore point and config are compared")
+    # the logs give the restore points and the configs the comparison diffs
+    triage_wait_check([jobs[pk] for pk in job_ids], "its restore point and config are compared")
     DiagnosisRun.objects.filter(pk=run_id).update(progress_done=0, progress_total=len(job_ids))
     stop = threading.Event()
     with ExitStack() as stack:
@@ -198,7 +189,7 @@ def comparison_execute(run_id: int, *, wait_for_triage: bool = True) -> Diagnosi
         if not DiagnosisRun.objects.select_for_update().filter(pk=run_id, status=TaskStatus.RUNNING).exists():
             raise ComparisonCancelled("stopped before storing its result")
         keys = findings_record(run, findings)
-        _findings_prune(run, keys)
+        findings_prune(run, keys, playbooks=[PLAYBOOK])
         run.result = _json_safe(result)
         run.status = TaskStatus.DONE
         run.finished = timezone.now()
@@ -215,7 +206,7 @@ def comparison_execute(run_id: int, *, wait_for_triage: bool = True) -> Diagnosi
 
 def _checkpoint(run_id: int, where: str) -> None:
     """Raise ComparisonCancelled, naming `where`, unless the run is still running."""
-    if not diagnosis_is_running(run_id):
+    if not run_is_running(run_id):
         raise ComparisonCancelled(f"stopped {where}")
 
 
@@ -265,20 +256,6 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _findings_prune(run: DiagnosisRun, fired: set[tuple[str, str]]) -> int:
-    """Delete this investigation's comparison findings (of the run's job) that this run did not find."""
-    stale = Finding.objects.filter(
-        investigation_id=run.investigation_id, job_id=run.job_id, run__isnull=False, playbook=PLAYBOOK
-    )
-    keep = Q()
-    for playbook, rule in fired:
-        keep |= Q(playbook=playbook, rule=rule)
-    if fired:
-        stale = stale.exclude(keep)
-    deleted, _ = stale.delete()
-    return deleted
-
-
 def comparison_overview(investigation: Investigation) -> dict[str, Any]:
     """Return what the comparison region shows.
 
@@ -312,7 +289,6 @@ def comparison_overview(investigation: Investigation) -> dict[str, Any]:
 
 
 __all__ = [
-    "COMPARISON",
     "ComparisonCancelled",
     "ComparisonError",
     "comparison_active",

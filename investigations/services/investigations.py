@@ -13,7 +13,6 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -680,11 +679,3 @@ def job_triage(job_id: int, *, now: float | None = None) -> Job:
         diagnosis_runs__status=TaskStatus.DONE
     ).update(incident_class=result.triage_class or "")
     return job
-
-
-def triage_matches_by_class(triage: dict[str, Any]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """Yield (class, matches) in the triage's order (primary first), for the page."""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for match in triage.get("matches") or []:
-        groups.setdefault(str(match.get("class")), []).append(match)
-    yield from groups.items()

@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from playbooks import timeline as tl
+from playbooks.textclean import printable
 
 #: Other jobs of the investigation one timeline can draw over its panels.
 MAX_COMPARE = 4
-_HOST_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 class TimelineError(Exception):
@@ -95,7 +95,9 @@ def timeline_view_parse(params: Mapping[str, Any]) -> TimelineView:
         if unknown:
             raise TimelineError(f"Unknown panel(s): {', '.join(unknown)}.")
     hosts = tuple(h.strip() for h in str(params.get("hosts") or "").split(",") if h.strip())
-    bad = [h for h in hosts if not set(h) <= _HOST_CHARS or len(h) > 100]
+    # Any label value a TSDB can hold is a host (it is escaped where PromQL and Plotly use it): only control
+    # characters and absurd lengths are refused (a comma separates hosts in the link).
+    bad = [h for h in hosts if printable(h) != h or len(h) > 253]
     if bad:
         raise TimelineError(f"Not a host name: {bad[0]!r}.")
     start, end = _float(params, "start"), _float(params, "end")

@@ -24,7 +24,6 @@ from typing import Any
 from reports.services.autofill import next_steps as report_next_steps
 
 from ..models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
-from .diagnosis import COMPARISON_PLAYBOOKS
 
 HEALTHY = "healthy"
 #: Below this the verdict's first next step is to confirm it (a comparison with a healthy run).
@@ -90,12 +89,12 @@ class Verdict:
 def _latest_done(investigation: Investigation, *, comparison: bool) -> DiagnosisRun | None:
     runs = DiagnosisRun.objects.filter(investigation=investigation, status=TaskStatus.DONE)
     if comparison:
-        runs = runs.filter(playbooks=COMPARISON_PLAYBOOKS)
+        runs = runs.filter(kind=DiagnosisRun.Kind.COMPARISON)
     else:
         primary = InvestigationJob.objects.filter(
             investigation=investigation, role=InvestigationJob.Role.PRIMARY
         ).values("job_id")
-        runs = runs.exclude(playbooks=COMPARISON_PLAYBOOKS).filter(job_id__in=primary)
+        runs = runs.filter(kind=DiagnosisRun.Kind.DIAGNOSIS, job_id__in=primary)
     return runs.order_by("-finished", "-pk").first()
 
 

@@ -12,8 +12,8 @@ from django.shortcuts import redirect
 from django_htmx.middleware import HtmxDetails
 
 from ..models import DiagnosisRun, Investigation, InvestigationJob, Job
-from ..services import diagnosis as dx
 from ..services.investigations import investigation_primary_job
+from ..services.runs import run_cancel as cancel_run
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -58,7 +58,7 @@ def run_cancel(
     The queued or running run becomes cancelled, and its task stops at its next checkpoint. A run that
     had already finished is left as it is, and the answer says so.
     """
-    note = "" if dx.diagnosis_cancel(run, request.user) else f"The {noun} had already finished."
+    note = "" if cancel_run(run, request.user) else f"The {noun} had already finished."
     if request.htmx:
         return region(start_error=note)
     if note:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
-from ..services import diagnosis as dx
+from ..services.diagnosis_overview import crash_time
 from ..services.verdict import culprit_names, investigation_verdict
 from ..times import relative, utc
 
@@ -21,7 +21,7 @@ def verdict_context(investigation: Investigation) -> dict[str, Any]:
         .select_related("job")
         .first()
     )
-    crash = dx.crash_time(link.job, verdict.source.run) if link else None
+    crash = crash_time(link.job, verdict.source.run) if link else None
     onset = d.get("onset") if isinstance(d.get("onset"), int | float) else None
     return {
         "verdict": {

@@ -47,7 +47,7 @@ def _columns(
 ) -> list[dict[str, Any]]:
     """Return one column per compared job: id, role, restored-from, steps, baseline flag."""
     links = {link.job.pk: link for link, _ in overview["links"]}
-    order = [int(pk) for pk in ((run.window or {}).get("jobs") or [])] if run else []
+    order = [int(pk) for pk in ((run.request or {}).get("jobs") or [])] if run else []
     baseline = (result.get("comparison") or {}).get("baseline")
     out = []
     for i, found in enumerate(result.get("jobs") or []):
@@ -175,7 +175,7 @@ def _timeline_url(investigation: Investigation, decided: DiagnosisRun | None, re
     metric the comparison judged beyond noise ("" without a finished comparison)."""
     if decided is None or not result:
         return ""
-    jobs = [int(pk) for pk in (decided.window or {}).get("jobs") or []]
+    jobs = [int(pk) for pk in (decided.request or {}).get("jobs") or []]
     others = [pk for pk in jobs if pk != decided.job_id]
     if not others:
         return ""

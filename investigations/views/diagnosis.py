@@ -35,6 +35,7 @@ from ..forms import DiagnosisStartForm, form_errors
 from ..models import DiagnosisRun, Finding, Investigation, Job, TaskStatus
 from ..services import diagnosis as dx
 from ..services.deadruns import dead_runs_reap
+from ..services.diagnosis_overview import crash_time, diagnosis_overview
 from ..services.runs import run_not_sent
 from ..services.verdict import finding_role
 from ..tasks.diagnosis import diagnosis_plan_task
@@ -114,7 +115,7 @@ def _execution_rows(executions: list[Any]) -> list[dict[str, Any]]:
 
 
 def _region_context(investigation: Investigation, job: Job | None, **extra: Any) -> dict[str, Any]:
-    overview = dx.diagnosis_overview(investigation, job)
+    overview = diagnosis_overview(investigation, job)
     crash = overview["crash_time"]
     for finding in overview["findings"]:
         finding.onset_utc = utc(finding.onset)
@@ -238,7 +239,7 @@ def finding_detail(request: HtmxHttpRequest, investigation_id: int, finding_id: 
     """Return a finding with its evidence table: the whole page, or (htmx) the evidence that expands a row."""
     investigation = get_investigation_or_404(request.user, investigation_id)
     finding = _get_finding(investigation, finding_id)
-    crash = dx.crash_time(finding.job, finding.run) if finding.job else None
+    crash = crash_time(finding.job, finding.run) if finding.job else None
     finding.onset_utc = utc(finding.onset)
     finding.onset_relative = relative(finding.onset, crash)
     template = "investigations/finding_detail.html"
@@ -317,9 +318,8 @@ def run_report(request: HttpRequest, investigation_id: int, run_id: int) -> Http
             status=409,
             content_type="text/plain; charset=utf-8",
         )
-    comparison = list(run.playbooks or []) == list(dx.COMPARISON_PLAYBOOKS)
-    text = compare_markdown(result) if comparison else diagnosis_markdown(result)
+    text = compare_markdown(result) if run.is_comparison else diagnosis_markdown(result)
     response = HttpResponse(text, content_type="text/markdown; charset=utf-8")
-    kind = "comparison" if comparison else "diagnosis"
+    kind = run.kind
     response["Content-Disposition"] = f'inline; filename="stepwise-{investigation.pk}-{kind}-{run.pk}.md"'
     return response

@@ -15,8 +15,9 @@ from ._common import HtmxHttpRequest
 
 @require_POST
 def delete(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
+    # A viewer cannot delete; an editor reaches the service, which lets only the owner do it, and says so.
     investigation = get_investigation_or_404(
-        request.user, investigation_id, queryset=Investigation.objects.select_related("owner")
+        request.user, investigation_id, action="edit", queryset=Investigation.objects.select_related("owner")
     )
     try:
         title = lifecycle.investigation_delete(investigation, request.user, request.POST.get("confirm", ""))

@@ -157,7 +157,7 @@ def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> 
     panel = PanelData(spec, mode, queries=queries)
     if mode in ("single", "lines"):
         traces = [_to_trace(s, "line") for s in results["line"] if s.timestamps]
-        traces.sort(key=lambda tr: (tr.labels.get("host", ""), int(tr.labels.get("gpu", "0") or 0)))
+        traces.sort(key=lambda tr: (tr.labels.get("host", ""), _gpu_order(tr.labels.get("gpu", ""))))
         if mode == "single":
             for tr in traces:
                 tr.name = spec.title
@@ -210,3 +210,8 @@ def _scored(samples: Sequence[Any], floor: float = 0.0) -> tuple[list[Any], floa
     typical = [s.value for s in samples if s.labels.get("stat") == "median" and math.isfinite(s.value)]
     bar = _outlier_bar(typical[0] if typical else 0.0, floor)
     return [s for s in samples if "stat" not in s.labels and math.isfinite(s.value) and s.value > 0], bar
+
+
+def _gpu_order(gpu: str) -> tuple[int, int, str]:
+    """Sort key of a gpu label: numbers in numeric order first, then any other value a TSDB holds (a UUID)."""
+    return (0, int(gpu), "") if gpu.isdigit() else (1, 0, gpu)

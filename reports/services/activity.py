@@ -80,8 +80,8 @@ def _machine_events(investigation: Investigation) -> list[Event]:
         klass = (triage.get("job") or {}).get("triage_class") or "no class"
         events.append(Event(finished, "", f"log triage done ({klass})"))
     runs = DiagnosisRun.objects.filter(investigation=investigation, finished__isnull=False).exclude(status=TaskStatus.QUEUED)
-    for run in runs.only("pk", "playbooks", "status", "finished", "result"):
-        what = "comparison" if run.playbooks == ["comparison"] else "diagnosis"
+    for run in runs.only("pk", "kind", "status", "finished", "result"):
+        what = run.kind
         klass = ((run.result or {}).get("diagnosis") or {}).get("class")
         events.append(Event(run.finished, "", f"{what} #{run.pk} {run.status}" + (f": {klass}" if klass else "")))
     for f in Finding.objects.filter(investigation=investigation, onset__isnull=False).exclude(severity="info"):

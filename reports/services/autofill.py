@@ -13,7 +13,7 @@ from typing import Any
 
 from investigations.models import DiagnosisRun, Investigation, Job, TaskStatus
 from investigations.services import comparison as comparison_svc
-from investigations.services import diagnosis as diagnosis_svc
+from investigations.services import diagnosis_overview as diagnosis_svc
 from investigations.services import investigations as inv
 from playbooks.report import fmt_time
 

@@ -234,6 +234,8 @@ def stepwise_app(tmp_path_factory: pytest.TempPathFactory, synth_root: Path) -> 
         STEPWISE_TUNNEL_HOSTS="gpu-*,127.0.0.1,localhost",
         STEPWISE_TUNNEL_SSH_PORTS="22,22200-22999",
         STEPWISE_TUNNEL_PROMETHEUS_PORTS="1024-65535",
+        # The comparison-cancel test holds its queries at links listening on any loopback port.
+        STEPWISE_ALLOWED_PROMETHEUS="127.0.0.1,localhost",
     )
     app = StepwiseApp(
         base_url="",

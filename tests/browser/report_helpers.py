@@ -34,7 +34,7 @@ import json
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 from investigations.models import DataSource, DiagnosisRun, Investigation, InvestigationJob, Job, TaskStatus
-from investigations.services.diagnosis import findings_record
+from investigations.services.decision import findings_record
 from reports.models import Membership, Restriction, Team
 case = json.load(open({str(case_json)!r}))
 User = get_user_model()

@@ -9,7 +9,8 @@ from django.conf import settings as django_settings
 
 from investigations import services
 from investigations.models import DataSource, QueryResult, QueryRun
-from investigations.tasks import _retry_delay, queryrun_execute_task
+from investigations.tasks import queryrun_execute_task
+from investigations.tasks.shell import retry_delay
 from playbooks.prometheus import PrometheusUnreachable
 
 pytestmark = pytest.mark.django_db
@@ -66,4 +67,4 @@ def test_it_records_a_permanent_error_without_retrying(job_root: Path, tmp_path:
 
 
 def test_the_retry_backoff_grows_and_is_capped() -> None:
-    assert [_retry_delay(n) for n in range(7)] == [2, 4, 8, 16, 32, 60, 60]
+    assert [retry_delay(n) for n in range(7)] == [2, 4, 8, 16, 32, 60, 60]

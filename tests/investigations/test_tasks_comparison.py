@@ -226,8 +226,8 @@ def held_pair(served_job) -> tuple[list[HeldLink], list[tuple]]:
 
 _CANCEL = """
 from investigations.models import DiagnosisRun
-from investigations.services import diagnosis as dx
-print(dx.diagnosis_cancel(DiagnosisRun.objects.get(pk={run_id})))
+from investigations.services import runs
+print(runs.run_cancel(DiagnosisRun.objects.get(pk={run_id})))
 """
 
 

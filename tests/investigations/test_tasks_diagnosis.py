@@ -25,6 +25,8 @@ from investigations.models import (
     TaskStatus,
 )
 from investigations.services import diagnosis as dx
+from investigations.services import diagnosis_overview as overview
+from investigations.services import runs
 from investigations.tasks import diagnosis as tasks
 from playbooks.prometheus import PrometheusUnreachable
 from playbooks.triage import triage_job
@@ -92,7 +94,7 @@ def test_a_thermal_straggler_diagnosis_persists_the_culprit_host(diagnosable, qu
     run.refresh_from_db()
     assert run.status == TaskStatus.DONE, run.error
     assert run.progress_done == run.progress_total > 0
-    shown = dx.diagnosis_overview(investigation, job)["executions"]
+    shown = overview.diagnosis_overview(investigation, job)["executions"]
     assert [(e.playbook, e.done) for e in shown] == [(e.playbook, e.total) for e in shown]
     culprit = truth["culprits"][0]["host"]
     assert culprit in [c["host"] for c in run.result["diagnosis"]["culprits"]]
@@ -113,13 +115,19 @@ def test_a_thermal_straggler_diagnosis_persists_the_culprit_host(diagnosable, qu
 
 
 def test_a_rerun_gives_the_same_findings(diagnosable, queue) -> None:
+    """A re-run over the same data updates the same finding rows (same rule, class, severity, where) in place."""
     investigation, job, _ = diagnosable("thermal-straggler")
-    counts = []
+    found = []
     for _ in range(2):
-        tasks.diagnosis_plan_task(dx.diagnosis_start(investigation, job).pk)
+        run_id = dx.diagnosis_start(investigation, job).pk
+        tasks.diagnosis_plan_task(run_id)
         drain(queue)
-        counts.append(Finding.objects.filter(investigation=investigation, job=job).count())
-    assert counts[0] == counts[1] > 0
+        rows = Finding.objects.filter(investigation=investigation, job=job).order_by("pk")
+        assert set(rows.values_list("run_id", flat=True)) == {run_id}, "every finding comes from the latest run"
+        found.append(
+            list(rows.values_list("pk", "playbook", "rule", "incident_class", "severity", "hosts", "gpus", "onset"))
+        )
+    assert found[0] == found[1] and found[0]
     assert DiagnosisRun.objects.filter(status=TaskStatus.DONE).count() == 2
 
 
@@ -146,7 +154,7 @@ def test_a_cancelled_run_skips_its_pending_playbooks_and_keeps_what_finished(dia
     tasks.diagnosis_plan_task(run.pk)
     first_task, first_args = queue.pop(0)
     first_task(*first_args)
-    dx.diagnosis_cancel(run)
+    runs.run_cancel(run)
     ran = drain(queue)
     assert "diagnosis_decide_task" not in ran
     run.refresh_from_db()
@@ -161,7 +169,7 @@ def test_cancelling_stops_a_running_playbook_between_queries(
     diagnosable, queue, monkeypatch, settings
 ) -> None:
     settings.STEPWISE_QUERY_CONCURRENCY = 1
-    monkeypatch.setattr(dx, "POLL_S", 0.02)
+    monkeypatch.setattr(runs, "POLL_S", 0.02)
     investigation, job, _ = diagnosable("thermal-straggler")
     run = dx.diagnosis_start(investigation, job)
     tasks.diagnosis_plan_task(run.pk)
@@ -170,14 +178,14 @@ def test_cancelling_stops_a_running_playbook_between_queries(
     planned = len(run.executions.get(playbook=playbook).queries)
     assert planned >= 3
     engine = importlib.import_module("playbooks.diagnose")
-    real_execute, real_is_running = engine.execute, dx.diagnosis_is_running
+    real_execute, real_is_running = engine.execute, runs.run_is_running
     first_done = threading.Event()
 
     def is_running(run_id: int) -> bool:
         if first_done.is_set():
             # A user presses Cancel once the first query is done (written from the task's own thread,
             # as the test database cannot take two writers).
-            dx.diagnosis_cancel(DiagnosisRun.objects.get(pk=run_id))
+            runs.run_cancel(DiagnosisRun.objects.get(pk=run_id))
         return real_is_running(run_id)
 
     def execute_then_cancel(client, plan, *, on_query_done, should_cancel, **kw):
@@ -191,7 +199,7 @@ def test_cancelling_stops_a_running_playbook_between_queries(
 
         return real_execute(client, plan, on_query_done=done, should_cancel=should_cancel, **kw)
 
-    monkeypatch.setattr(dx, "diagnosis_is_running", is_running)
+    monkeypatch.setattr(runs, "run_is_running", is_running)
     monkeypatch.setattr(engine, "execute", execute_then_cancel)
     tasks.playbook_execute_task(run.pk, playbook)
     execution = PlaybookExecution.objects.get(run=run, playbook=playbook)

@@ -76,7 +76,7 @@ def test_walk_back_stops_at_the_baseline():
 
 
 def test_background_of_a_sparse_counter_is_a_tick_not_zero():
-    """A counter that ticks on a few scrapes has a tick-sized background; the pack's is the median host's."""
+    """A counter that ticks on a few scrapes has a tick-sized background; the pack's is its lower quartile."""
     rng = np.random.default_rng(1)
     ticks = np.where(rng.random((6, 400)) < 0.08, rng.uniform(0.05, 0.6, (6, 400)), 0.0)
     ticks[2, 300:] = 200.0  # one host in trouble late in the job

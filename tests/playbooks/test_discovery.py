@@ -80,7 +80,9 @@ def test_the_identity_flags_another_jobs_log(served_job) -> None:
     assert ident.log_last_step == other_truth["last_step"]
     assert ident.tsdb_last_step == truth["last_step"]
     assert f"{other_truth['last_step']:,}" in ident.message and "wrong Prometheus" in ident.message
-    assert any("nodes" in note for note in ident.notes) or set(other_truth["hosts"]) & set(truth["hosts"])
+    # the other job's log names nodes this TSDB never scraped: the check says so too
+    assert set(other["nodes"]) - set(truth["hosts"]), "the two generated jobs must not share every node"
+    assert any("of the log's" in note and "nodes" in note for note in ident.notes), ident.notes
 
 
 def test_the_identity_flags_a_different_loss_at_the_same_step(served_job) -> None:

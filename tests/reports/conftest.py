@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from investigations.models import DataSource, DiagnosisRun, Investigation, InvestigationJob, Job, TaskStatus
-from investigations.services.diagnosis import findings_record
+from investigations.services.decision import findings_record
 from playbooks.diagnose import run_diagnosis
 from playbooks.triage import triage_job
 

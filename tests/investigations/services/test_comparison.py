@@ -20,6 +20,8 @@ from investigations.models import (
 )
 from investigations.services import comparison as cmp
 from investigations.services import diagnosis as dx
+from investigations.services import diagnosis_overview as overview
+from investigations.services import runs
 from playbooks.triage import triage_job
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +55,7 @@ def restore_pair(served_job, job_factory):
 
 
 def _run_through(run: DiagnosisRun) -> DiagnosisRun:
-    assert dx.diagnosis_claim(run.pk)
+    assert runs.run_claim(run.pk)
     return cmp.comparison_execute(run.pk)
 
 
@@ -62,8 +64,9 @@ def test_it_creates_a_queued_comparison_of_the_primary_job_baseline_first(restor
     run = cmp.comparison_start(investigation)
     assert run.status == TaskStatus.QUEUED
     assert run.job == restored
-    assert run.playbooks == ["comparison"]
-    assert run.window == {"jobs": [baseline.pk, restored.pk]}
+    assert run.kind == DiagnosisRun.Kind.COMPARISON and run.is_comparison
+    assert run.request == {"jobs": [baseline.pk, restored.pk]}
+    assert run.playbooks == [] and run.window == {} and run.result == {}
     assert run.progress_total == 2
 
 
@@ -105,7 +108,7 @@ def test_it_finds_the_restore_leak_and_stores_result_and_findings(restore_pair) 
     assert set(findings.values_list("job_id", flat=True)) == {restored.pk}
     assert findings.filter(incident_class="restore-resource-leak", severity="warning").exists()
     # The comparison region shows them; the job's diagnosis table does not show them twice.
-    assert dx.diagnosis_overview(investigation, restored)["findings"] == []
+    assert overview.diagnosis_overview(investigation, restored)["findings"] == []
     investigation.refresh_from_db()
     assert investigation.incident_class == "restore-resource-leak"
 
@@ -121,10 +124,10 @@ def test_the_diagnosis_region_and_its_active_check_ignore_comparisons(restore_pa
     investigation, restored, _ = restore_pair
     comparison = cmp.comparison_start(investigation)
     assert dx.diagnosis_active(restored) is None
-    assert dx.diagnosis_overview(investigation, restored)["run"] is None
+    assert overview.diagnosis_overview(investigation, restored)["run"] is None
     run = dx.diagnosis_start(investigation, restored)  # not refused by the queued comparison
     assert run.pk != comparison.pk
-    assert dx.diagnosis_overview(investigation, restored)["run"] == run
+    assert overview.diagnosis_overview(investigation, restored)["run"] == run
     assert cmp.comparison_overview(investigation)["run"] == comparison
 
 
@@ -132,7 +135,7 @@ def test_a_deleted_data_source_fails_clearly_and_stores_nothing(restore_pair) ->
     investigation, _, baseline = restore_pair
     run = cmp.comparison_start(investigation)
     baseline.datasources.all().delete()
-    assert dx.diagnosis_claim(run.pk)
+    assert runs.run_claim(run.pk)
     with pytest.raises(cmp.ComparisonError, match="has no data source"):
         cmp.comparison_execute(run.pk)
     run.refresh_from_db()
@@ -146,8 +149,8 @@ def test_it_waits_for_a_jobs_triage_still_running(restore_pair) -> None:
     done = baseline.triage
     Job.objects.filter(pk=baseline.pk).update(triage={"state": "running", "started": timezone.now().isoformat()})
     run = cmp.comparison_start(investigation)
-    assert dx.diagnosis_claim(run.pk)
-    with pytest.raises(dx.TriagePending, match=f"Waiting for the log triage of job {baseline.job_id}"):
+    assert runs.run_claim(run.pk)
+    with pytest.raises(runs.TriagePending, match=f"Waiting for the log triage of job {baseline.job_id}"):
         cmp.comparison_execute(run.pk)
     run.refresh_from_db()
     assert run.result == {} and not Finding.objects.exists()

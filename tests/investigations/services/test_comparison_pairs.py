@@ -10,7 +10,7 @@ from django.urls import reverse
 
 from investigations.models import Investigation, InvestigationJob
 from investigations.services import comparison as cmp
-from investigations.services import diagnosis as dx
+from investigations.services import runs
 from investigations.services.comparison_pairs import comparison_pairs
 
 from .test_comparison import _job
@@ -49,8 +49,8 @@ def test_with_three_jobs_the_primary_is_compared_with_the_baseline_and_the_page_
         InvestigationJob.objects.create(investigation=investigation, job=job, role=role, position=position)
 
     run = cmp.comparison_start(investigation)
-    assert run.window == {"jobs": [baseline.pk, restored.pk, other.pk]}
-    assert dx.diagnosis_claim(run.pk)
+    assert run.request == {"jobs": [baseline.pk, restored.pk, other.pk]}
+    assert runs.run_claim(run.pk)
     run = cmp.comparison_execute(run.pk)
     result = run.result
     assert [p["jobs"] for p in result["pairs"]] == [[0, 1], [0, 2]]

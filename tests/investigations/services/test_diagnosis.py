@@ -20,7 +20,10 @@ from investigations.models import (
     PlaybookExecution,
     TaskStatus,
 )
+from investigations.services import decision, query_slots, runs
 from investigations.services import diagnosis as dx
+from investigations.services import diagnosis_overview as overview
+from investigations.services import playbook_runs as pbr
 from playbooks.gpus import GPU_MODELS
 from playbooks.triage import triage_job
 
@@ -50,16 +53,16 @@ def diagnosable(served_job):
 
 def _run_through(run: DiagnosisRun, *, failing: tuple[str, ...] = ()) -> DiagnosisRun:
     """Plan, execute every playbook (marking those of `failing` failed) and decide, as the tasks do."""
-    assert dx.diagnosis_claim(run.pk)
+    assert runs.run_claim(run.pk)
     run = dx.diagnosis_plan(run.pk)
     for playbook in run.playbooks:
-        assert dx.playbook_claim(run.pk, playbook)
+        assert pbr.playbook_claim(run.pk, playbook)
         if playbook in failing:
-            dx.playbook_finish(run.pk, playbook, TaskStatus.FAILED, "Gave up after 5 attempts: unreachable")
+            pbr.playbook_finish(run.pk, playbook, TaskStatus.FAILED, "Gave up after 5 attempts: unreachable")
         else:
-            dx.playbook_execute(run.pk, playbook)
-    assert dx.diagnosis_finished_executing(run.pk)
-    return dx.diagnosis_decide(run.pk)
+            pbr.playbook_execute(run.pk, playbook)
+    assert decision.diagnosis_finished_executing(run.pk)
+    return decision.diagnosis_decide(run.pk)
 
 
 # --- Start ---------------------------------------------------------------------------------------
@@ -93,7 +96,7 @@ def test_it_refuses_a_second_run_while_one_is_active(diagnosable) -> None:
     InvestigationJob.objects.create(investigation=other, job=job)
     with pytest.raises(dx.DiagnosisRunError, match=f"run #{first.pk} in “{investigation.title}”"):
         dx.diagnosis_start(other, job)
-    dx.diagnosis_cancel(first)
+    runs.run_cancel(first)
     assert dx.diagnosis_start(investigation, job).pk != first.pk
 
 
@@ -123,11 +126,10 @@ def test_planning_waits_for_a_triage_still_running_but_not_for_a_stalled_one(dia
     done = job.triage
     Job.objects.filter(pk=job.pk).update(triage={"state": "running", "started": timezone.now().isoformat()})
     run = dx.diagnosis_start(investigation, job)
-    assert dx.diagnosis_claim(run.pk)
-    with pytest.raises(dx.TriagePending, match=f"Waiting for the log triage of job {job.job_id}"):
+    assert runs.run_claim(run.pk)
+    with pytest.raises(runs.TriagePending, match=f"Waiting for the log triage of job {job.job_id}"):
         dx.diagnosis_plan(run.pk)
     assert not run.executions.exists()
-    assert dx.diagnosis_plan(run.pk, wait_for_triage=False).playbooks  # an eager task does not wait
     # a triage whose worker died long ago is not waited for
     Job.objects.filter(pk=job.pk).update(
         triage={"state": "running", "started": (timezone.now() - dt.timedelta(days=1)).isoformat()}
@@ -139,6 +141,7 @@ def test_planning_waits_for_a_triage_still_running_but_not_for_a_stalled_one(dia
 def test_the_plan_task_requeues_and_retries_while_the_triage_runs(diagnosable, monkeypatch) -> None:
     """The task puts the run back in the queue, saying why, and retries in TRIAGE_WAIT_S."""
     from investigations.tasks import diagnosis as dx_tasks
+    from investigations.tasks import shell
 
     investigation, job, _ = diagnosable("thermal-straggler")
     Job.objects.filter(pk=job.pk).update(triage={"state": "queued", "queued": timezone.now().isoformat()})
@@ -157,26 +160,26 @@ def test_the_plan_task_requeues_and_retries_while_the_triage_runs(diagnosable, m
         dx_tasks.diagnosis_plan_task.run(run.pk)
     run.refresh_from_db()
     assert run.status == TaskStatus.QUEUED and run.error.startswith("Waiting for the log triage")
-    assert asked["countdown"] == dx_tasks.TRIAGE_WAIT_S and asked["max_retries"] == dx_tasks.TRIAGE_WAIT_RETRIES
+    assert asked["countdown"] == shell.TRIAGE_WAIT_S and asked["max_retries"] == shell.TRIAGE_WAIT_RETRIES
 
 
 def test_planning_stores_the_source_and_one_queued_execution_per_playbook(diagnosable) -> None:
     investigation, job, truth = diagnosable()
     run = dx.diagnosis_start(investigation, job)
-    dx.diagnosis_claim(run.pk)
+    runs.run_claim(run.pk)
     run = dx.diagnosis_plan(run.pk)
     executions = list(run.executions.all())
     assert run.playbooks and [e.playbook for e in executions] == run.playbooks
     assert all(e.status == TaskStatus.QUEUED for e in executions)
     assert run.progress_total == sum(len(e.queries) for e in executions) > 0
-    assert set(truth["hosts"]) <= set(run.result["source"]["hosts"])
-    assert run.result["stage"] == dx.STAGE_EXECUTING
+    assert set(truth["hosts"]) <= set(run.planned["source"]["hosts"])
+    assert run.stage == DiagnosisRun.Stage.EXECUTING
 
 
 def test_a_query_several_playbooks_plan_runs_once_and_every_playbook_still_decides(diagnosable) -> None:
     investigation, job, truth = diagnosable("thermal-straggler")
     run = dx.diagnosis_start(investigation, job, playbooks=dx.ALL_PLAYBOOKS)
-    dx.diagnosis_claim(run.pk)
+    runs.run_claim(run.pk)
     run = dx.diagnosis_plan(run.pk)
     executions = list(run.executions.order_by("pk"))
     owned = [(q["name"], q["promql"]) for e in executions for q in e.queries]
@@ -189,22 +192,22 @@ def test_a_query_several_playbooks_plan_runs_once_and_every_playbook_still_decid
             assert order.index(owner) < order.index(e.playbook)
             assert name in [q["name"] for q in run.executions.get(playbook=owner).queries]
     for playbook in run.playbooks:
-        dx.playbook_claim(run.pk, playbook)
-        dx.playbook_execute(run.pk, playbook)
-    assert dx.diagnosis_finished_executing(run.pk)
-    run = dx.diagnosis_decide(run.pk)
+        pbr.playbook_claim(run.pk, playbook)
+        pbr.playbook_execute(run.pk, playbook)
+    assert decision.diagnosis_finished_executing(run.pk)
+    run = decision.diagnosis_decide(run.pk)
     assert run.result["diagnosis"]["class"] == truth["class"]
 
 
 def test_executing_a_playbook_stores_its_queries_output_and_progress(diagnosable) -> None:
     investigation, job, _ = diagnosable()
     run = dx.diagnosis_start(investigation, job)
-    dx.diagnosis_claim(run.pk)
+    runs.run_claim(run.pk)
     run = dx.diagnosis_plan(run.pk)
     playbook = run.playbooks[0]
     planned = len(run.executions.get(playbook=playbook).queries)
-    assert dx.playbook_claim(run.pk, playbook)
-    dx.playbook_execute(run.pk, playbook)
+    assert pbr.playbook_claim(run.pk, playbook)
+    pbr.playbook_execute(run.pk, playbook)
     execution = PlaybookExecution.objects.get(run=run, playbook=playbook)
     run.refresh_from_db()
     assert execution.status == TaskStatus.DONE
@@ -215,20 +218,20 @@ def test_executing_a_playbook_stores_its_queries_output_and_progress(diagnosable
     answered = [q for q in execution.queries if q["ok"]]
     assert all("series" in q["summary"] for q in answered)
     assert execution.output["result"]["name"] == playbook
-    assert not dx.playbook_claim(run.pk, playbook), "a finished playbook cannot be claimed again"
+    assert not pbr.playbook_claim(run.pk, playbook), "a finished playbook cannot be claimed again"
 
 
 def test_only_one_of_the_last_playbooks_gets_to_decide(diagnosable) -> None:
     investigation, job, _ = diagnosable()
     run = dx.diagnosis_start(investigation, job)
-    dx.diagnosis_claim(run.pk)
+    runs.run_claim(run.pk)
     run = dx.diagnosis_plan(run.pk)
-    assert not dx.diagnosis_finished_executing(run.pk), "playbooks are still queued"
+    assert not decision.diagnosis_finished_executing(run.pk), "playbooks are still queued"
     PlaybookExecution.objects.filter(run=run).update(status=TaskStatus.DONE)
-    assert dx.diagnosis_finished_executing(run.pk)
-    assert not dx.diagnosis_finished_executing(run.pk)
+    assert decision.diagnosis_finished_executing(run.pk)
+    assert not decision.diagnosis_finished_executing(run.pk)
     run.refresh_from_db()
-    assert run.result["stage"] == dx.STAGE_DECIDING
+    assert run.stage == DiagnosisRun.Stage.DECIDING
 
 
 # --- Decide --------------------------------------------------------------------------------------
@@ -323,13 +326,13 @@ def test_an_incomplete_rerun_keeps_findings_it_could_not_check(diagnosable) -> N
 def test_cancelling_cancels_the_queued_playbooks_and_keeps_the_finished_ones(diagnosable) -> None:
     investigation, job, _ = diagnosable()
     run = dx.diagnosis_start(investigation, job)
-    dx.diagnosis_claim(run.pk)
+    runs.run_claim(run.pk)
     run = dx.diagnosis_plan(run.pk)
     first = run.playbooks[0]
-    dx.playbook_claim(run.pk, first)
-    dx.playbook_execute(run.pk, first)
-    assert dx.diagnosis_cancel(run)
-    assert not dx.diagnosis_cancel(run), "a finished run cannot be cancelled again"
+    pbr.playbook_claim(run.pk, first)
+    pbr.playbook_execute(run.pk, first)
+    assert runs.run_cancel(run)
+    assert not runs.run_cancel(run), "a finished run cannot be cancelled again"
     run.refresh_from_db()
     assert run.status == TaskStatus.CANCELLED and run.finished is not None
     statuses = dict(run.executions.values_list("playbook", "status"))
@@ -360,16 +363,16 @@ def test_the_overview_lists_findings_by_onset_with_unknown_onsets_last_and_notes
             onset=onset,
             severity=severity,
         )
-    overview = dx.diagnosis_overview(investigation, job)
-    assert [f.rule for f in overview["findings"]] == ["a", "b", "c", "red-herring", "missing-families"]
-    assert overview["run"] is None and overview["diagnosis"] is None
+    shown = overview.diagnosis_overview(investigation, job)
+    assert [f.rule for f in shown["findings"]] == ["a", "b", "c", "red-herring", "missing-families"]
+    assert shown["run"] is None and shown["diagnosis"] is None
 
 
 # --- Query slots ---------------------------------------------------------------------------------
 
 
 def test_query_slots_let_a_query_wait_until_one_is_free(tmp_path) -> None:
-    slots = dx.QuerySlots("datasource-1", 2, tmp_path)
+    slots = query_slots.QuerySlots("datasource-1", 2, tmp_path)
     entered = threading.Event()
 
     def third() -> None:
@@ -387,7 +390,7 @@ def test_query_slots_let_a_query_wait_until_one_is_free(tmp_path) -> None:
 
 
 def test_query_slots_bound_the_queries_in_flight(tmp_path) -> None:
-    slots = dx.QuerySlots("datasource-2", 3, tmp_path)
+    slots = query_slots.QuerySlots("datasource-2", 3, tmp_path)
     lock = threading.Lock()
     in_flight, peak, done = [0], [0], []
 
@@ -416,16 +419,16 @@ def test_a_claim_left_by_a_dead_worker_is_taken_again_after_the_hard_time_limit(
     """acks_late delivers the task of a worker that died again: its running row must not stay stuck."""
     investigation, job, _ = diagnosable()
     run = dx.diagnosis_start(investigation, job)
-    assert dx.diagnosis_claim(run.pk)
-    assert not dx.diagnosis_claim(run.pk), "a live claim is not taken twice"
+    assert runs.run_claim(run.pk)
+    assert not runs.run_claim(run.pk), "a live claim is not taken twice"
     long_ago = timezone.now() - dt.timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT + 1)
     DiagnosisRun.objects.filter(pk=run.pk).update(started=long_ago)
-    assert dx.diagnosis_claim(run.pk)
+    assert runs.run_claim(run.pk)
     run = dx.diagnosis_plan(run.pk)
     playbook = run.playbooks[0]
-    assert dx.playbook_claim(run.pk, playbook)
-    assert not dx.playbook_claim(run.pk, playbook)
+    assert pbr.playbook_claim(run.pk, playbook)
+    assert not pbr.playbook_claim(run.pk, playbook)
     PlaybookExecution.objects.filter(run=run, playbook=playbook).update(updated=long_ago)
-    assert dx.playbook_claim(run.pk, playbook)
+    assert pbr.playbook_claim(run.pk, playbook)
     DiagnosisRun.objects.filter(pk=run.pk).update(started=long_ago)
-    assert not dx.diagnosis_claim(run.pk), "a planned run is not planned again"
+    assert not runs.run_claim(run.pk), "a planned run is not planned again"

@@ -55,7 +55,7 @@ def _triage(job_dir) -> dict:
         ({"start": "200", "end": "100"}, "end must be after start"),
         ({"start": "abc"}, "start must be a number"),
         ({"start": "nan"}, "finite"),
-        ({"hosts": "dgx1,$(rm)"}, "Not a host name"),
+        ({"hosts": "dgx1,a\x00b"}, "Not a host name"),  # any label value is a host, but no control byte
         ({"tz": "5000"}, "offset from UTC"),
     ],
 )

@@ -93,8 +93,8 @@ def _header_class(body: str) -> str:
 def _run(investigation, job, status=TaskStatus.RUNNING, **fields) -> DiagnosisRun:
     jobs = [link.job_id for link in investigation.job_links.order_by("role")]
     return DiagnosisRun.objects.create(
-        investigation=investigation, job=job, status=status, playbooks=["comparison"],
-        window={"jobs": jobs}, progress_total=2, progress_done=1, **fields,
+        investigation=investigation, job=job, status=status, kind=DiagnosisRun.Kind.COMPARISON,
+        request={"jobs": jobs}, progress_total=2, progress_done=1, **fields,
     )  # fmt: skip
 
 
@@ -121,7 +121,7 @@ def test_start_creates_a_queued_comparison_and_enqueues_it_on_commit(
             response = alice_client.post(url, **HTMX)
     run = DiagnosisRun.objects.get()
     delay.assert_called_once_with(run.pk)
-    assert run.playbooks == ["comparison"] and run.window == {"jobs": [baseline.pk, restored.pk]}
+    assert run.is_comparison and run.request == {"jobs": [baseline.pk, restored.pk]}
     body = response.content.decode()
     assert body.lstrip().startswith('<section id="comparison"')
     assert 'hx-trigger="every 1s"' in body and "0 / 2 jobs connected" in body

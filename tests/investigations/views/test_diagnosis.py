@@ -146,7 +146,7 @@ def test_start_creates_a_queued_run_and_enqueues_it_on_commit(
     delay.assert_called_once_with(run.pk)
     assert response.status_code == 200
     assert run.status == TaskStatus.QUEUED and run.created_by == alice
-    assert run.result["requested"] is None  # the triage decides
+    assert run.request["playbooks"] is None  # the triage decides
     body = response.content.decode()
     assert 'id="diagnosis"' in body and 'hx-trigger="every 1s"' in body
 
@@ -161,7 +161,8 @@ def test_start_with_all_playbooks_and_a_window(
     run = DiagnosisRun.objects.get()
     assert run.job == job  # the primary job by default
     assert run.window == {"start": 1763798400.0, "end": 1763800000.0}
-    assert run.result == {"requested": ["all"], "profile": "auto", "gpu_model": "auto"}
+    assert run.request == {"playbooks": ["all"], "profile": "auto", "gpu_model": "auto"}
+    assert run.result == {}  # nothing comes out before it is done
 
 
 def test_start_with_the_users_profile_and_gpu_model(alice_client, case, django_capture_on_commit_callbacks) -> None:
@@ -174,7 +175,7 @@ def test_start_with_the_users_profile_and_gpu_model(alice_client, case, django_c
     with django_capture_on_commit_callbacks(execute=False):
         alice_client.post(url, {"scope": "triage", "profile": "nvidia", "gpu_model": "H100"}, **HTMX)
     run = DiagnosisRun.objects.get()
-    assert (run.result["profile"], run.result["gpu_model"]) == ("nvidia", "H100")
+    assert (run.request["profile"], run.request["gpu_model"]) == ("nvidia", "H100")
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,9 @@ def test_polling_stops_when_done_and_a_mismatch_is_loud(alice_client, investigat
     assert 'data-testid="identity-mismatch"' in body
     assert "This is probably the wrong Prometheus for this job" in body and "9,120" in body
     assert "Discover again" in body and "csrfmiddlewaretoken" in body
-    assert "2026-03-13 19:45:00" in body or "amd" in body
+    # what was discovered is shown along with the warning: the profile and the hosts
+    assert 'data-testid="discovery-profile">amd</span>' in body
+    assert "dgx031" in body and "dgx032" in body
 
 
 def test_a_match_is_green_and_shows_hosts_by_gpus(alice_client, investigation) -> None:

@@ -42,7 +42,8 @@ def _done(investigation: Investigation, diagnosis: dict, *, comparison: bool = F
         investigation=investigation,
         job=investigation.jobs.get(),
         status="done",
-        playbooks=["comparison"] if comparison else ["contention"],
+        kind=DiagnosisRun.Kind.COMPARISON if comparison else DiagnosisRun.Kind.DIAGNOSIS,
+        playbooks=[] if comparison else ["contention"],
         result={"diagnosis": diagnosis},
         finished=timezone.now(),
     )

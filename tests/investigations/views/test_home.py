@@ -104,7 +104,7 @@ def test_each_row_names_the_culprits_of_its_latest_diagnosis(alice_client) -> No
 
     run([{"host": "old-host", "gpu": None}], )
     run(culprits)
-    run([{"host": "compared", "gpu": None}], playbooks=["comparison"])
+    run([{"host": "compared", "gpu": None}], kind=DiagnosisRun.Kind.COMPARISON)
     DiagnosisRun.objects.create(investigation=hot, job=job, status=TaskStatus.RUNNING)  # not finished
     make_investigation("Nothing yet", job_id="301")
     body = alice_client.get(reverse("investigations:home")).content.decode()

@@ -18,11 +18,15 @@ def test_it_renders_the_styled_login_page(client) -> None:
     assert "Sign in" in body
 
 
-def test_it_signs_in_and_lands_on_data_sources(client, alice) -> None:
+def test_it_signs_in_and_lands_on_the_investigations_list(client, alice) -> None:
     response = client.post(reverse("login"), {"username": "alice", "password": "alice-correct-horse-42"})
     assert response.status_code == 302
     assert response["Location"] == reverse("investigations:home")
-    assert client.get(reverse("investigations:home")).status_code == 200
+    landing = client.get(response["Location"])
+    body = landing.content.decode()
+    assert landing.status_code == 200
+    assert "<h1>Investigations</h1>" in body and 'id="investigation-table"' in body
+    assert landing.wsgi_request.user == alice
 
 
 def test_it_shows_an_error_for_a_wrong_password(client, alice) -> None:
