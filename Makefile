@@ -14,6 +14,7 @@ test:
 	.venv/bin/pytest $(ARGS)
 
 lint: bootstrap
+	.venv/bin/ruff format --check .
 	.venv/bin/ruff check .
 
 bootstrap:

@@ -39,15 +39,35 @@ from playbooks.triage import TriageError, triage_job
 
 REPO = Path(__file__).resolve().parents[1]
 CLASSES = (
-    "healthy", "collective-hang", "network-hang", "node-death", "heartbeat-false-positive", "host-oom",
-    "thermal-straggler", "rdma-degradation", "restore-resource-leak", "monitoring-ghost-data", "gpu-driver-fault",
-    "gpu-hardware-fault", "training-instability",
+    "healthy",
+    "collective-hang",
+    "network-hang",
+    "node-death",
+    "heartbeat-false-positive",
+    "host-oom",
+    "thermal-straggler",
+    "rdma-degradation",
+    "restore-resource-leak",
+    "monitoring-ghost-data",
+    "gpu-driver-fault",
+    "gpu-hardware-fault",
+    "training-instability",
 )
 SHORT = {
-    "healthy": "ok", "collective-hang": "c-hang", "network-hang": "n-hang", "node-death": "node", "heartbeat-false-positive": "hb-fp",
-    "host-oom": "oom", "thermal-straggler": "therm", "rdma-degradation": "rdma", "restore-resource-leak": "leak",
-    "monitoring-ghost-data": "ghost", "gpu-driver-fault": "drv", "gpu-hardware-fault": "gpu-hw",
-    "training-instability": "train", "error": "ERROR",
+    "healthy": "ok",
+    "collective-hang": "c-hang",
+    "network-hang": "n-hang",
+    "node-death": "node",
+    "heartbeat-false-positive": "hb-fp",
+    "host-oom": "oom",
+    "thermal-straggler": "therm",
+    "rdma-degradation": "rdma",
+    "restore-resource-leak": "leak",
+    "monitoring-ghost-data": "ghost",
+    "gpu-driver-fault": "drv",
+    "gpu-hardware-fault": "gpu-hw",
+    "training-instability": "train",
+    "error": "ERROR",
 }
 
 
@@ -66,24 +86,58 @@ def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
             for seed in range(args.seed_from, args.seed_from + args.seeds):
                 n = nodes[i % len(nodes)]
                 i += 1
-                opts = {"scenario": scenario, "seed": seed, "nodes": n, "profile": profile, "gpus": args.gpus,
-                        "hours": args.hours, "interval": args.interval}
+                opts = {
+                    "scenario": scenario,
+                    "seed": seed,
+                    "nodes": n,
+                    "profile": profile,
+                    "gpus": args.gpus,
+                    "hours": args.hours,
+                    "interval": args.interval,
+                }
                 job_dir = out / f"{scenario}-{profile}-s{seed}-n{n}"
                 marker = job_dir.with_name(job_dir.name + ".opts.json")
-                fresh = marker.is_file() and json.loads(marker.read_text()) == opts and (job_dir / "truth.json").is_file()
+                fresh = (
+                    marker.is_file()
+                    and json.loads(marker.read_text()) == opts
+                    and (job_dir / "truth.json").is_file()
+                )
                 if args.rebuild or not fresh:
                     t0 = time.monotonic()
-                    generate_job(scenario, seed, n, job_dir, profile=profile, gpus=args.gpus, hours=args.hours,
-                                 interval=args.interval)
+                    generate_job(
+                        scenario,
+                        seed,
+                        n,
+                        job_dir,
+                        profile=profile,
+                        gpus=args.gpus,
+                        hours=args.hours,
+                        interval=args.interval,
+                    )
                     marker.write_text(json.dumps(opts))
                     print(f"  built {job_dir.name} in {time.monotonic() - t0:.1f} s", file=sys.stderr)
                 truth = json.loads((job_dir / "truth.json").read_text())
-                entries.append({"dir": job_dir, "truth": truth, "profile": profile, "nodes": n,
-                                "compare_with": truth.get("compare_with")})
+                entries.append(
+                    {
+                        "dir": job_dir,
+                        "truth": truth,
+                        "profile": profile,
+                        "nodes": n,
+                        "compare_with": truth.get("compare_with"),
+                    }
+                )
                 if truth.get("compare_with"):
                     base = Path(truth["compare_with"])
-                    entries.append({"dir": base, "truth": json.loads((base / "truth.json").read_text()),
-                                    "profile": profile, "nodes": n, "compare_with": None, "baseline_of": str(job_dir)})
+                    entries.append(
+                        {
+                            "dir": base,
+                            "truth": json.loads((base / "truth.json").read_text()),
+                            "profile": profile,
+                            "nodes": n,
+                            "compare_with": None,
+                            "baseline_of": str(job_dir),
+                        }
+                    )
     return entries
 
 
@@ -117,13 +171,22 @@ def judge(entry: dict[str, Any], work_root: Path, concurrency: int) -> dict[str,
             bs, bc = _served(base_dir, work_root)
             servers.append(bs)
             clients.append(bc)
-            result = compare_jobs([CompareJob(bc, triage_job(base_dir).to_dict()), CompareJob(c, triage)],
-                                  concurrency=concurrency)
+            result = compare_jobs(
+                [CompareJob(bc, triage_job(base_dir).to_dict()), CompareJob(c, triage)],
+                concurrency=concurrency,
+            )
         else:
             result = run_diagnosis(c, triage=triage, profile="auto", concurrency=concurrency)
     except (PrometheusError, TriageError, tsdb_server.TSDBServerError) as exc:
-        return {"predicted": "error", "error": f"{type(exc).__name__}: {exc}", "culprits": [], "onset": None,
-                "alarms": 0, "seconds": time.monotonic() - t0, "queries": 0}
+        return {
+            "predicted": "error",
+            "error": f"{type(exc).__name__}: {exc}",
+            "culprits": [],
+            "onset": None,
+            "alarms": 0,
+            "seconds": time.monotonic() - t0,
+            "queries": 0,
+        }
     finally:
         for c in clients:
             c.close()
@@ -131,10 +194,14 @@ def judge(entry: dict[str, Any], work_root: Path, concurrency: int) -> dict[str,
             tsdb_server.stop(s)
     diag = result["diagnosis"]
     return {
-        "predicted": diag["class"], "culprits": diag.get("culprits") or [], "onset": diag.get("onset"),
+        "predicted": diag["class"],
+        "culprits": diag.get("culprits") or [],
+        "onset": diag.get("onset"),
         "alarms": sum(1 for f in result.get("findings", []) if f.get("severity") in ("warning", "critical")),
-        "seconds": time.monotonic() - t0, "queries": (result.get("timings") or {}).get("queries", 0),
-        "confidence": diag.get("confidence"), "summary": diag.get("summary", ""),
+        "seconds": time.monotonic() - t0,
+        "queries": (result.get("timings") or {}).get("queries", 0),
+        "confidence": diag.get("confidence"),
+        "summary": diag.get("summary", ""),
     }
 
 
@@ -151,8 +218,12 @@ def compare_pair(a: Path, b: Path, work_root: Path, concurrency: int) -> dict[st
     """Return {pair, predicted, alarms} of compare_jobs on two job directories."""
     entry = {"dir": b, "compare_with": str(a)}
     got = judge(entry, work_root, concurrency)
-    return {"pair": f"{a.name} vs {b.name}", "predicted": got["predicted"], "alarms": got["alarms"],
-            "summary": got.get("summary") or got.get("error", "")}
+    return {
+        "pair": f"{a.name} vs {b.name}",
+        "predicted": got["predicted"],
+        "alarms": got["alarms"],
+        "summary": got.get("summary") or got.get("error", ""),
+    }
 
 
 # ------------------------------------------------------------------------------------------ figures
@@ -205,7 +276,9 @@ def report(rows: list[dict[str, Any]]) -> None:
             tp += len(want & got)
             n_pred += len(got)
             n_true += len(want)
-        print(f"Culprit {kind}: precision {tp}/{n_pred} = {_pct(tp, n_pred)}, recall {tp}/{n_true} = {_pct(tp, n_true)}")
+        print(
+            f"Culprit {kind}: precision {tp}/{n_pred} = {_pct(tp, n_pred)}, recall {tp}/{n_true} = {_pct(tp, n_true)}"
+        )
     f1s = {}
     for c in truth_classes:
         tp = sum(1 for r in rows if r["truth"] == c and r["predicted"] == c)
@@ -220,43 +293,69 @@ def report(rows: list[dict[str, Any]]) -> None:
         got = {c["host"] for c in r["culprits"]}
         tp, n_pred, n_true = tp + len(want & got), n_pred + len(got), n_true + len(want)
     prec, rec = (tp / n_pred if n_pred else 1.0), (tp / n_true if n_true else 1.0)
-    print(f"Culprit hosts F1: {2 * prec * rec / (prec + rec) if prec + rec else 0.0:.3f} "
-          f"(precision {prec:.3f}, recall {rec:.3f}; jobs naming more hosts than the truth: "
-          f"{sum(1 for r in rows if len(r['culprits']) > len(r['truth_culprits']))})")
-    scr = [abs(r["onset"] - r["truth_onset"]) / float(r.get("interval") or 15.0) for r in rows
-           if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None]
+    print(
+        f"Culprit hosts F1: {2 * prec * rec / (prec + rec) if prec + rec else 0.0:.3f} "
+        f"(precision {prec:.3f}, recall {rec:.3f}; jobs naming more hosts than the truth: "
+        f"{sum(1 for r in rows if len(r['culprits']) > len(r['truth_culprits']))})"
+    )
+    scr = [
+        abs(r["onset"] - r["truth_onset"]) / float(r.get("interval") or 15.0)
+        for r in rows
+        if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None
+    ]
     if scr:
-        print(f"Onset error in scrape intervals (correct class, n={len(scr)}): median {statistics.median(scr):.2f}, "
-              f"p90 {_quantile(scr, 0.9):.1f}; within 3 intervals {sum(x <= 3 for x in scr)}/{len(scr)}")
-    errors = [abs(r["onset"] - r["truth_onset"]) for r in rows
-              if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None]
-    missing = sum(1 for r in rows if r["predicted"] == r["truth"] and r["truth_onset"] is not None and r["onset"] is None)
+        print(
+            f"Onset error in scrape intervals (correct class, n={len(scr)}): median {statistics.median(scr):.2f}, "
+            f"p90 {_quantile(scr, 0.9):.1f}; within 3 intervals {sum(x <= 3 for x in scr)}/{len(scr)}"
+        )
+    errors = [
+        abs(r["onset"] - r["truth_onset"])
+        for r in rows
+        if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None
+    ]
+    missing = sum(
+        1
+        for r in rows
+        if r["predicted"] == r["truth"] and r["truth_onset"] is not None and r["onset"] is None
+    )
     if errors:
-        print(f"Onset error (correct class, n={len(errors)}): median {statistics.median(errors):.0f} s, "
-              f"p90 {_quantile(errors, 0.9):.0f} s, max {max(errors):.0f} s; {missing} without an onset")
+        print(
+            f"Onset error (correct class, n={len(errors)}): median {statistics.median(errors):.0f} s, "
+            f"p90 {_quantile(errors, 0.9):.0f} s, max {max(errors):.0f} s; {missing} without an onset"
+        )
     healthy = [r for r in rows if r["truth"] == "healthy"]
     alarmed = [r for r in healthy if r["alarms"]]
     print(f"Healthy false alarms: {_pct(len(alarmed), len(healthy))} of healthy jobs with a warning or worse")
-    print(f"False alarms on healthy jobs: {len(alarmed)}/{len(healthy)} jobs with a warning/critical finding "
-          f"({sum(r['alarms'] for r in healthy)} findings); {sum(r['predicted'] != 'healthy' for r in healthy)} "
-          "not called healthy")
+    print(
+        f"False alarms on healthy jobs: {len(alarmed)}/{len(healthy)} jobs with a warning/critical finding "
+        f"({sum(r['alarms'] for r in healthy)} findings); {sum(r['predicted'] != 'healthy' for r in healthy)} "
+        "not called healthy"
+    )
     secs = [r["seconds"] for r in rows]
-    print(f"Time per job (serve + triage + diagnose): median {statistics.median(secs):.1f} s, "
-          f"max {max(secs):.1f} s, total {sum(secs):.0f} s; queries median "
-          f"{statistics.median(r['queries'] for r in rows):.0f}")
+    print(
+        f"Time per job (serve + triage + diagnose): median {statistics.median(secs):.1f} s, "
+        f"max {max(secs):.1f} s, total {sum(secs):.0f} s; queries median "
+        f"{statistics.median(r['queries'] for r in rows):.0f}"
+    )
     wrong = [r for r in rows if r["predicted"] != r["truth"]]
     if wrong:
         print("\nMisclassified:")
         for r in wrong:
             extra = f" ({r['error']})" if r.get("error") else ""
             print(f"  {r['job']}: truth {r['truth']}, predicted {r['predicted']}{extra}")
-    off = [r for r in rows if r["predicted"] == r["truth"] and
-           {c["host"] for c in r["culprits"]} != {c["host"] for c in r["truth_culprits"]}]
+    off = [
+        r
+        for r in rows
+        if r["predicted"] == r["truth"]
+        and {c["host"] for c in r["culprits"]} != {c["host"] for c in r["truth_culprits"]}
+    ]
     if off:
         print("\nRight class, other culprits:")
         for r in off:
-            print(f"  {r['job']}: truth {sorted(c['host'] for c in r['truth_culprits'])}, "
-                  f"named {sorted(c['host'] for c in r['culprits'])[:8]}")
+            print(
+                f"  {r['job']}: truth {sorted(c['host'] for c in r['truth_culprits'])}, "
+                f"named {sorted(c['host'] for c in r['culprits'])[:8]}"
+            )
 
 
 def main() -> None:
@@ -267,7 +366,9 @@ def main() -> None:
     ap.add_argument("--profiles", default="amd,nvidia")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--hours", type=float, default=None, help="job length (default: the generator's, 2.2-3.2 h)")
+    ap.add_argument(
+        "--hours", type=float, default=None, help="job length (default: the generator's, 2.2-3.2 h)"
+    )
     ap.add_argument("--interval", type=float, default=15.0)
     ap.add_argument("--out", default=str(REPO / "data" / "bench" / "accuracy"))
     ap.add_argument("--rebuild", action="store_true")
@@ -278,31 +379,48 @@ def main() -> None:
     t0 = time.monotonic()
     corpus = build_corpus(args)
     t_built = time.monotonic()
-    print(f"corpus: {len(corpus)} jobs under {args.out} ({t_built - t0:.0f} s to build or check)", file=sys.stderr)
+    print(
+        f"corpus: {len(corpus)} jobs under {args.out} ({t_built - t0:.0f} s to build or check)",
+        file=sys.stderr,
+    )
     work_root = Path(tempfile.mkdtemp(prefix="stepwise-accuracy-"))
     rows = []
     try:
         for entry in corpus:
             got = judge(entry, work_root, args.concurrency)
             truth = entry["truth"]
-            row = {"job": Path(entry["dir"]).name, "profile": entry["profile"], "nodes": entry["nodes"],
-                   "truth": truth["class"], "truth_culprits": truth.get("culprits") or [],
-                   "truth_onset": truth.get("onset"), "interval": truth.get("interval_s"), **got}
+            row = {
+                "job": Path(entry["dir"]).name,
+                "profile": entry["profile"],
+                "nodes": entry["nodes"],
+                "truth": truth["class"],
+                "truth_culprits": truth.get("culprits") or [],
+                "truth_onset": truth.get("onset"),
+                "interval": truth.get("interval_s"),
+                **got,
+            }
             rows.append(row)
-            print(f"  {row['job']:<48} {row['truth']:<26} -> {row['predicted']:<26} {row['seconds']:5.1f} s",
-                  file=sys.stderr)
+            print(
+                f"  {row['job']:<48} {row['truth']:<26} -> {row['predicted']:<26} {row['seconds']:5.1f} s",
+                file=sys.stderr,
+            )
         pairs = healthy_pairs(corpus)
         compared = [compare_pair(a, b, work_root, args.concurrency) for a, b in pairs]
     finally:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
-    print(f"\n{len(rows)} jobs: corpus {t_built - t0:.0f} s, judging {time.monotonic() - t_built:.0f} s "
-          f"(seeds {args.seed_from}-{args.seed_from + args.seeds - 1}, nodes {args.nodes}, profiles {args.profiles}, {args.gpus} GPUs/node)")
+    print(
+        f"\n{len(rows)} jobs: corpus {t_built - t0:.0f} s, judging {time.monotonic() - t_built:.0f} s "
+        f"(seeds {args.seed_from}-{args.seed_from + args.seeds - 1}, nodes {args.nodes}, profiles {args.profiles}, {args.gpus} GPUs/node)"
+    )
     report(rows)
     if compared:
         bad = [c for c in compared if c["predicted"] != "healthy" or c["alarms"]]
-        print(f"Comparisons of two healthy jobs (same profile, different seeds): {len(bad)}/{len(compared)} "
-              "not healthy or with a warning" + "".join(f"\n  {c['pair']}: {c['predicted']}: {c['summary'][:300]}" for c in bad))
+        print(
+            f"Comparisons of two healthy jobs (same profile, different seeds): {len(bad)}/{len(compared)} "
+            "not healthy or with a warning"
+            + "".join(f"\n  {c['pair']}: {c['predicted']}: {c['summary'][:300]}" for c in bad)
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
 

@@ -55,17 +55,27 @@ def judge(job_dir: Path, work_root: Path) -> dict[str, Any]:
         server, client = _served(job_dir, work_root)
         result = run_diagnosis(client, triage=triage_job(job_dir).to_dict(), profile="auto")
     except (PrometheusError, TriageError, tsdb_server.TSDBServerError) as exc:
-        return {"predicted": "error", "error": f"{type(exc).__name__}: {exc}", "culprits": [], "onset": None,
-                "alarms": 0, "profile": ""}
+        return {
+            "predicted": "error",
+            "error": f"{type(exc).__name__}: {exc}",
+            "culprits": [],
+            "onset": None,
+            "alarms": 0,
+            "profile": "",
+        }
     finally:
         if client is not None:
             client.close()
         if server is not None:
             tsdb_server.stop(server)
     d = result["diagnosis"]
-    return {"predicted": d["class"], "culprits": sorted({c["host"] for c in d.get("culprits") or []}),
-            "onset": d.get("onset"), "profile": result["source"]["profile"],
-            "alarms": sum(1 for f in result["findings"] if f.get("severity") in ("warning", "critical"))}
+    return {
+        "predicted": d["class"],
+        "culprits": sorted({c["host"] for c in d.get("culprits") or []}),
+        "onset": d.get("onset"),
+        "profile": result["source"]["profile"],
+        "alarms": sum(1 for f in result["findings"] if f.get("severity") in ("warning", "critical")),
+    }
 
 
 def macro_f1(pairs: list[tuple[str, str]]) -> float:
@@ -92,8 +102,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for name in dict.fromkeys(r["perturbation"] for r in rows):
         sub = [r for r in rows if r["perturbation"] == name]
-        onsets = [abs(r["onset"] - r["truth_onset"]) / r["interval"] for r in sub
-                  if r["predicted"] == r["truth_class"] and r["onset"] is not None and r["truth_onset"] is not None]
+        onsets = [
+            abs(r["onset"] - r["truth_onset"]) / r["interval"]
+            for r in sub
+            if r["predicted"] == r["truth_class"] and r["onset"] is not None and r["truth_onset"] is not None
+        ]
         healthy = [r for r in sub if r["truth_class"] == "healthy"]
         kept = [r for r in sub if (r["scenario"], r["seed"]) in plain]
         out[name] = {
@@ -101,8 +114,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             "class_macro_f1": macro_f1([(r["truth_class"], r["predicted"]) for r in sub]),
             "class_accuracy": sum(r["predicted"] == r["truth_class"] for r in sub) / len(sub),
             "culprit_f1": culprit_f1(sub),
-            "kept_plain_verdict": (sum(r["predicted"] == plain[(r["scenario"], r["seed"])] for r in kept) / len(kept)
-                                   if kept else float("nan")),
+            "kept_plain_verdict": (
+                sum(r["predicted"] == plain[(r["scenario"], r["seed"])] for r in kept) / len(kept)
+                if kept
+                else float("nan")
+            ),
             "onset_median_intervals": statistics.median(onsets) if onsets else float("nan"),
             "onset_within_3": f"{sum(o <= 3 for o in onsets)}/{len(onsets)}",
             "healthy_false_alarms": f"{sum(r['alarms'] > 0 for r in healthy)}/{len(healthy)}",
@@ -112,19 +128,25 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def report(rows: list[dict[str, Any]], summary: dict[str, dict[str, Any]]) -> None:
-    print(f"\n{'perturbation':<18} {'jobs':>4} {'class F1':>8} {'acc':>5} {'culprit F1':>10} {'=plain':>6} "
-          f"{'onset med':>9} {'<=3 int':>7} {'healthy FA':>10} {'errors':>6}")
+    print(
+        f"\n{'perturbation':<18} {'jobs':>4} {'class F1':>8} {'acc':>5} {'culprit F1':>10} {'=plain':>6} "
+        f"{'onset med':>9} {'<=3 int':>7} {'healthy FA':>10} {'errors':>6}"
+    )
     for name, s in summary.items():
-        print(f"{name:<18} {s['jobs']:>4} {s['class_macro_f1']:>8.2f} {s['class_accuracy']:>5.2f} "
-              f"{s['culprit_f1']:>10.2f} {s['kept_plain_verdict']:>6.2f} {s['onset_median_intervals']:>9.1f} "
-              f"{s['onset_within_3']:>7} {s['healthy_false_alarms']:>10} {s['errors']:>6}")
+        print(
+            f"{name:<18} {s['jobs']:>4} {s['class_macro_f1']:>8.2f} {s['class_accuracy']:>5.2f} "
+            f"{s['culprit_f1']:>10.2f} {s['kept_plain_verdict']:>6.2f} {s['onset_median_intervals']:>9.1f} "
+            f"{s['onset_within_3']:>7} {s['healthy_false_alarms']:>10} {s['errors']:>6}"
+        )
     changed = [r for r in rows if r["predicted"] != r["truth_class"]]
     if changed:
         print("\nwrong verdicts (scenario, perturbation: predicted):")
         for r in changed:
-            print(f"  {r['scenario']} s{r['seed']}, {r['perturbation']}: {r['predicted']} "
-                  f"(culprits {', '.join(r['culprits']) or '-'}; want {', '.join(r['truth_culprits']) or '-'})"
-                  + (f" [{r['error']}]" if r.get("error") else ""))
+            print(
+                f"  {r['scenario']} s{r['seed']}, {r['perturbation']}: {r['predicted']} "
+                f"(culprits {', '.join(r['culprits']) or '-'}; want {', '.join(r['truth_culprits']) or '-'})"
+                + (f" [{r['error']}]" if r.get("error") else "")
+            )
 
 
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -140,18 +162,38 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     job_dir = out / f"{scenario}-s{seed}-{name}"
                     t0 = time.monotonic()
                     try:
-                        built = generate_job(scenario, seed, args.nodes, job_dir, profile=args.profile, gpus=args.gpus,
-                                             hours=args.hours, interval=args.interval, exporters=name)
+                        built = generate_job(
+                            scenario,
+                            seed,
+                            args.nodes,
+                            job_dir,
+                            profile=args.profile,
+                            gpus=args.gpus,
+                            hours=args.hours,
+                            interval=args.interval,
+                            exporters=name,
+                        )
                     except SynthError as exc:
                         print(f"  {job_dir.name}: build failed: {exc}", file=sys.stderr)
                         continue
                     truth = built.truth
                     got = judge(job_dir, work_root)
-                    rows.append({"scenario": scenario, "seed": seed, "perturbation": name,
-                                 "truth_class": truth["class"], "interval": truth["interval_s"],
-                                 "truth_culprits": sorted({c["host"] for c in truth["culprits"]}),
-                                 "truth_onset": truth["onset"], **got})
-                    print(f"  {job_dir.name}: {got['predicted']} ({time.monotonic() - t0:.1f} s)", file=sys.stderr)
+                    rows.append(
+                        {
+                            "scenario": scenario,
+                            "seed": seed,
+                            "perturbation": name,
+                            "truth_class": truth["class"],
+                            "interval": truth["interval_s"],
+                            "truth_culprits": sorted({c["host"] for c in truth["culprits"]}),
+                            "truth_onset": truth["onset"],
+                            **got,
+                        }
+                    )
+                    print(
+                        f"  {job_dir.name}: {got['predicted']} ({time.monotonic() - t0:.1f} s)",
+                        file=sys.stderr,
+                    )
                     if not args.keep:
                         shutil.rmtree(job_dir, ignore_errors=True)
                         job_dir.with_name(job_dir.name + ".log").unlink(missing_ok=True)
@@ -180,8 +222,10 @@ def main() -> None:
     rows = run(args)
     summary = summarise(rows)
     report(rows, summary)
-    print(f"\n{len(rows)} jobs ({args.nodes} nodes x {args.gpus} GPUs, {args.hours} h, profile {args.profile}) "
-          f"in {time.monotonic() - t0:.0f} s")
+    print(
+        f"\n{len(rows)} jobs ({args.nodes} nodes x {args.gpus} GPUs, {args.hours} h, profile {args.profile}) "
+        f"in {time.monotonic() - t0:.0f} s"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "summary": summary}, indent=2))
 

@@ -34,8 +34,16 @@ def _job(args: argparse.Namespace) -> Path:
     job = cache / "job"
     if not (job / "truth.json").exists():
         t0 = time.monotonic()
-        generate_job(args.scenario, 5, args.nodes, job, profile=args.profile, gpus=args.gpus, hours=args.hours,
-                     interval=15.0)
+        generate_job(
+            args.scenario,
+            5,
+            args.nodes,
+            job,
+            profile=args.profile,
+            gpus=args.gpus,
+            hours=args.hours,
+            interval=15.0,
+        )
         print(f"generated {job} in {time.monotonic() - t0:.0f} s")
     return job
 
@@ -54,7 +62,9 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=128)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--hours", type=float, default=4.0)
-    ap.add_argument("--runs", type=int, default=2, help="diagnoses to time (the first warms the server's caches)")
+    ap.add_argument(
+        "--runs", type=int, default=2, help="diagnoses to time (the first warms the server's caches)"
+    )
     args = ap.parse_args()
     job = _job(args)
     work_root = Path(tempfile.mkdtemp(prefix="stepwise-bench-diagnose-"))
@@ -62,7 +72,9 @@ def main() -> None:
         t0 = time.monotonic()
         served = tsdb_server.ensure_served(job / "prometheus", work_root=work_root)
         if not serves_copy(served):
-            raise SystemExit(f"{served.url} answers for another TSDB (a port race with another process); run again")
+            raise SystemExit(
+                f"{served.url} answers for another TSDB (a port race with another process); run again"
+            )
         print(f"served {job} in {time.monotonic() - t0:.1f} s")
         triage = triage_job(job).to_dict()
         with PrometheusClient(served.url, timeout=120.0, retries=1) as client:
@@ -72,15 +84,21 @@ def main() -> None:
                 prom_cpu, own_cpu = _cpu_seconds(served.pid) - prom0, time.process_time() - own0
                 t = result["timings"]
                 src = result["source"]
-                print(f"run {run}: total {t['total_s']:.2f} s wall, {t['queries']} requests, "
-                      f"{t['prometheus_s']:.2f} s waiting on Prometheus; "
-                      f"CPU: Prometheus {prom_cpu:.2f} s, Stepwise {own_cpu:.2f} s; "
-                      f"{len(src['hosts'])} hosts x {src['gpus_per_host']} GPUs")
-            print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall time includes the "
-                  "wait for CPUs other processes hold)")
+                print(
+                    f"run {run}: total {t['total_s']:.2f} s wall, {t['queries']} requests, "
+                    f"{t['prometheus_s']:.2f} s waiting on Prometheus; "
+                    f"CPU: Prometheus {prom_cpu:.2f} s, Stepwise {own_cpu:.2f} s; "
+                    f"{len(src['hosts'])} hosts x {src['gpus_per_host']} GPUs"
+                )
+            print(
+                f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall time includes the "
+                "wait for CPUs other processes hold)"
+            )
         d = result["diagnosis"]
         truth = json.loads((job / "truth.json").read_text()) if (job / "truth.json").exists() else {}
-        print(f"diagnosis: {d['class']} culprits={d['culprits']} onset={d['onset']} confidence={d['confidence']}")
+        print(
+            f"diagnosis: {d['class']} culprits={d['culprits']} onset={d['onset']} confidence={d['confidence']}"
+        )
         if truth:
             err = None if d["onset"] is None or truth.get("onset") is None else d["onset"] - truth["onset"]
             print(f"truth:     {truth['class']} culprits={truth['culprits']} onset error={err}")

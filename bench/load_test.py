@@ -204,7 +204,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--users", type=int, default=20)
     ap.add_argument("--seconds", type=int, default=60)
-    ap.add_argument("--spawn-rate", type=float, default=2.0, help="users started a second (each signs in once)")
+    ap.add_argument(
+        "--spawn-rate", type=float, default=2.0, help="users started a second (each signs in once)"
+    )
     ap.add_argument("--port", type=int, default=8106)
     ap.add_argument("--redis-db", type=int, default=13)
     ap.add_argument("--investigations", type=int, default=30)

@@ -21,9 +21,16 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _figure(i: int, hosts: int, points: int) -> dict:
-    data = [{"type": "scatter", "mode": "lines", "name": f"node{h:03d}",
-             "x": list(range(points)), "y": [60 + 10 * math.sin((t + 7 * h + i) / 40) + h for t in range(points)]}
-            for h in range(hosts)]
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": f"node{h:03d}",
+            "x": list(range(points)),
+            "y": [60 + 10 * math.sin((t + 7 * h + i) / 40) + h for t in range(points)],
+        }
+        for h in range(hosts)
+    ]
     return {"data": data, "layout": {"title": {"text": f"panel {i}"}}}
 
 
@@ -53,9 +60,12 @@ def main() -> None:
         drawn = sum(p is not None for p in pngs)
         import base64
 
-        body = "".join(f'<h2>Panel {i}</h2><p>{"Evidence text. " * 80}</p>'
-                       f'<img style="width:100%" src="data:image/png;base64,{base64.b64encode(p).decode()}">'
-                       for i, p in enumerate(pngs) if p)
+        body = "".join(
+            f"<h2>Panel {i}</h2><p>{'Evidence text. ' * 80}</p>"
+            f'<img style="width:100%" src="data:image/png;base64,{base64.b64encode(p).decode()}">'
+            for i, p in enumerate(pngs)
+            if p
+        )
         t0 = time.perf_counter()
         pdf = HTML(string=f"<html><body><h1>Report</h1>{body}</body></html>").write_pdf()
         layout = time.perf_counter() - t0

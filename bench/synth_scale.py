@@ -28,21 +28,37 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="stepwise-bench-"))
     t0 = time.monotonic()
-    built = generate_job(args.scenario, 5, args.nodes, root / "job", profile=args.profile, gpus=args.gpus,
-                         hours=args.hours, interval=args.interval)
+    built = generate_job(
+        args.scenario,
+        5,
+        args.nodes,
+        root / "job",
+        profile=args.profile,
+        gpus=args.gpus,
+        hours=args.hours,
+        interval=args.interval,
+    )
     total = time.monotonic() - t0
     st = built.stats[0]
     tsdb = root / "job" / "prometheus"
     size = sum(p.stat().st_size for p in tsdb.rglob("*") if p.is_file())
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"job: {args.scenario} {args.nodes} nodes x {args.gpus} GPUs x {args.hours} h at {args.interval} s "
-          f"({args.profile})")
-    print(f"series: {st['openmetrics']['series']:,}  samples in blocks: {st['openmetrics']['samples']:,}  "
-          f"samples in WAL: {st['wal']['samples']:,}")
-    print(f"seconds: total {total:.1f}  openmetrics {st['seconds']['openmetrics']}  "
-          f"promtool {st['seconds']['promtool']}  wal {st['seconds']['wal']}")
-    print(f"TSDB on disk: {size / 1e6:.0f} MB  peak RSS: python {own:.0f} MB, promtool/prometheus {child:.0f} MB")
+    print(
+        f"job: {args.scenario} {args.nodes} nodes x {args.gpus} GPUs x {args.hours} h at {args.interval} s "
+        f"({args.profile})"
+    )
+    print(
+        f"series: {st['openmetrics']['series']:,}  samples in blocks: {st['openmetrics']['samples']:,}  "
+        f"samples in WAL: {st['wal']['samples']:,}"
+    )
+    print(
+        f"seconds: total {total:.1f}  openmetrics {st['seconds']['openmetrics']}  "
+        f"promtool {st['seconds']['promtool']}  wal {st['seconds']['wal']}"
+    )
+    print(
+        f"TSDB on disk: {size / 1e6:.0f} MB  peak RSS: python {own:.0f} MB, promtool/prometheus {child:.0f} MB"
+    )
     if not args.out:
         shutil.rmtree(root, ignore_errors=True)
 

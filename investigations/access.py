@@ -34,7 +34,9 @@ def investigation_allowed(user: Any, investigation: Investigation, action: Actio
     return roles.allows(roles.role_for(user, investigation), action)
 
 
-def visible_investigations(user: Any, queryset: QuerySet[Investigation] | None = None) -> QuerySet[Investigation]:
+def visible_investigations(
+    user: Any, queryset: QuerySet[Investigation] | None = None
+) -> QuerySet[Investigation]:
     """Return the investigations `user` may see (every list and search goes through this)."""
     from reports import access as roles
 

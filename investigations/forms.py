@@ -129,7 +129,9 @@ class InvestigationForm(forms.Form):
         data = super().clean()
         kind = data.get("source")
         if kind == "job_dir" and not data.get("job_dir", "").strip():
-            self.add_error("job_dir", "Pick a job directory in the browser below, or type its path or job id.")
+            self.add_error(
+                "job_dir", "Pick a job directory in the browser below, or type its path or job id."
+            )
         elif kind == "upload" and not data.get("log") and "log" not in self.errors:
             self.add_error("log", "Choose the job's log file.")
         elif kind == "url" and not data.get("prometheus_url", "").strip():
@@ -156,12 +158,14 @@ class InvestigationForm(forms.Form):
                 self.add_error(name, f"Give {label}, or paste the tunnel command from the log.")
             return None
         try:
-            return tunnel_allowed(TunnelSpec(
-                user=data.get("ssh_user", "").strip(),
-                host=data["head_host"].strip(),
-                remote_port=data["remote_port"],
-                jump=data.get("jump_host", "").strip(),
-            ))
+            return tunnel_allowed(
+                TunnelSpec(
+                    user=data.get("ssh_user", "").strip(),
+                    host=data["head_host"].strip(),
+                    remote_port=data["remote_port"],
+                    jump=data.get("jump_host", "").strip(),
+                )
+            )
         except TunnelError as exc:
             self.add_error("head_host", str(exc))
             return None
@@ -197,7 +201,9 @@ class JobAddForm(forms.Form):
     """Add another job to an investigation: a baseline to compare against, or another job to compare."""
 
     job_dir = forms.CharField(
-        label="Job directory or job id", max_length=1024, widget=_text("/jobs/81200-llama  or  81200", mono=True)
+        label="Job directory or job id",
+        max_length=1024,
+        widget=_text("/jobs/81200-llama  or  81200", mono=True),
     )
     role = forms.ChoiceField(
         choices=[(InvestigationJob.Role.BASELINE, "Baseline"), (InvestigationJob.Role.COMPARE, "Compare")],

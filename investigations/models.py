@@ -397,7 +397,9 @@ class Finding(models.Model):
 
     investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="findings")
     job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="findings")
-    run = models.ForeignKey(DiagnosisRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="findings")
+    run = models.ForeignKey(
+        DiagnosisRun, on_delete=models.SET_NULL, null=True, blank=True, related_name="findings"
+    )
     playbook = models.CharField(max_length=64)
     rule = models.CharField(max_length=100)
     incident_class = models.CharField(max_length=40)
@@ -431,7 +433,9 @@ class PinnedChart(models.Model):
 
     investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="pinned_charts")
     job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
-    finding = models.ForeignKey(Finding, on_delete=models.SET_NULL, null=True, blank=True, related_name="charts")
+    finding = models.ForeignKey(
+        Finding, on_delete=models.SET_NULL, null=True, blank=True, related_name="charts"
+    )
     title = models.CharField(max_length=200)
     note = models.TextField(blank=True)
     view = models.JSONField(default=dict, blank=True)

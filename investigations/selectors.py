@@ -48,18 +48,17 @@ def investigation_list(
         investigation=OuterRef("pk"), role=InvestigationJob.Role.PRIMARY
     ).select_related(None)
     # The latest finished diagnosis of the primary job in this investigation: its culprits, for the list.
-    verdict = (
-        DiagnosisRun.objects.filter(
-            investigation=OuterRef("pk"),
-            job__investigation_links__investigation=OuterRef("pk"),
-            job__investigation_links__role=InvestigationJob.Role.PRIMARY,
-            status=TaskStatus.DONE,
-            kind=DiagnosisRun.Kind.DIAGNOSIS,
-        )
-        .order_by("-finished", "-pk")
-    )
+    verdict = DiagnosisRun.objects.filter(
+        investigation=OuterRef("pk"),
+        job__investigation_links__investigation=OuterRef("pk"),
+        job__investigation_links__role=InvestigationJob.Role.PRIMARY,
+        status=TaskStatus.DONE,
+        kind=DiagnosisRun.Kind.DIAGNOSIS,
+    ).order_by("-finished", "-pk")
     rows = Investigation.objects.select_related("owner").annotate(
-        verdict_culprits=Subquery(verdict.values("result__diagnosis__culprits")[:1], output_field=JSONField()),
+        verdict_culprits=Subquery(
+            verdict.values("result__diagnosis__culprits")[:1], output_field=JSONField()
+        ),
         primary_job_pk=Subquery(primary.values("job__pk")[:1]),
         primary_job_id=Subquery(primary.values("job__job_id")[:1]),
         primary_job_name=Subquery(primary.values("job__name")[:1]),

@@ -10,14 +10,27 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "DiagnosisError": "diagnose", "PlannedQuery": "diagnose", "PlaybookOutput": "diagnose",
-    "PlaybookPlan": "diagnose", "SourceInfo": "diagnose", "decide": "diagnose", "discover_source": "diagnose",
-    "execute": "diagnose", "plan": "diagnose", "run_diagnosis": "diagnose",
-    "PlaybookError": "loader", "load_playbooks": "loader",
-    "GPU_MODELS": "gpus", "choose_gpu_model": "gpus",
-    "PROFILES": "profiles", "detect_profile": "profiles", "resolve_profile": "profiles",
-    "PrometheusClient": "prometheus", "PrometheusError": "prometheus",
-    "triage_job": "triage", "triage_log": "triage",
+    "DiagnosisError": "diagnose",
+    "PlannedQuery": "diagnose",
+    "PlaybookOutput": "diagnose",
+    "PlaybookPlan": "diagnose",
+    "SourceInfo": "diagnose",
+    "decide": "diagnose",
+    "discover_source": "diagnose",
+    "execute": "diagnose",
+    "plan": "diagnose",
+    "run_diagnosis": "diagnose",
+    "PlaybookError": "loader",
+    "load_playbooks": "loader",
+    "GPU_MODELS": "gpus",
+    "choose_gpu_model": "gpus",
+    "PROFILES": "profiles",
+    "detect_profile": "profiles",
+    "resolve_profile": "profiles",
+    "PrometheusClient": "prometheus",
+    "PrometheusError": "prometheus",
+    "triage_job": "triage",
+    "triage_log": "triage",
 }
 
 __all__ = sorted(_LAZY)

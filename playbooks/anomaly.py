@@ -16,7 +16,18 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
-    "Grid", "Shift", "background", "distribution_shift", "change_points", "first_sustained", "nan_median", "peer_deviation", "rate_excess", "rise_start", "robust_spread", "step_noise",
+    "Grid",
+    "Shift",
+    "background",
+    "distribution_shift",
+    "change_points",
+    "first_sustained",
+    "nan_median",
+    "peer_deviation",
+    "rate_excess",
+    "rise_start",
+    "robust_spread",
+    "step_noise",
     "walk_back",
 ]
 
@@ -154,7 +165,9 @@ def step_noise(x: np.ndarray) -> float:
     return float(MAD_SCALE * np.median(np.abs(d - np.median(d)))) if len(d) >= 3 else 0.0
 
 
-def peer_deviation(values: np.ndarray, baseline_cols: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def peer_deviation(
+    values: np.ndarray, baseline_cols: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (deviation, spread, median) of each row against the pack at each instant.
 
     deviation[s, t] = x[s, t] - median_s(x[:, t]) - offset[s], where offset is the row's own median
@@ -187,8 +200,11 @@ def background(rates: np.ndarray, cols: np.ndarray, *, q: float = 95.0) -> tuple
     """
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        own = np.nanpercentile(np.where(cols[None, :], rates, np.nan), q, axis=1) if cols.any() \
+        own = (
+            np.nanpercentile(np.where(cols[None, :], rates, np.nan), q, axis=1)
+            if cols.any()
             else np.full(len(rates), np.nan)
+        )
         pack = float(np.nanpercentile(own, 25)) if np.isfinite(own).any() else float("nan")
     return own, pack
 
@@ -201,8 +217,16 @@ def rate_excess(rates: np.ndarray, reference: np.ndarray, *, floor: float, facto
         return (rates > floor) & (rates > factor * ref[:, None]) & ~np.isnan(rates)
 
 
-def change_points(x: np.ndarray, t: np.ndarray, valid: np.ndarray, *, window: float, z: float,
-                  min_rel: float, ref_points: int = 8) -> list[int]:
+def change_points(
+    x: np.ndarray,
+    t: np.ndarray,
+    valid: np.ndarray,
+    *,
+    window: float,
+    z: float,
+    min_rel: float,
+    ref_points: int = 8,
+) -> list[int]:
     """Return indices where x jumps upward against its own recent history.
 
     The reference is the median of the `ref_points` previous valid points; the noise scale comes from the
@@ -220,8 +244,8 @@ def change_points(x: np.ndarray, t: np.ndarray, valid: np.ndarray, *, window: fl
     for k in range(ref_points, len(idx)):
         while tv[lo] < tv[k] - window:
             lo += 1
-        ref = float(np.median(xv[k - ref_points:k]))
-        steps = dx[lo:k - 1]
+        ref = float(np.median(xv[k - ref_points : k]))
+        steps = dx[lo : k - 1]
         steps = steps[steps > 0]
         noise = MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0
         scale = max(noise, 0.01 * abs(ref), 1e-12)

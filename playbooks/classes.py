@@ -68,12 +68,21 @@ def _spec(name: str, raw: Mapping[str, Any], where: str) -> ClassSpec:
     except ValueError as exc:
         raise ClassError(f"{where}: summary is not a valid template: {exc}") from None
     if fields - _FIELDS:
-        raise ClassError(f"{where}: summary names unknown field(s) {', '.join(sorted(fields - _FIELDS))}; "
-                         f"known: {', '.join(sorted(_FIELDS))}")
+        raise ClassError(
+            f"{where}: summary names unknown field(s) {', '.join(sorted(fields - _FIELDS))}; "
+            f"known: {', '.join(sorted(_FIELDS))}"
+        )
     if name != "healthy" and not summary:
         raise ClassError(f"{where}: a summary is needed")
-    return ClassSpec(name=name, family=raw["family"], priority=prio, stops_job=raw.get("stops_job", False),
-                     fallback=raw.get("fallback", False), summary=summary, **links)
+    return ClassSpec(
+        name=name,
+        family=raw["family"],
+        priority=prio,
+        stops_job=raw.get("stops_job", False),
+        fallback=raw.get("fallback", False),
+        summary=summary,
+        **links,
+    )
 
 
 def parse_classes(text: str, *, source: str = "<string>") -> dict[str, ClassSpec]:

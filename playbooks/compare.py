@@ -39,11 +39,28 @@ __all__ = ["RUN_SPECIFIC_KEYS", "CompareError", "CompareJob", "compare_jobs", "c
 PLAYBOOK = "comparison"
 
 #: Config keys that name the run, not what it computes: never a difference worth reporting.
-RUN_SPECIFIC_KEYS = frozenset({
-    "JOB_ID", "JOB_NAME", "SLURM_JOB_ID", "SLURM_JOB_NAME", "SLURM_JOB_NODELIST", "JOB_NODELIST", "NODELIST",
-    "HOSTNAME", "HEAD_NODE", "MASTER_ADDR", "MASTER_PORT", "JAX_COORDINATOR_ADDRESS", "JAX_COORDINATOR_PORT",
-    "RAY_PORT", "PROMETHEUS_PORT", "EXP_TAG", "run_name", "PASSTHROUGH_ARGS",
-})
+RUN_SPECIFIC_KEYS = frozenset(
+    {
+        "JOB_ID",
+        "JOB_NAME",
+        "SLURM_JOB_ID",
+        "SLURM_JOB_NAME",
+        "SLURM_JOB_NODELIST",
+        "JOB_NODELIST",
+        "NODELIST",
+        "HOSTNAME",
+        "HEAD_NODE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "JAX_COORDINATOR_ADDRESS",
+        "JAX_COORDINATOR_PORT",
+        "RAY_PORT",
+        "PROMETHEUS_PORT",
+        "EXP_TAG",
+        "run_name",
+        "PASSTHROUGH_ARGS",
+    }
+)
 # PASSTHROUGH_ARGS is compared item by item (triage splits it into its own keys), EXP_TAG/JOB_NAME are
 # derived from it. Keys that hold paths, ids, ports or times are run-specific whatever their name.
 _RUN_SPECIFIC_PATTERN = re.compile(
@@ -53,12 +70,12 @@ _RUN_SPECIFIC_PATTERN = re.compile(
 # Keys that set the job's scale (node count, parallelism): with them different, per-host figures differ by design.
 _SCALE_KEYS = ("NNODES", "SLURM_JOB_NUM_NODES", "ici_fsdp_parallelism", "dcn_data_parallelism")
 
-_WARMUP_STEPS = 10          # seeds: steady state begins 5-10 steps after the later job's first step
-_CKPT_AFTER = 2             # a checkpoint step and the 1-2 steps after it are not steady state
-_NOISE_K = 3.0              # a difference smaller than 3 robust standard deviations is noise
-_UNIFORM_SHARE = 0.9        # a "uniform" delta is present on at least 90 % of the hosts
-_LOCAL_SHARE = 0.5          # a "localised" one on fewer than half of them
-_MAX_POINTS = 720           # per range query of a cluster figure
+_WARMUP_STEPS = 10  # seeds: steady state begins 5-10 steps after the later job's first step
+_CKPT_AFTER = 2  # a checkpoint step and the 1-2 steps after it are not steady state
+_NOISE_K = 3.0  # a difference smaller than 3 robust standard deviations is noise
+_UNIFORM_SHARE = 0.9  # a "uniform" delta is present on at least 90 % of the hosts
+_LOCAL_SHARE = 0.5  # a "localised" one on fewer than half of them
+_MAX_POINTS = 720  # per range query of a cluster figure
 
 
 class CompareError(Exception):
@@ -117,8 +134,14 @@ _METRICS: tuple[_Metric, ...] = (
     _Metric("procs_running", ("procs_running",), "median", abs_floor=1.0, pct_floor=1.0),
     _Metric("procs_blocked", ("procs_blocked",), "median", abs_floor=1.0, pct_floor=1.0),
     _Metric("mem_used", ("mem_used",), "median", rel_floor=0.05),
-    _Metric("rdma_retransmits", ("rdma_retransmits", "rdma_transmit_wait"), "sum", abs_floor=1.0, pct_floor=1.0,
-            stat="mean"),
+    _Metric(
+        "rdma_retransmits",
+        ("rdma_retransmits", "rdma_transmit_wait"),
+        "sum",
+        abs_floor=1.0,
+        pct_floor=1.0,
+        stat="mean",
+    ),
     _Metric("tcp_retransmits", ("tcp_retransmits",), "sum", abs_floor=1.0, pct_floor=1.0, stat="mean"),
     _Metric("io_pressure", ("io_pressure",), "median", abs_floor=2.0, pct_floor=1.0),
 )
@@ -212,15 +235,29 @@ def _discover(spec: CompareJob, index: int) -> _Job:
     t0, t1 = src.time_range or (0.0, 0.0)
     step_series = client.query_range(profile.expr("step"), t0, t1, choose_step(t0, t1, max_points=4000))
     if not step_series or not step_series[0].timestamps:
-        raise CompareError(f"job #{index + 1}: no training step gauge ({profile.signal('step').selector}) in its TSDB")
+        raise CompareError(
+            f"job #{index + 1}: no training step gauge ({profile.signal('step').selector}) in its TSDB"
+        )
     pts = [(t, v) for t, v in zip(step_series[0].timestamps, step_series[0].values, strict=True) if v == v]
-    job = _Job(index=index, client=client, triage=spec.triage, profile=profile, url=client.base_url,
-               hosts=list(src.hosts), gpus_per_host=src.gpus_per_host, time_range=(t0, t1),
-               step_t=[p[0] for p in pts], step_v=[p[1] for p in pts])
+    job = _Job(
+        index=index,
+        client=client,
+        triage=spec.triage,
+        profile=profile,
+        url=client.base_url,
+        hosts=list(src.hosts),
+        gpus_per_host=src.gpus_per_host,
+        time_range=(t0, t1),
+        step_t=[p[0] for p in pts],
+        step_v=[p[1] for p in pts],
+    )
     progress = (spec.triage or {}).get("progress") or {}
     # Without a log, a run whose step gauge starts past 0 resumed from a checkpoint (seed-system §4).
-    job.restored = (progress.get("restored_from") is not None if spec.triage is not None
-                    else bool(job.step_v) and min(job.step_v) > 0)
+    job.restored = (
+        progress.get("restored_from") is not None
+        if spec.triage is not None
+        else bool(job.step_v) and min(job.step_v) > 0
+    )
     try:
         job.ckpt_period = int(job.config.get("checkpoint_period", "")) or None
     except ValueError:
@@ -233,7 +270,10 @@ def _step_range(job: _Job) -> tuple[int, int]:
     tj = (job.triage or {}).get("job") or {}
     lo = tj.get("first_step")
     hi = tj.get("last_step")
-    return (int(lo) if lo is not None else int(min(job.step_v)), int(hi) if hi is not None else int(max(job.step_v)))
+    return (
+        int(lo) if lo is not None else int(min(job.step_v)),
+        int(hi) if hi is not None else int(max(job.step_v)),
+    )
 
 
 # ------------------------------------------------------------------------------------------- metrics
@@ -273,11 +313,16 @@ class _Row:
     noise: list[float]
 
 
-def _series_figures(job: _Job, series: list[Series], lo: float, hi: float, stat: str) -> tuple[float, float] | None:
+def _series_figures(
+    job: _Job, series: list[Series], lo: float, hi: float, stat: str
+) -> tuple[float, float] | None:
     if not series:
         return None
-    kept = [v for t, v in zip(series[0].timestamps, series[0].values, strict=True)
-            if v == v and not math.isinf(v) and job.steady(t, lo, hi)]
+    kept = [
+        v
+        for t, v in zip(series[0].timestamps, series[0].values, strict=True)
+        if v == v and not math.isinf(v) and job.steady(t, lo, hi)
+    ]
     if not kept:
         return None
     if stat == "mean":
@@ -323,12 +368,21 @@ def _cluster_rows(jobs: Sequence[_Job], lo: int, hi: int, concurrency: int) -> t
         figures = []
         for job, res in zip(jobs, results, strict=True):
             got = res[i]
-            figures.append(None if isinstance(got, PrometheusError) else _series_figures(job, got, lo, hi, m.stat))
+            figures.append(
+                None if isinstance(got, PrometheusError) else _series_figures(job, got, lo, hi, m.stat)
+            )
         if any(f is None for f in figures):
             skipped.append(m.name)
             continue
-        rows.append(_Row(m, sig, [_agg_expr(j.profile, sig, m.agg) for j in jobs],
-                         [f[0] for f in figures], [f[1] for f in figures]))  # type: ignore[index]
+        rows.append(
+            _Row(
+                m,
+                sig,
+                [_agg_expr(j.profile, sig, m.agg) for j in jobs],
+                [f[0] for f in figures],
+                [f[1] for f in figures],
+            )
+        )  # type: ignore[index]
     return rows, skipped
 
 
@@ -405,7 +459,9 @@ class _Verdict:
     gpus: list[str]
 
 
-def _host_delta(base: _Job, other: _Job, row: _Row, concurrency: int) -> tuple[dict[str, float], float, Shift | None]:
+def _host_delta(
+    base: _Job, other: _Job, row: _Row, concurrency: int
+) -> tuple[dict[str, float], float, Shift | None]:
     """Return ({host: other's figure minus the baseline's}, the baseline's per-host noise, the shift of the
     whole distribution of host figures with its interval).
 
@@ -427,8 +483,14 @@ def _host_delta(base: _Job, other: _Job, row: _Row, concurrency: int) -> tuple[d
     return {h: v - b_mid.get(h, level) for h, v in o_mid.items()}, noise, shift
 
 
-def _verdict(jobs: Sequence[_Job], base: int, other: int, rows: Mapping[str, _Row], diff: Mapping[str, Any],
-             concurrency: int) -> _Verdict:
+def _verdict(
+    jobs: Sequence[_Job],
+    base: int,
+    other: int,
+    rows: Mapping[str, _Row],
+    diff: Mapping[str, Any],
+    concurrency: int,
+) -> _Verdict:
     """Return the comparison's diagnosis: the contention source that differs, else healthy."""
     b, o = jobs[base], jobs[other]
     sig = {name: _significant(r, base, other) for name, r in rows.items()}
@@ -444,36 +506,64 @@ def _verdict(jobs: Sequence[_Job], base: int, other: int, rows: Mapping[str, _Ro
         med = statistics.median(deltas.values()) if deltas else 0.0
         # the whole distribution moved: its shift's interval lies above the floor and the ranks separate
         moved = shift is not None and shift.p < 0.05 and shift.low > rows["procs_running"].metric.abs_floor
-        text = (f"+{med:.1f} runnable processes per host (median host), raised on {len(raised)} of "
-                f"{len(deltas)} hosts")
+        text = (
+            f"+{med:.1f} runnable processes per host (median host), raised on {len(raised)} of "
+            f"{len(deltas)} hosts"
+        )
         if shift is not None:
-            text += (f"; the hosts' distribution shifted by {shift.estimate:+.1f} ({shift.low:+.1f} to "
-                     f"{shift.high:+.1f}, rank test p = {shift.p:.2g})")
+            text += (
+                f"; the hosts' distribution shifted by {shift.estimate:+.1f} ({shift.low:+.1f} to "
+                f"{shift.high:+.1f}, rank test p = {shift.p:.2g})"
+            )
         ev = [_evidence(rows["procs_running"], jobs, base, other, text)]
         if (share >= _UNIFORM_SHARE or moved) and not scale:
             med = shift.estimate if moved and shift is not None else med
             restored = o.restored and not b.restored
-            why = (f"{o.label} restored from a checkpoint and {b.label} is a fresh start with the same config. "
-                   "Threads leaked by the restore (RCCL communicator polling threads cached by XLA)"
-                   if restored else "no restore of this run is in its log, so background processes are as likely "
-                   "as leaked threads. The extra threads")
-            slower = (f" ({_delta_pct(rows['step_time'], base, other):+.1f} % step time)"
-                      if up.get("step_time") else "")
+            why = (
+                f"{o.label} restored from a checkpoint and {b.label} is a fresh start with the same config. "
+                "Threads leaked by the restore (RCCL communicator polling threads cached by XLA)"
+                if restored
+                else "no restore of this run is in its log, so background processes are as likely "
+                "as leaked threads. The extra threads"
+            )
+            slower = (
+                f" ({_delta_pct(rows['step_time'], base, other):+.1f} % step time)"
+                if up.get("step_time")
+                else ""
+            )
             return _Verdict(
-                "restore-resource-leak", "cpu-contention", 0.9 if restored else 0.55, [], "procs_running",
+                "restore-resource-leak",
+                "cpu-contention",
+                0.9 if restored else 0.55,
+                [],
+                "procs_running",
                 f"{o.label} carries a uniform extra CPU load: about {med:.1f} more runnable processes on every "
                 f"host ({len(raised)} of {len(deltas)}) than {b.label} over the same steps; {why} compete with "
                 f"the data pipeline and the runtime: a constant tax on throughput{slower}.",
-                ["checkpoint restore path leaked threads" if restored else "extra background processes",
-                 f"+{med:.1f} runnable processes on every host", "CPU contention with the input pipeline and runtime",
-                 "slower steps / lower tokens per second"],
-                ev, [], [])
+                [
+                    "checkpoint restore path leaked threads" if restored else "extra background processes",
+                    f"+{med:.1f} runnable processes on every host",
+                    "CPU contention with the input pipeline and runtime",
+                    "slower steps / lower tokens per second",
+                ],
+                ev,
+                [],
+                [],
+            )
         if 0 < share < _LOCAL_SHARE:
             return _Verdict(
-                "healthy", "none", 0.5, [], None,
+                "healthy",
+                "none",
+                0.5,
+                [],
+                None,
                 f"{len(raised)} of {len(deltas)} hosts of {o.label} run more processes than in {b.label} "
                 f"(background processes or a different node allocation); no other contention source differs.",
-                [], ev, raised, [])
+                [],
+                ev,
+                raised,
+                [],
+            )
 
     # 2. RDMA retransmits in one run and not the other: degraded links slow every collective.
     if up.get("rdma_retransmits"):
@@ -482,63 +572,122 @@ def _verdict(jobs: Sequence[_Job], base: int, other: int, rows: Mapping[str, _Ro
         thr = max(_NOISE_K * noise, row.metric.abs_floor)
         bad = sorted((h for h, d in deltas.items() if d > thr), key=lambda h: -deltas[h])
         if bad and len(bad) < max(2, _LOCAL_SHARE * len(deltas)):
-            st = f" and steps {_delta_pct(rows['step_time'], base, other):+.1f} % slower" if up.get("step_time") else ""
+            st = (
+                f" and steps {_delta_pct(rows['step_time'], base, other):+.1f} % slower"
+                if up.get("step_time")
+                else ""
+            )
             return _Verdict(
-                "rdma-degradation", "network-rdma", 0.75 if up.get("step_time") else 0.55,
-                [{"host": h, "gpu": None} for h in bad], "rdma_retransmits",
+                "rdma-degradation",
+                "network-rdma",
+                0.75 if up.get("step_time") else 0.55,
+                [{"host": h, "gpu": None} for h in bad],
+                "rdma_retransmits",
                 f"{o.label} shows sustained RDMA retransmits on {', '.join(bad)} that {b.label} does not{st}: "
                 f"degraded links slow every collective of the job.",
-                [f"RDMA link trouble on {', '.join(bad)}", "retransmitted packets", "slower collectives",
-                 "slower steps for every rank"],
-                [_evidence(row, jobs, base, other, f"RDMA retransmit rate up on {len(bad)} host(s)")], bad, [])
+                [
+                    f"RDMA link trouble on {', '.join(bad)}",
+                    "retransmitted packets",
+                    "slower collectives",
+                    "slower steps for every rank",
+                ],
+                [_evidence(row, jobs, base, other, f"RDMA retransmit rate up on {len(bad)} host(s)")],
+                bad,
+                [],
+            )
 
     # 3. One GPU hot and throttled in one run: a thermal straggler. Judged against each job's own GPUs, as
     #    GPU models and cooling differ between runs: how far the hottest GPU is above the median one and how
     #    far the slowest clock is below the median clock.
     if all(n in rows for n in ("gpu_temp", "gpu_temp_max", "gpu_clock", "gpu_clock_min")):
+
         def excess(i: int) -> tuple[float, float]:
             clock = rows["gpu_clock"].values[i]
-            return (rows["gpu_temp_max"].values[i] - rows["gpu_temp"].values[i],
-                    (clock - rows["gpu_clock_min"].values[i]) / clock if clock > 0 else 0.0)
+            return (
+                rows["gpu_temp_max"].values[i] - rows["gpu_temp"].values[i],
+                (clock - rows["gpu_clock_min"].values[i]) / clock if clock > 0 else 0.0,
+            )
 
         (hot_b, slow_b), (hot_o, slow_o) = excess(base), excess(other)
-        if (hot_o - hot_b > rows["gpu_temp_max"].metric.abs_floor
-                and slow_o - slow_b > rows["gpu_clock_min"].metric.rel_floor):
+        if (
+            hot_o - hot_b > rows["gpu_temp_max"].metric.abs_floor
+            and slow_o - slow_b > rows["gpu_clock_min"].metric.rel_floor
+        ):
             hot = _extreme_gpus(o, rows["gpu_temp_max"].signal, True, concurrency)
             culprits = [{"host": h, "gpu": g} for h, g, _ in hot[:1]]
             return _Verdict(
-                "thermal-straggler", "thermal", 0.6, culprits, "gpu_temp_max",
+                "thermal-straggler",
+                "thermal",
+                0.6,
+                culprits,
+                "gpu_temp_max",
                 f"The hottest GPU of {o.label} runs {hot_o:.0f} °C above its median GPU (against {hot_b:.0f} °C "
                 f"in {b.label}) and the slowest clock lags the median by {100 * slow_o:.0f} % (against "
                 f"{100 * slow_b:.0f} %): one throttled GPU holds back every synchronous step.",
                 ["GPU overheats", "clock throttles", "its rank is late at each collective", "slower steps"],
-                [_evidence(rows["gpu_temp_max"], jobs, base, other, "hottest GPU"),
-                 _evidence(rows["gpu_clock_min"], jobs, base, other, "slowest GPU clock")],
-                [c["host"] for c in culprits if c["host"]], [c["gpu"] for c in culprits if c["gpu"]])
+                [
+                    _evidence(rows["gpu_temp_max"], jobs, base, other, "hottest GPU"),
+                    _evidence(rows["gpu_clock_min"], jobs, base, other, "slowest GPU clock"),
+                ],
+                [c["host"] for c in culprits if c["host"]],
+                [c["gpu"] for c in culprits if c["gpu"]],
+            )
 
     # 4. Nothing differs beyond noise, or only what the config explains.
     moved = [n for n in ("step_time", "tokens_per_sec") if sig.get(n)]
     if moved and diff:
         why = f"the configs differ ({', '.join(sorted(diff)[:6])})"
-        return _Verdict("healthy", "none", 0.6, [], None,
-                        f"Throughput differs between {b.label} and {o.label}, as {why} lead one to expect; no "
-                        "contention source (CPU, network, storage, GPU thermal) differs between them.",
-                        [], [], [], [])
+        return _Verdict(
+            "healthy",
+            "none",
+            0.6,
+            [],
+            None,
+            f"Throughput differs between {b.label} and {o.label}, as {why} lead one to expect; no "
+            "contention source (CPU, network, storage, GPU thermal) differs between them.",
+            [],
+            [],
+            [],
+            [],
+        )
     if moved:
-        return _Verdict("healthy", "none", 0.5, [], None,
-                        f"Step time differs between {b.label} and {o.label} "
-                        f"({_delta_pct(rows['step_time'], base, other):+.1f} %) although the configs match, but no "
-                        "contention source (CPU, network, storage, GPU thermal) differs: look at the GPU model, "
-                        "the software image and the data pipeline.", [], [], [], [])
-    return _Verdict("healthy", "none", 0.8, [], None,
-                    f"{b.label} and {o.label} match within noise over the compared steps: same throughput and no "
-                    "differing contention source.", [], [], [], [])
+        return _Verdict(
+            "healthy",
+            "none",
+            0.5,
+            [],
+            None,
+            f"Step time differs between {b.label} and {o.label} "
+            f"({_delta_pct(rows['step_time'], base, other):+.1f} %) although the configs match, but no "
+            "contention source (CPU, network, storage, GPU thermal) differs: look at the GPU model, "
+            "the software image and the data pipeline.",
+            [],
+            [],
+            [],
+            [],
+        )
+    return _Verdict(
+        "healthy",
+        "none",
+        0.8,
+        [],
+        None,
+        f"{b.label} and {o.label} match within noise over the compared steps: same throughput and no "
+        "differing contention source.",
+        [],
+        [],
+        [],
+        [],
+    )
 
 
 def _evidence(row: _Row, jobs: Sequence[_Job], base: int, other: int, meaning: str) -> dict[str, Any]:
-    return {"query": row.exprs[other], "labels": {"job": jobs[other].label, "baseline": jobs[base].label},
-            "value": round(row.values[other], 4),
-            "interpretation": f"{meaning} (baseline {row.values[base]:.4g}, {_delta_pct(row, base, other):+.1f} %)"}
+    return {
+        "query": row.exprs[other],
+        "labels": {"job": jobs[other].label, "baseline": jobs[base].label},
+        "value": round(row.values[other], 4),
+        "interpretation": f"{meaning} (baseline {row.values[base]:.4g}, {_delta_pct(row, base, other):+.1f} %)",
+    }
 
 
 _CAUSES_UP = {
@@ -579,22 +728,30 @@ _CAUSES_DOWN = {
 WITHIN_NOISE = "within noise"
 
 
-def _likely_cause(row: _Row, base: int, other: int, verdict: _Verdict, diff: Mapping[str, Any],
-                  rows: Mapping[str, _Row]) -> str:
+def _likely_cause(
+    row: _Row, base: int, other: int, verdict: _Verdict, diff: Mapping[str, Any], rows: Mapping[str, _Row]
+) -> str:
     """Return a plain-English likely cause of one metric's difference (or "within noise")."""
     name = row.metric.name
     if not _significant(row, base, other):
         return WITHIN_NOISE
     if name == verdict.differentiator:
         if verdict.klass == "restore-resource-leak":
-            return ("runnable processes up uniformly on every host with the same config: CPU contention from "
-                    "leaked threads of a restored job (restore-resource-leak, cpu-contention)")
+            return (
+                "runnable processes up uniformly on every host with the same config: CPU contention from "
+                "leaked threads of a restored job (restore-resource-leak, cpu-contention)"
+            )
         return f"{verdict.summary.split(':')[0]} ({verdict.klass}, {verdict.family})"
     if name in ("step_time", "tokens_per_sec") and verdict.differentiator:
         if (row.values[other] > row.values[base]) == (name == "step_time"):
-            return f"symptom of {verdict.differentiator.replace('_', ' ')} ({verdict.klass}, {verdict.family})"
-        elsewhere = (f"the config ({', '.join(sorted(diff)[:4])})" if diff
-                     else "something else (GPU model, software image, data pipeline)")
+            return (
+                f"symptom of {verdict.differentiator.replace('_', ' ')} ({verdict.klass}, {verdict.family})"
+            )
+        elsewhere = (
+            f"the config ({', '.join(sorted(diff)[:4])})"
+            if diff
+            else "something else (GPU model, software image, data pipeline)"
+        )
         return f"faster despite {verdict.differentiator.replace('_', ' ')}: {elsewhere} differs"
     overall = {"gpu_temp_max": "gpu_temp", "gpu_clock_min": "gpu_clock"}.get(name)
     if overall in rows:
@@ -643,14 +800,24 @@ def _baseline(jobs: Sequence[_Job]) -> int:
 def _job_dict(job: _Job) -> dict[str, Any]:
     tj = dict((job.triage or {}).get("job") or {})
     lo, hi = _step_range(job)
-    return {"id": tj.get("id"), "status": tj.get("status"), "triage_class": tj.get("triage_class"),
-            "first_step": lo, "last_step": hi,
-            "crash_time": tj.get("crash_time")}
+    return {
+        "id": tj.get("id"),
+        "status": tj.get("status"),
+        "triage_class": tj.get("triage_class"),
+        "first_step": lo,
+        "last_step": hi,
+        "crash_time": tj.get("crash_time"),
+    }
 
 
 def _source_dict(job: _Job) -> dict[str, Any]:
-    return {"url": job.url, "profile": job.profile.name, "hosts": job.hosts, "gpus_per_host": job.gpus_per_host,
-            "time_range": [job.time_range[0], job.time_range[1]]}
+    return {
+        "url": job.url,
+        "profile": job.profile.name,
+        "hosts": job.hosts,
+        "gpus_per_host": job.gpus_per_host,
+        "time_range": [job.time_range[0], job.time_range[1]],
+    }
 
 
 def compare_jobs(jobs: Sequence[CompareJob | tuple], *, concurrency: int = 8) -> dict[str, Any]:
@@ -684,9 +851,23 @@ def compare_jobs(jobs: Sequence[CompareJob | tuple], *, concurrency: int = 8) ->
     if lo > hi:
         overlap = None
         lo_s, hi_s = -math.inf, math.inf
-        findings.append(_finding("info", "No overlapping steps: each job's whole steady range is compared",
-                                 [], [], [{"query": "", "labels": {}, "value": f"{r[0]}-{r[1]}",
-                                           "interpretation": f"{js[i].label} steps"} for i, r in enumerate(ranges)]))
+        findings.append(
+            _finding(
+                "info",
+                "No overlapping steps: each job's whole steady range is compared",
+                [],
+                [],
+                [
+                    {
+                        "query": "",
+                        "labels": {},
+                        "value": f"{r[0]}-{r[1]}",
+                        "interpretation": f"{js[i].label} steps",
+                    }
+                    for i, r in enumerate(ranges)
+                ],
+            )
+        )
     else:
         span = hi - lo
         warm = _WARMUP_STEPS if span >= 5 * _WARMUP_STEPS else max(1, span // 5)
@@ -704,11 +885,23 @@ def compare_jobs(jobs: Sequence[CompareJob | tuple], *, concurrency: int = 8) ->
         if log_last is not None and j.step_v:
             tsdb_last = int(max(j.step_v))
             if abs(tsdb_last - int(log_last)) > max(10, 0.05 * int(log_last)):
-                findings.append(_finding(
-                    "info", f"{j.label}: the TSDB's last step {tsdb_last} disagrees with the log's {log_last} "
-                    "(another job's Prometheus, or a lagging exporter)", [], [],
-                    [{"query": j.profile.expr("step"), "labels": {}, "value": float(tsdb_last),
-                      "interpretation": f"log: last completed step {log_last}"}]))
+                findings.append(
+                    _finding(
+                        "info",
+                        f"{j.label}: the TSDB's last step {tsdb_last} disagrees with the log's {log_last} "
+                        "(another job's Prometheus, or a lagging exporter)",
+                        [],
+                        [],
+                        [
+                            {
+                                "query": j.profile.expr("step"),
+                                "labels": {},
+                                "value": float(tsdb_last),
+                                "interpretation": f"log: last completed step {log_last}",
+                            }
+                        ],
+                    )
+                )
     diff = config_diff([j.config for j in js])
     rows_list, skipped = _cluster_rows(js, lo_s, hi_s, concurrency)
     rows = {r.metric.name: r for r in rows_list}
@@ -723,25 +916,65 @@ def compare_jobs(jobs: Sequence[CompareJob | tuple], *, concurrency: int = 8) ->
         row = rows[verdict.differentiator]
         onset = _onset(js[other], row, row.values[base], row.values[other])
 
-    metrics = [{"name": r.metric.name, "values": [round(v, 4) for v in r.values], "delta_pct": _delta_pct(r, base, last),
-                "likely_cause": _likely_cause(r, base, last, verdicts[last], diff, rows)} for r in rows_list]
+    metrics = [
+        {
+            "name": r.metric.name,
+            "values": [round(v, 4) for v in r.values],
+            "delta_pct": _delta_pct(r, base, last),
+            "likely_cause": _likely_cause(r, base, last, verdicts[last], diff, rows),
+        }
+        for r in rows_list
+    ]
     if verdict.klass != "healthy":
-        findings.insert(0, _finding("warning", verdict.summary.split(";")[0], verdict.hosts, verdict.gpus,
-                                    verdict.evidence, verdict.klass, onset))
+        findings.insert(
+            0,
+            _finding(
+                "warning",
+                verdict.summary.split(";")[0],
+                verdict.hosts,
+                verdict.gpus,
+                verdict.evidence,
+                verdict.klass,
+                onset,
+            ),
+        )
     elif verdict.evidence:
         findings.insert(0, _finding("info", verdict.summary, verdict.hosts, verdict.gpus, verdict.evidence))
     if diff:
-        findings.append(_finding("info", f"Config differs: {', '.join(sorted(diff))}", [], [],
-                                 [{"query": "", "labels": {"key": k}, "value": " | ".join(str(v) for v in vals),
-                                   "interpretation": "performance may differ by design"} for k, vals in diff.items()]))
+        findings.append(
+            _finding(
+                "info",
+                f"Config differs: {', '.join(sorted(diff))}",
+                [],
+                [],
+                [
+                    {
+                        "query": "",
+                        "labels": {"key": k},
+                        "value": " | ".join(str(v) for v in vals),
+                        "interpretation": "performance may differ by design",
+                    }
+                    for k, vals in diff.items()
+                ],
+            )
+        )
     for r in rows_list:
         if r.metric.name != verdict.differentiator and _significant(r, base, other):
-            findings.append(_finding("info", f"{r.metric.name.replace('_', ' ')}: {_delta_pct(r, base, other):+.1f} % "
-                                     f"in {js[other].label} vs {js[base].label}", [], [],
-                                     [_evidence(r, js, base, other, _likely_cause(r, base, other, verdict, diff, rows))],
-                                     verdict.klass))
+            findings.append(
+                _finding(
+                    "info",
+                    f"{r.metric.name.replace('_', ' ')}: {_delta_pct(r, base, other):+.1f} % "
+                    f"in {js[other].label} vs {js[base].label}",
+                    [],
+                    [],
+                    [_evidence(r, js, base, other, _likely_cause(r, base, other, verdict, diff, rows))],
+                    verdict.klass,
+                )
+            )
     if skipped:
-        findings.append(_finding("info", f"Not compared (signal missing in a job): {', '.join(skipped)}", [], [], []))
+        findings.append(
+            _finding("info", f"Not compared (signal missing in a job): {', '.join(skipped)}", [], [], [])
+        )
 
     requests = sum(s.client.stats.requests - b0 for s, (b0, _) in zip(specs, before, strict=True))
     prom_s = sum(s.client.stats.seconds - s0 for s, (_, s0) in zip(specs, before, strict=True))
@@ -749,17 +982,41 @@ def compare_jobs(jobs: Sequence[CompareJob | tuple], *, concurrency: int = 8) ->
         "jobs": [_job_dict(j) for j in js],
         "source": _source_dict(js[0]),
         "sources": [_source_dict(j) for j in js],
-        "diagnosis": {"class": verdict.klass, "root_cause_family": verdict.family, "culprits": verdict.culprits,
-                      "onset": onset, "confidence": verdict.confidence, "summary": verdict.summary,
-                      "chain": verdict.chain},
+        "diagnosis": {
+            "class": verdict.klass,
+            "root_cause_family": verdict.family,
+            "culprits": verdict.culprits,
+            "onset": onset,
+            "confidence": verdict.confidence,
+            "summary": verdict.summary,
+            "chain": verdict.chain,
+        },
         "findings": findings,
-        "timings": {"total_s": round(time.monotonic() - t_start, 3), "queries": requests,
-                    "prometheus_s": round(prom_s, 3)},
+        "timings": {
+            "total_s": round(time.monotonic() - t_start, 3),
+            "queries": requests,
+            "prometheus_s": round(prom_s, 3),
+        },
         "comparison": {"overlap_steps": overlap, "config_diff": diff, "metrics": metrics, "baseline": base},
     }
 
 
-def _finding(severity: str, title: str, hosts: list[str], gpus: list[str], evidence: list[dict[str, Any]],
-             klass: str = "healthy", onset: float | None = None) -> dict[str, Any]:
-    return {"playbook": PLAYBOOK, "class": klass, "severity": severity, "hosts": hosts, "gpus": gpus,
-            "onset": onset, "title": title, "evidence": evidence}
+def _finding(
+    severity: str,
+    title: str,
+    hosts: list[str],
+    gpus: list[str],
+    evidence: list[dict[str, Any]],
+    klass: str = "healthy",
+    onset: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "playbook": PLAYBOOK,
+        "class": klass,
+        "severity": severity,
+        "hosts": hosts,
+        "gpus": gpus,
+        "onset": onset,
+        "title": title,
+        "evidence": evidence,
+    }

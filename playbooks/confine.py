@@ -63,4 +63,3 @@ def open_inside(path: str | os.PathLike[str], roots: Sequence[Path]) -> BinaryIO
     except BaseException:
         os.close(fd)
         raise
-

@@ -79,10 +79,18 @@ class Timeline:
         return m
 
     def to_dict(self) -> dict[str, Any]:
-        return {"train_start": self.train_start, "last_advance": self.last_advance, "last_step": self.last_step,
-                "stalled": self.stalled, "crash_time": self.crash_time, "step_s": self.step_s,
-                "warm_end": self.warm_end, "checkpoints": len(self.checkpoints), "steady": self.steady,
-                "restored": self.restored}
+        return {
+            "train_start": self.train_start,
+            "last_advance": self.last_advance,
+            "last_step": self.last_step,
+            "stalled": self.stalled,
+            "crash_time": self.crash_time,
+            "step_s": self.step_s,
+            "warm_end": self.warm_end,
+            "checkpoints": len(self.checkpoints),
+            "steady": self.steady,
+            "restored": self.restored,
+        }
 
 
 @dataclass
@@ -128,9 +136,17 @@ class Finding:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"playbook": self.playbook, "class": self.klass, "severity": self.severity,
-                "hosts": list(self.hosts), "gpus": list(self.gpus), "onset": _r(self.onset), "title": self.title,
-                "evidence": self.evidence, "rule": f"{self.playbook}.{self.rule}"}
+        return {
+            "playbook": self.playbook,
+            "class": self.klass,
+            "severity": self.severity,
+            "hosts": list(self.hosts),
+            "gpus": list(self.gpus),
+            "onset": _r(self.onset),
+            "title": self.title,
+            "evidence": self.evidence,
+            "rule": f"{self.playbook}.{self.rule}",
+        }
 
 
 def _r(x: float | None, nd: int = 3) -> float | None:
@@ -145,6 +161,7 @@ def _num(x: float) -> float | str:
 
 
 # ----------------------------------------------------------------------------------------- context
+
 
 def build_context(source: Any, outputs: Sequence[Any], triage: Mapping[str, Any] | None) -> Context:
     """Return the rules' context: every output's results as grids/instant samples plus the job timeline."""
@@ -161,8 +178,14 @@ def build_context(source: Any, outputs: Sequence[Any], triage: Mapping[str, Any]
                 results[name] = list(data.get("samples", []))
     gpu = GPU_MODELS.get(getattr(source, "gpu_model", None) or "")
     tl = _timeline(source, results, triage)
-    return Context(results=results, meta=meta, timeline=tl, triage=dict(triage) if triage else None,
-                   source=source, gpu=gpu)
+    return Context(
+        results=results,
+        meta=meta,
+        timeline=tl,
+        triage=dict(triage) if triage else None,
+        source=source,
+        gpu=gpu,
+    )
 
 
 def triage_get(triage: Mapping[str, Any] | None, *path: str) -> Any:
@@ -209,13 +232,21 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     # the most advanced source wins: a step gauge polled less often than steps complete lags the log
     # (beyond a grid step or two, where the log's own timing is no better than the gauge's)
     logged = triage_get(triage, "progress", "last_step_time")
-    if isinstance(logged, int | float) and tl.last_advance is not None and tl.start <= logged <= tl.end + 60 \
-            and logged > tl.last_advance + max(60.0, 2 * step.step, 2 * float(tl.step_s or 0.0)):
+    if (
+        isinstance(logged, int | float)
+        and tl.last_advance is not None
+        and tl.start <= logged <= tl.end + 60
+        and logged > tl.last_advance + max(60.0, 2 * step.step, 2 * float(tl.step_s or 0.0))
+    ):
         tl.last_advance = float(logged)
     if tl.step_s is None or not math.isfinite(tl.step_s):
         smin = float(s[i0])
         span = (tl.last_advance or tl.train_start) - tl.train_start
-        tl.step_s = span / (smax - smin) if smax > smin and span > 0 else triage_get(triage, "progress", "step_time_s")
+        tl.step_s = (
+            span / (smax - smin)
+            if smax > smin and span > 0
+            else triage_get(triage, "progress", "step_time_s")
+        )
     step_s = float(tl.step_s or 30.0)
     # warm-up: the compile step and the first few steps run slow
     first = float(s[i0])
@@ -235,7 +266,9 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         med = nan_median(x)
         if math.isfinite(med):
             spikes = np.nonzero(x > 1.5 * med)[0]
-            tl.checkpoints += [(float(st.t[i]) - float(x[i]) - st.step, float(st.t[i]) + after) for i in spikes]
+            tl.checkpoints += [
+                (float(st.t[i]) - float(x[i]) - st.step, float(st.t[i]) + after) for i in spikes
+            ]
     # stalled: the counter stopped well before the data ends, and the job did not complete
     status = triage_get(triage, "job", "status")
     gap = tl.end - (tl.last_advance or tl.end)
@@ -274,18 +307,23 @@ def focus_window(pb: Playbook, tl: Timeline) -> tuple[float, float]:
     return a, b
 
 
-
 def _still_training(results: Mapping[str, Any], tl: Timeline, step_s: float) -> bool:
     """Return True when the pack's GPU power after the last step stays at its training level (steps did not
     stop; the step source lags): a stall needs GPUs that busy-wait or idle."""
     power = results.get("power_by_host")
-    if not isinstance(power, Grid) or not len(power.labels) or tl.last_advance is None or tl.train_start is None:
+    if (
+        not isinstance(power, Grid)
+        or not len(power.labels)
+        or tl.last_advance is None
+        or tl.train_start is None
+    ):
         return False
     with np.errstate(all="ignore"):
         pack = np.nanmedian(power.values, axis=0)
     before = power.mask(tl.train_start + 10 * step_s, tl.last_advance) & np.isfinite(pack)
-    after = power.mask(tl.last_advance + max(120.0, 2 * step_s), (tl.crash_time or tl.end) - power.step) & \
-        np.isfinite(pack)
+    after = power.mask(
+        tl.last_advance + max(120.0, 2 * step_s), (tl.crash_time or tl.end) - power.step
+    ) & np.isfinite(pack)
     if before.sum() < 5 or after.sum() < 3:
         return False
     level = float(np.median(pack[before]))

@@ -27,8 +27,9 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
     if not cands:
         return _healthy(ctx, findings)
     inf = float("inf")
-    ranked = sorted(cands, key=lambda f: (-round(score(ctx, f, findings), 6),
-                                          f.onset if f.onset is not None else inf))
+    ranked = sorted(
+        cands, key=lambda f: (-round(score(ctx, f, findings), 6), f.onset if f.onset is not None else inf)
+    )
     primary = ranked[0]
     klass = primary.klass
     tol = max(90.0, 2 * (tl.step_s or 0.0))
@@ -43,13 +44,22 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
         conf = 0.5
     if klass == "restore-resource-leak":
         conf = 0.45
-    if len(ranked) > 1 and ranked[1].klass != klass and score(ctx, ranked[1], findings) > \
-            score(ctx, primary, findings) - 0.5:
+    if (
+        len(ranked) > 1
+        and ranked[1].klass != klass
+        and score(ctx, ranked[1], findings) > score(ctx, primary, findings) - 0.5
+    ):
         conf -= 0.1  # a close second opinion
     chain = _chain(ctx, klass, primary, findings, onset)
-    return {"class": klass, "root_cause_family": load_classes()[klass].family, "culprits": gpus, "onset": _r(onset),
-            "confidence": round(min(0.95, max(0.05, conf)), 2),
-            "summary": _summary(ctx, klass, hosts, gpus, onset, primary, findings), "chain": chain}
+    return {
+        "class": klass,
+        "root_cause_family": load_classes()[klass].family,
+        "culprits": gpus,
+        "onset": _r(onset),
+        "confidence": round(min(0.95, max(0.05, conf)), 2),
+        "summary": _summary(ctx, klass, hosts, gpus, onset, primary, findings),
+        "chain": chain,
+    }
 
 
 def _n_hosts(ctx: Context) -> int:
@@ -86,11 +96,11 @@ def score(ctx: Context, f: Finding, findings: list[Finding]) -> float:
     total += min(0.75, 0.25 * sum(1 for o in findings if _corroborates(o, f)))
     tol = max(90.0, 2 * (tl.step_s or 0.0))
     spec = load_classes()[f.klass]
-    if tl.stalled and tl.last_advance is not None and not spec.fallback:
-        if not spec.stops_job:
-            total -= 1.5
-        elif f.onset is not None and f.onset > tl.last_advance + tol:
-            total -= 1.5
+    late = not spec.stops_job or (
+        f.onset is not None and tl.last_advance is not None and f.onset > tl.last_advance + tol
+    )
+    if tl.stalled and tl.last_advance is not None and not spec.fallback and late:
+        total -= 1.5
     total += -0.5 if spec.fallback else 0.06 * spec.priority
     return total
 
@@ -125,14 +135,19 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
     if ctx.grid("step_time") is not None and not ctx.timeline.stalled:
         slow = [f for f in findings if f.rule == "step_time_regression"]
         for f in findings:
-            if f.klass == "rdma-degradation" and SEV_RANK[f.severity] >= 1 and f.onset is not None and \
-                    not any(s.onset is not None and s.onset >= f.onset - 900 for s in slow):
+            if (
+                f.klass == "rdma-degradation"
+                and SEV_RANK[f.severity] >= 1
+                and f.onset is not None
+                and not any(s.onset is not None and s.onset >= f.onset - 900 for s in slow)
+            ):
                 f.severity = "info"
                 f.title += " (the job did not slow down)"
 
 
-def _reconcile(ctx: Context, klass: str, primary: Finding, findings: list[Finding],
-               tol: float) -> tuple[str, Finding, float | None]:
+def _reconcile(
+    ctx: Context, klass: str, primary: Finding, findings: list[Finding], tol: float
+) -> tuple[str, Finding, float | None]:
     """Return (class, primary, onset) once the causal story is settled.
 
     A host that went silent is a node death even when its GPU reported errors first: those errors (within a
@@ -144,21 +159,36 @@ def _reconcile(ctx: Context, klass: str, primary: Finding, findings: list[Findin
     if silent and klass in ("gpu-hardware-fault", "gpu-driver-fault", "node-death"):
         dead = silent[0]
         t_dead = dead.onset if dead.onset is not None else float("inf")
-        before = [f for f in findings if f.klass in ("gpu-hardware-fault", "gpu-driver-fault")
-                  and set(f.hosts) & set(dead.hosts) and f.onset is not None
-                  and t_dead - 1800 <= f.onset <= t_dead + tol]
+        before = [
+            f
+            for f in findings
+            if f.klass in ("gpu-hardware-fault", "gpu-driver-fault")
+            and set(f.hosts) & set(dead.hosts)
+            and f.onset is not None
+            and t_dead - 1800 <= f.onset <= t_dead + tol
+        ]
         if klass == "node-death" or before:
-            onset = min([dead.onset] + [f.onset for f in before if f.onset is not None],
-                        key=lambda x: x if x is not None else float("inf"))
+            onset = min(
+                [dead.onset] + [f.onset for f in before if f.onset is not None],
+                key=lambda x: x if x is not None else float("inf"),
+            )
             for f in before:
                 f.klass = "node-death"
             return "node-death", dead, onset
     if klass == "collective-hang":
         bw = next((f for f in findings if f.rule == "busy_wait"), None)
-        onset = tl.last_advance if tl.last_advance is not None and tl.stalled else (bw.onset if bw else primary.onset)
+        onset = (
+            tl.last_advance
+            if tl.last_advance is not None and tl.stalled
+            else (bw.onset if bw else primary.onset)
+        )
         return klass, primary, onset
     if klass == "network-hang":
-        trig = [f for f in findings if f.klass == "network-hang" and f.role == "cause" and SEV_RANK[f.severity] >= 1]
+        trig = [
+            f
+            for f in findings
+            if f.klass == "network-hang" and f.role == "cause" and SEV_RANK[f.severity] >= 1
+        ]
         return klass, primary, min((f.onset for f in trig if f.onset is not None), default=primary.onset)
     return klass, primary, primary.onset
 
@@ -168,8 +198,12 @@ def _culprit_hosts(ctx: Context, klass: str, primary: Finding, findings: list[Fi
     hosts: list[str] = []
     if klass in ("rdma-degradation", "network-hang"):
         for f in findings:
-            if f.klass == klass and f.role == "cause" and SEV_RANK[f.severity] >= 1 and \
-                    len(f.hosts) <= max(3, 0.25 * k):
+            if (
+                f.klass == klass
+                and f.role == "cause"
+                and SEV_RANK[f.severity] >= 1
+                and len(f.hosts) <= max(3, 0.25 * k)
+            ):
                 hosts += [h for h in f.hosts if h not in hosts]
         return hosts or list(primary.hosts)
     if klass == "collective-hang":
@@ -198,8 +232,15 @@ def _culprit_gpus(klass: str, hosts: list[str], same: list[Finding]) -> list[dic
     return out
 
 
-def _explain(ctx: Context, klass: str, primary: Finding, findings: list[Finding], hosts: list[str],
-             onset: float | None, tol: float) -> None:
+def _explain(
+    ctx: Context,
+    klass: str,
+    primary: Finding,
+    findings: list[Finding],
+    hosts: list[str],
+    onset: float | None,
+    tol: float,
+) -> None:
     """Re-class findings that are the primary's effects; demote data problems its fault explains."""
     inf = float("inf")
     tl = ctx.timeline
@@ -208,12 +249,17 @@ def _explain(ctx: Context, klass: str, primary: Finding, findings: list[Finding]
     for f in findings:
         if f is primary:
             continue
-        if spec.stops_job and classes[f.klass].fallback:
+        if (
+            spec.stops_job
+            and classes[f.klass].fallback
+            or f.klass in spec.absorbs
+            and set(f.hosts) <= set(hosts)
+            and (f.onset or inf) <= (tl.last_advance or inf) + 60
+        ):
             f.klass = klass
-        elif f.klass in spec.absorbs and set(f.hosts) <= set(hosts) \
-                and (f.onset or inf) <= (tl.last_advance or inf) + 60:
-            f.klass = klass
-        elif (f.klass in spec.explains and set(f.hosts) & set(hosts) and (f.onset or inf) >= (onset or 0) - tol):
+        elif (
+            f.klass in spec.explains and set(f.hosts) & set(hosts) and (f.onset or inf) >= (onset or 0) - tol
+        ):
             f.severity = "info"
             f.title += f" (explained by the {klass.replace('-', ' ')})"
 
@@ -222,21 +268,34 @@ def _healthy(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
     tl = ctx.timeline
     notes = []
     if tl.restored:
-        notes.append("The job restored from a checkpoint; compare it with a fresh-start baseline (`compare`) to "
-                     "see a restore leak, which a single job cannot show against itself.")
+        notes.append(
+            "The job restored from a checkpoint; compare it with a fresh-start baseline (`compare`) to "
+            "see a restore leak, which a single job cannot show against itself."
+        )
     infos = [f.title for f in findings if f.severity == "info" and f.role != "context"]
-    summary = ("Nothing beyond normal behaviour: training ran at its own steady pace; checkpoint spikes and warm-up "
-               "were excluded, counters were judged by their growth within the job, and no host or GPU left its "
-               "peers.")
+    summary = (
+        "Nothing beyond normal behaviour: training ran at its own steady pace; checkpoint spikes and warm-up "
+        "were excluded, counters were judged by their growth within the job, and no host or GPU left its "
+        "peers."
+    )
     if infos:
         summary += " Minor observations: " + "; ".join(infos[:3]) + "."
     if notes:
         summary += " " + " ".join(notes)
-    return {"class": "healthy", "root_cause_family": "none", "culprits": [], "onset": None,
-            "confidence": 0.7 if not infos else 0.6, "summary": summary, "chain": []}
+    return {
+        "class": "healthy",
+        "root_cause_family": "none",
+        "culprits": [],
+        "onset": None,
+        "confidence": 0.7 if not infos else 0.6,
+        "summary": summary,
+        "chain": [],
+    }
 
 
-def _chain(ctx: Context, klass: str, primary: Finding, findings: list[Finding], onset: float | None) -> list[str]:
+def _chain(
+    ctx: Context, klass: str, primary: Finding, findings: list[Finding], onset: float | None
+) -> list[str]:
     tl = ctx.timeline
     steps: list[tuple[float, str]] = [(onset or 0.0, f"{fmt_time(onset)}: {primary.title}")]
     seen = {primary.title}
@@ -248,32 +307,63 @@ def _chain(ctx: Context, klass: str, primary: Finding, findings: list[Finding], 
             steps.append((f.onset, f"{fmt_time(f.onset)}: {f.title}"))
             seen.add(f.title)
     if tl.stalled and tl.last_advance and not any("steps stopped" in s.lower() for _, s in steps):
-        steps.append((tl.last_advance, f"{fmt_time(tl.last_advance)}: training steps stopped at step "
-                                        f"{int(tl.last_step or 0)}"))
+        steps.append(
+            (
+                tl.last_advance,
+                f"{fmt_time(tl.last_advance)}: training steps stopped at step {int(tl.last_step or 0)}",
+            )
+        )
     if tl.crash_time:
         steps.append((tl.crash_time, f"{fmt_time(tl.crash_time)}: the job ended (time from the log)"))
     steps.sort(key=lambda s: s[0])
     return [s for _, s in steps[:8]]
 
 
-
-
-def _summary(ctx: Context, klass: str, hosts: list[str], gpus: list[dict[str, Any]], onset: float | None,
-             primary: Finding, findings: list[Finding]) -> str:
+def _summary(
+    ctx: Context,
+    klass: str,
+    hosts: list[str],
+    gpus: list[dict[str, Any]],
+    onset: float | None,
+    primary: Finding,
+    findings: list[Finding],
+) -> str:
     tl = ctx.timeline
     odd = ""
     if klass == "collective-hang" and hosts:
         odd = f" Some GPUs of {', '.join(hosts)} never entered the collective: start there."
-    gpu = ", ".join(str(g["gpu"]) if len(hosts) == 1 else f"{g['host']}:{g['gpu']}" for g in gpus
-                    if g.get("gpu") is not None) or "?"
-    moved = sorted({f.title.removesuffix(" jumps") for f in findings
-                    if f.klass == "training-instability" and SEV_RANK[f.severity] >= 1}, key=str.lower)
+    gpu = (
+        ", ".join(
+            str(g["gpu"]) if len(hosts) == 1 else f"{g['host']}:{g['gpu']}"
+            for g in gpus
+            if g.get("gpu") is not None
+        )
+        or "?"
+    )
+    moved = sorted(
+        {
+            f.title.removesuffix(" jumps")
+            for f in findings
+            if f.klass == "training-instability" and SEV_RANK[f.severity] >= 1
+        },
+        key=str.lower,
+    )
     moved = [m if sum(c.isupper() for c in m.split()[0]) >= 2 else m[0].lower() + m[1:] for m in moved]
-    what = (", ".join(moved[:-1]) + " and " + moved[-1] if len(moved) > 1 else moved[0]) if moved else "the loss"
-    text = load_classes()[klass].summary.format(hosts=", ".join(hosts) or "the hosts", onset=fmt_time(onset),
-                                  stall=fmt_time(tl.last_advance if tl.stalled else onset), odd=odd, gpu=gpu, what=what,
-                                  accused=", ".join(primary.hosts))
-    others = sorted({f.klass for f in findings if SEV_RANK[f.severity] >= 1 and f.klass not in (klass, "healthy")})
+    what = (
+        (", ".join(moved[:-1]) + " and " + moved[-1] if len(moved) > 1 else moved[0]) if moved else "the loss"
+    )
+    text = load_classes()[klass].summary.format(
+        hosts=", ".join(hosts) or "the hosts",
+        onset=fmt_time(onset),
+        stall=fmt_time(tl.last_advance if tl.stalled else onset),
+        odd=odd,
+        gpu=gpu,
+        what=what,
+        accused=", ".join(primary.hosts),
+    )
+    others = sorted(
+        {f.klass for f in findings if SEV_RANK[f.severity] >= 1 and f.klass not in (klass, "healthy")}
+    )
     if others:
         text += " Also seen: " + ", ".join(others) + "."
     return text

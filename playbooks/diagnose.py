@@ -29,8 +29,17 @@ from .profiles import PROFILES, ProfileError, resolve_profile
 from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series, choose_step
 
 __all__ = [
-    "DiagnosisError", "PlannedQuery", "PlaybookOutput", "PlaybookPlan", "SourceInfo", "decide",
-    "discover_source", "execute", "plan", "run_diagnosis", "serves_copy",
+    "DiagnosisError",
+    "PlannedQuery",
+    "PlaybookOutput",
+    "PlaybookPlan",
+    "SourceInfo",
+    "decide",
+    "discover_source",
+    "execute",
+    "plan",
+    "run_diagnosis",
+    "serves_copy",
 ]
 
 #: Points of the fine grid every range query shares, and of the coarse grid of per-GPU queries.
@@ -67,18 +76,30 @@ class SourceInfo:
     interval: float = 15.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "profile": self.profile, "metric_names": list(self.metric_names),
-                "hosts": list(self.hosts), "gpus_per_host": self.gpus_per_host,
-                "time_range": list(self.time_range) if self.time_range else None, "gpu_model": self.gpu_model,
-                "interval": self.interval}
+        return {
+            "url": self.url,
+            "profile": self.profile,
+            "metric_names": list(self.metric_names),
+            "hosts": list(self.hosts),
+            "gpus_per_host": self.gpus_per_host,
+            "time_range": list(self.time_range) if self.time_range else None,
+            "gpu_model": self.gpu_model,
+            "interval": self.interval,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SourceInfo:
         tr = d.get("time_range")
-        return cls(url=d["url"], profile=d["profile"], metric_names=tuple(d.get("metric_names", ())),
-                   hosts=tuple(d.get("hosts", ())), gpus_per_host=d.get("gpus_per_host"),
-                   time_range=(float(tr[0]), float(tr[1])) if tr else None, gpu_model=d.get("gpu_model"),
-                   interval=float(d.get("interval", 15.0)))
+        return cls(
+            url=d["url"],
+            profile=d["profile"],
+            metric_names=tuple(d.get("metric_names", ())),
+            hosts=tuple(d.get("hosts", ())),
+            gpus_per_host=d.get("gpus_per_host"),
+            time_range=(float(tr[0]), float(tr[1])) if tr else None,
+            gpu_model=d.get("gpu_model"),
+            interval=float(d.get("interval", 15.0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -103,13 +124,27 @@ class PlannedQuery:
     window_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "promql": self.promql, "kind": self.kind, "start": self.start, "end": self.end,
-                "step": self.step, "window_s": self.window_s}
+        return {
+            "name": self.name,
+            "promql": self.promql,
+            "kind": self.kind,
+            "start": self.start,
+            "end": self.end,
+            "step": self.step,
+            "window_s": self.window_s,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PlannedQuery:
-        return cls(name=d["name"], promql=d["promql"], kind=d["kind"], start=float(d["start"]), end=float(d["end"]),
-                   step=None if d.get("step") is None else float(d["step"]), window_s=float(d.get("window_s", 0.0)))
+        return cls(
+            name=d["name"],
+            promql=d["promql"],
+            kind=d["kind"],
+            start=float(d["start"]),
+            end=float(d["end"]),
+            step=None if d.get("step") is None else float(d["step"]),
+            window_s=float(d.get("window_s", 0.0)),
+        )
 
 
 @dataclass(frozen=True)
@@ -130,13 +165,23 @@ class PlaybookPlan:
     unavailable: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "queries": [q.to_dict() for q in self.queries],
-                "window": list(self.window), "unavailable": list(self.unavailable)}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "queries": [q.to_dict() for q in self.queries],
+            "window": list(self.window),
+            "unavailable": list(self.unavailable),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PlaybookPlan:
-        return cls(name=d["name"], title=d["title"], queries=tuple(PlannedQuery.from_dict(q) for q in d["queries"]),
-                   window=(float(d["window"][0]), float(d["window"][1])), unavailable=tuple(d.get("unavailable", ())))
+        return cls(
+            name=d["name"],
+            title=d["title"],
+            queries=tuple(PlannedQuery.from_dict(q) for q in d["queries"]),
+            window=(float(d["window"][0]), float(d["window"][1])),
+            unavailable=tuple(d.get("unavailable", ())),
+        )
 
 
 @dataclass
@@ -159,19 +204,35 @@ class PlaybookOutput:
     queries: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "results": self.results, "errors": self.errors,
-                "prometheus_s": self.prometheus_s, "queries": self.queries}
+        return {
+            "name": self.name,
+            "results": self.results,
+            "errors": self.errors,
+            "prometheus_s": self.prometheus_s,
+            "queries": self.queries,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PlaybookOutput:
-        return cls(name=d["name"], results=dict(d.get("results", {})), errors=dict(d.get("errors", {})),
-                   prometheus_s=float(d.get("prometheus_s", 0.0)), queries=int(d.get("queries", 0)))
+        return cls(
+            name=d["name"],
+            results=dict(d.get("results", {})),
+            errors=dict(d.get("errors", {})),
+            prometheus_s=float(d.get("prometheus_s", 0.0)),
+            queries=int(d.get("queries", 0)),
+        )
 
 
 # ----------------------------------------------------------------------------------------- discovery
 
-def discover_source(client: PrometheusClient, *, profile: str = "auto",
-                    time_range: tuple[float, float] | None = None, gpu_model: str | None = None) -> SourceInfo:
+
+def discover_source(
+    client: PrometheusClient,
+    *,
+    profile: str = "auto",
+    time_range: tuple[float, float] | None = None,
+    gpu_model: str | None = None,
+) -> SourceInfo:
     """Return what the source holds: metric names, profile, hosts, GPUs per host, time range, GPU model.
 
     `time_range` skips the search for the data's first and last samples when the caller knows them (a
@@ -205,7 +266,11 @@ def discover_source(client: PrometheusClient, *, profile: str = "auto",
         return typical_count(list(gpus_per_host(client, prof, span, end).values()))
 
     def q_interval() -> float:
-        sig = "up" if avail.get("up") else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
+        sig = (
+            "up"
+            if avail.get("up")
+            else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
+        )
         if sig is None:
             return 15.0
         w = min(1800.0, max(120.0, (end - start) / 2))
@@ -229,19 +294,28 @@ def discover_source(client: PrometheusClient, *, profile: str = "auto",
         return model_names, vram, power
 
     hosts, gpus, interval, (mnames, vram, power) = client.run_parallel(
-        [q_hosts, q_gpus, q_interval, q_model], max_concurrency=4)  # type: ignore[misc]
+        [q_hosts, q_gpus, q_interval, q_model], max_concurrency=4
+    )  # type: ignore[misc]
     for r in (hosts, gpus, interval):
         if isinstance(r, PrometheusError):
             raise r
     if isinstance(mnames, PrometheusError):
         mnames, vram, power = [], None, None
     model = chosen or choose_gpu_model(names=mnames, vendor=prof.vendor, vram_bytes=vram, max_power_w=power)
-    return SourceInfo(url=client.base_url, profile=prof.name, metric_names=names, hosts=tuple(hosts),
-                      gpus_per_host=gpus, time_range=(start, end), gpu_model=model.name if model else None,
-                      interval=float(interval))
+    return SourceInfo(
+        url=client.base_url,
+        profile=prof.name,
+        metric_names=names,
+        hosts=tuple(hosts),
+        gpus_per_host=gpus,
+        time_range=(start, end),
+        gpu_model=model.name if model else None,
+        interval=float(interval),
+    )
 
 
 # -------------------------------------------------------------------------------------------- plan
+
 
 def select_playbooks(triage: Mapping[str, Any] | None, names: Sequence[str] | None = None) -> list[Playbook]:
     """Return the playbooks to run: `names` (["all"] for every one), else every playbook."""
@@ -269,7 +343,9 @@ def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: flo
     return parse_duration(q.window)
 
 
-def render_query(q: QuerySpec, profile_name: str, *, start: float, end: float, interval: float) -> PlannedQuery:
+def render_query(
+    q: QuerySpec, profile_name: str, *, start: float, end: float, interval: float
+) -> PlannedQuery:
     """Return the PromQL of a declared query for a profile (raises ProfileError if it lacks a signal)."""
     prof = PROFILES[profile_name]
     fine = choose_step(start, end, min_step=max(1.0, interval), max_points=FINE_POINTS)
@@ -284,14 +360,22 @@ def render_query(q: QuerySpec, profile_name: str, *, start: float, end: float, i
             # Sum each counter by the output labels first, then join the small results: joining every raw
             # series of several counters with `or` at each step costs ten times more on a large job.
             by = tuple(q.by if q.by is not None else sig.labels)
-            subs = [dataclasses.replace(sig, selector=part, metrics=(part.split("{")[0],)).expr(
-                fn, window=wtxt, by=by, agg="sum") for part in parts]
-            tagged = " or ".join(f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(subs))
+            subs = [
+                dataclasses.replace(sig, selector=part, metrics=(part.split("{")[0],)).expr(
+                    fn, window=wtxt, by=by, agg="sum"
+                )
+                for part in parts
+            ]
+            tagged = " or ".join(
+                f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(subs)
+            )
             expr = f"sum by ({', '.join(by)}) ({tagged})" if by else f"sum({tagged})"
         else:
             expr = _pushdown(sig, fn, wtxt, q.by, q.agg or sig.agg) or (
-                sig.expr(fn, window=wtxt, by=q.by, agg=q.agg or None) if (fn or sig.is_counter)
-                else sig.expr(None, by=q.by, agg=q.agg or None))
+                sig.expr(fn, window=wtxt, by=q.by, agg=q.agg or None)
+                if (fn or sig.is_counter)
+                else sig.expr(None, by=q.by, agg=q.agg or None)
+            )
     else:
         expr = q.promql.replace("{window}", wtxt)
         for s in q.signals:
@@ -318,8 +402,15 @@ def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None,
     Aggregating by the exporter's own labels first and renaming the (few) results gives the same series
     for one exporter instance per host, at a fraction of the cost.
     """
-    if sig.host_from in ("", "host") or sig.fill_filter or " | " in sig.selector or agg not in _OUTER or \
-            sig.host_join or sig.host_alias or "," in sig.host_from:
+    if (
+        sig.host_from in ("", "host")
+        or sig.fill_filter
+        or " | " in sig.selector
+        or agg not in _OUTER
+        or sig.host_join
+        or sig.host_alias
+        or "," in sig.host_from
+    ):
         return None
     out_by = tuple(by if by is not None else sig.labels)
     if not set(out_by) <= {"host", "gpu"}:
@@ -336,8 +427,14 @@ def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None,
     return f"{_OUTER[agg]} by ({', '.join(out_by)}) ({expr})" if out_by else f"{_OUTER[agg]}({expr})"
 
 
-def plan(source: SourceInfo, *, triage: dict | None, playbooks: Sequence[str] | None = None,
-         start: float | None = None, end: float | None = None) -> list[PlaybookPlan]:
+def plan(
+    source: SourceInfo,
+    *,
+    triage: dict | None,
+    playbooks: Sequence[str] | None = None,
+    start: float | None = None,
+    end: float | None = None,
+) -> list[PlaybookPlan]:
     """Return the plans of the playbooks the triage calls for (plus the always-on ones), or of `playbooks`.
 
     Queries cover [start, end] (default: the source's data range); each plan's window is where its rules
@@ -362,25 +459,43 @@ def plan(source: SourceInfo, *, triage: dict | None, playbooks: Sequence[str] | 
                 missing += [s for s in lacking if s not in missing]
                 continue
             queries.append(render_query(q, source.profile, start=a, end=b, interval=source.interval))
-        anchor = {"crash": job.get("crash_time") or prog.get("last_step_time"),
-                  "stall": prog.get("last_step_time")}.get(pb.window.anchor)
+        anchor = {
+            "crash": job.get("crash_time") or prog.get("last_step_time"),
+            "stall": prog.get("last_step_time"),
+        }.get(pb.window.anchor)
         if anchor is None:
             window = (a, b)
         else:
-            window = (a if pb.window.before is None else max(a, anchor - pb.window.before),
-                      b if pb.window.after is None else min(b, anchor + pb.window.after))
-        out.append(PlaybookPlan(name=pb.name, title=pb.title, queries=tuple(queries), window=window,
-                                unavailable=tuple(missing)))
+            window = (
+                a if pb.window.before is None else max(a, anchor - pb.window.before),
+                b if pb.window.after is None else min(b, anchor + pb.window.after),
+            )
+        out.append(
+            PlaybookPlan(
+                name=pb.name,
+                title=pb.title,
+                queries=tuple(queries),
+                window=window,
+                unavailable=tuple(missing),
+            )
+        )
     return out
 
 
 # ----------------------------------------------------------------------------------------- execute
 
+
 def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
     if q.kind == "instant":
-        return {"kind": "instant", "promql": q.promql, "window_s": q.window_s, "at": q.end,
-                "samples": [{"labels": s.labels, "value": s.value if math.isfinite(s.value) else None}
-                            for s in data]}
+        return {
+            "kind": "instant",
+            "promql": q.promql,
+            "window_s": q.window_s,
+            "at": q.end,
+            "samples": [
+                {"labels": s.labels, "value": s.value if math.isfinite(s.value) else None} for s in data
+            ],
+        }
     step = float(q.step or 1.0)
     n = int(round((q.end - q.start) / step)) + 1
     series = []
@@ -392,13 +507,25 @@ def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
             if 0 <= i < n and math.isfinite(v):
                 vals[i] = v
         series.append({"labels": s.labels, "values": vals})
-    return {"kind": "range", "promql": q.promql, "window_s": q.window_s, "start": q.start, "step": step, "n": n,
-            "series": series}
+    return {
+        "kind": "range",
+        "promql": q.promql,
+        "window_s": q.window_s,
+        "start": q.start,
+        "step": step,
+        "n": n,
+        "series": series,
+    }
 
 
-def _run_queries(client: PrometheusClient, queries: Sequence[PlannedQuery], *, concurrency: int,
-                 should_cancel: Callable[[], bool] | None,
-                 on_query_done: Callable[[str, bool], None] | None) -> tuple[dict, dict, float]:
+def _run_queries(
+    client: PrometheusClient,
+    queries: Sequence[PlannedQuery],
+    *,
+    concurrency: int,
+    should_cancel: Callable[[], bool] | None,
+    on_query_done: Callable[[str, bool], None] | None,
+) -> tuple[dict, dict, float]:
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}
     spans: list[tuple[float, float]] = []
@@ -425,8 +552,9 @@ def _run_queries(client: PrometheusClient, queries: Sequence[PlannedQuery], *, c
         if on_query_done:
             on_query_done(q.name, ok)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(queries) or 1)),
-                            thread_name_prefix="diagnose") as pool:
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(concurrency, len(queries) or 1)), thread_name_prefix="diagnose"
+    ) as pool:
         list(pool.map(one, queries))
     return results, errors, _busy(spans)
 
@@ -441,21 +569,37 @@ def _busy(spans: Sequence[tuple[float, float]]) -> float:
     return total
 
 
-def execute(client: PrometheusClient, plan: PlaybookPlan, *, concurrency: int = 4,
-            should_cancel: Callable[[], bool] | None = None,
-            on_query_done: Callable[[str, bool], None] | None = None) -> PlaybookOutput:
+def execute(
+    client: PrometheusClient,
+    plan: PlaybookPlan,
+    *,
+    concurrency: int = 4,
+    should_cancel: Callable[[], bool] | None = None,
+    on_query_done: Callable[[str, bool], None] | None = None,
+) -> PlaybookOutput:
     """Return the output of one playbook's queries, run in parallel (at most `concurrency` at a time).
 
     A query that fails keeps its error in `.errors` and the others still run (partial results). When
     `should_cancel()` turns true, queries not yet started are recorded as "cancelled".
     """
-    results, errors, spent = _run_queries(client, plan.queries, concurrency=concurrency,
-                                          should_cancel=should_cancel, on_query_done=on_query_done)
-    return PlaybookOutput(name=plan.name, results=results, errors=errors, prometheus_s=round(spent, 4),
-                          queries=len(plan.queries))
+    results, errors, spent = _run_queries(
+        client,
+        plan.queries,
+        concurrency=concurrency,
+        should_cancel=should_cancel,
+        on_query_done=on_query_done,
+    )
+    return PlaybookOutput(
+        name=plan.name,
+        results=results,
+        errors=errors,
+        prometheus_s=round(spent, 4),
+        queries=len(plan.queries),
+    )
 
 
 # ------------------------------------------------------------------------------------------ decide
+
 
 def decide(source: SourceInfo, outputs: Sequence[PlaybookOutput], *, triage: dict | None) -> dict:
     """Return {"diagnosis": {...}, "findings": [...]} from the playbooks' outputs (each finding has a "rule")."""
@@ -476,45 +620,80 @@ def decide(source: SourceInfo, outputs: Sequence[PlaybookOutput], *, triage: dic
     if failed:
         # Partial results: say what could not be looked at, and trust the verdict less.
         names = ", ".join(sorted(failed))
-        diagnosis["summary"] += (f" {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed ({names}): "
-                                 "what they would have shown is missing from this diagnosis.")
+        diagnosis["summary"] += (
+            f" {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed ({names}): "
+            "what they would have shown is missing from this diagnosis."
+        )
         diagnosis["confidence"] = round(max(0.05, diagnosis["confidence"] - min(0.4, 0.1 * len(failed))), 2)
-        findings.append(Finding(
-            playbook="exporter_health", rule="queries_failed", klass="healthy", severity="info", role="context",
-            hosts=[], gpus=[], onset=None, title=f"{len(failed)} queries failed: {names}",
-            evidence=[{"query": name, "labels": {}, "value": "error", "interpretation": err[:300]}
-                      for name, err in sorted(failed.items())][:12]))
+        findings.append(
+            Finding(
+                playbook="exporter_health",
+                rule="queries_failed",
+                klass="healthy",
+                severity="info",
+                role="context",
+                hosts=[],
+                gpus=[],
+                onset=None,
+                title=f"{len(failed)} queries failed: {names}",
+                evidence=[
+                    {"query": name, "labels": {}, "value": "error", "interpretation": err[:300]}
+                    for name, err in sorted(failed.items())
+                ][:12],
+            )
+        )
     order = {"critical": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order[f.severity], f.onset if f.onset is not None else float("inf"), f.rule))
-    return {"diagnosis": diagnosis, "findings": [f.to_dict() for f in findings], "timeline": ctx.timeline.to_dict()}
+    return {
+        "diagnosis": diagnosis,
+        "findings": [f.to_dict() for f in findings],
+        "timeline": ctx.timeline.to_dict(),
+    }
 
 
-def _source_mismatch(source: SourceInfo, tsdb_last_step: float | None, triage: Mapping[str, Any] | None) -> str:
+def _source_mismatch(
+    source: SourceInfo, tsdb_last_step: float | None, triage: Mapping[str, Any] | None
+) -> str:
     """Return why the TSDB may not be this job's (hosts or last step disagree with the log), or ""."""
     if not triage:
         return ""
     nodes = [str(n) for n in triage.get("nodes") or []]
     hosts = list(source.hosts)
     if nodes and hosts:
+
         def same(a: str, b: str) -> bool:
             return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
         if not any(same(n, h) for n in nodes for h in hosts):
-            return (f"the log's nodes ({', '.join(nodes[:4])}...) are not among the TSDB's hosts "
-                    f"({', '.join(hosts[:4])}...): this may be another job's Prometheus.")
+            return (
+                f"the log's nodes ({', '.join(nodes[:4])}...) are not among the TSDB's hosts "
+                f"({', '.join(hosts[:4])}...): this may be another job's Prometheus."
+            )
         covered = sum(1 for n in nodes if any(same(n, h) for h in hosts))
         if covered < 0.5 * len(nodes):
-            return (f"the TSDB holds data for only {covered} of the log's {len(nodes)} nodes: it is incomplete "
-                    "or not this job's.")
+            return (
+                f"the TSDB holds data for only {covered} of the log's {len(nodes)} nodes: it is incomplete "
+                "or not this job's."
+            )
     elif nodes and not hosts:
         return "the TSDB holds no per-host data for this job's nodes."
     last = (triage.get("job") or {}).get("last_step")
-    if last is not None and tsdb_last_step is None and "step" in PROFILES[source.profile].signals and \
-            PROFILES[source.profile].available(source.metric_names).get("step"):
+    if (
+        last is not None
+        and tsdb_last_step is None
+        and "step" in PROFILES[source.profile].signals
+        and PROFILES[source.profile].available(source.metric_names).get("step")
+    ):
         return f"the log reached step {last} but the TSDB's training step metric returned nothing."
-    if last is not None and tsdb_last_step is not None and abs(float(last) - tsdb_last_step) > max(50, 0.2 * last):
-        return (f"the log's last step is {last} but the TSDB's is {tsdb_last_step:.0f}: this may be another job's "
-                "Prometheus, or its training metrics are incomplete.")
+    if (
+        last is not None
+        and tsdb_last_step is not None
+        and abs(float(last) - tsdb_last_step) > max(50, 0.2 * last)
+    ):
+        return (
+            f"the log's last step is {last} but the TSDB's is {tsdb_last_step:.0f}: this may be another job's "
+            "Prometheus, or its training metrics are incomplete."
+        )
     return ""
 
 
@@ -537,14 +716,24 @@ def serves_copy(served: Any) -> bool:
 
 # ---------------------------------------------------------------------------------------------- run
 
+
 def _job(triage: Mapping[str, Any] | None) -> dict[str, Any]:
     job = dict((triage or {}).get("job") or {})
     return {k: job.get(k) for k in ("id", "status", "triage_class", "first_step", "last_step", "crash_time")}
 
 
-def run_diagnosis(client: PrometheusClient, *, triage: dict | None = None, profile: str = "auto", start=None,
-                  end=None, playbooks=None, concurrency: int = 8,
-                  time_range: tuple[float, float] | None = None, gpu_model: str | None = None) -> dict:
+def run_diagnosis(
+    client: PrometheusClient,
+    *,
+    triage: dict | None = None,
+    profile: str = "auto",
+    start=None,
+    end=None,
+    playbooks=None,
+    concurrency: int = 8,
+    time_range: tuple[float, float] | None = None,
+    gpu_model: str | None = None,
+) -> dict:
     """Return the contract's whole object (job, source, diagnosis, findings, timings) for one source.
 
     `time_range` is the data's (first, last) sample time when the caller knows it; `gpu_model` the user's
@@ -560,23 +749,38 @@ def run_diagnosis(client: PrometheusClient, *, triage: dict | None = None, profi
     for p in plans:
         for q in p.queries:
             unique.setdefault((q.name, q.promql, q.kind, q.start, q.end, q.step), q)
-    results, errors, busy_s = _run_queries(client, list(unique.values()), concurrency=concurrency,
-                                           should_cancel=None, on_query_done=None)
+    results, errors, busy_s = _run_queries(
+        client, list(unique.values()), concurrency=concurrency, should_cancel=None, on_query_done=None
+    )
     if unique and len(errors) == len(unique):
         raise PrometheusUnreachable(f"every diagnosis query failed, e.g. {next(iter(errors.values()))}")
-    outputs = [PlaybookOutput(name=p.name, results={q.name: results[q.name] for q in p.queries if q.name in results},
-                              errors={q.name: errors[q.name] for q in p.queries if q.name in errors},
-                              queries=len(p.queries)) for p in plans]
+    outputs = [
+        PlaybookOutput(
+            name=p.name,
+            results={q.name: results[q.name] for q in p.queries if q.name in results},
+            errors={q.name: errors[q.name] for q in p.queries if q.name in errors},
+            queries=len(p.queries),
+        )
+        for p in plans
+    ]
     decided = decide(source, outputs, triage=triage)
     tr = source.time_range or (0.0, 0.0)
     findings = [{k: v for k, v in f.items() if k != "rule"} for f in decided["findings"]]
     return {
         "job": _job(triage),
-        "source": {"url": source.url, "profile": source.profile, "hosts": list(source.hosts),
-                   "gpus_per_host": source.gpus_per_host, "time_range": [float(tr[0]), float(tr[1])]},
+        "source": {
+            "url": source.url,
+            "profile": source.profile,
+            "hosts": list(source.hosts),
+            "gpus_per_host": source.gpus_per_host,
+            "time_range": [float(tr[0]), float(tr[1])],
+        },
         "diagnosis": decided["diagnosis"],
         "findings": findings,
         # prometheus_s: wall time waiting on Prometheus (discovery, then while any query was in flight)
-        "timings": {"total_s": round(time.monotonic() - t0, 3), "queries": client.stats.requests - req0,
-                    "prometheus_s": round(discovery_s + busy_s, 3)},
+        "timings": {
+            "total_s": round(time.monotonic() - t0, 3),
+            "queries": client.stats.requests - req0,
+            "prometheus_s": round(discovery_s + busy_s, 3),
+        },
     }

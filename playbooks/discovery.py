@@ -226,7 +226,7 @@ class Discovery:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Discovery:
         """Return the Discovery that `to_dict()` gave (unknown keys are ignored)."""
-        known = {f for f in cls.__dataclass_fields__}
+        known = set(cls.__dataclass_fields__)
         raw = {k: v for k, v in dict(data).items() if k in known}
         for name in ("time_range", "window"):
             tr = raw.get(name)
@@ -621,8 +621,11 @@ def _instance_hosts(client: PrometheusClient, profile: Profile, win: str, at: fl
     for name in _available(profile, _GPU_SIGNALS[:2] + ("procs_running",)):
         sig = profile.signal(name)
         if sig.host_join:
-            names = {_strip_port(s["instance"]): s["nodename"] for s in client.series(["node_uname_info"])
-                     if s.get("instance") and s.get("nodename")}
+            names = {
+                _strip_port(s["instance"]): s["nodename"]
+                for s in client.series(["node_uname_info"])
+                if s.get("instance") and s.get("nodename")
+            }
             for inst in client.label_values("instance", [sig.metrics[0]]):
                 if _strip_port(inst) in names:
                     out[inst] = names[_strip_port(inst)]
@@ -630,7 +633,9 @@ def _instance_hosts(client: PrometheusClient, profile: Profile, win: str, at: fl
         label = sig.host_from.split(",")[0]
         if label in ("instance", "host", ""):
             continue
-        samples = client.query(f"group by (instance, {label}) (last_over_time({sig.metrics[0]}[{win}]))", at=at)
+        samples = client.query(
+            f"group by (instance, {label}) (last_over_time({sig.metrics[0]}[{win}]))", at=at
+        )
         for s in samples:
             if s.labels.get("instance") and s.labels.get(label):
                 out.setdefault(s.labels["instance"], s.labels[label])
@@ -856,13 +861,13 @@ def _identity(
             notes.append(f"{len(missing)} of the log's nodes have no series here: {', '.join(missing[:8])}.")
     step_time = facts.get("step_time")
     slack = DEFAULT_STEP_SLACK if not step_time else max(2, min(1000, math.ceil(EXPORTER_LAG_S / step_time)))
-    base = dict(
-        step_metric=metric,
-        log_last_step=log_last,
-        tsdb_last_step=tsdb_last,
-        log_step_time=facts.get("last_step_time"),
-        slack=slack,
-    )
+    base = {
+        "step_metric": metric,
+        "log_last_step": log_last,
+        "tsdb_last_step": tsdb_last,
+        "log_step_time": facts.get("last_step_time"),
+        "slack": slack,
+    }
     if log_last is None:
         why = "no triage of the job's log" if not facts.get("status") else "the log has no completed step"
         return Identity(

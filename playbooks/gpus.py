@@ -44,9 +44,17 @@ class GpuModel:
     names: tuple[str, ...]
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "vendor": self.vendor, "active_w": self.active_w,
-                "busy_wait_w": self.busy_wait_w, "idle_w": self.idle_w, "slowdown_c": self.slowdown_c,
-                "shutdown_c": self.shutdown_c, "tdp_w": self.tdp_w, "vram_bytes": self.vram_bytes}
+        return {
+            "name": self.name,
+            "vendor": self.vendor,
+            "active_w": self.active_w,
+            "busy_wait_w": self.busy_wait_w,
+            "idle_w": self.idle_w,
+            "slowdown_c": self.slowdown_c,
+            "shutdown_c": self.shutdown_c,
+            "tdp_w": self.tdp_w,
+            "vram_bytes": self.vram_bytes,
+        }
 
 
 GPU_MODELS: dict[str, GpuModel] = {
@@ -62,8 +70,14 @@ GPU_MODELS: dict[str, GpuModel] = {
 }
 
 
-def choose_gpu_model(*, names: Iterable[str] = (), vendor: str | None = None, vram_bytes: float | None = None,
-                     max_power_w: float | None = None, prefer: str | None = None) -> GpuModel | None:
+def choose_gpu_model(
+    *,
+    names: Iterable[str] = (),
+    vendor: str | None = None,
+    vram_bytes: float | None = None,
+    max_power_w: float | None = None,
+    prefer: str | None = None,
+) -> GpuModel | None:
     """Return the GPU model the data points at, or None when nothing identifies one.
 
     1. `prefer` (set by the user) wins when it names a model.

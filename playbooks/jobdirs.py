@@ -39,7 +39,9 @@ def looks_like_job_id(text: str) -> bool:
     return bool(JOB_ID_RE.match(text.strip()))
 
 
-def find_job_dirs(roots: Iterable[str | os.PathLike[str]], job_id: str, *, max_logs: int = 5000) -> list[Path]:
+def find_job_dirs(
+    roots: Iterable[str | os.PathLike[str]], job_id: str, *, max_logs: int = 5000
+) -> list[Path]:
     """Return the job directories (with a prometheus/ folder) under `roots` that belong to `job_id`.
 
     Directories named by the JOB_ID prefix come first, then those whose log header names it; each list is

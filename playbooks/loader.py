@@ -24,11 +24,34 @@ __all__ = ["DEFINITIONS", "PlaybookError", "load_playbooks", "parse_playbook", "
 DEFINITIONS = Path(__file__).with_name("definitions")
 
 _TOP_KEYS = {"name", "title", "description", "trigger", "window", "queries", "rules"}
-_QUERY_KEYS = {"name", "signal", "promql", "fn", "window", "by", "agg", "kind", "resolution", "post", "description"}
+_QUERY_KEYS = {
+    "name",
+    "signal",
+    "promql",
+    "fn",
+    "window",
+    "by",
+    "agg",
+    "kind",
+    "resolution",
+    "post",
+    "description",
+}
 _RULE_KEYS = {"id", "detector", "queries", "class", "severity", "role", "title", "meaning", "params"}
 _AGGS = {"", "sum", "max", "min", "avg", "count", "stddev"}
-_TRIGGERS = {"always", "hang", "heartbeat-timeout", "oom-host", "node-fail", "signal-kill", "unknown-death",
-             "nccl-timeout", "tgs-degradation", "checkpoint-fs-error", "restore"}
+_TRIGGERS = {
+    "always",
+    "hang",
+    "heartbeat-timeout",
+    "oom-host",
+    "node-fail",
+    "signal-kill",
+    "unknown-death",
+    "nccl-timeout",
+    "tgs-degradation",
+    "checkpoint-fs-error",
+    "restore",
+}
 
 
 class PlaybookError(Exception):
@@ -49,7 +72,9 @@ def _duration(value: Any, where: str) -> float | None:
 def _unknown(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:
     extra = sorted(set(keys) - allowed)
     if extra:
-        raise PlaybookError(f"{where}: unknown key(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}")
+        raise PlaybookError(
+            f"{where}: unknown key(s) {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}"
+        )
 
 
 def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
@@ -78,9 +103,19 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
     window = str(raw.get("window", "auto"))
     if window not in ("auto", "job"):
         _duration(window, where)
-    q = QuerySpec(name=name, signal=signal, promql=promql, fn=str(raw.get("fn", "")), window=window,
-                  by=tuple(by) if by is not None else None, agg=agg, kind=kind, resolution=resolution,
-                  post=str(raw.get("post", "")), description=str(raw.get("description", "")))
+    q = QuerySpec(
+        name=name,
+        signal=signal,
+        promql=promql,
+        fn=str(raw.get("fn", "")),
+        window=window,
+        by=tuple(by) if by is not None else None,
+        agg=agg,
+        kind=kind,
+        resolution=resolution,
+        post=str(raw.get("post", "")),
+        description=str(raw.get("description", "")),
+    )
     for s in q.signals:
         if s not in SIGNALS:
             raise PlaybookError(f"{where}: template names unknown signal {{{s}}}")
@@ -101,8 +136,9 @@ def _rule(raw: Mapping[str, Any], queries: set[str], where: str) -> RuleSpec:
         qs = [qs]
     missing = [q for q in qs if q not in queries]
     if missing:
-        raise PlaybookError(f"{where}: refers to undeclared quer{'y' if len(missing) == 1 else 'ies'} "
-                            f"{', '.join(missing)}")
+        raise PlaybookError(
+            f"{where}: refers to undeclared quer{'y' if len(missing) == 1 else 'ies'} {', '.join(missing)}"
+        )
     klass = raw.get("class")
     if klass not in CLASSES:
         raise PlaybookError(f"{where}: class {klass!r} is not in the contract's vocabulary")
@@ -117,12 +153,16 @@ def _rule(raw: Mapping[str, Any], queries: set[str], where: str) -> RuleSpec:
         raise PlaybookError(f"{where}: params must be a table")
     for key in ("mask", "gpu_detail", "onset_from", "gpu_query"):
         if key in params and params[key] not in qs:
-            raise PlaybookError(f"{where}: params.{key} names {params[key]!r}, which is not among its queries")
+            raise PlaybookError(
+                f"{where}: params.{key} names {params[key]!r}, which is not among its queries"
+            )
     wrong = DETECTORS[det].check(tuple(qs), params)
     if wrong:
         raise PlaybookError(f"{where}: {wrong}")
     for key in ("presence", "needs"):
-        if key in params and not (isinstance(params[key], list) and all(isinstance(x, str) for x in params[key])):
+        if key in params and not (
+            isinstance(params[key], list) and all(isinstance(x, str) for x in params[key])
+        ):
             raise PlaybookError(f"{where}: params.{key} must be a list of names")
     for q in params.get("presence", ()):
         if q not in qs:
@@ -130,8 +170,17 @@ def _rule(raw: Mapping[str, Any], queries: set[str], where: str) -> RuleSpec:
     for key, value in params.items():
         if key.endswith(("_duration", "_window", "_margin")) or key in ("margin", "before_stall"):
             _duration(value, f"{where} params.{key}")
-    return RuleSpec(id=rid, detector=det, queries=tuple(qs), klass=klass, severity=sev, role=role,
-                    title=str(raw.get("title", rid)), meaning=str(raw.get("meaning", "")), params=dict(params))
+    return RuleSpec(
+        id=rid,
+        detector=det,
+        queries=tuple(qs),
+        klass=klass,
+        severity=sev,
+        role=role,
+        title=str(raw.get("title", rid)),
+        meaning=str(raw.get("meaning", "")),
+        params=dict(params),
+    )
 
 
 def parse_playbook(text: str | Mapping[str, Any], *, source: str = "<string>") -> Playbook:
@@ -153,12 +202,17 @@ def parse_playbook(text: str | Mapping[str, Any], *, source: str = "<string>") -
         trigger = [trigger]
     bad = [t for t in trigger if t not in _TRIGGERS]
     if bad or not trigger:
-        raise PlaybookError(f"{where}: trigger must list triage classes or 'always' (bad: {', '.join(bad) or 'none given'})")
+        raise PlaybookError(
+            f"{where}: trigger must list triage classes or 'always' (bad: {', '.join(bad) or 'none given'})"
+        )
     w = raw.get("window", {})
     if not isinstance(w, Mapping) or w.get("anchor", "job") not in ("job", "crash", "stall"):
         raise PlaybookError(f"{where}: window.anchor must be job, crash or stall")
-    window = WindowRule(anchor=w.get("anchor", "job"), before=_duration(w.get("before"), f"{where} window.before"),
-                        after=_duration(w.get("after"), f"{where} window.after"))
+    window = WindowRule(
+        anchor=w.get("anchor", "job"),
+        before=_duration(w.get("before"), f"{where} window.before"),
+        after=_duration(w.get("after"), f"{where} window.after"),
+    )
     queries = tuple(_query(q, f"{where} query") for q in raw.get("queries", []))
     names = [q.name for q in queries]
     dup = {n for n in names if names.count(n) > 1}
@@ -170,8 +224,15 @@ def parse_playbook(text: str | Mapping[str, Any], *, source: str = "<string>") -
         raise PlaybookError(f"{where}: duplicate rule ids")
     if not rules:
         raise PlaybookError(f"{where}: a playbook needs at least one rule")
-    return Playbook(name=name, title=str(raw.get("title", name)), trigger=tuple(trigger), window=window,
-                    queries=queries, rules=rules, description=str(raw.get("description", "")))
+    return Playbook(
+        name=name,
+        title=str(raw.get("title", name)),
+        trigger=tuple(trigger),
+        window=window,
+        queries=queries,
+        rules=rules,
+        description=str(raw.get("description", "")),
+    )
 
 
 def validate_set(playbooks: Mapping[str, Playbook]) -> None:
@@ -180,8 +241,10 @@ def validate_set(playbooks: Mapping[str, Playbook]) -> None:
     for pb in playbooks.values():
         for q in pb.queries:
             if q.name in seen and seen[q.name][1] != q:
-                raise PlaybookError(f"query {q.name!r} differs between playbooks {seen[q.name][0]!r} and "
-                                    f"{pb.name!r}: one name must mean one query")
+                raise PlaybookError(
+                    f"query {q.name!r} differs between playbooks {seen[q.name][0]!r} and "
+                    f"{pb.name!r}: one name must mean one query"
+                )
             seen.setdefault(q.name, (pb.name, q))
 
 

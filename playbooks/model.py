@@ -15,19 +15,45 @@ from typing import Any
 _PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
 
 __all__ = [
-    "CLASSES", "FAMILIES", "SEVERITIES", "Playbook", "QuerySpec", "RuleSpec", "WindowRule",
+    "CLASSES",
+    "FAMILIES",
+    "SEVERITIES",
+    "Playbook",
+    "QuerySpec",
+    "RuleSpec",
+    "WindowRule",
 ]
 
 #: The contract's CLASS vocabulary.
 CLASSES = (
-    "healthy", "collective-hang", "network-hang", "node-death", "heartbeat-false-positive", "host-oom",
-    "thermal-straggler", "rdma-degradation", "restore-resource-leak", "monitoring-ghost-data",
-    "gpu-driver-fault", "gpu-hardware-fault", "training-instability",
+    "healthy",
+    "collective-hang",
+    "network-hang",
+    "node-death",
+    "heartbeat-false-positive",
+    "host-oom",
+    "thermal-straggler",
+    "rdma-degradation",
+    "restore-resource-leak",
+    "monitoring-ghost-data",
+    "gpu-driver-fault",
+    "gpu-hardware-fault",
+    "training-instability",
 )
 #: The contract's FAMILY vocabulary.
 FAMILIES = (
-    "none", "collective", "network-rdma", "node", "heartbeat", "host-memory", "thermal", "cpu-contention",
-    "monitoring", "gpu-driver", "gpu-hardware", "training",
+    "none",
+    "collective",
+    "network-rdma",
+    "node",
+    "heartbeat",
+    "host-memory",
+    "thermal",
+    "cpu-contention",
+    "monitoring",
+    "gpu-driver",
+    "gpu-hardware",
+    "training",
 )
 SEVERITIES = ("info", "warning", "critical")
 #: Roles of a rule's findings in the causal chain.
@@ -86,7 +112,9 @@ class QuerySpec:
         """Return the profile signals this query needs."""
         if self.signal:
             return (self.signal,)
-        return tuple(s for s in dict.fromkeys(_PLACEHOLDER.findall(self.promql)) if s not in ("window", "step"))
+        return tuple(
+            s for s in dict.fromkeys(_PLACEHOLDER.findall(self.promql)) if s not in ("window", "step")
+        )
 
 
 @dataclass(frozen=True)

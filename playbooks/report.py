@@ -22,14 +22,24 @@ def _v(x: Any) -> str:
 def triage_markdown(d: dict[str, Any]) -> str:
     """Return the `## Job triage` report for a triage JSON object."""
     job, prog, prom = d["job"], d["progress"], d["prometheus"]
-    lines = [f"## Job triage: {_v(job['id'])}", "",
-             f"**Status:** {_v(job['status'])}  ", f"**Primary failure:** {_v(job['triage_class'])}  ",
-             f"**Crash time:** {fmt_time(job['crash_time'])}  ",
-             f"**Steps:** {_v(job['first_step'])} \u2192 {_v(job['last_step'])} of {_v(prog['steps_total'])}", ""]
+    lines = [
+        f"## Job triage: {_v(job['id'])}",
+        "",
+        f"**Status:** {_v(job['status'])}  ",
+        f"**Primary failure:** {_v(job['triage_class'])}  ",
+        f"**Crash time:** {fmt_time(job['crash_time'])}  ",
+        f"**Steps:** {_v(job['first_step'])} \u2192 {_v(job['last_step'])} of {_v(prog['steps_total'])}",
+        "",
+    ]
     lines += ["### Progress", "", "| figure | value |", "|---|---|"]
-    for key, label in (("restored_from", "restored from step"), ("step_time_s", "steady step time (s)"),
-                       ("last_step_time", "last step at"), ("last_checkpoint_step", "last checkpoint step"),
-                       ("lost_steps", "steps lost since checkpoint"), ("tgs_trend_pct", "TGS trend (%)")):
+    for key, label in (
+        ("restored_from", "restored from step"),
+        ("step_time_s", "steady step time (s)"),
+        ("last_step_time", "last step at"),
+        ("last_checkpoint_step", "last checkpoint step"),
+        ("lost_steps", "steps lost since checkpoint"),
+        ("tgs_trend_pct", "TGS trend (%)"),
+    ):
         val = fmt_time(prog[key]) if key == "last_step_time" and prog[key] is not None else _v(prog[key])
         lines.append(f"| {label} | {val} |")
     det = d.get("details", {})
@@ -45,12 +55,25 @@ def triage_markdown(d: dict[str, Any]) -> str:
         lines.append("No failure signature.")
     if d["heartbeat_accused"]:
         lines += ["", f"**Heartbeat accused:** {', '.join(d['heartbeat_accused'])}"]
-    lines += ["", "### Live dashboards", "",
-              f"Prometheus on `{_v(prom['head'])}:{_v(prom['port'])}`" + (f" \u2014 `{prom['tunnel']}`"
-                                                                           if prom["tunnel"] else "")]
+    lines += [
+        "",
+        "### Live dashboards",
+        "",
+        f"Prometheus on `{_v(prom['head'])}:{_v(prom['port'])}`"
+        + (f" \u2014 `{prom['tunnel']}`" if prom["tunnel"] else ""),
+    ]
     if d["config"]:
-        keys = [k for k in ("NNODES", "steps", "checkpoint_period", "per_device_batch_size",
-                            "jax_distributed_heartbeat_timeout_seconds") if k in d["config"]]
+        keys = [
+            k
+            for k in (
+                "NNODES",
+                "steps",
+                "checkpoint_period",
+                "per_device_batch_size",
+                "jax_distributed_heartbeat_timeout_seconds",
+            )
+            if k in d["config"]
+        ]
         if keys:
             lines += ["", "### Config", "", *[f"- `{k}` = `{d['config'][k]}`" for k in keys]]
     if d["unreadable"]:
@@ -59,11 +82,19 @@ def triage_markdown(d: dict[str, Any]) -> str:
 
 
 _ANALYSIS_TYPE = {
-    "collective-hang": "hang", "network-hang": "hang", "node-death": "hardware",
-    "heartbeat-false-positive": "heartbeat", "host-oom": "oom", "thermal-straggler": "gpu-health",
-    "rdma-degradation": "network-health", "restore-resource-leak": "multi-job-comparison",
-    "monitoring-ghost-data": "gpu-health", "gpu-driver-fault": "hardware", "gpu-hardware-fault": "hardware",
-    "training-instability": "training-stability", "healthy": "gpu-health",
+    "collective-hang": "hang",
+    "network-hang": "hang",
+    "node-death": "hardware",
+    "heartbeat-false-positive": "heartbeat",
+    "host-oom": "oom",
+    "thermal-straggler": "gpu-health",
+    "rdma-degradation": "network-health",
+    "restore-resource-leak": "multi-job-comparison",
+    "monitoring-ghost-data": "gpu-health",
+    "gpu-driver-fault": "hardware",
+    "gpu-hardware-fault": "hardware",
+    "training-instability": "training-stability",
+    "healthy": "gpu-health",
 }
 
 
@@ -76,26 +107,45 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
     job, src, dg = d["job"], d["source"], d["diagnosis"]
     t0, t1 = src["time_range"]
     hosts = src["hosts"]
-    lines = [f"## TSDB Diagnosis: {_v(job.get('id'))}", "",
-             f"**Analysis type:** {_ANALYSIS_TYPE.get(dg['class'], 'gpu-health')}  ",
-             f"**Time window:** {fmt_time(t0)} to {fmt_time(t1)} ({(t1 - t0) / 60:.0f} min)  ",
-             f"**Nodes:** {len(hosts)} ({', '.join(hosts[:16])}{', ...' if len(hosts) > 16 else ''})  ",
-             f"**Class:** {dg['class']} (root cause: {dg['root_cause_family']}, confidence {dg['confidence']:.0%})  ",
-             f"**Onset:** {fmt_time(dg['onset'])}  ",
-             "**Culprits:** " + (", ".join(f"{c['host']}" + (f" GPU {c['gpu']}" if c.get("gpu") is not None else "")
-                                           for c in dg["culprits"]) or "none"), "",
-             "### Findings", "", dg["summary"], ""]
+    lines = [
+        f"## TSDB Diagnosis: {_v(job.get('id'))}",
+        "",
+        f"**Analysis type:** {_ANALYSIS_TYPE.get(dg['class'], 'gpu-health')}  ",
+        f"**Time window:** {fmt_time(t0)} to {fmt_time(t1)} ({(t1 - t0) / 60:.0f} min)  ",
+        f"**Nodes:** {len(hosts)} ({', '.join(hosts[:16])}{', ...' if len(hosts) > 16 else ''})  ",
+        f"**Class:** {dg['class']} (root cause: {dg['root_cause_family']}, confidence {dg['confidence']:.0%})  ",
+        f"**Onset:** {fmt_time(dg['onset'])}  ",
+        "**Culprits:** "
+        + (
+            ", ".join(
+                f"{c['host']}" + (f" GPU {c['gpu']}" if c.get("gpu") is not None else "")
+                for c in dg["culprits"]
+            )
+            or "none"
+        ),
+        "",
+        "### Findings",
+        "",
+        dg["summary"],
+        "",
+    ]
     if dg["chain"]:
         lines += ["**Causal chain:**", "", *[f"{i}. {c}" for i, c in enumerate(dg["chain"], 1)], ""]
     lines += ["### Metric evidence", ""]
     shown = [f for f in d["findings"] if f["severity"] != "info"] or d["findings"][:3]
     for f in shown:
-        lines += [f"**{f['title']}** ({f['severity']}, {f['playbook']}, onset {fmt_time(f['onset'])})", "",
-                  "| Host | GPU | Value | Interpretation |", "|------|-----|-------|----------------|"]
+        lines += [
+            f"**{f['title']}** ({f['severity']}, {f['playbook']}, onset {fmt_time(f['onset'])})",
+            "",
+            "| Host | GPU | Value | Interpretation |",
+            "|------|-----|-------|----------------|",
+        ]
         for e in f["evidence"][:10]:
             lab = e["labels"]
-            lines.append(f"| {_cell(lab.get('host'))} | {_cell(lab.get('gpu'))} | {_cell(e['value'])} | "
-                         f"{_cell(e['interpretation'])} |")
+            lines.append(
+                f"| {_cell(lab.get('host'))} | {_cell(lab.get('gpu'))} | {_cell(e['value'])} | "
+                f"{_cell(e['interpretation'])} |"
+            )
         if f["evidence"]:
             lines += ["", f"Query: `{f['evidence'][0]['query'][:300]}`"]
         lines.append("")
@@ -107,9 +157,16 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         lines += ["", "Other observations:", *[f"- {f['title']}" for f in infos]]
     lines += ["", "### Correlation with triage", ""]
     tc = job.get("triage_class")
-    lines.append(f"Triage classified the job as `{tc}` (status {_v(job.get('status'))}); the TSDB points at "
-                 f"`{dg['class']}`." if tc or job.get("status") else "No job log was triaged.")
+    lines.append(
+        f"Triage classified the job as `{tc}` (status {_v(job.get('status'))}); the TSDB points at "
+        f"`{dg['class']}`."
+        if tc or job.get("status")
+        else "No job log was triaged."
+    )
     t = d.get("timings", {})
-    lines += ["", f"_{t.get('queries', 0)} queries, {t.get('prometheus_s', 0):.2f} s in Prometheus, "
-                  f"{t.get('total_s', 0):.2f} s in total._"]
+    lines += [
+        "",
+        f"_{t.get('queries', 0)} queries, {t.get('prometheus_s', 0):.2f} s in Prometheus, "
+        f"{t.get('total_s', 0):.2f} s in total._",
+    ]
     return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@ garbage, and never raises on bad content: what it could not read is listed in `u
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -17,11 +18,19 @@ from typing import IO, Any
 
 from .confine import OutsideRoots, open_inside, resolved_roots
 
-__all__ = ["CLASS_ORDER", "Match", "Triage", "TriageError", "expand_nodelist", "find_job_log", "triage_job",
-           "triage_log"]
+__all__ = [
+    "CLASS_ORDER",
+    "Match",
+    "Triage",
+    "TriageError",
+    "expand_nodelist",
+    "find_job_log",
+    "triage_job",
+    "triage_log",
+]
 
-MAX_LINE = 64 * 1024          # longer lines are cut (runaway binary logs)
-MAX_MATCHES_PER_CLASS = 50    # a log with 100k NCCL warnings still gives a readable answer
+MAX_LINE = 64 * 1024  # longer lines are cut (runaway binary logs)
+MAX_MATCHES_PER_CLASS = 50  # a log with 100k NCCL warnings still gives a readable answer
 
 
 class TriageError(Exception):
@@ -33,17 +42,41 @@ class TriageError(Exception):
 # Priority order of the seed triage table (§3.2): first match = primary.
 CLASS_ORDER: tuple[str, ...] = (
     # 1. infrastructure
-    "prolog-kill-no-log", "container-pull-fail", "container-load-fail", "no-gpu", "nccl-nic-fail", "port-fail",
-    "model-not-found", "patch-branch-fail", "ray-start-fail",
+    "prolog-kill-no-log",
+    "container-pull-fail",
+    "container-load-fail",
+    "no-gpu",
+    "nccl-nic-fail",
+    "port-fail",
+    "model-not-found",
+    "patch-branch-fail",
+    "ray-start-fail",
     # 2. stage timeouts
-    "preflight-timeout", "pull-timeout", "ecc-timeout", "train-timeout",
+    "preflight-timeout",
+    "pull-timeout",
+    "ecc-timeout",
+    "train-timeout",
     # 3. training
-    "hang", "heartbeat-timeout", "oom-host", "oom-gpu", "nccl-timeout", "xla-compile-fail", "python-exception",
-    "signal-kill", "subprocess-fail", "actor-fail", "checkpoint-fs-error", "gpu-hw-error",
+    "hang",
+    "heartbeat-timeout",
+    "oom-host",
+    "oom-gpu",
+    "nccl-timeout",
+    "xla-compile-fail",
+    "python-exception",
+    "signal-kill",
+    "subprocess-fail",
+    "actor-fail",
+    "checkpoint-fs-error",
+    "gpu-hw-error",
     # 4. performance
     "tgs-degradation",
     # 5. job level
-    "cancelled", "node-fail", "unknown-death", "stage-fail", "soft-success",
+    "cancelled",
+    "node-fail",
+    "unknown-death",
+    "stage-fail",
+    "soft-success",
 )
 _RANK = {c: i for i, c in enumerate(CLASS_ORDER)}
 
@@ -53,14 +86,27 @@ SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("container-load-fail", ("[ERROR] Unable to determine image name or ID from docker load output",)),
     ("no-gpu", ("WARNING: No GPU devices detected",)),
     ("nccl-nic-fail", ("Failed to auto-detect NCCL_SOCKET_IFNAME",)),
-    ("port-fail", ("FATAL: Could not find a free port for JAX coordinator", "FATAL: Could not find a free port for Ray")),
+    (
+        "port-fail",
+        (
+            "FATAL: Could not find a free port for JAX coordinator",
+            "FATAL: Could not find a free port for Ray",
+        ),
+    ),
     ("model-not-found", ("!!! Unknown model:", "!!! Model name resolution failed")),
     ("patch-branch-fail", ("[FAIL] Failed to check out",)),
-    ("ray-start-fail", ("[Ray] HEAD failed to start", "[Ray] HEAD timeout", "[Ray] WORKER failed",
-                        "[!] Ray cluster failed")),
-    ("heartbeat-timeout", ("UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats)",
-                           "Terminating process because the JAX distributed service detected fatal errors",
-                           "Polled error from coordination service")),
+    (
+        "ray-start-fail",
+        ("[Ray] HEAD failed to start", "[Ray] HEAD timeout", "[Ray] WORKER failed", "[!] Ray cluster failed"),
+    ),
+    (
+        "heartbeat-timeout",
+        (
+            "UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats)",
+            "Terminating process because the JAX distributed service detected fatal errors",
+            "Polled error from coordination service",
+        ),
+    ),
     ("oom-gpu", ("RESOURCE_EXHAUSTED", "ResourceExhausted", "OUT_OF_MEMORY", "XLA_ERROR", "out of memory")),
     ("oom-host", ("Killed", "oom-kill", "Out of memory")),
     ("nccl-timeout", ("NCCL WARN Timeout", "NCCL error", "Timeout waiting for", "ncclSystemError")),
@@ -75,10 +121,18 @@ SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # Known-harmless lines, filtered BEFORE matching (§3.2).
 HARMLESS = (
-    "Failed call to cuInit: UNKNOWN ERROR (303)", "INTERNAL: CUDA error", "NCCL WARN MSCCL++",
-    "Token indices sequence length is longer", "OCI runtime exec failed", "docker exec failed",
-    "[cgroup] Sent SIGKILL to 0/0 processes", "Cannot read CPU core", "No hardware is found. Using default TPU",
-    "No device identifiers found", "Enabling PjRt/TPU event dependency logging", "Fiber init: default domain",
+    "Failed call to cuInit: UNKNOWN ERROR (303)",
+    "INTERNAL: CUDA error",
+    "NCCL WARN MSCCL++",
+    "Token indices sequence length is longer",
+    "OCI runtime exec failed",
+    "docker exec failed",
+    "[cgroup] Sent SIGKILL to 0/0 processes",
+    "Cannot read CPU core",
+    "No hardware is found. Using default TPU",
+    "No device identifiers found",
+    "Enabling PjRt/TPU event dependency logging",
+    "Fiber init: default domain",
     "Error response from daemon: cannot remove container",
 )
 
@@ -90,12 +144,16 @@ _NOT_CTRL = bytes(b for b in range(256) if not (b < 9 or 13 < b < 32))  # bytes.
 _LABEL = re.compile(r"^\s*(\d+): ")
 _RAY = re.compile(r"^\((\w+) pid=\d+(?:, ip=[^)]*)?\) ")
 _ABSL = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+[^\]\s]+\] ")
-_STEP = re.compile(r"completed step: (\d+), seconds: ([0-9.]+)(?:.*?Tokens/s/device: ([0-9.]+))?"
-                   r"(?:.*?loss: ([-+0-9.eEnaif]+))?")
+_STEP = re.compile(
+    r"completed step: (\d+), seconds: ([0-9.]+)(?:.*?Tokens/s/device: ([0-9.]+))?"
+    r"(?:.*?loss: ([-+0-9.eEnaif]+))?"
+)
 _CONFIG = re.compile(r"^Config param ([A-Za-z0-9_.]+): ?(.*)$")
-_HEADER = re.compile(r"^(JOB_ID|JOB_NAME|NNODES|JOB_NODELIST|JAX_COORDINATOR_PORT|RAY_PORT|PASSTHROUGH_ARGS|"
-                     r"MODEL_NAME|MODEL_NAME_ALIAS|EXP_TAG|SLURM_JOB_ID|SLURM_JOB_NAME|SLURM_JOB_NUM_NODES|"
-                     r"SLURM_JOB_NODELIST|HOSTNAME)=(.*)$")
+_HEADER = re.compile(
+    r"^(JOB_ID|JOB_NAME|NNODES|JOB_NODELIST|JAX_COORDINATOR_PORT|RAY_PORT|PASSTHROUGH_ARGS|"
+    r"MODEL_NAME|MODEL_NAME_ALIAS|EXP_TAG|SLURM_JOB_ID|SLURM_JOB_NAME|SLURM_JOB_NUM_NODES|"
+    r"SLURM_JOB_NODELIST|HOSTNAME)=(.*)$"
+)
 _TUNNEL = re.compile(r"ssh\s+(?:-J\s+\S+\s+)?((?:-L\s+\S+\s+)+)(\S+@)?(\S+)\s*$")
 _FWD = re.compile(r"-L\s+(\d+):localhost:(\d+)")
 _TASK = re.compile(r"/job:[\w_]+/replica:\d+/task:(\d+)")
@@ -169,12 +227,27 @@ class Triage:
     def to_dict(self) -> dict[str, Any]:
         """Return the contract's triage JSON object (plus `details`)."""
         return {
-            "job": {"id": self.job_id, "status": self.status, "triage_class": self.triage_class,
-                    "first_step": self.first_step, "last_step": self.last_step, "crash_time": self.crash_time},
+            "job": {
+                "id": self.job_id,
+                "status": self.status,
+                "triage_class": self.triage_class,
+                "first_step": self.first_step,
+                "last_step": self.last_step,
+                "crash_time": self.crash_time,
+            },
             "matches": [{"class": m.klass, "line": m.line, "text": m.text} for m in self.matches],
-            "progress": {k: self.progress.get(k) for k in (
-                "steps_total", "restored_from", "step_time_s", "last_step_time", "lost_steps",
-                "last_checkpoint_step", "tgs_trend_pct")},
+            "progress": {
+                k: self.progress.get(k)
+                for k in (
+                    "steps_total",
+                    "restored_from",
+                    "step_time_s",
+                    "last_step_time",
+                    "lost_steps",
+                    "last_checkpoint_step",
+                    "tgs_trend_pct",
+                )
+            },
             "config": dict(self.config),
             "nodes": list(self.nodes),
             "prometheus": {"head": self.head, "port": self.port, "tunnel": self.tunnel},
@@ -185,6 +258,7 @@ class Triage:
 
 
 # ------------------------------------------------------------------------------------------ helpers
+
 
 def expand_nodelist(text: str) -> list[str]:
     """Return the hosts of a Slurm compressed node list: ``gpu-[101-103,105],login1`` -> 4 hosts."""
@@ -256,10 +330,10 @@ def _clean(raw: str) -> tuple[int | None, str]:
     rank = None
     if m:
         rank = int(m.group(1))
-        line = line[m.end():]
+        line = line[m.end() :]
     r = _RAY.match(line)
     if r:
-        line = line[r.end():]
+        line = line[r.end() :]
     return rank, line
 
 
@@ -361,8 +435,14 @@ def _iter_lines(fh: IO[bytes], out: Triage) -> Iterator[tuple[int, str]]:
 
 # ---------------------------------------------------------------------------------------------- core
 
-def triage_log(source: str | os.PathLike[str] | Iterable[str], *, now: float | None = None,
-               slurm_state: str | None = None, roots: Iterable[str | os.PathLike[str]] | None = None) -> Triage:
+
+def triage_log(
+    source: str | os.PathLike[str] | Iterable[str],
+    *,
+    now: float | None = None,
+    slurm_state: str | None = None,
+    roots: Iterable[str | os.PathLike[str]] | None = None,
+) -> Triage:
     """Return the triage of a log file (or of an iterable of lines).
 
     `now` (unix seconds) is used to tell running from dead jobs without a summary; `slurm_state`
@@ -394,7 +474,9 @@ def triage_log(source: str | os.PathLike[str] | Iterable[str], *, now: float | N
 
 @dataclass
 class _State:
-    steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(default_factory=dict)
+    steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
+        default_factory=dict
+    )
     step_rank: dict[int, int] = field(default_factory=dict)
     matches: dict[str, list[Match]] = field(default_factory=dict)
     node_exits: list[tuple[str, int, int]] = field(default_factory=list)
@@ -443,9 +525,16 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         ts = None
         a = _ABSL.match(msg)
         if a:
-            ts = _abs_time(st, int(a.group(2)), int(a.group(3)), int(a.group(4)), int(a.group(5)),
-                           int(a.group(6)), a.group(7))
-            msg = msg[a.end():]
+            ts = _abs_time(
+                st,
+                int(a.group(2)),
+                int(a.group(3)),
+                int(a.group(4)),
+                int(a.group(5)),
+                int(a.group(6)),
+                a.group(7),
+            )
+            msg = msg[a.end() :]
             if ts is not None:
                 st.last_time = ts
         if rank is None and not st.header_done and _scan_header(st, out, msg):
@@ -485,8 +574,12 @@ def _scan_header(st: _State, out: Triage, msg: str) -> bool:
     h = _HEADER.match(msg)
     if h:
         key, val = h.group(1), h.group(2).strip()
-        key = {"SLURM_JOB_ID": "JOB_ID", "SLURM_JOB_NAME": "JOB_NAME", "SLURM_JOB_NUM_NODES": "NNODES",
-               "SLURM_JOB_NODELIST": "JOB_NODELIST"}.get(key, key)
+        key = {
+            "SLURM_JOB_ID": "JOB_ID",
+            "SLURM_JOB_NAME": "JOB_NAME",
+            "SLURM_JOB_NUM_NODES": "NNODES",
+            "SLURM_JOB_NODELIST": "JOB_NODELIST",
+        }.get(key, key)
         out.config.setdefault(key, val.strip('"'))
         if key == "JOB_ID":
             st.year = st.year or _year_hint(val)
@@ -546,10 +639,8 @@ def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) 
     if "CANCELLED AT" in msg:
         c2 = _CANCELLED_AT.search(msg)
         if c2:
-            try:
+            with contextlib.suppress(ValueError):
                 st.cancel_time = dt.datetime.fromisoformat(c2.group(1)).replace(tzinfo=dt.UTC).timestamp()
-            except ValueError:
-                pass
     if "Saved a checkpoint at step" in msg:
         s3 = _SAVED.search(msg)
         if s3:
@@ -578,8 +669,12 @@ def _scan_stage(st: _State, n: int, msg: str) -> bool:
     st.header_done = True
     if s.group(2) == "TIMEOUT":
         stage = s.group(1).lower()
-        klass = {"preflight": "preflight-timeout", "docker pull": "pull-timeout",
-                 "ecc check": "ecc-timeout", "training": "train-timeout"}.get(stage, "train-timeout")
+        klass = {
+            "preflight": "preflight-timeout",
+            "docker pull": "pull-timeout",
+            "ecc check": "ecc-timeout",
+            "training": "train-timeout",
+        }.get(stage, "train-timeout")
         _add(st, klass, n, msg)
     elif s.group(2) == "FAILED":
         _add(st, "stage-fail", n, msg)
@@ -693,8 +788,11 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
     cfg = out.config
     total = _int(cfg.get("steps"))
     prog: dict[str, Any] = {"steps_total": total}
-    restored = st.restored if st.restored is not None else (
-        out.first_step - 1 if out.first_step and out.first_step > 0 else None)
+    restored = (
+        st.restored
+        if st.restored is not None
+        else (out.first_step - 1 if out.first_step and out.first_step > 0 else None)
+    )
     prog["restored_from"] = restored
     period = _int(cfg.get("checkpoint_period"))
     ckpt_on = cfg.get("enable_checkpointing", "").lower() in ("true", "1", "yes")
@@ -717,8 +815,11 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
     last_ckpt = None
     if ckpt_on and out.last_step is not None:
         if st.saved:
-            last_ckpt = max(s for s in st.saved if s <= out.last_step) if any(
-                s <= out.last_step for s in st.saved) else None
+            last_ckpt = (
+                max(s for s in st.saved if s <= out.last_step)
+                if any(s <= out.last_step for s in st.saved)
+                else None
+            )
         elif period:
             c = (out.last_step // period) * period
             last_ckpt = c if c >= (out.first_step or 0) or restored is not None else None
@@ -741,8 +842,14 @@ def _tgs_trend(st: _State, out: Triage, steps: list[int]) -> float | None:
     return round((lt - e) / e * 100.0, 2)
 
 
-def _status(st: _State, out: Triage, prog: dict[str, Any], last_ts: float | None, now: float | None,
-            slurm_state: str | None) -> str:
+def _status(
+    st: _State,
+    out: Triage,
+    prog: dict[str, Any],
+    last_ts: float | None,
+    now: float | None,
+    slurm_state: str | None,
+) -> str:
     """Return the job's status from its summary, else from its progress and the clock."""
     total = prog["steps_total"]
     summ = st.summary_status
@@ -765,13 +872,23 @@ def _status(st: _State, out: Triage, prog: dict[str, Any], last_ts: float | None
     return "unknown-death"
 
 
-def _timing(st: _State, out: Triage, steps: list[int], last_ts: float | None, step_time: float | None,
-            now: float | None) -> tuple[float | None, float | None]:
+def _timing(
+    st: _State,
+    out: Triage,
+    steps: list[int],
+    last_ts: float | None,
+    step_time: float | None,
+    now: float | None,
+) -> tuple[float | None, float | None]:
     """Record training time vs wall time and the stall after the last step; return (stall, end time)."""
     secs = [st.steps[s][0] for s in steps]
     train_s = sum(secs) if secs else 0.0
-    out.details.update(training_time_s=round(train_s, 1), wall_s=st.wall_s, steps_logged=len(steps),
-                       checkpoints_saved=sorted(st.saved))
+    out.details.update(
+        training_time_s=round(train_s, 1),
+        wall_s=st.wall_s,
+        steps_logged=len(steps),
+        checkpoints_saved=sorted(st.saved),
+    )
     start_hint = st.start_time if st.start_time is not None else _start_time(out.config)
     end_time = st.cancel_time or (start_hint + st.wall_s if start_hint is not None and st.wall_s else None)
     stall = None
@@ -786,21 +903,43 @@ def _timing(st: _State, out: Triage, steps: list[int], last_ts: float | None, st
     return stall, end_time
 
 
-def _computed_classes(st: _State, out: Triage, stall: float | None, step_time: float | None,
-                      trend: float | None) -> None:
+def _computed_classes(
+    st: _State, out: Triage, stall: float | None, step_time: float | None, trend: float | None
+) -> None:
     """Add the classes no single line shows: hang, TGS degradation, cancelled, node failure, unknown death."""
     status = out.status
     summ = st.summary_status
-    fatal_training = {"heartbeat-timeout", "oom-host", "oom-gpu", "xla-compile-fail", "python-exception",
-                      "signal-kill", "subprocess-fail", "actor-fail", "checkpoint-fs-error", "gpu-hw-error"}
+    fatal_training = {
+        "heartbeat-timeout",
+        "oom-host",
+        "oom-gpu",
+        "xla-compile-fail",
+        "python-exception",
+        "signal-kill",
+        "subprocess-fail",
+        "actor-fail",
+        "checkpoint-fs-error",
+        "gpu-hw-error",
+    }
     stalled = stall is not None and step_time is not None and stall > max(5 * step_time, 600.0)
-    if status == "hanging" or (status in ("cancelled", "unknown-death") and stalled
-                               and not (fatal_training & set(st.matches))):
-        _add(st, "hang", 0, f"steps stopped at {out.last_step}"
-             + (f"; no progress for {stall / 60:.0f} min before the end" if stall else ""))
+    if status == "hanging" or (
+        status in ("cancelled", "unknown-death") and stalled and not (fatal_training & set(st.matches))
+    ):
+        _add(
+            st,
+            "hang",
+            0,
+            f"steps stopped at {out.last_step}"
+            + (f"; no progress for {stall / 60:.0f} min before the end" if stall else ""),
+        )
     if trend is not None and trend < -10.0:
-        _add(st, "tgs-degradation", 0, f"TGS {out.details['tgs_early']:.0f} -> {out.details['tgs_late']:.0f} "
-             f"({trend:+.1f} %) between steps {out.first_step + 5}-{out.first_step + 15} and the last 10")
+        _add(
+            st,
+            "tgs-degradation",
+            0,
+            f"TGS {out.details['tgs_early']:.0f} -> {out.details['tgs_late']:.0f} "
+            f"({trend:+.1f} %) between steps {out.first_step + 5}-{out.first_step + 15} and the last 10",
+        )
     if status == "cancelled":
         _add(st, "cancelled", 0, f"cancelled (exit {summ[1] if summ else '?'})")
     bad_exits = [(h, rc, n) for h, rc, n in st.node_exits if rc != 0]
@@ -814,8 +953,13 @@ def _computed_classes(st: _State, out: Triage, stall: float | None, step_time: f
         _add(st, "soft-success", 0, f"last step {out.last_step} = steps-1 although the job exited non-zero")
 
 
-def triage_job(job_dir: str | os.PathLike[str], *, now: float | None = None,
-               slurm_state: str | None = None, roots: Iterable[str | os.PathLike[str]] | None = None) -> Triage:
+def triage_job(
+    job_dir: str | os.PathLike[str],
+    *,
+    now: float | None = None,
+    slurm_state: str | None = None,
+    roots: Iterable[str | os.PathLike[str]] | None = None,
+) -> Triage:
     """Return the triage of a job directory: its primary log plus, for k8s jobs, every rank-N.log.
 
     With `roots`, every log opened must lie inside one of them: the primary log is refused otherwise,

@@ -221,4 +221,3 @@ def copy_tsdb(src: str | os.PathLike[str], data: Path, inv: Inventory, *, includ
                 if st is not None and stat.S_ISDIR(st.st_mode):
                     _copy_top(src_top, dst_top, name, link=False, out=out)
     return out
-

@@ -355,7 +355,12 @@ class EntryStore:
 
 
 _STORE = EntryStore(_ENTRY, _MARKER, _RECORD, "TSDB copy")
-_entries, _read_record, _write_record, _remove_entry = _STORE.entries, _STORE.read, _STORE.write, _STORE.remove
+_entries, _read_record, _write_record, _remove_entry = (
+    _STORE.entries,
+    _STORE.read,
+    _STORE.write,
+    _STORE.remove,
+)
 
 
 def _served_from(rec: Mapping[str, Any]) -> ServedTSDB:
@@ -713,7 +718,9 @@ def _serve_locked(
             notes.append(f"skipped {len(inv.unreadable)} block(s) without a readable meta.json")
         if copied.symlinks:
             shown = ", ".join(copied.symlinks[:5]) + (" ..." if len(copied.symlinks) > 5 else "")
-            notes.append(f"skipped {len(copied.symlinks)} symlink(s) inside the TSDB, never followed: {shown}")
+            notes.append(
+                f"skipped {len(copied.symlinks)} symlink(s) inside the TSDB, never followed: {shown}"
+            )
             log.warning("%s: symlinks skipped (never followed): %s", src, shown)
         now = time.time()
         rec = {

@@ -328,10 +328,12 @@ def _command_tokens(text: str) -> list[str]:
         match = _SSH_WORD.search(line)
         if match:
             try:
-                return shlex.split(line[match.end():])
+                return shlex.split(line[match.end() :])
             except ValueError as exc:
                 raise TunnelError(f"The tunnel command cannot be split into words: {exc}.") from None
-    raise TunnelError("No ssh command found: paste the line that starts with 'ssh' (e.g. ssh -J … -L … root@host).")
+    raise TunnelError(
+        "No ssh command found: paste the line that starts with 'ssh' (e.g. ssh -J … -L … root@host)."
+    )
 
 
 def parse_tunnel_command(text: str, *, host_key_policy: str = "yes") -> TunnelSpec:
@@ -392,11 +394,11 @@ def parse_tunnel_command(text: str, *, host_key_policy: str = "yes") -> TunnelSp
         i += 1
     if destination is None:
         raise TunnelError("The ssh command names no host (user@host) after its options.")
-    rest = args[i + 1:]
+    rest = args[i + 1 :]
     if rest:
         raise TunnelError(f"The ssh command runs a remote command ({shlex.join(rest)}); a tunnel must not.")
     if destination.startswith("ssh://"):
-        destination = destination[len("ssh://"):].rstrip("/")
+        destination = destination[len("ssh://") :].rstrip("/")
     user, host, port = _split_hop(destination, "Host")
     prometheus = [f for f in opts["forwards"] if f[2] not in NOT_PROMETHEUS_PORTS]
     if not prometheus:
@@ -454,9 +456,13 @@ def spec_from_triage(triage: Mapping[str, Any], *, host_key_policy: str = "yes")
     spec = parse_tunnel_command(str(text), host_key_policy=host_key_policy)
     head, port = prom.get("head"), prom.get("port")
     if head and str(head) != spec.host:
-        raise TunnelError(f"The log's head node {head!r} differs from the tunnel command's host {spec.host!r}.")
+        raise TunnelError(
+            f"The log's head node {head!r} differs from the tunnel command's host {spec.host!r}."
+        )
     if port and int(port) != spec.remote_port:
-        raise TunnelError(f"The log's Prometheus port {port} differs from the tunnel command's {spec.remote_port}.")
+        raise TunnelError(
+            f"The log's Prometheus port {port} differs from the tunnel command's {spec.remote_port}."
+        )
     return spec
 
 
@@ -509,7 +515,11 @@ def forward_arg(spec: TunnelSpec, local_port: int) -> str:
 
 
 def ssh_command(
-    spec: TunnelSpec, local_port: int, *, ssh_bin: str = "ssh", config_file: str | os.PathLike[str] | None = None
+    spec: TunnelSpec,
+    local_port: int,
+    *,
+    ssh_bin: str = "ssh",
+    config_file: str | os.PathLike[str] | None = None,
 ) -> list[str]:
     """Return the argv of `ssh -N` forwarding 127.0.0.1:<local_port> to the spec's Prometheus port.
 
@@ -567,7 +577,12 @@ def _entry_dir(work_root: str | os.PathLike[str], spec: TunnelSpec) -> Path:
 
 
 _STORE = EntryStore(_ENTRY, _MARKER, _RECORD, "SSH tunnel entry")
-_entries, _read_record, _write_record, _remove_entry = _STORE.entries, _STORE.read, _STORE.write, _STORE.remove
+_entries, _read_record, _write_record, _remove_entry = (
+    _STORE.entries,
+    _STORE.read,
+    _STORE.write,
+    _STORE.remove,
+)
 
 
 def _tunnel_from(entry: Path, rec: Mapping[str, Any]) -> OpenTunnel | None:
@@ -736,9 +751,7 @@ def _explain(spec: TunnelSpec, tail: str, fallback: str) -> str:
 # -- opening ----------------------------------------------------------------------------------------
 
 
-def _wait_forward(
-    proc: subprocess.Popen[bytes], url: str, entry: Path, timeout: float
-) -> tuple[bool, str]:
+def _wait_forward(proc: subprocess.Popen[bytes], url: str, entry: Path, timeout: float) -> tuple[bool, str]:
     """Return (True, "") once Prometheus answers /-/ready through the forward, else (False, why).
 
     `why` is "exited" when ssh exits, "refused" when the head node could not connect the forward
@@ -805,7 +818,9 @@ def _start(spec: TunnelSpec, binary: str, entry: Path, timeout: float) -> dict[s
         tail = _stderr_tail(entry)
         if why == "exited" and "Address already in use" in tail and attempt + 1 < _PORT_ATTEMPTS:
             # Port race: another program bound the port between our check and ssh's bind.
-            log.info("local port %s was taken before ssh bound it (attempt %d); trying another", port, attempt + 1)
+            log.info(
+                "local port %s was taken before ssh bound it (attempt %d); trying another", port, attempt + 1
+            )
             continue
         fallback = {
             "exited": f"ssh exited with status {proc.returncode}",

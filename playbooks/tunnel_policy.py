@@ -89,7 +89,9 @@ class TunnelPolicy:
         if path is None:
             return
         if not self.keys_dir:
-            raise TunnelError(f"{what} {path} is refused: no key folder is configured (STEPWISE_TUNNEL_KEYS_DIR).")
+            raise TunnelError(
+                f"{what} {path} is refused: no key folder is configured (STEPWISE_TUNNEL_KEYS_DIR)."
+            )
         real, folder = Path(os.path.realpath(path)), Path(os.path.realpath(self.keys_dir))
         if real == folder or not real.is_relative_to(folder):
             raise TunnelError(f"{what} {path} is outside the key folder {folder} (STEPWISE_TUNNEL_KEYS_DIR).")

@@ -31,8 +31,7 @@ def write_demo_report(investigation: Investigation, author) -> Report:
     existing = Report.objects.filter(investigation=investigation).first()
     if existing is not None and existing.sections.filter(edited=True).exists():
         return existing
-    colleague, created = get_user_model().objects.get_or_create(username="sre-oncall",
-                                                                defaults={"email": ""})
+    colleague, created = get_user_model().objects.get_or_create(username="sre-oncall", defaults={"email": ""})
     if created:
         colleague.set_unusable_password()
         colleague.save()
@@ -41,14 +40,26 @@ def write_demo_report(investigation: Investigation, author) -> Report:
         trace = report.sections.get(key="source_trace")
         sections.section_save(trace.pk, base_version=trace.version, text=SOURCE_TRACE, user=author)
         findings.human_finding_add(
-            report, title="Same host ran hot last week", severity="warning", user=colleague,
+            report,
+            title="Same host ran hot last week",
+            severity="warning",
+            user=colleague,
             body="The facilities log shows a fan replaced on this rack on Monday; the hot GPU is in its slot.",
         )
-        conversation.comment_add(report, user=colleague, anchor="section:next_steps",
-                                 body=f"@{author.get_username()} can we drain the hot host before the restart?")
-        conversation.action_item_add(report, text="Drain the hot GPU's host and open a facilities ticket",
-                                     owner=author, due=(timezone.now() + dt.timedelta(days=2)).date(),
-                                     user=colleague)
-        report = sections.report_set_status(report.pk, status=Report.Status.IN_REVIEW, base_version=report.version,
-                                            user=author)
+        conversation.comment_add(
+            report,
+            user=colleague,
+            anchor="section:next_steps",
+            body=f"@{author.get_username()} can we drain the hot host before the restart?",
+        )
+        conversation.action_item_add(
+            report,
+            text="Drain the hot GPU's host and open a facilities ticket",
+            owner=author,
+            due=(timezone.now() + dt.timedelta(days=2)).date(),
+            user=colleague,
+        )
+        report = sections.report_set_status(
+            report.pk, status=Report.Status.IN_REVIEW, base_version=report.version, user=author
+        )
     return report

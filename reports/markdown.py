@@ -14,11 +14,35 @@ _MD = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": 
 )
 
 _TAGS = {
-    "p", "br", "hr", "em", "strong", "del", "s", "code", "pre", "blockquote", "ul", "ol", "li",
-    "h1", "h2", "h3", "h4", "h5", "h6", "a", "table", "thead", "tbody", "tr", "th", "td", "span",
+    "p",
+    "br",
+    "hr",
+    "em",
+    "strong",
+    "del",
+    "s",
+    "code",
+    "pre",
+    "blockquote",
+    "ul",
+    "ol",
+    "li",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "a",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "span",
 }
-_ATTRS = {"a": {"href", "title"}, "th": {"style"}, "td": {"style"},
-          "span": {"class"}, "ol": {"start"}}
+_ATTRS = {"a": {"href", "title"}, "th": {"style"}, "td": {"style"}, "span": {"class"}, "ol": {"start"}}
 _MENTION = re.compile(r"(?<![\w@])@([\w.+-]{1,150})")
 
 

@@ -97,7 +97,9 @@ class Section(models.Model):
     # The machine's text the body was last filled from, and a newer one offered while the body is edited.
     machine_body = models.TextField(blank=True)
     machine_pending = models.TextField(blank=True)
-    edited = models.BooleanField(default=False, help_text="A person changed the body since the machine filled it.")
+    edited = models.BooleanField(
+        default=False, help_text="A person changed the body since the machine filled it."
+    )
     version = models.PositiveIntegerField(default=1)
     updated_by = models.ForeignKey(USER, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     updated = models.DateTimeField(auto_now=True)
@@ -131,7 +133,9 @@ class Verdict(models.Model):
     history = HistoricalRecords(excluded_fields=["updated"])
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["report", "finding_key"], name="verdict_unique_finding")]
+        constraints = [
+            models.UniqueConstraint(fields=["report", "finding_key"], name="verdict_unique_finding")
+        ]
 
 
 class HumanFinding(models.Model):
@@ -151,7 +155,9 @@ class HumanFinding(models.Model):
     report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="human_findings")
     title = models.CharField(max_length=300)
     body = models.TextField(blank=True)
-    severity = models.CharField(max_length=16, choices=Finding.Severity.choices, default=Finding.Severity.WARNING)
+    severity = models.CharField(
+        max_length=16, choices=Finding.Severity.choices, default=Finding.Severity.WARNING
+    )
     kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.NOTE)
     chart = models.ForeignKey(PinnedChart, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     evidence = models.JSONField(default=dict, blank=True)
@@ -166,7 +172,9 @@ class HumanFinding(models.Model):
 class ActionItem(models.Model):
     report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="action_items")
     text = models.CharField(max_length=500)
-    owner = models.ForeignKey(USER, on_delete=models.SET_NULL, null=True, blank=True, related_name="action_items")
+    owner = models.ForeignKey(
+        USER, on_delete=models.SET_NULL, null=True, blank=True, related_name="action_items"
+    )
     due = models.DateField(null=True, blank=True)
     done = models.BooleanField(default=False)
     created_by = models.ForeignKey(USER, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
@@ -182,7 +190,9 @@ class Comment(models.Model):
 
     report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="comments")
     anchor = models.CharField(max_length=220, default="report")
-    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="replies")
+    parent = models.ForeignKey(
+        "self", on_delete=models.CASCADE, null=True, blank=True, related_name="replies"
+    )
     author = models.ForeignKey(USER, on_delete=models.SET_NULL, null=True, related_name="+")
     body = models.TextField()
     created = models.DateTimeField(auto_now_add=True)
@@ -202,7 +212,9 @@ class InboxItem(models.Model):
     kind = models.CharField(max_length=16, choices=Kind.choices)
     investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="+")
     comment = models.ForeignKey(Comment, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
-    action_item = models.ForeignKey(ActionItem, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    action_item = models.ForeignKey(
+        ActionItem, on_delete=models.CASCADE, null=True, blank=True, related_name="+"
+    )
     actor = models.ForeignKey(USER, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
     text = models.CharField(max_length=500)
     read = models.BooleanField(default=False)

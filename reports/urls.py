@@ -17,7 +17,9 @@ urlpatterns = [
     path(_R + "sections/<slug:key>/save/", sections.save, name="section_save"),
     path(_R + "sections/<slug:key>/machine/", sections.machine, name="section_machine"),
     path(_R + "sections/<slug:key>/history/", sections.history, name="section_history"),
-    path(_R + "sections/<slug:key>/history/<int:history_id>/restore/", sections.restore, name="section_restore"),
+    path(
+        _R + "sections/<slug:key>/history/<int:history_id>/restore/", sections.restore, name="section_restore"
+    ),
     path(_R + "findings/add/", findings.add, name="finding_add"),
     path(_R + "findings/<int:finding_id>/verdict/", findings.verdict, name="verdict"),
     path(_R + "comments/", conversation.comment, name="comment"),

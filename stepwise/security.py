@@ -31,8 +31,15 @@ from django.views.decorators.http import require_POST
 logger = logging.getLogger("stepwise.csp")
 log = logging.getLogger(__name__)
 _REPORT_MAX = 16 * 1024
-_FIELDS = ("document-uri", "violated-directive", "effective-directive", "blocked-uri", "source-file",
-           "line-number", "disposition")
+_FIELDS = (
+    "document-uri",
+    "violated-directive",
+    "effective-directive",
+    "blocked-uri",
+    "source-file",
+    "line-number",
+    "disposition",
+)
 
 
 class PermissionsPolicyMiddleware:
@@ -83,7 +90,9 @@ class InvestigationAccessMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         return self.get_response(request)
 
-    def process_view(self, request: HttpRequest, view: Callable, args: tuple, kwargs: dict) -> HttpResponse | None:
+    def process_view(
+        self, request: HttpRequest, view: Callable, args: tuple, kwargs: dict
+    ) -> HttpResponse | None:
         match = getattr(request, "resolver_match", None)
         pk = kwargs.get("investigation_id")
         if match is None or match.app_name != "investigations" or pk is None:

@@ -274,11 +274,23 @@ SECURE_CSP = {
     "report-uri": "/csp-report/",
 }
 # Permissions-Policy: the app uses none of these browser features, nor may anything it embeds.
-STEPWISE_PERMISSIONS_POLICY = {
-    name: ()
-    for name in ("accelerometer", "camera", "display-capture", "geolocation", "gyroscope", "magnetometer",
-                 "microphone", "midi", "payment", "usb", "serial", "xr-spatial-tracking")
-}
+STEPWISE_PERMISSIONS_POLICY = dict.fromkeys(
+    (
+        "accelerometer",
+        "camera",
+        "display-capture",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "midi",
+        "payment",
+        "usb",
+        "serial",
+        "xr-spatial-tracking",
+    ),
+    (),
+)
 if STEPWISE_TLS:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = envbool("STEPWISE_SSL_REDIRECT", True)
@@ -443,7 +455,9 @@ if REDIS_URL:
 # old, left by a task that never ended, means its worker died: the run is failed with that reason.
 STEPWISE_RUN_HEARTBEAT_SECONDS = envint("STEPWISE_RUN_HEARTBEAT_SECONDS", 10, minimum=1)
 STEPWISE_RUN_DEAD_AFTER_SECONDS = envint(
-    "STEPWISE_RUN_DEAD_AFTER_SECONDS", 6 * STEPWISE_RUN_HEARTBEAT_SECONDS, minimum=3 * STEPWISE_RUN_HEARTBEAT_SECONDS
+    "STEPWISE_RUN_DEAD_AFTER_SECONDS",
+    6 * STEPWISE_RUN_HEARTBEAT_SECONDS,
+    minimum=3 * STEPWISE_RUN_HEARTBEAT_SECONDS,
 )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = True
@@ -466,7 +480,11 @@ LOGGING = {
     # One line per Prometheus request is noise at INFO; failures surface through the client's errors.
     # axes.apps only announces its version at start-up (on stderr of every manage.py command); lockouts
     # and failed sign-ins are logged by axes.handlers and axes.watch_login, which keep the root level.
-    "loggers": {"httpx": {"level": "WARNING"}, "httpcore": {"level": "WARNING"}, "axes.apps": {"level": "WARNING"}},
+    "loggers": {
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
+        "axes.apps": {"level": "WARNING"},
+    },
 }
 
 # --- Mail (reports: mentions and assignments) ------------------------------------------------------
@@ -475,13 +493,18 @@ LOGGING = {
 # console backend prints each message to the web server's log. STEPWISE_MAIL_BACKEND overrides both.
 _mail_backend = envstr(
     "STEPWISE_MAIL_BACKEND",
-    "django.core.mail.backends.smtp.EmailBackend" if STEPWISE_TLS else "django.core.mail.backends.console.EmailBackend",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if STEPWISE_TLS
+    else "django.core.mail.backends.console.EmailBackend",
 )
 MAILERS = {
     "default": {
         "BACKEND": _mail_backend,
         "OPTIONS": (
-            {"host": envstr("STEPWISE_MAIL_HOST", "localhost"), "port": envint("STEPWISE_MAIL_PORT", 25, minimum=1)}
+            {
+                "host": envstr("STEPWISE_MAIL_HOST", "localhost"),
+                "port": envint("STEPWISE_MAIL_PORT", 25, minimum=1),
+            }
             if _mail_backend.endswith("smtp.EmailBackend")
             else {}
         ),

@@ -15,6 +15,7 @@ def favicon(request):
     """Browsers ask every site for /favicon.ico; answer with the app's icon instead of a 404."""
     return RedirectView.as_view(url=static("favicon.svg"), permanent=True)(request)
 
+
 urlpatterns = [
     # LoginView is @login_not_required; every other view needs a session (LoginRequiredMiddleware).
     path(

@@ -12,7 +12,7 @@ import pytest
 from playbooks.synth import generate_job
 
 # Small but real: 4 hosts x 4 GPUs, ~1.3 h at 15 s, the last 20 minutes only in wal/.
-SMALL = dict(nodes=4, gpus=4, interval=15.0, hours=1.3, wal_tail_minutes=20)
+SMALL = {"nodes": 4, "gpus": 4, "interval": 15.0, "hours": 1.3, "wal_tail_minutes": 20}
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +30,9 @@ def job_factory(synth_root: Path):
         key = (scenario, seed, profile, tuple(sorted(opts.items())))
         if key not in cache:
             name = f"{scenario}-{profile}-{seed}-{len(cache)}"
-            built = generate_job(scenario, seed, opts.pop("nodes"), synth_root / name, profile=profile, **opts)
+            built = generate_job(
+                scenario, seed, opts.pop("nodes"), synth_root / name, profile=profile, **opts
+            )
             cache[key] = (built.job_dirs[0], built.truth)
         return cache[key]
 

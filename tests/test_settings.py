@@ -77,7 +77,8 @@ def test_defaults_are_safe(tmp_path: Path) -> None:
     s = _load(tmp_path)
     assert s["bind"] == "127.0.0.1:8000"
     assert s["allowed_prometheus"] == [
-        f"{host}:{ports}" for host in ("127.0.0.1", "localhost", "[::1]")
+        f"{host}:{ports}"
+        for host in ("127.0.0.1", "localhost", "[::1]")
         for ports in ("9090-9199", "19190-19989", "20190-20989")
     ]
     assert s["debug"] is False

@@ -32,9 +32,17 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from investigations.models import (
+    DataSource,
+    DiagnosisRun,
+    Finding,
+    Investigation,
+    InvestigationJob,
+    Job,
+    TaskStatus,
+)
 from playbooks.compare import CompareError, CompareJob, compare_jobs
 
-from ..models import DataSource, DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
 from . import datasource_client
 from .comparison_pairs import compare_pairs
 from .decision import findings_prune, findings_record
@@ -67,9 +75,9 @@ class ComparisonCancelled(Exception):
 
 def comparison_runs(investigation: Investigation) -> Any:
     """Return the investigation's comparison runs, newest first."""
-    return DiagnosisRun.objects.filter(investigation=investigation, kind=DiagnosisRun.Kind.COMPARISON).order_by(
-        "-created", "-pk"
-    )
+    return DiagnosisRun.objects.filter(
+        investigation=investigation, kind=DiagnosisRun.Kind.COMPARISON
+    ).order_by("-created", "-pk")
 
 
 def comparison_active(investigation: Investigation) -> DiagnosisRun | None:
@@ -176,9 +184,9 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
             DiagnosisRun.objects.filter(pk=run_id).update(progress_done=F("progress_done") + 1)
         _checkpoint(run_id, "before comparing")
         roles = dict(
-            InvestigationJob.objects.filter(investigation_id=run.investigation_id, job_id__in=job_ids).values_list(
-                "job_id", "role"
-            )
+            InvestigationJob.objects.filter(
+                investigation_id=run.investigation_id, job_id__in=job_ids
+            ).values_list("job_id", "role")
         )
         try:
             result = _compare_watched(run_id, specs, [roles.get(pk, "") for pk in job_ids], stop)

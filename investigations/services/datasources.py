@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from django.conf import settings
 from django.utils import timezone
 
+from investigations.models import DataSource, Job
 from playbooks import tsdb_server
 from playbooks.prometheus import (
     PrometheusClient,
@@ -26,8 +27,6 @@ from playbooks.prometheus import (
     PrometheusUnreachable,
 )
 from stepwise.checks import allow_rules
-
-from ..models import DataSource, Job
 
 logger = logging.getLogger(__name__)
 
@@ -230,7 +229,9 @@ def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, 
 
         url, time_range = prometheus_url_check(ds.address), None
         auth = datasource_auth(ds)
-        return PrometheusClient(url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT), auth=auth), time_range
+        return PrometheusClient(
+            url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT), auth=auth
+        ), time_range
     return PrometheusClient(url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT)), time_range
 
 

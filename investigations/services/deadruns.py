@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from ..models import DiagnosisRun, PlaybookExecution, QueryRun, RunHeartbeat, TaskStatus
+from investigations.models import DiagnosisRun, PlaybookExecution, QueryRun, RunHeartbeat, TaskStatus
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,10 @@ def heartbeat_start(task_id: str, task_name: str, args: tuple | list, kwargs: di
     _beat(task_id, kind, run_id, task_name)
     stop = threading.Event()
     thread = threading.Thread(
-        target=_beat_loop, args=(task_id, kind, run_id, task_name, stop), name=f"heartbeat-{task_id}", daemon=True
+        target=_beat_loop,
+        args=(task_id, kind, run_id, task_name, stop),
+        name=f"heartbeat-{task_id}",
+        daemon=True,
     )
     with _LOCK:
         _BEATING[task_id] = _Beating(stop, thread)
@@ -119,9 +122,9 @@ def _fail_diagnosis(run_id: int, reason: str) -> bool:
         failed = DiagnosisRun.objects.filter(pk=run_id, status=TaskStatus.RUNNING).update(
             status=TaskStatus.FAILED, finished=timezone.now(), error=reason[:10_000]
         )
-        PlaybookExecution.objects.filter(run_id=run_id, status__in=(TaskStatus.QUEUED, TaskStatus.RUNNING)).update(
-            status=TaskStatus.FAILED, error=reason[:10_000]
-        )
+        PlaybookExecution.objects.filter(
+            run_id=run_id, status__in=(TaskStatus.QUEUED, TaskStatus.RUNNING)
+        ).update(status=TaskStatus.FAILED, error=reason[:10_000])
     return failed == 1
 
 

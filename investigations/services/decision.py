@@ -10,10 +10,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from investigations.models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
+from investigations.times import finite_seconds
 from playbooks import diagnose as engine
 
-from ..models import DiagnosisRun, Finding, Investigation, InvestigationJob, Job, TaskStatus
-from ..times import finite_seconds
 from .diagnosis import DiagnosisRunError
 from .runs import FINISHED
 
@@ -22,7 +22,17 @@ logger = logging.getLogger(__name__)
 _CONTRACT_FINDING_KEYS = ("playbook", "class", "severity", "hosts", "gpus", "onset", "title", "evidence")
 _CONTRACT_JOB_KEYS = ("id", "status", "triage_class", "first_step", "last_step", "crash_time")
 #: What a re-run's upsert replaces in a finding that fired again.
-FINDING_FIELDS = ["run", "incident_class", "severity", "title", "hosts", "gpus", "onset", "evidence", "updated"]
+FINDING_FIELDS = [
+    "run",
+    "incident_class",
+    "severity",
+    "title",
+    "hosts",
+    "gpus",
+    "onset",
+    "evidence",
+    "updated",
+]
 _SEVERITIES = {choice.value for choice in Finding.Severity}
 
 

@@ -26,11 +26,18 @@ from typing import Any
 
 from django.db import transaction
 
+from investigations.models import (
+    DiagnosisRun,
+    Investigation,
+    InvestigationJob,
+    Job,
+    PlaybookExecution,
+    TaskStatus,
+)
 from playbooks import diagnose as engine
 from playbooks.gpus import gpu_model_named
 from playbooks.profiles import PROFILES
 
-from ..models import DiagnosisRun, Investigation, InvestigationJob, Job, PlaybookExecution, TaskStatus
 from .datasources import datasource_client
 from .deadruns import dead_runs_reap
 from .runs import ACTIVE, triage_wait_check
@@ -89,7 +96,9 @@ def diagnosis_start(
     except ValueError as exc:
         raise DiagnosisRunError(f"Bad window: {exc}.") from exc
     if profile != "auto" and profile not in PROFILES:
-        raise DiagnosisRunError(f"Unknown metric profile {profile!r}: use auto or one of {', '.join(PROFILES)}.")
+        raise DiagnosisRunError(
+            f"Unknown metric profile {profile!r}: use auto or one of {', '.join(PROFILES)}."
+        )
     if gpu_model != "auto":
         try:
             gpu_model = gpu_model_named(gpu_model).name

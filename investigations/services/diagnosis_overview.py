@@ -7,8 +7,8 @@ from typing import Any
 
 from django.db.models import Case, F, QuerySet, When
 
-from ..models import DiagnosisRun, Finding, Investigation, Job, PlaybookExecution, TaskStatus
-from ..times import finite_seconds
+from investigations.models import DiagnosisRun, Finding, Investigation, Job, PlaybookExecution, TaskStatus
+from investigations.times import finite_seconds
 
 #: The findings' playbook of a comparison: the comparison region shows those, not this one.
 COMPARISON_PLAYBOOK = "comparison"
@@ -30,10 +30,9 @@ def diagnosis_overview(investigation: Investigation, job: Job | None) -> dict[st
             "findings": [],
             "crash_time": None,
         }
-    runs = (
-        DiagnosisRun.objects.filter(investigation=investigation, job=job, kind=DiagnosisRun.Kind.DIAGNOSIS)
-        .order_by("-created", "-pk")
-    )
+    runs = DiagnosisRun.objects.filter(
+        investigation=investigation, job=job, kind=DiagnosisRun.Kind.DIAGNOSIS
+    ).order_by("-created", "-pk")
     run = runs.first()
     decided = (
         run

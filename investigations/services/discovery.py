@@ -16,12 +16,12 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from investigations.models import DataSource, Job, TaskStatus
 from playbooks import discovery as discovery_lib
 from playbooks.prometheus import PrometheusTimeout, PrometheusUnreachable
 from playbooks.textclean import scrub
 from playbooks.triage import find_job_log
 
-from ..models import DataSource, Job, TaskStatus
 from . import DataSourceError, datasource_client
 
 logger = logging.getLogger(__name__)

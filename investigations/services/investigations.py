@@ -25,11 +25,11 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from investigations.models import DataSource, Investigation, InvestigationJob, Job, TaskStatus
 from playbooks import triage as triage_lib
 from playbooks.jobdirs import JobIdError, find_job_dirs, looks_like_job_id
 from playbooks.textclean import printable, scrub
 
-from ..models import DataSource, Investigation, InvestigationJob, Job, TaskStatus
 from . import (
     DataSourceError,
     _inside_job_roots,

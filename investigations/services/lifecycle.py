@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib.admin.models import DELETION, LogEntry
 from django.db import transaction
 
-from ..models import Investigation, InvestigationJob
+from investigations.models import Investigation, InvestigationJob
 
 audit = logging.getLogger("stepwise.audit")
 
@@ -53,7 +53,11 @@ def investigation_delete(investigation: Investigation, user: Any, confirmation: 
         )
         locked.delete()
     audit.info(
-        "investigation %s %r deleted by %s (jobs: %s)", investigation.pk, title, user.get_username(), jobs or "none"
+        "investigation %s %r deleted by %s (jobs: %s)",
+        investigation.pk,
+        title,
+        user.get_username(),
+        jobs or "none",
     )
     return title
 

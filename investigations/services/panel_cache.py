@@ -29,10 +29,10 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
+from investigations.models import DataSource
 from playbooks.fingerprint import tsdb_fingerprint
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
-from ..models import DataSource
 from . import DataSourceError, _inside_job_roots, job_dir_validate
 
 logger = logging.getLogger(__name__)

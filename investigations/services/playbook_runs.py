@@ -17,9 +17,9 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from investigations.models import DiagnosisRun, PlaybookExecution, TaskStatus
 from playbooks import diagnose as engine
 
-from ..models import DiagnosisRun, PlaybookExecution, TaskStatus
 from .datasources import TRANSIENT_ERRORS, datasource_client
 from .diagnosis import DiagnosisRunError
 from .query_slots import BoundedClient, datasource_slots
@@ -148,9 +148,7 @@ def playbook_execute(run_id: int, playbook: str) -> PlaybookExecution:
     began = time.monotonic()
     with datasource_client(run.datasource) as client:
         try:
-            output = _execute_watched(
-                BoundedClient(client, datasource_slots(run.datasource)), plan, progress
-            )
+            output = _execute_watched(BoundedClient(client, datasource_slots(run.datasource)), plan, progress)
             if output.errors and not progress.cancelled():
                 client.buildinfo()  # raises the transient error if the server went away meanwhile
         except TRANSIENT_ERRORS:

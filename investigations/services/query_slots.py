@@ -14,9 +14,8 @@ from typing import Any
 
 from django.conf import settings
 
+from investigations.models import DataSource
 from playbooks.prometheus import PrometheusClient
-
-from ..models import DataSource
 
 
 class QuerySlots:

@@ -18,9 +18,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from investigations.models import DataSource, Investigation, QueryResult, QueryRun
 from playbooks.prometheus import PrometheusClient, PrometheusError, choose_step
 
-from ..models import DataSource, Investigation, QueryResult, QueryRun
 from .datasources import TRANSIENT_ERRORS, DataSourceError, _datasource_connect, _datasource_mark
 
 QUERY_KINDS = ("instant", "range", "buildinfo")

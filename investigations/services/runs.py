@@ -20,7 +20,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..models import DiagnosisRun, Job, PlaybookExecution, TaskStatus
+from investigations.models import DiagnosisRun, Job, PlaybookExecution, TaskStatus
+
 from .investigations import TRIAGE_PENDING, triage_stalled
 
 logger = logging.getLogger(__name__)
@@ -118,7 +119,12 @@ class TriagePending(Exception):
 
 
 def run_watched[T](
-    run_id: int, name: str, work: Callable[[], T], stop: threading.Event, *, on_tick: Callable[[], None] = lambda: None
+    run_id: int,
+    name: str,
+    work: Callable[[], T],
+    stop: threading.Event,
+    *,
+    on_tick: Callable[[], None] = lambda: None,
 ) -> T:
     """Return work(), run in a helper thread while this one reads the run row every POLL_S.
 

@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from django.conf import settings
 
+from investigations.models import DataSource, DataSourceCredential, Job
 from playbooks.prometheus import (
     PrometheusBadResponse,
     PrometheusClient,
@@ -28,7 +29,6 @@ from playbooks.prometheus import (
     PrometheusUnreachable,
 )
 
-from ..models import DataSource, DataSourceCredential, Job
 from . import DataSourceError, prometheus_url_check
 
 PROBE_TIMEOUT_S = 5.0
@@ -79,7 +79,9 @@ def prometheus_identify(source: SourceURL) -> str:
         raise DataSourceError(_not_prometheus(source.url, exc)) from None
     version, go = build.get("version"), build.get("goVersion")
     if not (isinstance(version, str) and version and isinstance(go, str) and go.startswith("go")):
-        raise DataSourceError(f"The server at {source.url} is not a Prometheus: its build info has no version.")
+        raise DataSourceError(
+            f"The server at {source.url} is not a Prometheus: its build info has no version."
+        )
     return version[:40]
 
 

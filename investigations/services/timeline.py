@@ -17,9 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
+from investigations.models import DataSource, Finding, Investigation, Job, PinnedChart
 from playbooks import timeline as tl
 
-from ..models import DataSource, Finding, Investigation, Job, PinnedChart
 from . import panel_cache
 from .timeline_compare import (
     _compare_fetch,

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from investigations.models import DataSource, Investigation, InvestigationJob, Job
 from playbooks import timeline as tl
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
-from ..models import DataSource, Investigation, InvestigationJob, Job
 from . import DataSourceError, _datasource_connect, panel_cache
 from .timeline_session import (
     MAX_CONCURRENCY,

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 
 from django.conf import settings
 
+from investigations.models import DataSource
 from playbooks import timeline as tl
 from playbooks.profiles import PROFILES, Profile, ProfileError, resolve_profile
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
-from ..models import DataSource
 from . import DataSourceError, _datasource_connect, panel_cache
 from .timeline_view import TimelineError, TimelineView
 

@@ -23,12 +23,12 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from investigations.models import DataSource, Investigation, InvestigationJob, Job
 from playbooks import tunnel as tunnels
 from playbooks.triage import TriageError, triage_log
 from playbooks.tunnel import OpenTunnel, TunnelError, TunnelSpec
 from playbooks.tunnel_policy import TunnelPolicy, parse_ports
 
-from ..models import DataSource, Investigation, InvestigationJob, Job
 from . import DataSourceError, _datasource_mark
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,9 @@ def tunnel_policy() -> TunnelPolicy:
     return TunnelPolicy(
         hosts=tuple(h for h in settings.STEPWISE_TUNNEL_HOSTS if h.strip()),
         ssh_ports=parse_ports(settings.STEPWISE_TUNNEL_SSH_PORTS, "STEPWISE_TUNNEL_SSH_PORTS"),
-        remote_ports=parse_ports(settings.STEPWISE_TUNNEL_PROMETHEUS_PORTS, "STEPWISE_TUNNEL_PROMETHEUS_PORTS"),
+        remote_ports=parse_ports(
+            settings.STEPWISE_TUNNEL_PROMETHEUS_PORTS, "STEPWISE_TUNNEL_PROMETHEUS_PORTS"
+        ),
         keys_dir=str(settings.STEPWISE_TUNNEL_KEYS_DIR),
     )
 
@@ -192,7 +194,11 @@ def tunnel_check(ds: DataSource) -> DataSource:
     found = tunnels.find_tunnel(spec, settings.STEPWISE_TUNNELS_DIR)
     if found is None:
         _datasource_mark(
-            ds, DataSource.State.DOWN, f"the SSH tunnel to {spec.describe()} is not open", address="", served_url=""
+            ds,
+            DataSource.State.DOWN,
+            f"the SSH tunnel to {spec.describe()} is not open",
+            address="",
+            served_url="",
         )
         return ds
     problem = tunnels.tunnel_problem(found)

@@ -21,9 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from investigations.models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
 from reports.services.autofill import next_steps as report_next_steps
-
-from ..models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
 
 HEALTHY = "healthy"
 #: Below this the verdict's first next step is to confirm it (a comparison with a healthy run).
@@ -163,7 +162,9 @@ def next_steps(diagnosis: dict[str, Any], confidence: float) -> list[str]:
     family, the culprits first), preceded by a word of caution when the confidence is low."""
     steps = report_next_steps(diagnosis)
     if str(diagnosis.get("class") or HEALTHY) != HEALTHY and confidence < LOW_CONFIDENCE:
-        steps.insert(0, "Confirm before acting: the confidence is low; compare with a healthy run of the same config.")
+        steps.insert(
+            0, "Confirm before acting: the confidence is low; compare with a healthy run of the same config."
+        )
     return steps
 
 

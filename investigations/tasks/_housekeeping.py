@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .. import services
-from ..services import tunnels as tunnel_services
+from investigations import services
+from investigations.services import tunnels as tunnel_services
 
 
 def prune_idle() -> None:

@@ -12,9 +12,10 @@ from functools import partial
 from celery import shared_task
 from django.conf import settings
 
-from ..services import comparison as cmp
-from ..services import runs
-from ..services.diagnosis import DiagnosisRunError
+from investigations.services import comparison as cmp
+from investigations.services import runs
+from investigations.services.diagnosis import DiagnosisRunError
+
 from .shell import Row, run_claimed
 
 

@@ -14,10 +14,11 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 
-from ..models import TaskStatus
-from ..services import decision, runs
-from ..services import diagnosis as dx
-from ..services import playbook_runs as pbr
+from investigations.models import TaskStatus
+from investigations.services import decision, runs
+from investigations.services import diagnosis as dx
+from investigations.services import playbook_runs as pbr
+
 from .shell import Row, run_claimed
 
 

@@ -7,7 +7,8 @@ from functools import partial
 from celery import shared_task
 from django.conf import settings
 
-from ..services import discovery
+from investigations.services import discovery
+
 from .shell import Row, run_claimed
 
 

@@ -7,13 +7,16 @@ from functools import partial
 from celery import shared_task
 from django.conf import settings
 
-from .. import services
-from ..models import QueryRun
+from investigations import services
+from investigations.models import QueryRun
+
 from .shell import Row, run_claimed
 
 
 @shared_task(
-    bind=True, name="investigations.tasks.queryrun_execute_task", max_retries=settings.STEPWISE_TASK_MAX_RETRIES
+    bind=True,
+    name="investigations.tasks.queryrun_execute_task",
+    max_retries=settings.STEPWISE_TASK_MAX_RETRIES,
 )
 def queryrun_execute_task(self, run_id: int) -> None:
     """Execute a queued QueryRun and mark it done or failed; transient Prometheus errors are retried."""

@@ -29,11 +29,11 @@ from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
+from investigations import services
+from investigations.models import TaskStatus
+from investigations.services.runs import TriagePending
 from playbooks.prometheus import PrometheusError
 
-from .. import services
-from ..models import TaskStatus
-from ..services.runs import TriagePending
 from ._housekeeping import prune_idle
 
 logger = logging.getLogger(__name__)

@@ -8,11 +8,11 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
+from investigations.models import DataSource, TaskStatus
+from investigations.services import discovery
+from investigations.services import investigations as inv
 from playbooks.triage import TriageError
 
-from ..models import DataSource, TaskStatus
-from ..services import discovery
-from ..services import investigations as inv
 from .discovery import datasource_discover_task
 
 logger = logging.getLogger(__name__)

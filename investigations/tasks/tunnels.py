@@ -10,9 +10,9 @@ import logging
 
 from celery import shared_task
 
-from ..models import DataSource
-from ..services import DataSourceError
-from ..services import tunnels as tunnel_services
+from investigations.models import DataSource
+from investigations.services import DataSourceError
+from investigations.services import tunnels as tunnel_services
 
 logger = logging.getLogger(__name__)
 

@@ -15,14 +15,15 @@ from typing import Any
 from celery import shared_task
 from celery.signals import task_postrun, task_prerun, worker_ready
 
-from ..services import deadruns
+from investigations.services import deadruns
 
 logger = logging.getLogger(__name__)
 
 
 @task_prerun.connect
-def _heartbeat_start(sender: Any = None, task_id: str = "", task: Any = None, args: Any = (), kwargs: Any = None,
-                     **_: Any) -> None:
+def _heartbeat_start(
+    sender: Any = None, task_id: str = "", task: Any = None, args: Any = (), kwargs: Any = None, **_: Any
+) -> None:
     if task is None or getattr(task.request, "is_eager", False):
         return
     try:
@@ -43,7 +44,9 @@ def _heartbeat_stop(sender: Any = None, task_id: str = "", task: Any = None, **_
 
 @worker_ready.connect
 def _watch_on_start(**_: Any) -> None:
-    dead_runs_watchdog_task.apply_async(countdown=deadruns.dead_after_seconds() + deadruns.heartbeat_seconds())
+    dead_runs_watchdog_task.apply_async(
+        countdown=deadruns.dead_after_seconds() + deadruns.heartbeat_seconds()
+    )
 
 
 @shared_task(name="investigations.tasks.dead_runs_watchdog_task", ignore_result=True)

@@ -11,9 +11,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django_htmx.middleware import HtmxDetails
 
-from ..models import DiagnosisRun, Investigation, InvestigationJob, Job
-from ..services.investigations import investigation_primary_job
-from ..services.runs import run_cancel as cancel_run
+from investigations.models import DiagnosisRun, Investigation, InvestigationJob, Job
+from investigations.services.investigations import investigation_primary_job
+from investigations.services.runs import run_cancel as cancel_run
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -31,7 +31,9 @@ def investigation_job_or_404(investigation: Investigation, raw: str | None) -> J
         pk = int(raw)
     except ValueError:
         raise Http404("no such job") from None
-    link = InvestigationJob.objects.filter(investigation=investigation, job_id=pk).select_related("job").first()
+    link = (
+        InvestigationJob.objects.filter(investigation=investigation, job_id=pk).select_related("job").first()
+    )
     if link is None:
         raise Http404("no such job in this investigation")
     return link.job

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import Job
-from ..services.investigations import TRIAGE_FINISHED, TRIAGE_PENDING, triage_stalled
-from ..times import utc
+from investigations.models import Job
+from investigations.services.investigations import TRIAGE_FINISHED, TRIAGE_PENDING, triage_stalled
+from investigations.times import utc
 
 #: Matches shown per class before "n more".
 MATCHES_SHOWN = 5

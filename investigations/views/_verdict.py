@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
-from ..services.diagnosis_overview import crash_time
-from ..services.verdict import culprit_names, investigation_verdict
-from ..times import relative, utc
+from investigations.models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
+from investigations.services.diagnosis_overview import crash_time
+from investigations.services.verdict import culprit_names, investigation_verdict
+from investigations.times import relative, utc
 
 
 def verdict_context(investigation: Investigation) -> dict[str, Any]:

@@ -24,16 +24,16 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
+from investigations.access import get_investigation_or_404
+from investigations.models import DiagnosisRun, Investigation
+from investigations.services import comparison as cmp
+from investigations.services.runs import run_not_sent
+from investigations.tasks.comparison import comparison_execute_task
+from investigations.tasks.enqueue import enqueue_on_commit
+from investigations.times import utc
 from playbooks.compare import WITHIN_NOISE, delta_text, metric_signals
 from playbooks.timeline import PANELS
 
-from ..access import get_investigation_or_404
-from ..models import DiagnosisRun, Investigation
-from ..services import comparison as cmp
-from ..services.runs import run_not_sent
-from ..tasks.comparison import comparison_execute_task
-from ..tasks.enqueue import enqueue_on_commit
-from ..times import utc
 from ._common import HtmxHttpRequest, finished_context, run_cancel
 from ._units import format_value, metric_meta
 
@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 REGION = "investigations/_comparison.html#comparison"
 STATUS = "investigations/_comparison.html#comparison-status"
+
 
 def _columns(
     overview: dict[str, Any], run: DiagnosisRun | None, result: dict[str, Any]
@@ -104,7 +105,9 @@ def _metric_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "cells": [
                     (
                         format_value(v, meta["unit"]),
-                        _delta(name, values[ref], v, deltas[i]) if len(pairs) > 1 and i != ref and i < len(deltas) else "",
+                        _delta(name, values[ref], v, deltas[i])
+                        if len(pairs) > 1 and i != ref and i < len(deltas)
+                        else "",
                     )
                     for i, v in enumerate(values)
                 ],

@@ -25,22 +25,22 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import reswap, retarget, trigger_client_event
 
+from investigations.access import get_investigation_or_404
+from investigations.forms import DiagnosisStartForm, form_errors
+from investigations.models import DiagnosisRun, Finding, Investigation, Job, TaskStatus
+from investigations.services import diagnosis as dx
+from investigations.services.deadruns import dead_runs_reap
+from investigations.services.diagnosis_overview import crash_time, diagnosis_overview
+from investigations.services.runs import run_not_sent
+from investigations.services.verdict import finding_role
+from investigations.tasks.diagnosis import diagnosis_plan_task
+from investigations.tasks.enqueue import enqueue_on_commit
+from investigations.times import relative, utc
 from playbooks.profiles import vendor_mismatch
 from playbooks.report import diagnosis_markdown
 from playbooks.report_compare import compare_markdown
 from playbooks.timeline import finding_panels
 
-from ..access import get_investigation_or_404
-from ..forms import DiagnosisStartForm, form_errors
-from ..models import DiagnosisRun, Finding, Investigation, Job, TaskStatus
-from ..services import diagnosis as dx
-from ..services.deadruns import dead_runs_reap
-from ..services.diagnosis_overview import crash_time, diagnosis_overview
-from ..services.runs import run_not_sent
-from ..services.verdict import finding_role
-from ..tasks.diagnosis import diagnosis_plan_task
-from ..tasks.enqueue import enqueue_on_commit
-from ..times import relative, utc
 from ._common import HtmxHttpRequest, finished_context, investigation_job_or_404, run_cancel
 
 logger = logging.getLogger(__name__)
@@ -69,7 +69,9 @@ def _gpu_model_shown(decided: DiagnosisRun | None) -> dict[str, Any]:
 
 def _get_finding(investigation: Investigation, finding_id: int) -> Finding:
     return get_object_or_404(
-        Finding.objects.select_related("job", "run", "run__datasource"), pk=finding_id, investigation=investigation
+        Finding.objects.select_related("job", "run", "run__datasource"),
+        pk=finding_id,
+        investigation=investigation,
     )
 
 
@@ -133,7 +135,8 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
             "effects": [
                 f
                 for f in overview["findings"]
-                if f.role_label == "effect" and not any(f.title in str(link) for link in diagnosis.get("chain") or [])
+                if f.role_label == "effect"
+                and not any(f.title in str(link) for link in diagnosis.get("chain") or [])
             ],
         }
     return {
@@ -230,7 +233,9 @@ def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 def cancel(request: HtmxHttpRequest, investigation_id: int, run_id: int) -> HttpResponse:
     investigation = get_investigation_or_404(request.user, investigation_id, action="edit")
     run = _get_run(investigation, run_id)
-    return run_cancel(request, run, "diagnosis", lambda **extra: _region(request, investigation, run.job, **extra))
+    return run_cancel(
+        request, run, "diagnosis", lambda **extra: _region(request, investigation, run.job, **extra)
+    )
 
 
 @require_GET

@@ -13,13 +13,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from ..access import get_investigation_or_404
-from ..models import Investigation
-from ..services import discovery as disc
-from ..services import investigations as inv
-from ..services import served_copy_live
-from ..tasks import datasource_discover_task
-from ..tasks.enqueue import enqueue_on_commit
+from investigations.access import get_investigation_or_404
+from investigations.models import Investigation
+from investigations.services import discovery as disc
+from investigations.services import investigations as inv
+from investigations.services import served_copy_live
+from investigations.tasks import datasource_discover_task
+from investigations.tasks.enqueue import enqueue_on_commit
+
 from ._common import HtmxHttpRequest
 from .investigations import source_final
 

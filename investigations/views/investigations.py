@@ -17,20 +17,20 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from investigations import selectors, services
+from investigations.access import get_investigation_or_404, visible_investigations
+from investigations.forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
+from investigations.models import DataSource, Investigation, Job
+from investigations.services import diagnosis as dx
+from investigations.services import discovery, lifecycle, tunnels
+from investigations.services import investigations as inv
+from investigations.services.runs import run_not_sent
+from investigations.tasks import job_triage_task
+from investigations.tasks.diagnosis import diagnosis_plan_task
+from investigations.tasks.discovery import datasource_discover_task
+from investigations.tasks.enqueue import enqueue_on_commit
 from reports.services import fields as report_fields
 
-from .. import selectors, services
-from ..access import get_investigation_or_404, visible_investigations
-from ..forms import InvestigationForm, InvestigationUpdateForm, JobAddForm, LogAttachForm
-from ..models import DataSource, Investigation, Job
-from ..services import diagnosis as dx
-from ..services import discovery, lifecycle, tunnels
-from ..services import investigations as inv
-from ..services.runs import run_not_sent
-from ..tasks import job_triage_task
-from ..tasks.diagnosis import diagnosis_plan_task
-from ..tasks.discovery import datasource_discover_task
-from ..tasks.enqueue import enqueue_on_commit
 from ._common import HtmxHttpRequest
 from ._triage_display import triage_context
 from ._verdict import verdict_context
@@ -42,6 +42,7 @@ PAGE_SIZE = 25
 DETAIL_REGIONS = ("jobs", "investigation-header")
 #: The investigation page shows its owner.
 _WITH_OWNER = Investigation.objects.select_related("owner")
+
 
 def _enqueue_work(job: Job | None) -> None:
     """Once the caller's transaction commits, enqueue the job's triage (which then enqueues discovery),
@@ -269,7 +270,9 @@ def triage(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
 @require_POST
 def triage_rerun(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
+    investigation = get_investigation_or_404(
+        request.user, investigation_id, action="edit", queryset=_WITH_OWNER
+    )
     job = inv.investigation_primary_job(investigation)
     if job is not None:
         with transaction.atomic():
@@ -284,7 +287,9 @@ def triage_rerun(request: HtmxHttpRequest, investigation_id: int) -> HttpRespons
 @require_POST
 def log_attach(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Attach an uploaded log to the primary job (opened from a URL or tunnel) and triage it."""
-    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
+    investigation = get_investigation_or_404(
+        request.user, investigation_id, action="edit", queryset=_WITH_OWNER
+    )
     job = inv.investigation_primary_job(investigation)
     form = LogAttachForm(request.POST, request.FILES)
     error = ""
@@ -316,7 +321,9 @@ def source_state(request: HtmxHttpRequest, investigation_id: int) -> HttpRespons
 
 @require_POST
 def source_check(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
+    investigation = get_investigation_or_404(
+        request.user, investigation_id, action="edit", queryset=_WITH_OWNER
+    )
     job = inv.investigation_primary_job(investigation)
     datasource = job.current_datasource() if job else None
     if datasource is not None and datasource.kind == DataSource.Kind.SSH_TUNNEL:
@@ -330,7 +337,9 @@ def source_check(request: HtmxHttpRequest, investigation_id: int) -> HttpRespons
 
 @require_POST
 def job_add(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
-    investigation = get_investigation_or_404(request.user, investigation_id, action="edit", queryset=_WITH_OWNER)
+    investigation = get_investigation_or_404(
+        request.user, investigation_id, action="edit", queryset=_WITH_OWNER
+    )
     form = JobAddForm(request.POST)
     if form.is_valid():
         try:

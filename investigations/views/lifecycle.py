@@ -7,9 +7,10 @@ from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from ..access import get_investigation_or_404
-from ..models import Investigation
-from ..services import lifecycle
+from investigations.access import get_investigation_or_404
+from investigations.models import Investigation
+from investigations.services import lifecycle
+
 from ._common import HtmxHttpRequest
 
 

@@ -14,14 +14,14 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from investigations import selectors, services
+from investigations.forms import DataSourceURLForm
+from investigations.models import DataSource, QueryRun
+from investigations.services.sources import url_source_store
+from investigations.tasks import queryrun_execute_task
+from investigations.tasks.enqueue import enqueue_on_commit
 from reports import access as roles
 
-from .. import selectors, services
-from ..forms import DataSourceURLForm
-from ..models import DataSource, QueryRun
-from ..services.sources import url_source_store
-from ..tasks import queryrun_execute_task
-from ..tasks.enqueue import enqueue_on_commit
 from ._common import HtmxHttpRequest
 
 logger = logging.getLogger(__name__)

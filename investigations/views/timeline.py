@@ -16,11 +16,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from investigations.access import get_investigation_or_404
+from investigations.models import Investigation, Job
+from investigations.services import timeline as svc
 from playbooks import timeline as tl
 
-from ..access import get_investigation_or_404
-from ..models import Investigation, Job
-from ..services import timeline as svc
 from ._common import HtmxHttpRequest, investigation_job_or_404
 
 logger = logging.getLogger(__name__)

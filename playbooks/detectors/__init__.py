@@ -10,8 +10,9 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..context import Context, Finding, focus_window
-from ..model import Playbook, RuleSpec
+from playbooks.context import Context, Finding, focus_window
+from playbooks.model import Playbook, RuleSpec
+
 from .counters import _det_counter_increase, _det_near_limit, _det_rate_outlier, _det_threshold_prior
 from .hang import _det_accused_alive, _det_busy_wait, _det_host_silent, _det_step_stall
 from .host import _det_own_excess
@@ -53,48 +54,110 @@ class DetectorSpec:
         if n < lo or (n > hi and not self.variadic):
             want = ", ".join(self.queries) + (f" [, {', '.join(self.optional)}]" if self.optional else "")
             many = " (several of the first)" if self.variadic else ""
-            return f"detector {self.name!r} reads {lo}{'+' if self.variadic else f'-{hi}' if hi > lo else ''} " \
-                   f"queries ({want}{many}), the rule gives {n}"
+            return (
+                f"detector {self.name!r} reads {lo}{'+' if self.variadic else f'-{hi}' if hi > lo else ''} "
+                f"queries ({want}{many}), the rule gives {n}"
+            )
         unknown = sorted(set(params) - self.params - COMMON_PARAMS)
         if unknown:
-            return (f"detector {self.name!r} has no parameter {', '.join(unknown)}; it accepts "
-                    f"{', '.join(sorted(self.params | COMMON_PARAMS))}")
+            return (
+                f"detector {self.name!r} has no parameter {', '.join(unknown)}; it accepts "
+                f"{', '.join(sorted(self.params | COMMON_PARAMS))}"
+            )
         return None
 
 
-def _spec(name: str, fn: Detector, queries: tuple[str, ...], optional: tuple[str, ...] = (), *,
-          variadic: bool = False, params: str = "") -> DetectorSpec:
+def _spec(
+    name: str,
+    fn: Detector,
+    queries: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    *,
+    variadic: bool = False,
+    params: str = "",
+) -> DetectorSpec:
     return DetectorSpec(name, fn, queries, optional, variadic, frozenset(params.split()))
 
 
-DETECTORS: dict[str, DetectorSpec] = {s.name: s for s in (
-    _spec("step_stall", _det_step_stall, ("step",), ("last step time",)),
-    _spec("busy_wait", _det_busy_wait, ("utilisation per host", "power per host"),
-          ("lowest utilisation per host", "samples per host", "utilisation per GPU"),
-          params="util_min power_ratio_max idle_util presence gpu_query min_duration"),
-    _spec("host_silent", _det_host_silent, ("samples per host",), ("up", "power per host", "utilisation per host"),
-          params="min_duration zero_ratio"),
-    _spec("counter_increase", _det_counter_increase, ("increase per interval",), ("detail", "onset series"),
-          params="min peers_clean gpu_detail onset_from"),
-    _spec("rate_outlier", _det_rate_outlier, ("rate",), ("traffic",),
-          params="floor factor min_duration min_fraction before_stall max_share"),
-    _spec("peer_outlier", _det_peer_outlier, ("series",), ("up",),
-          params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z extrapolate"),
-    _spec("flatline", _det_flatline, ("changes per window", "level"), variadic=True,
-          params="min_duration level_ratio"),
-    _spec("gaps", _det_gaps, ("samples per host",), ("up",), params="mask ratio min_events min_share"),
-    _spec("threshold_prior", _det_threshold_prior, ("series",), ("detail",),
-          params="codes above above_prior min_duration gpu_detail"),
-    _spec("change_point", _det_change_point, ("series",),
-          params="baseline_window z min_rel min_points confirm_window"),
-    _spec("level_shift", _det_level_shift, ("series",), params="min_duration min_rel"),
-    _spec("near_limit", _det_near_limit, ("fraction of the limit",), params="limit"),
-    _spec("accused_alive", _det_accused_alive, ("power per host", "utilisation per host"),
-          ("context",) * 8, params="power_ratio_min util_min margin presence"),
-    _spec("uniform_elevation", _det_uniform_elevation, ("series",), params="requires base per_gpu factor min_share"),
-    _spec("series_absent", _det_series_absent, ()),
-    _spec("own_excess", _det_own_excess, ("series per host",), params="min_rel min_abs min_duration"),
-)}
+DETECTORS: dict[str, DetectorSpec] = {
+    s.name: s
+    for s in (
+        _spec("step_stall", _det_step_stall, ("step",), ("last step time",)),
+        _spec(
+            "busy_wait",
+            _det_busy_wait,
+            ("utilisation per host", "power per host"),
+            ("lowest utilisation per host", "samples per host", "utilisation per GPU"),
+            params="util_min power_ratio_max idle_util presence gpu_query min_duration",
+        ),
+        _spec(
+            "host_silent",
+            _det_host_silent,
+            ("samples per host",),
+            ("up", "power per host", "utilisation per host"),
+            params="min_duration zero_ratio",
+        ),
+        _spec(
+            "counter_increase",
+            _det_counter_increase,
+            ("increase per interval",),
+            ("detail", "onset series"),
+            params="min peers_clean gpu_detail onset_from",
+        ),
+        _spec(
+            "rate_outlier",
+            _det_rate_outlier,
+            ("rate",),
+            ("traffic",),
+            params="floor factor min_duration min_fraction before_stall max_share",
+        ),
+        _spec(
+            "peer_outlier",
+            _det_peer_outlier,
+            ("series",),
+            ("up",),
+            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z extrapolate",
+        ),
+        _spec(
+            "flatline",
+            _det_flatline,
+            ("changes per window", "level"),
+            variadic=True,
+            params="min_duration level_ratio",
+        ),
+        _spec("gaps", _det_gaps, ("samples per host",), ("up",), params="mask ratio min_events min_share"),
+        _spec(
+            "threshold_prior",
+            _det_threshold_prior,
+            ("series",),
+            ("detail",),
+            params="codes above above_prior min_duration gpu_detail",
+        ),
+        _spec(
+            "change_point",
+            _det_change_point,
+            ("series",),
+            params="baseline_window z min_rel min_points confirm_window",
+        ),
+        _spec("level_shift", _det_level_shift, ("series",), params="min_duration min_rel"),
+        _spec("near_limit", _det_near_limit, ("fraction of the limit",), params="limit"),
+        _spec(
+            "accused_alive",
+            _det_accused_alive,
+            ("power per host", "utilisation per host"),
+            ("context",) * 8,
+            params="power_ratio_min util_min margin presence",
+        ),
+        _spec(
+            "uniform_elevation",
+            _det_uniform_elevation,
+            ("series",),
+            params="requires base per_gpu factor min_share",
+        ),
+        _spec("series_absent", _det_series_absent, ()),
+        _spec("own_excess", _det_own_excess, ("series per host",), params="min_rel min_abs min_duration"),
+    )
+}
 
 
 def evaluate(ctx: Context, playbooks: Sequence[Playbook]) -> list[Finding]:

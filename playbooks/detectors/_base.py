@@ -5,15 +5,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..anomaly import Grid, nan_median
-from ..context import Context, Finding, _num
-from ..model import Playbook, RuleSpec
+from playbooks.anomaly import Grid, nan_median
+from playbooks.context import Context, Finding, _num
+from playbooks.model import Playbook, RuleSpec
 
 __all__ = ["_dur", "_ev", "_finding", "_gkey", "_match_host", "_steady_level"]
 
 
 def _dur(rule: RuleSpec, key: str, default: float) -> float:
-    from ..prometheus import parse_duration
+    from playbooks.prometheus import parse_duration
 
     v = rule.params.get(key)
     if v is None:
@@ -21,20 +21,45 @@ def _dur(rule: RuleSpec, key: str, default: float) -> float:
     return float(v) if isinstance(v, int | float) else parse_duration(str(v))
 
 
-def _finding(pb: Playbook, rule: RuleSpec, hosts: list[str], gpus: list[str], onset: float | None,
-             evidence: list[dict[str, Any]], value: str = "", **extra: Any) -> Finding:
+def _finding(
+    pb: Playbook,
+    rule: RuleSpec,
+    hosts: list[str],
+    gpus: list[str],
+    onset: float | None,
+    evidence: list[dict[str, Any]],
+    value: str = "",
+    **extra: Any,
+) -> Finding:
     host_txt = ", ".join(hosts[:6]) + (f" and {len(hosts) - 6} more" if len(hosts) > 6 else "")
-    title = rule.title.format(hosts=host_txt or "the job", gpus=", ".join(gpus) or "?", n=len(hosts), value=value)
+    title = rule.title.format(
+        hosts=host_txt or "the job", gpus=", ".join(gpus) or "?", n=len(hosts), value=value
+    )
     if rule.params.get("needs"):
         extra = {**extra, "needs": tuple(rule.params["needs"])}
-    return Finding(playbook=pb.name, rule=rule.id, klass=rule.klass, severity=rule.severity, role=rule.role,
-                   hosts=hosts, gpus=gpus, onset=onset, title=title, evidence=evidence[:12], extra=extra)
+    return Finding(
+        playbook=pb.name,
+        rule=rule.id,
+        klass=rule.klass,
+        severity=rule.severity,
+        role=rule.role,
+        hosts=hosts,
+        gpus=gpus,
+        onset=onset,
+        title=title,
+        evidence=evidence[:12],
+        extra=extra,
+    )
 
 
 def _ev(ctx: Context, q: str, labels: Mapping[str, Any], value: Any, text: str) -> dict[str, Any]:
     lab = {k: str(v) for k, v in labels.items() if v is not None}
-    return {"query": ctx.promql(q), "labels": lab, "value": value if isinstance(value, str) else _num(value),
-            "interpretation": text}
+    return {
+        "query": ctx.promql(q),
+        "labels": lab,
+        "value": value if isinstance(value, str) else _num(value),
+        "interpretation": text,
+    }
 
 
 def _steady_level(ctx: Context, g: Grid) -> float:
@@ -49,10 +74,8 @@ def _gkey(g: str) -> tuple[int, str]:
     return (int(g), g) if g.isdigit() else (1 << 30, g)
 
 
-
 def _match_host(name: str, hosts: Sequence[str]) -> str | None:
     for h in hosts:
         if h == name or h.startswith(name + ".") or name.startswith(h + "."):
             return h
     return None
-

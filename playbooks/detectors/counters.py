@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..anomaly import (
+from playbooks.anomaly import (
     Grid,
     background,
     first_sustained,
@@ -16,13 +16,16 @@ from ..anomaly import (
     step_noise,
     walk_back,
 )
-from ..context import Context, Finding
-from ..model import Playbook, RuleSpec
-from ..report import fmt_time
+from playbooks.context import Context, Finding
+from playbooks.model import Playbook, RuleSpec
+from playbooks.report import fmt_time
+
 from ._base import _dur, _ev, _finding, _gkey
 
 
-def _rate_window(ctx: Context, rule: RuleSpec, g: Grid, focus: tuple[float, float]) -> tuple[float, float] | None:
+def _rate_window(
+    ctx: Context, rule: RuleSpec, g: Grid, focus: tuple[float, float]
+) -> tuple[float, float] | None:
     tl = ctx.timeline
     if "before_stall" not in rule.params:
         return focus
@@ -31,7 +34,9 @@ def _rate_window(ctx: Context, rule: RuleSpec, g: Grid, focus: tuple[float, floa
     return tl.last_advance - _dur(rule, "before_stall", 1800.0), tl.last_advance + 60.0
 
 
-def _det_rate_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_rate_outlier(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     """Hosts whose rate of a counter leaves the pack's background by an order of magnitude, persistently.
 
     The background is judged over the whole job, not a window: each host's own high quantile (a counter that
@@ -54,7 +59,9 @@ def _det_rate_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[f
     job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
     own, pack = background(g.values, job)
     before = job & (g.t < a)
-    own_before, _ = background(g.values, before) if before.sum() >= 5 else (np.full(len(g.labels), np.nan), 0.0)
+    own_before, _ = (
+        background(g.values, before) if before.sum() >= 5 else (np.full(len(g.labels), np.nan), 0.0)
+    )
     ref = np.fmax(np.nan_to_num(own_before, nan=0.0), pack if math.isfinite(pack) else 0.0)
     exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
@@ -86,14 +93,23 @@ def _det_rate_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[f
     for strength, r, t_on, level in sorted(found, key=lambda f: -f[0]):
         h = g.labels[r].get("host", "")
         hosts.append(h)
-        ev.append(_ev(ctx, rule.queries[0], {"host": h}, level,
-                      f"{level:.3g}/s sustained from {fmt_time(t_on)}: {strength:.0f}x the background "
-                      f"({ref[r]:.3g}/s: the pack's over the job, or its own before)"))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h},
+                level,
+                f"{level:.3g}/s sustained from {fmt_time(t_on)}: {strength:.0f}x the background "
+                f"({ref[r]:.3g}/s: the pack's over the job, or its own before)",
+            )
+        )
     onset = min(f[2] for f in found)
     return _finding(pb, rule, hosts, [], onset, ev, strength=top)
 
 
-def _det_counter_increase(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_counter_increase(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     g = ctx.grid(rule.queries[0])
     if g is None:
         return None
@@ -126,17 +142,27 @@ def _det_counter_increase(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tup
                     t_on = min(t_on, float(mg.t[j]) - mg.step / 2)
         onset = t_on if onset is None else min(onset, t_on)
         hosts.append(h)
-        g_here = sorted({s["labels"].get("gpu", "") for s in detail if s["labels"].get("host") == h} - {""}, key=_gkey)
+        g_here = sorted(
+            {s["labels"].get("gpu", "") for s in detail if s["labels"].get("host") == h} - {""}, key=_gkey
+        )
         gpus += g_here
         total = float(np.nanmax(g.values[r][m]))
-        ev.append(_ev(ctx, rule.queries[0], {"host": h, "gpu": ",".join(g_here) or None}, total,
-                      f"grew within the job (first at {fmt_time(t_on)}, up to {total:.3g} per interval); "
-                      "its lifetime value is ignored"))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h, "gpu": ",".join(g_here) or None},
+                total,
+                f"grew within the job (first at {fmt_time(t_on)}, up to {total:.3g} per interval); "
+                "its lifetime value is ignored",
+            )
+        )
     for s in detail:
         if s["labels"].get("host") in hosts:
-            ev.append(_ev(ctx, str(p["gpu_detail"]), s["labels"], s["value"], "increase over the whole window"))
+            ev.append(
+                _ev(ctx, str(p["gpu_detail"]), s["labels"], s["value"], "increase over the whole window")
+            )
     return _finding(pb, rule, hosts, gpus, onset, ev)
-
 
 
 def _final_rise(ctx: Context, g: Grid, x: np.ndarray, i: int) -> int:
@@ -169,13 +195,22 @@ def _det_near_limit(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
         h = lab.get("host", "")
         hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
-        ev.append(_ev(ctx, rule.queries[0], {"host": h}, float(np.nanmax(x[m])),
-                      f"from its usual {own:.0%} to {np.nanmax(x[m]):.1%} of the total between {fmt_time(t_on)} and "
-                      f"{fmt_time(float(g.t[i]))}"))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h},
+                float(np.nanmax(x[m])),
+                f"from its usual {own:.0%} to {np.nanmax(x[m]):.1%} of the total between {fmt_time(t_on)} and "
+                f"{fmt_time(float(g.t[i]))}",
+            )
+        )
     return _finding(pb, rule, hosts, [], onset, ev) if hosts else None
 
 
-def _det_threshold_prior(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_threshold_prior(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     g = ctx.grid(rule.queries[0])
     if g is None:
         return None
@@ -207,14 +242,32 @@ def _det_threshold_prior(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tupl
         onset = t_on if onset is None else min(onset, t_on)
         v = float(g.values[r][i])
         vals.append(v)
-        g_here = sorted({s["labels"].get("gpu", "") for s in detail if s["labels"].get("host") == h
-                         and (codes is None or s["value"] in [float(c) for c in codes])} - {""}, key=_gkey)
+        g_here = sorted(
+            {
+                s["labels"].get("gpu", "")
+                for s in detail
+                if s["labels"].get("host") == h and (codes is None or s["value"] in [float(c) for c in codes])
+            }
+            - {""},
+            key=_gkey,
+        )
         if lab.get("gpu") is not None and lab["gpu"] not in g_here:
             g_here.append(lab["gpu"])
         gpus += [x for x in g_here if x not in gpus]
-        ev.append(_ev(ctx, rule.queries[0], {"host": h, "gpu": ",".join(g_here) or None}, v,
-                      f"from {fmt_time(t_on)}" + (f" (prior for {ctx.gpu.name}: {above})" if codes is None and
-                                                   p.get("above_prior") and ctx.gpu else "")))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h, "gpu": ",".join(g_here) or None},
+                v,
+                f"from {fmt_time(t_on)}"
+                + (
+                    f" (prior for {ctx.gpu.name}: {above})"
+                    if codes is None and p.get("above_prior") and ctx.gpu
+                    else ""
+                ),
+            )
+        )
     if not hosts:
         return None
     value = ", ".join(sorted({f"{v:g}" for v in vals}))

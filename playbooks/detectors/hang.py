@@ -7,10 +7,11 @@ from collections import Counter
 
 import numpy as np
 
-from ..anomaly import Grid, nan_median
-from ..context import Context, Finding, _int, triage_get
-from ..model import Playbook, RuleSpec
-from ..report import fmt_time
+from playbooks.anomaly import Grid, nan_median
+from playbooks.context import Context, Finding, _int, triage_get
+from playbooks.model import Playbook, RuleSpec
+from playbooks.report import fmt_time
+
 from ._base import _dur, _ev, _finding, _gkey, _match_host, _steady_level
 
 
@@ -19,11 +20,12 @@ def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
     if not tl.stalled or tl.last_advance is None:
         return None
     gap = tl.end - tl.last_advance
-    text = (f"last step {int(tl.last_step or 0)} at {fmt_time(tl.last_advance)}; no step for {gap / 60:.1f} min "
-            f"while data continues (typical step {tl.step_s or 0:.1f} s)")
+    text = (
+        f"last step {int(tl.last_step or 0)} at {fmt_time(tl.last_advance)}; no step for {gap / 60:.1f} min "
+        f"while data continues (typical step {tl.step_s or 0:.1f} s)"
+    )
     q = "last_step_ts" if ctx.grid("last_step_ts") else "step"
     return _finding(pb, rule, [], [], tl.last_advance, [_ev(ctx, q, {}, tl.last_step or 0, text)])
-
 
 
 def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -50,7 +52,9 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
     umin_by_host: dict[str, float] = {}
     if umin is not None:
         wm = umin.mask(a, b)
-        umin_by_host = {lab.get("host", ""): nan_median(v[wm]) for lab, v in zip(umin.labels, umin.values, strict=True)}
+        umin_by_host = {
+            lab.get("host", ""): nan_median(v[wm]) for lab, v in zip(umin.labels, umin.values, strict=True)
+        }
     silent: set[str] = set()
     for q in p.get("presence", ()):
         pg = ctx.grid(str(q))
@@ -59,8 +63,11 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
             if len(seg) and not (np.nan_to_num(seg, nan=0.0) > 0).all():
                 silent.add(lab.get("host", ""))
     # a host spins when its GPUs (or, per GPU, any of them) run at high utilisation at low power
-    sets = _busy_sets(per_gpu, per_gpu.mask(a, b), float(p.get("util_min", 70.0)), silent) \
-        if per_gpu is not None else {}
+    sets = (
+        _busy_sets(per_gpu, per_gpu.mask(a, b), float(p.get("util_min", 70.0)), silent)
+        if per_gpu is not None
+        else {}
+    )
     for lab, pv in zip(power.labels, power.values, strict=True):
         h = lab.get("host", "")
         if h in silent:
@@ -88,18 +95,34 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
         for h, v in umin_by_host.items():
             if math.isfinite(v) and math.isfinite(typical) and v < p.get("idle_util", 20.0) <= typical:
                 odd.append(h)
-    ev = [_ev(ctx, rule.queries[0], {"host": h}, uu,
-              f"utilisation {uu:.0f} % at {pu:.0f} W ({pu / active:.0%} of the job's own training power "
-              f"{active:.0f} W){'' if busy_ else ' - not busy-waiting'}")
-          for h, uu, pu, busy_ in sorted(rows, key=lambda r: (r[0] not in odd, r[3], r[0]))]
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {"host": h},
+            uu,
+            f"utilisation {uu:.0f} % at {pu:.0f} W ({pu / active:.0%} of the job's own training power "
+            f"{active:.0f} W){'' if busy_ else ' - not busy-waiting'}",
+        )
+        for h, uu, pu, busy_ in sorted(rows, key=lambda r: (r[0] not in odd, r[3], r[0]))
+    ]
     for h in odd:
-        ev.insert(0, _ev(ctx, rule.queries[2], {"host": h}, umin_by_host.get(h, float("nan")),
-                         "some GPUs of this host sit idle while the others spin: they never entered the collective"))
+        ev.insert(
+            0,
+            _ev(
+                ctx,
+                rule.queries[2],
+                {"host": h},
+                umin_by_host.get(h, float("nan")),
+                "some GPUs of this host sit idle while the others spin: they never entered the collective",
+            ),
+        )
     return _finding(pb, rule, sorted(odd), [], tl.last_advance, ev, busy_hosts=busy, hosts_seen=hosts_seen)
 
 
-
-def _det_host_silent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_host_silent(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     samples = ctx.grid(rule.queries[0])
     up, power, util = (ctx.grid(q) for q in rule.queries[1:4])
     ref = samples or power
@@ -169,15 +192,23 @@ def _det_host_silent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[fl
             how = "GPUs at 0 W / 0 %"
         out_hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
-        ev.append(_ev(ctx, rule.queries[0], {"host": h}, how,
-                      f"{how} from {fmt_time(t_on)} while the other hosts still report"))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h},
+                how,
+                f"{how} from {fmt_time(t_on)} while the other hosts still report",
+            )
+        )
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
     return _finding(pb, rule, out_hosts, [], onset, ev)
 
 
-
-def _det_accused_alive(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_accused_alive(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     """The accused hosts trained like the rest of the job around the heartbeat-stop time and up to the kill.
 
     Their training level is judged only at the instants where the other hosts trained (their median power
@@ -238,8 +269,12 @@ def _det_accused_alive(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[
         pw = nan_median(pr[judged])
         uu = nan_median(ur[judged]) if ur is not None else float("nan")
         low = int((np.nan_to_num(pr[judged], nan=0.0) < ratio * active).sum())
-        ok = (math.isfinite(pw) and pw >= ratio * active and low <= 0.2 * judged.sum()
-              and (not math.isfinite(uu) or uu >= umin))
+        ok = (
+            math.isfinite(pw)
+            and pw >= ratio * active
+            and low <= 0.2 * judged.sum()
+            and (not math.isfinite(uu) or uu >= umin)
+        )
         # up to the kill it moves with its peers (training, saving a checkpoint, or waiting with them)
         lag = 0
         if tail.any():
@@ -257,24 +292,46 @@ def _det_accused_alive(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[
                 if len(seg) and not (np.nan_to_num(seg, nan=0.0) > 0).all():
                     ok = False
         alive.append(ok)
-        ev.append(_ev(ctx, rule.queries[0], {"host": h}, pw,
-                      f"{pw:.0f} W ({pw / active:.0%} of the job's training power) and {uu:.0f} % utilisation at "
-                      f"the {int(judged.sum())} instants its peers trained between {fmt_time(a)} and {fmt_time(b)} "
-                      f"({n_before} before, {n_after} after the heartbeat-stop time {fmt_time(hb_stop)}); "
-                      f"{int(tail.sum()) - lag}/{int(tail.sum())} instants in step with its peers up to the kill: "
-                      f"{'training' if ok else 'NOT training'}"))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h},
+                pw,
+                f"{pw:.0f} W ({pw / active:.0%} of the job's training power) and {uu:.0f} % utilisation at "
+                f"the {int(judged.sum())} instants its peers trained between {fmt_time(a)} and {fmt_time(b)} "
+                f"({n_before} before, {n_after} after the heartbeat-stop time {fmt_time(hb_stop)}); "
+                f"{int(tail.sum()) - lag}/{int(tail.sum())} instants in step with its peers up to the kill: "
+                f"{'training' if ok else 'NOT training'}",
+            )
+        )
         for q in [q for q in rule.queries[2:] if q not in p.get("presence", ())]:
             g = ctx.grid(q)
             r = g.row(host=h) if g is not None else None
             if r is not None:
-                ev.append(_ev(ctx, q, {"host": h}, nan_median(r[g.mask(hb_stop - margin, hb_stop)]),
-                              "at the heartbeat-stop time"))
+                ev.append(
+                    _ev(
+                        ctx,
+                        q,
+                        {"host": h},
+                        nan_median(r[g.mask(hb_stop - margin, hb_stop)]),
+                        "at the heartbeat-stop time",
+                    )
+                )
     if not all(alive):
         return None
     if tl.last_advance is not None and tl.last_advance > hb_stop and ctx.grid("step") is not None:
-        ev.insert(0, _ev(ctx, "step", {}, tl.last_step or 0,
-                         f"training steps went on for {(tl.last_advance - hb_stop) / 60:.1f} min after the "
-                         f"heartbeat-stop time, up to {fmt_time(tl.last_advance)}: every task was alive"))
+        ev.insert(
+            0,
+            _ev(
+                ctx,
+                "step",
+                {},
+                tl.last_step or 0,
+                f"training steps went on for {(tl.last_advance - hb_stop) / 60:.1f} min after the "
+                f"heartbeat-stop time, up to {fmt_time(tl.last_advance)}: every task was alive",
+            ),
+        )
     return _finding(pb, rule, list(rows.values()), [], hb_stop, ev, no_culprits=True)
 
 
@@ -322,7 +379,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
     if e + 1 < length:
         return None
     final = np.zeros(len(g.t), bool)
-    final[e + 1 - length: e + 1] = True
+    final[e + 1 - length : e + 1] = True
     spinning = [r for r in range(len(g.labels)) if busy[r, final].mean() >= 0.8]
     if not spinning:
         return None
@@ -337,13 +394,27 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
     odd = _odd_hosts(sets)
     n_hosts = len(sets)
     common = Counter(sets.values()).most_common(1)[0][0] if sets else frozenset()
-    ev = [_ev(ctx, rule.queries[0], {}, len(spinning),
-              f"no training step ever completed, yet {len(spinning)} GPUs on {n_hosts} hosts spin at >= "
-              f"{util_min:.0f} % utilisation from {fmt_time(onset)}; most hosts spin GPUs "
-              f"{', '.join(sorted(common, key=_gkey)) or 'none'}")]
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {},
+            len(spinning),
+            f"no training step ever completed, yet {len(spinning)} GPUs on {n_hosts} hosts spin at >= "
+            f"{util_min:.0f} % utilisation from {fmt_time(onset)}; most hosts spin GPUs "
+            f"{', '.join(sorted(common, key=_gkey)) or 'none'}",
+        )
+    ]
     for h in odd:
-        ev.append(_ev(ctx, str(p["gpu_query"]), {"host": h}, ", ".join(sorted(sets[h], key=_gkey)) or "none",
-                      "this host spins another set of GPUs than the others: its ranks are elsewhere"))
+        ev.append(
+            _ev(
+                ctx,
+                str(p["gpu_query"]),
+                {"host": h},
+                ", ".join(sorted(sets[h], key=_gkey)) or "none",
+                "this host spins another set of GPUs than the others: its ranks are elsewhere",
+            )
+        )
     return _finding(pb, rule, odd, [], onset, ev, busy_hosts=n_hosts, hosts_seen=n_hosts, pre_step=True)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..context import Context, Finding
-from ..model import Playbook, RuleSpec
-from ..report import fmt_time
+from playbooks.context import Context, Finding
+from playbooks.model import Playbook, RuleSpec
+from playbooks.report import fmt_time
+
 from ._base import _dur, _ev, _finding
 
 __all__ = ["_det_own_excess"]
@@ -62,10 +63,17 @@ def _det_own_excess(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
         host = lab.get("host", "")
         hosts.append(host)
         for a, b in eps:
-            level = float(np.nanmedian(x[a:b + 1]))
+            level = float(np.nanmedian(x[a : b + 1]))
             t0, t1 = float(g.t[a]) - g.step / 2, float(g.t[b]) + g.step / 2
-            ev.append(_ev(ctx, rule.queries[0], {"host": host}, level,
-                          f"{level:.4g} from {fmt_time(t0)} to {fmt_time(t1)} against its typical {typical:.4g}"))
+            ev.append(
+                _ev(
+                    ctx,
+                    rule.queries[0],
+                    {"host": host},
+                    level,
+                    f"{level:.4g} from {fmt_time(t0)} to {fmt_time(t1)} against its typical {typical:.4g}",
+                )
+            )
             score = (level - typical) * (b - a + 1)
             if best is None or score > best[0]:
                 best = (score, t0)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..anomaly import first_sustained, nan_median, peer_deviation, walk_back
-from ..context import Context, Finding
-from ..model import Playbook, RuleSpec
-from ..report import fmt_time
+from playbooks.anomaly import first_sustained, nan_median, peer_deviation, walk_back
+from playbooks.context import Context, Finding
+from playbooks.model import Playbook, RuleSpec
+from playbooks.report import fmt_time
+
 from ._base import _dur, _ev, _finding
 
 
-def _det_peer_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_peer_outlier(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     g = ctx.grid(rule.queries[0])
     if g is None or len(g.labels) < 3:
         return None
@@ -66,10 +69,17 @@ def _det_peer_outlier(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[f
         if gpu is not None:
             gpus.append(gpu)
         peak_i = int(np.nanargmax(np.where(cond[r], d[r], -np.inf)))
-        ev.append(_ev(ctx, rule.queries[0], {"host": h, "gpu": gpu}, vals[r, peak_i],
-                      f"{'above' if sign > 0 else 'below'} the pack's median {med[peak_i]:.4g} by "
-                      f"{abs(d[r, peak_i]):.3g} (beyond its own usual offset; pack spread {spread[peak_i]:.2g}) "
-                      f"at {fmt_time(float(g.t[peak_i]))}; left the pack at {fmt_time(t_on)}"))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h, "gpu": gpu},
+                vals[r, peak_i],
+                f"{'above' if sign > 0 else 'below'} the pack's median {med[peak_i]:.4g} by "
+                f"{abs(d[r, peak_i]):.3g} (beyond its own usual offset; pack spread {spread[peak_i]:.2g}) "
+                f"at {fmt_time(float(g.t[peak_i]))}; left the pack at {fmt_time(t_on)}",
+            )
+        )
     return _finding(pb, rule, hosts, gpus, onset, ev)
 
 
@@ -79,20 +89,19 @@ def _extrapolate_onset(t: np.ndarray, z: np.ndarray, j: int, t_on: float, step: 
     distinguishable from noise some way in; the line recovers its start. Bounded to 4 steps before j.
     The rising part is taken up to 60 % of the peak, at least two points."""
     zz = np.where(np.isfinite(z), z, np.nan)
-    peak = np.nanmax(zz[j:j + 20]) if np.isfinite(zz[j:j + 20]).any() else np.nan
+    peak = np.nanmax(zz[j : j + 20]) if np.isfinite(zz[j : j + 20]).any() else np.nan
     if not np.isfinite(peak) or peak < 6:
         return t_on
     k = j
     while k < len(zz) - 1 and np.isfinite(zz[k]) and zz[k] < 0.6 * peak:
         k += 1
-    if k - j < 1 or not np.isfinite(zz[j:k + 1]).all():
+    if k - j < 1 or not np.isfinite(zz[j : k + 1]).all():
         return t_on
-    a, b = np.polyfit(t[j:k + 1], zz[j:k + 1], 1)
+    a, b = np.polyfit(t[j : k + 1], zz[j : k + 1], 1)
     if a <= 0:
         return t_on
     t0 = -b / a
     return float(min(t_on, max(t0, float(t[j]) - 4 * step)))
-
 
 
 def _det_flatline(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -110,8 +119,11 @@ def _det_flatline(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float
             peer = np.nanmedian(g.values, axis=0)
             # A host reading (near) zero is dead, not frozen: below half the pack's lowest level in the job
             # (its idle level), a flat value belongs to the node playbook.
-            lvl_floor = float(p.get("level_ratio", 0.5)) * float(np.nanmin(np.nanmedian(level.values, axis=0))) \
-                if level is not None and np.isfinite(level.values).any() else None
+            lvl_floor = (
+                float(p.get("level_ratio", 0.5)) * float(np.nanmin(np.nanmedian(level.values, axis=0)))
+                if level is not None and np.isfinite(level.values).any()
+                else None
+            )
         length = max(1, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
         for r, lab in enumerate(g.labels):
             h = lab.get("host", "")
@@ -126,9 +138,16 @@ def _det_flatline(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float
                 continue
             t_on = float(g.t[i]) - w
             hosts[h] = min(hosts.get(h, t_on), t_on)
-            ev.append(_ev(ctx, q, {"host": h}, 0.0,
-                          f"no change at all for {flat[i:].sum() * g.step / 60:.0f} min from {fmt_time(t_on)} "
-                          f"while peers changed {nan_median(peer[flat]):.0f} times per window"))
+            ev.append(
+                _ev(
+                    ctx,
+                    q,
+                    {"host": h},
+                    0.0,
+                    f"no change at all for {flat[i:].sum() * g.step / 60:.0f} min from {fmt_time(t_on)} "
+                    f"while peers changed {nan_median(peer[flat]):.0f} times per window",
+                )
+            )
     if not hosts:
         return None
     return _finding(pb, rule, sorted(hosts), [], min(hosts.values()), ev)
@@ -163,17 +182,27 @@ def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, fl
         if not len(idx):
             continue
         events = 1 + int((np.diff(idx) > 1).sum())
-        tail = miss[int(0.8 * len(miss)):]
-        share = miss[idx[0]:].sum() / max(1, mine[idx[0]:].sum())
-        if events < int(p.get("min_events", 3)) or (len(tail) and tail.all()) or \
-                share < float(p.get("min_share", 0.05)):
+        tail = miss[int(0.8 * len(miss)) :]
+        share = miss[idx[0] :].sum() / max(1, mine[idx[0] :].sum())
+        if (
+            events < int(p.get("min_events", 3))
+            or (len(tail) and tail.all())
+            or share < float(p.get("min_share", 0.05))
+        ):
             continue
         t_on = float(g.t[_regime_start(idx)]) - ctx.window_s(rule.queries[0])
         hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
-        ev.append(_ev(ctx, rule.queries[0], {"host": h}, float(miss.sum() / max(1, m.sum())),
-                      f"{events} gaps from {fmt_time(t_on)}: {miss.sum() / max(1, m.sum()):.0%} of intervals "
-                      f"short of samples while the exporter answered (peers complete)"))
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"host": h},
+                float(miss.sum() / max(1, m.sum())),
+                f"{events} gaps from {fmt_time(t_on)}: {miss.sum() / max(1, m.sum()):.0%} of intervals "
+                f"short of samples while the exporter answered (peers complete)",
+            )
+        )
     if not hosts or len(hosts) > max(1, 0.5 * len(g.labels)):
         return None
     return _finding(pb, rule, hosts, [], onset, ev)

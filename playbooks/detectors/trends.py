@@ -6,15 +6,18 @@ import math
 
 import numpy as np
 
-from ..anomaly import change_points, first_sustained, nan_median, walk_back
-from ..context import Context, Finding
-from ..model import Playbook, RuleSpec
-from ..profiles import PROFILES
-from ..report import fmt_time
+from playbooks.anomaly import change_points, first_sustained, nan_median, walk_back
+from playbooks.context import Context, Finding
+from playbooks.model import Playbook, RuleSpec
+from playbooks.profiles import PROFILES
+from playbooks.report import fmt_time
+
 from ._base import _dur, _ev, _finding
 
 
-def _det_change_point(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_change_point(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     g = ctx.grid(rule.queries[0])
     if g is None:
         return None
@@ -22,27 +25,42 @@ def _det_change_point(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[f
     tl = ctx.timeline
     valid = tl.valid_training(g.t) & g.mask(*focus)
     p = rule.params
-    idx = change_points(x, g.t, valid, window=_dur(rule, "baseline_window", 1200.0), z=float(p.get("z", 8.0)),
-                        min_rel=float(p.get("min_rel", 0.3)))
+    idx = change_points(
+        x,
+        g.t,
+        valid,
+        window=_dur(rule, "baseline_window", 1200.0),
+        z=float(p.get("z", 8.0)),
+        min_rel=float(p.get("min_rel", 0.3)),
+    )
     # an isolated one-step spike is ordinary noise in real training; instability lasts several points
     need, span = int(p.get("min_points", 3)), _dur(rule, "confirm_window", 600.0)
     firsts = [i for i in idx if sum(1 for k in idx if g.t[i] <= g.t[k] <= g.t[i] + span) >= need]
     if not firsts:
         return None
     i = firsts[0]
-    prev = x[: i][valid[: i] & ~np.isnan(x[: i])]
+    prev = x[:i][valid[:i] & ~np.isnan(x[:i])]
     base = nan_median(prev[-30:]) if len(prev) else float("nan")
     peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])
     # a training metric is reported when its step completes: the anomaly began when that step started
     step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
     t_on = float(g.t[i]) - g.step / 2 - step_s
-    ev = [_ev(ctx, rule.queries[0], {}, float(x[i]),
-              f"jumped from its recent {base:.4g} to {x[i]:.4g} at {fmt_time(t_on)} (peak {peak:.4g}; "
-              f"{len(idx)} anomalous points)")]
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {},
+            float(x[i]),
+            f"jumped from its recent {base:.4g} to {x[i]:.4g} at {fmt_time(t_on)} (peak {peak:.4g}; "
+            f"{len(idx)} anomalous points)",
+        )
+    ]
     return _finding(pb, rule, [], [], t_on, ev)
 
 
-def _det_level_shift(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_level_shift(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     g = ctx.grid(rule.queries[0])
     if g is None:
         return None
@@ -57,7 +75,7 @@ def _det_level_shift(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[fl
     xs = np.where(valid, x, np.nan)
     roll = np.full(len(x), np.nan)
     for i in range(len(x)):
-        seg = xs[max(0, i - w + 1): i + 1]
+        seg = xs[max(0, i - w + 1) : i + 1]
         if np.isfinite(seg).sum() >= max(3, w // 3):
             roll[i] = np.nanmedian(seg)
     shift = roll / base - 1
@@ -65,15 +83,26 @@ def _det_level_shift(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[fl
     i = first_sustained(hit, w, 0.8)
     if i is None:
         return None
-    j = walk_back(np.where(valid, x / base - 1, np.nan), max(0, i - w + 1), float(rule.params.get("min_rel", 0.08)) / 2)
+    j = walk_back(
+        np.where(valid, x / base - 1, np.nan), max(0, i - w + 1), float(rule.params.get("min_rel", 0.08)) / 2
+    )
     t_on = float(g.t[j])
     peak = float(np.nanmax(shift[i:]))
-    ev = [_ev(ctx, rule.queries[0], {}, float(roll[i]),
-              f"steady state {base:.4g}; rolling median {peak:+.0%} at most, from {fmt_time(t_on)}")]
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {},
+            float(roll[i]),
+            f"steady state {base:.4g}; rolling median {peak:+.0%} at most, from {fmt_time(t_on)}",
+        )
+    ]
     return _finding(pb, rule, [], [], t_on, ev, value=f"{peak:+.0%}")
 
 
-def _det_uniform_elevation(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_uniform_elevation(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     g = ctx.grid(rule.queries[0])
     tl = ctx.timeline
     p = rule.params
@@ -92,13 +121,22 @@ def _det_uniform_elevation(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tu
     med = nan_median(per_host)
     if (max(per_host) - min(per_host)) > 0.5 * med:
         return None
-    ev = [_ev(ctx, rule.queries[0], {}, med,
-              f"median {med:.0f} runnable per host on {len(high)}/{len(per_host)} hosts (spread "
-              f"{min(per_host):.0f}-{max(per_host):.0f}) vs a prior of about {expected:.0f} for {gpus} GPUs per host")]
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {},
+            med,
+            f"median {med:.0f} runnable per host on {len(high)}/{len(per_host)} hosts (spread "
+            f"{min(per_host):.0f}-{max(per_host):.0f}) vs a prior of about {expected:.0f} for {gpus} GPUs per host",
+        )
+    ]
     return _finding(pb, rule, [], [], tl.train_start, ev, value=f"{med:.0f}")
 
 
-def _det_series_absent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+def _det_series_absent(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
     prof = PROFILES.get(getattr(ctx.source, "profile", ""))
     if prof is None:
         return None
@@ -112,11 +150,24 @@ def _det_series_absent(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[
     ev = []
     if absent:
         needs = "; ".join(f"{s}: {' or '.join(prof.signal(s).metrics)}" for s in absent)
-        ev.append({"query": "/api/v1/label/__name__/values", "labels": {}, "value": ", ".join(absent),
-                   "interpretation": f"{rule.meaning} The {name} profile reads them from {needs}."})
+        ev.append(
+            {
+                "query": "/api/v1/label/__name__/values",
+                "labels": {},
+                "value": ", ".join(absent),
+                "interpretation": f"{rule.meaning} The {name} profile reads them from {needs}.",
+            }
+        )
     if by_design:
-        ev.append({"query": f"profile {name}", "labels": {}, "value": ", ".join(by_design),
-                   "interpretation": f"The {name} exporters have no such metrics; they are not guessed."})
+        ev.append(
+            {
+                "query": f"profile {name}",
+                "labels": {},
+                "value": ", ".join(by_design),
+                "interpretation": f"The {name} exporters have no such metrics; they are not guessed.",
+            }
+        )
+
     def names(items: list[str]) -> str:
         return ", ".join(items[:6]) + ("…" if len(items) > 6 else "")
 

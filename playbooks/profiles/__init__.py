@@ -24,14 +24,26 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
-from ..gpus import GPU_MODELS
+from playbooks.gpus import GPU_MODELS
+
 from ._declared import ProfileSpec, load_specs, parse_spec
 from ._resolve import build, decode_name, read_facts
 from ._signal import DOMAINS, SIGNALS, Profile, ProfileError, Signal, signal_info
 
 __all__ = [
-    "BUILTIN_DIR", "DOMAINS", "PROFILES", "SIGNALS", "Profile", "ProfileError", "Signal", "detect_profile",
-    "load_profile_specs", "parse_spec", "resolve_profile", "signal_info", "vendor_mismatch",
+    "BUILTIN_DIR",
+    "DOMAINS",
+    "PROFILES",
+    "SIGNALS",
+    "Profile",
+    "ProfileError",
+    "Signal",
+    "detect_profile",
+    "load_profile_specs",
+    "parse_spec",
+    "resolve_profile",
+    "signal_info",
+    "vendor_mismatch",
 ]
 
 BUILTIN_DIR = Path(__file__).with_name("builtin")
@@ -109,7 +121,9 @@ def _choose(names: set[str], prefer: str | None) -> ProfileSpec:
                 + (f"; it holds the {', '.join(found)} profile's: use auto" if found else "")
             )
         return specs[base]
-    ranked = sorted(specs.values(), key=lambda s: (_rank(s, names), s.name in ("amd", "nvidia")), reverse=True)
+    ranked = sorted(
+        specs.values(), key=lambda s: (_rank(s, names), s.name in ("amd", "nvidia")), reverse=True
+    )
     if not ranked or _rank(ranked[0], names)[0] == 0:
         sample = ", ".join(sorted(names)[:8]) or "no metrics at all"
         raise ProfileError(

@@ -39,10 +39,31 @@ from ._signal import _SIGNAL_INFO, ProfileError
 __all__ = ["ExporterSpec", "ProfileSpec", "SignalSpec", "load_specs", "parse_spec"]
 
 _TOP_KEYS = {"name", "title", "vendor", "anchors", "gpu_model_label", "include", "exporters", "signals"}
-_EXPORTER_KEYS = {"anchor", "scope", "host_labels", "join_uname", "gpu_label", "match", "prefixes", "jobs",
-                  "fill_filter"}
-_SIGNAL_KEYS = {"exporter", "metric", "metrics", "more", "expr", "match", "scale", "agg", "as_counter", "target",
-                "host", "fill_filter"}
+_EXPORTER_KEYS = {
+    "anchor",
+    "scope",
+    "host_labels",
+    "join_uname",
+    "gpu_label",
+    "match",
+    "prefixes",
+    "jobs",
+    "fill_filter",
+}
+_SIGNAL_KEYS = {
+    "exporter",
+    "metric",
+    "metrics",
+    "more",
+    "expr",
+    "match",
+    "scale",
+    "agg",
+    "as_counter",
+    "target",
+    "host",
+    "fill_filter",
+}
 _AGGS = {"", "sum", "max", "min", "avg"}
 _TARGETS = {"", "up", "scrape_duration_seconds"}
 _VENDORS = {"", "nvidia", "amd"}
@@ -119,10 +140,14 @@ def _strs(value: Any, source: str, where: str, pattern: re.Pattern[str] | None =
 def _check_keys(raw: dict[str, Any], allowed: set[str], source: str, where: str) -> None:
     unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise _fail(source, where, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        raise _fail(
+            source, where, f"unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}"
+        )
 
 
-def _typed(raw: dict[str, Any], key: str, kind: type | tuple[type, ...], source: str, where: str, default: Any) -> Any:
+def _typed(
+    raw: dict[str, Any], key: str, kind: type | tuple[type, ...], source: str, where: str, default: Any
+) -> Any:
     value = raw.get(key, default)
     ok = isinstance(value, bool) if kind is bool else isinstance(value, kind) and not isinstance(value, bool)
     if not ok:
@@ -146,9 +171,12 @@ def _exporter(name: str, raw: Any, source: str) -> ExporterSpec:
     if not _LABEL.match(gpu_label):
         raise _fail(source, where, f"gpu_label is not a label name: {gpu_label!r}")
     return ExporterSpec(
-        name=name, anchor=anchor, scope=scope,
+        name=name,
+        anchor=anchor,
+        scope=scope,
         host_labels=_strs(raw.get("host_labels", []), source, f"{where}.host_labels", _LABEL),
-        join_uname=_typed(raw, "join_uname", bool, source, where, False), gpu_label=gpu_label,
+        join_uname=_typed(raw, "join_uname", bool, source, where, False),
+        gpu_label=gpu_label,
         match=_typed(raw, "match", str, source, where, ""),
         prefixes=_strs(raw.get("prefixes", [""]), source, f"{where}.prefixes", _METRIC) or ("",),
         jobs=_strs(raw.get("jobs", []), source, f"{where}.jobs"),
@@ -170,7 +198,9 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
     metrics = _strs(raw.get("metrics", raw.get("metric", [])), source, where, _METRIC)
     target = _typed(raw, "target", str, source, where, "")
     if target not in _TARGETS:
-        raise _fail(source, where, f"target must be one of {', '.join(sorted(_TARGETS - {''}))}, got {target!r}")
+        raise _fail(
+            source, where, f"target must be one of {', '.join(sorted(_TARGETS - {''}))}, got {target!r}"
+        )
     if not metrics and not target:
         raise _fail(source, where, "needs a metric, metrics or target")
     expr = _typed(raw, "expr", str, source, where, "")
@@ -187,10 +217,17 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
     if host and not _LABEL.match(host):
         raise _fail(source, where, f"host is not a label name: {host!r}")
     return SignalSpec(
-        name=name, exporter=_typed(raw, "exporter", str, source, where, ""), metrics=metrics,
-        more=_strs(raw.get("more", []), source, f"{where}.more", _METRIC), expr=expr,
-        match=_typed(raw, "match", str, source, where, ""), scale=float(scale), agg=agg,
-        as_counter=_typed(raw, "as_counter", bool, source, where, False), target=target, host=host,
+        name=name,
+        exporter=_typed(raw, "exporter", str, source, where, ""),
+        metrics=metrics,
+        more=_strs(raw.get("more", []), source, f"{where}.more", _METRIC),
+        expr=expr,
+        match=_typed(raw, "match", str, source, where, ""),
+        scale=float(scale),
+        agg=agg,
+        as_counter=_typed(raw, "as_counter", bool, source, where, False),
+        target=target,
+        host=host,
         fill_filter=_typed(raw, "fill_filter", bool, source, where, True),
     )
 
@@ -216,11 +253,15 @@ def parse_spec(text: str, source: str) -> ProfileSpec:
     if name and not anchors:
         raise _fail(source, "anchors", "a profile needs at least one anchor metric to be recognised")
     return ProfileSpec(
-        name=name, title=_typed(raw, "title", str, source, "title", name), vendor=vendor, anchors=anchors,
+        name=name,
+        title=_typed(raw, "title", str, source, "title", name),
+        vendor=vendor,
+        anchors=anchors,
         gpu_model_label=_typed(raw, "gpu_model_label", str, source, "gpu_model_label", ""),
         exporters={k: _exporter(k, v, source) for k, v in exporters.items()},
         signals={k: _signal(k, v, source) for k, v in signals.items()},
-        source=source, include=_strs(raw.get("include", []), source, "include"),
+        source=source,
+        include=_strs(raw.get("include", []), source, "include"),
     )
 
 
@@ -236,20 +277,36 @@ def _merge(spec: ProfileSpec, fragments: dict[str, ProfileSpec]) -> ProfileSpec:
     signals.update(spec.signals)
     for sig in signals.values():
         if sig.exporter not in exporters:
-            raise _fail(spec.source, f"signal {sig.name}",
-                        f"unknown exporter {sig.exporter!r}; declared: {', '.join(sorted(exporters)) or 'none'}")
+            raise _fail(
+                spec.source,
+                f"signal {sig.name}",
+                f"unknown exporter {sig.exporter!r}; declared: {', '.join(sorted(exporters)) or 'none'}",
+            )
         exp = exporters[sig.exporter]
         scope = _SIGNAL_INFO[sig.name][1]
         if (scope == "job") != (exp.scope == "job"):
-            raise _fail(spec.source, f"signal {sig.name}",
-                        f"a {scope}-scope signal cannot come from the {exp.scope}-scope exporter {exp.name}")
+            raise _fail(
+                spec.source,
+                f"signal {sig.name}",
+                f"a {scope}-scope signal cannot come from the {exp.scope}-scope exporter {exp.name}",
+            )
     if not signals:
         raise _fail(spec.source, "signals", "a profile needs at least one signal")
-    needed = frozenset(p + m for s in signals.values() for m in (*s.metrics, *s.more)
-                       for p in exporters[s.exporter].prefixes)
-    return ProfileSpec(name=spec.name, title=spec.title, vendor=spec.vendor, anchors=spec.anchors,
-                       gpu_model_label=spec.gpu_model_label, exporters=exporters, signals=signals,
-                       source=spec.source, include=spec.include, needed=needed)
+    needed = frozenset(
+        p + m for s in signals.values() for m in (*s.metrics, *s.more) for p in exporters[s.exporter].prefixes
+    )
+    return ProfileSpec(
+        name=spec.name,
+        title=spec.title,
+        vendor=spec.vendor,
+        anchors=spec.anchors,
+        gpu_model_label=spec.gpu_model_label,
+        exporters=exporters,
+        signals=signals,
+        source=spec.source,
+        include=spec.include,
+        needed=needed,
+    )
 
 
 def load_specs(dirs: list[Path]) -> dict[str, ProfileSpec]:
@@ -266,6 +323,8 @@ def load_specs(dirs: list[Path]) -> dict[str, ProfileSpec]:
         if not spec.name:
             continue
         if spec.name in out:
-            raise ProfileError(f"{spec.source}: profile {spec.name!r} is already declared in {out[spec.name].source}")
+            raise ProfileError(
+                f"{spec.source}: profile {spec.name!r} is already declared in {out[spec.name].source}"
+            )
         out[spec.name] = _merge(spec, fragments)
     return out

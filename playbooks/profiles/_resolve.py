@@ -71,8 +71,10 @@ def _target(sig: SignalSpec, exp: ExporterSpec, choices: Mapping[str, str], host
     anchor = _selector(prefix + exp.anchor, [exp.match])
     labels = host.split(",")
     first = labels[0]
-    return (f"max by (instance, job, {first}) ({sel} * on (instance, job) group_left ({first}) "
-            f"topk by (instance, job) (1, group by (instance, job, {first}) (last_over_time({anchor}[1h]))))")
+    return (
+        f"max by (instance, job, {first}) ({sel} * on (instance, job) group_left ({first}) "
+        f"topk by (instance, job) (1, group by (instance, job, {first}) (last_over_time({anchor}[1h]))))"
+    )
 
 
 def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Signal | None:
@@ -100,9 +102,19 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
         selector = _selector(prefix + chosen, matchers)
     fill = exp.fill_filter if (sig.fill_filter and exp.fill_filter) else ""
     alias = tuple(tuple(p.split(":", 1)) for p in choices.get(f"{exp.name}.alias", "").split(",") if ":" in p)
-    return Signal(sig.name, selector, metrics, host_from=host, gpu_from=exp.gpu_label if
-                  _SIGNAL_INFO[sig.name][1] == "gpu" else "", scale=sig.scale, agg=sig.agg, fill_filter=fill,
-                  as_counter=sig.as_counter, host_join=join, host_alias=alias if not sig.host else ())
+    return Signal(
+        sig.name,
+        selector,
+        metrics,
+        host_from=host,
+        gpu_from=exp.gpu_label if _SIGNAL_INFO[sig.name][1] == "gpu" else "",
+        scale=sig.scale,
+        agg=sig.agg,
+        fill_filter=fill,
+        as_counter=sig.as_counter,
+        host_join=join,
+        host_alias=alias if not sig.host else (),
+    )
 
 
 def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profile:
@@ -114,10 +126,20 @@ def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profil
         if built is not None:
             signals[sig.name] = built
     prefixes = {p for e in spec.exporters.values() for p in e.prefixes}
-    anchors = tuple(sorted({p + a for a in spec.anchors for p in prefixes}, key=lambda a: (a not in spec.anchors, a)))
+    anchors = tuple(
+        sorted({p + a for a in spec.anchors for p in prefixes}, key=lambda a: (a not in spec.anchors, a))
+    )
     title = spec.title + (f" ({describe(choices)})" if choices else "")
-    return Profile(name=encode_name(spec.name, choices), title=title, signals=signals, anchors=anchors,
-                   vendor=spec.vendor, base=spec.name, gpu_model_label=spec.gpu_model_label, source=spec.source)
+    return Profile(
+        name=encode_name(spec.name, choices),
+        title=title,
+        signals=signals,
+        anchors=anchors,
+        vendor=spec.vendor,
+        base=spec.name,
+        gpu_model_label=spec.gpu_model_label,
+        source=spec.source,
+    )
 
 
 def describe(choices: Mapping[str, str]) -> str:
@@ -129,7 +151,9 @@ def describe(choices: Mapping[str, str]) -> str:
         if who == "pick":
             parts.append(f"{what} from {value}")
         elif what == "host":
-            parts.append(f"{who}: host from {'node_uname_info (scraped by address)' if value == 'uname' else value}")
+            parts.append(
+                f"{who}: host from {'node_uname_info (scraped by address)' if value == 'uname' else value}"
+            )
         else:
             parts.append(f"{who}: {words.get(what, what)} {value}")
     return "; ".join(parts)
@@ -161,16 +185,18 @@ def _anchors(spec: ProfileSpec, present: set[str]) -> dict[str, tuple[str, str]]
     the TSDB holds (a custom counter set may leave the anchor out)."""
     out = {}
     for exp in spec.exporters.values():
-        names_of = [exp.anchor] + [m for s in spec.signals.values() if s.exporter == exp.name and not s.target
-                                   for m in s.metrics]
+        names_of = [exp.anchor] + [
+            m for s in spec.signals.values() if s.exporter == exp.name and not s.target for m in s.metrics
+        ]
         found = next(((p, m) for m in names_of for p in exp.prefixes if p + m in present), None)
         if found is not None:
             out[exp.name] = found
     return out
 
 
-def _host_choice(exp: ExporterSpec, series: list[dict[str, str]], uname: dict[str, str] | None,
-                 choices: dict[str, str]) -> None:
+def _host_choice(
+    exp: ExporterSpec, series: list[dict[str, str]], uname: dict[str, str] | None, choices: dict[str, str]
+) -> None:
     labels = {k for s in series for k in s}
     hosts = [h for h in exp.host_labels if h in labels]
     host = ",".join(hosts) if hosts else "instance"

@@ -61,7 +61,13 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "rdma_ack_timeouts": ("network", "host", "counter", "events", "RDMA ACK timeouts"),
     "rdma_retry_exceeded": ("network", "host", "counter", "events", "RDMA retry exhaustion"),
     "rdma_cnp": ("network", "host", "counter", "packets", "RDMA congestion notifications (CNP)"),
-    "rdma_seq_errors": ("network", "host", "counter", "packets", "RDMA packet sequence errors / out of sequence"),
+    "rdma_seq_errors": (
+        "network",
+        "host",
+        "counter",
+        "packets",
+        "RDMA packet sequence errors / out of sequence",
+    ),
     "rdma_transmit_wait": ("network", "host", "counter", "ticks", "InfiniBand transmit wait"),
     "rdma_link_error_recovery": ("network", "host", "counter", "events", "InfiniBand link error recoveries"),
     "rdma_link_downed": ("network", "host", "counter", "events", "InfiniBand link downed"),
@@ -99,8 +105,16 @@ SIGNALS: tuple[str, ...] = tuple(_SIGNAL_INFO)
 _SCOPE_LABELS = {"gpu": ("host", "gpu"), "host": ("host",), "job": ()}
 _FUNCS_COUNTER = ("rate", "increase", "irate", "resets")
 _FUNCS_GAUGE = (
-    "avg_over_time", "min_over_time", "max_over_time", "stddev_over_time", "changes", "deriv",
-    "delta", "last_over_time", "count_over_time", "quantile_over_time",
+    "avg_over_time",
+    "min_over_time",
+    "max_over_time",
+    "stddev_over_time",
+    "changes",
+    "deriv",
+    "delta",
+    "last_over_time",
+    "count_over_time",
+    "quantile_over_time",
 )
 
 
@@ -152,7 +166,13 @@ class Signal:
             raise ProfileError(f"unknown signal {self.name!r}")
         domain, scope, kind, unit, title = _SIGNAL_INFO[self.name]
         kind = "counter" if self.as_counter else kind
-        for attr, value in (("domain", domain), ("scope", scope), ("kind", kind), ("unit", unit), ("title", title)):
+        for attr, value in (
+            ("domain", domain),
+            ("scope", scope),
+            ("kind", kind),
+            ("unit", unit),
+            ("title", title),
+        ):
             object.__setattr__(self, attr, value)
         if not self.agg:
             object.__setattr__(self, "agg", "sum" if kind == "counter" else "max")
@@ -162,7 +182,7 @@ class Signal:
             object.__setattr__(self, "host_from", "")
             object.__setattr__(self, "host_join", "")
         if self.host_join not in ("", "uname"):
-            raise ProfileError(f"{self.name}: unknown host_join {self.host_join!r} (use \"uname\" or nothing)")
+            raise ProfileError(f'{self.name}: unknown host_join {self.host_join!r} (use "uname" or nothing)')
         if self.host_join:
             object.__setattr__(self, "host_from", "instance")
 
@@ -170,12 +190,16 @@ class Signal:
         if self.is_counter:
             fn = fn or "rate"
             if fn not in _FUNCS_COUNTER:
-                raise ProfileError(f"{self.name} is a counter: use one of {', '.join(_FUNCS_COUNTER)}, not {fn!r}")
+                raise ProfileError(
+                    f"{self.name} is a counter: use one of {', '.join(_FUNCS_COUNTER)}, not {fn!r}"
+                )
             return f"{fn}({base}[{window}])"
         if not fn:
             return base
         if fn not in _FUNCS_GAUGE:
-            raise ProfileError(f"{self.name} is a gauge: {fn!r} does not apply (use one of {', '.join(_FUNCS_GAUGE)})")
+            raise ProfileError(
+                f"{self.name} is a gauge: {fn!r} does not apply (use one of {', '.join(_FUNCS_GAUGE)})"
+            )
         series = f"{base}[{window}]" if _is_simple_selector(base) else f"({base})[{window}:]"
         return f"{fn}({quantile}, {series})" if fn == "quantile_over_time" else f"{fn}({series})"
 
@@ -226,14 +250,20 @@ class Signal:
             inner = f'label_replace({inner}, "host", "{new}", "host", "{_regex_literal(old)}")'
         if self.gpu_from and self.gpu_from != "gpu":
             inner = f'label_replace({inner}, "gpu", "$1", "{self.gpu_from}", "(.+)")'
-        out = f"{agg or self.agg} by ({', '.join(labels)}) ({inner})" if labels else f"{agg or self.agg}({inner})"
+        out = (
+            f"{agg or self.agg} by ({', '.join(labels)}) ({inner})"
+            if labels
+            else f"{agg or self.agg}({inner})"
+        )
         if self.scale != 1.0:
             out = f"({out}) * {self.scale:g}"
         return out
 
     def _joined(self, inner: str, labels: tuple[str, ...], agg: str) -> str:
         """Aggregate by the exporter's address first, then name the (few) results through node_uname_info."""
-        raw = tuple("instance" if n == "host" else (self.gpu_from or "gpu") if n == "gpu" else n for n in labels)
+        raw = tuple(
+            "instance" if n == "host" else (self.gpu_from or "gpu") if n == "gpu" else n for n in labels
+        )
         first = f"{agg} by ({', '.join(raw)}) ({inner})"
         named = f'label_replace({first}, "stepwise_ip", "$1", "instance", "{_ADDRESS}")'
         named = f'label_replace({named} * on (stepwise_ip) group_left (nodename) {UNAME_HOSTS}, "host", "$1", "nodename", "(.+)")'
@@ -249,7 +279,7 @@ _OUTER = {"count": "sum"}
 #: One node name per address, so that a renamed node or two exporters on one address never make a
 #: many-to-many match.
 UNAME_HOSTS = (
-    'topk by (stepwise_ip) (1, label_replace(max by (instance, nodename) (last_over_time(node_uname_info[10m])), '
+    "topk by (stepwise_ip) (1, label_replace(max by (instance, nodename) (last_over_time(node_uname_info[10m])), "
     f'"stepwise_ip", "$1", "instance", "{_ADDRESS}"))'
 )
 
@@ -275,7 +305,9 @@ def _is_simple_selector(text: str) -> bool:
     if text.startswith("{"):
         return text.endswith("}") and text.count("{") == 1
     head, _, rest = text.partition("{")
-    return head.replace("_", "").replace(":", "").isalnum() and (not rest or (rest.endswith("}") and "{" not in rest))
+    return head.replace("_", "").replace(":", "").isalnum() and (
+        not rest or (rest.endswith("}") and "{" not in rest)
+    )
 
 
 @dataclass(frozen=True)
@@ -310,7 +342,9 @@ class Profile:
         except KeyError:
             if name not in _SIGNAL_INFO:
                 raise ProfileError(f"unknown signal {name!r}") from None
-            raise ProfileError(f"the {self.name} profile has no {name} signal ({_SIGNAL_INFO[name][4]})") from None
+            raise ProfileError(
+                f"the {self.name} profile has no {name} signal ({_SIGNAL_INFO[name][4]})"
+            ) from None
 
     def has(self, name: str) -> bool:
         return name in self.signals
@@ -346,5 +380,3 @@ def signal_info(name: str) -> dict[str, str]:
         raise ProfileError(f"unknown signal {name!r}")
     domain, scope, kind, unit, title = _SIGNAL_INFO[name]
     return {"domain": domain, "scope": scope, "kind": kind, "unit": unit, "title": title}
-
-

@@ -21,8 +21,18 @@ from ._deploy import PERTURBATIONS, Exporters, apply_to_job
 from ._models import GPU_MODELS, SCENARIO_TABLE, SCENARIOS, Scenario
 from ._tsdb import SynthError
 
-__all__ = ["GPU_MODELS", "PERTURBATIONS", "PROFILES", "SCENARIOS", "SCENARIO_TABLE", "Exporters", "GeneratedJob",
-           "Scenario", "SynthError", "generate_job"]
+__all__ = [
+    "GPU_MODELS",
+    "PERTURBATIONS",
+    "PROFILES",
+    "SCENARIOS",
+    "SCENARIO_TABLE",
+    "Exporters",
+    "GeneratedJob",
+    "Scenario",
+    "SynthError",
+    "generate_job",
+]
 
 #: Exporter families the generator writes: the seed system, dcgm-exporter or AMD's device-metrics-exporter
 #: (each with node_exporter and training_* gauges).
@@ -47,16 +57,23 @@ class GeneratedJob:
 def _config(job: _sim.Job, job_dir_name: str) -> dict[str, str]:
     p = job.passthrough
     return {
-        "steps": p["steps"], "checkpoint_period": p["checkpoint_period"],
-        "enable_checkpointing": p["enable_checkpointing"], "async_checkpointing": p["async_checkpointing"],
-        "per_device_batch_size": p["per_device_batch_size"], "max_target_length": p["max_target_length"],
-        "remat_policy": p["remat_policy"], "dcn_data_parallelism": p["dcn_data_parallelism"],
-        "ici_fsdp_parallelism": str(job.gpus), "log_period": "100", "profiler": "",
+        "steps": p["steps"],
+        "checkpoint_period": p["checkpoint_period"],
+        "enable_checkpointing": p["enable_checkpointing"],
+        "async_checkpointing": p["async_checkpointing"],
+        "per_device_batch_size": p["per_device_batch_size"],
+        "max_target_length": p["max_target_length"],
+        "remat_policy": p["remat_policy"],
+        "dcn_data_parallelism": p["dcn_data_parallelism"],
+        "ici_fsdp_parallelism": str(job.gpus),
+        "log_period": "100",
+        "profiler": "",
         "jax_distributed_heartbeat_timeout_seconds": str(job.hb_timeout),
-        "run_name": f"{job.model_name}_train", "model_name": job.model_name,
+        "run_name": f"{job.model_name}_train",
+        "model_name": job.model_name,
         "tensorboard_dir": f"/outputs/{job_dir_name}/{job.model_name}_train/tensorboard",
-        "quantization": "", "enable_single_replica_ckpt_restoring": p.get("enable_single_replica_ckpt_restoring",
-                                                                           "false"),
+        "quantization": "",
+        "enable_single_replica_ckpt_restoring": p.get("enable_single_replica_ckpt_restoring", "false"),
     }
 
 
@@ -73,27 +90,58 @@ def _tgs_class(job: _sim.Job, default: str | None) -> str | None:
 def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict:
     sc = job.scenario
     return {
-        "scenario": sc.name, "class": sc.klass, "root_cause_family": sc.family,
-        "culprits": job.culprits, "onset": job.onset,
-        "job_id": job.job_id, "job_name": job.job_name, "status": sc.status, "triage_class": _tgs_class(job, sc.triage_class),
-        "first_step": int(job.step_num[0]) if len(job.step_num) else None, "last_step": job.last_step,
-        "steps_total": job.steps_total, "checkpoint_period": job.ckpt_period,
-        "restored_from": job.restored_from, "crash_time": job.crash_time, "stall_time": job.stall_time,
-        "train_start": job.train_start, "job_start": job.start, "job_end": job.job_end,
-        "heartbeat_timeout_s": job.hb_timeout, "accused_tasks": job.accused_tasks,
+        "scenario": sc.name,
+        "class": sc.klass,
+        "root_cause_family": sc.family,
+        "culprits": job.culprits,
+        "onset": job.onset,
+        "job_id": job.job_id,
+        "job_name": job.job_name,
+        "status": sc.status,
+        "triage_class": _tgs_class(job, sc.triage_class),
+        "first_step": int(job.step_num[0]) if len(job.step_num) else None,
+        "last_step": job.last_step,
+        "steps_total": job.steps_total,
+        "checkpoint_period": job.ckpt_period,
+        "restored_from": job.restored_from,
+        "crash_time": job.crash_time,
+        "stall_time": job.stall_time,
+        "train_start": job.train_start,
+        "job_start": job.start,
+        "job_end": job.job_end,
+        "heartbeat_timeout_s": job.hb_timeout,
+        "accused_tasks": job.accused_tasks,
         "accused_hosts": [job.hosts[a] for a in job.accused_tasks],
-        "profile": job.profile, "exporters": job.exporters.to_dict() if job.profile != "amd" else None,
-        "gpu_model": job.gpu.name, "nodes": job.nodes, "gpus_per_host": job.gpus,
-        "hosts": job.hosts, "head": job.head, "interval_s": job.interval, "variants": job.variants,
-        "checkpoint_steps": job.ckpt_steps, "warmup_end": getattr(job, "_warm_end", None),
+        "profile": job.profile,
+        "exporters": job.exporters.to_dict() if job.profile != "amd" else None,
+        "gpu_model": job.gpu.name,
+        "nodes": job.nodes,
+        "gpus_per_host": job.gpus,
+        "hosts": job.hosts,
+        "head": job.head,
+        "interval_s": job.interval,
+        "variants": job.variants,
+        "checkpoint_steps": job.ckpt_steps,
+        "warmup_end": getattr(job, "_warm_end", None),
         "data_range": [float(job.t[0]), float(job.t[-1])],
-        "red_herrings": job.red_herrings, "notes": job.notes, "description": sc.description,
-        "seed": job.seed, "log": str(log_path), "job_dir": str(job_dir),
+        "red_herrings": job.red_herrings,
+        "notes": job.notes,
+        "description": sc.description,
+        "seed": job.seed,
+        "log": str(log_path),
+        "job_dir": str(job_dir),
     }
 
 
-def _build_one(job: _sim.Job, job_dir: Path, *, wal_tail_minutes: float, promtool: str, prometheus: str,
-               keep_openmetrics: bool) -> dict:
+def _build_one(
+    job: _sim.Job,
+    job_dir: Path,
+    *,
+    wal_tail_minutes: float,
+    promtool: str,
+    prometheus: str,
+    keep_openmetrics: bool,
+) -> dict:
     t0 = time.monotonic()
     if job_dir.exists():
         shutil.rmtree(job_dir)
@@ -122,15 +170,24 @@ def _build_one(job: _sim.Job, job_dir: Path, *, wal_tail_minutes: float, promtoo
     truth = _truth(job, job_dir, log_path)
     truth["wal_tail_start"] = cut
     (job_dir / "truth.json").write_text(json.dumps(truth, indent=2, sort_keys=True))
-    return {"job_dir": str(job_dir), "openmetrics": om_stats, "wal": wal_stats,
-            "seconds": {"openmetrics": round(t_om - t0, 2), "promtool": round(t_blocks - t_om, 2),
-                        "wal": round(time.monotonic() - t_blocks, 2)}}
+    return {
+        "job_dir": str(job_dir),
+        "openmetrics": om_stats,
+        "wal": wal_stats,
+        "seconds": {
+            "openmetrics": round(t_om - t0, 2),
+            "promtool": round(t_blocks - t_om, 2),
+            "wal": round(time.monotonic() - t_blocks, 2),
+        },
+    }
 
 
 def _exporters(profile: str, seed: int, exporters: Exporters | str | None) -> Exporters | None:
     if profile == "amd":
         if exporters not in (None, "plain"):
-            raise SynthError("the seed system (profile amd) has one deployment: exporters apply to nvidia, amd-dme")
+            raise SynthError(
+                "the seed system (profile amd) has one deployment: exporters apply to nvidia, amd-dme"
+            )
         return None
     gpu = "dcgm" if profile == "nvidia" else "amd-dme"
     if isinstance(exporters, Exporters):
@@ -143,10 +200,22 @@ def _exporters(profile: str, seed: int, exporters: Exporters | str | None) -> Ex
         raise SynthError(str(exc)) from None
 
 
-def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profile: str = "amd", gpus: int = 8,
-                 interval: float = 15.0, hours: float | None = None, wal_tail_minutes: float | None = None,
-                 promtool: str = "promtool", prometheus: str = "prometheus",
-                 keep_openmetrics: bool = False, exporters: Exporters | str | None = None) -> GeneratedJob:
+def generate_job(
+    scenario: str,
+    seed: int,
+    nodes: int,
+    out: Path | str,
+    *,
+    profile: str = "amd",
+    gpus: int = 8,
+    interval: float = 15.0,
+    hours: float | None = None,
+    wal_tail_minutes: float | None = None,
+    promtool: str = "promtool",
+    prometheus: str = "prometheus",
+    keep_openmetrics: bool = False,
+    exporters: Exporters | str | None = None,
+) -> GeneratedJob:
     """Build the job directory `out` (log at `<out>.log`, `out/log` symlink, `out/prometheus/`, truth).
 
     restore-resource-leak builds the restored job at `out` and its fresh-start baseline at
@@ -164,8 +233,12 @@ def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profi
         raise SynthError("nodes, gpus and interval must be positive")
     out = Path(out).resolve()
     tail_min = 30.0 if wal_tail_minutes is None else float(wal_tail_minutes)
-    kw = dict(wal_tail_minutes=tail_min, promtool=promtool, prometheus=prometheus,
-              keep_openmetrics=keep_openmetrics)
+    kw = {
+        "wal_tail_minutes": tail_min,
+        "promtool": promtool,
+        "prometheus": prometheus,
+        "keep_openmetrics": keep_openmetrics,
+    }
     jobs: list[tuple[_sim.Job, Path]] = []
     sim_profile = "amd" if profile == "amd-dme" else profile
 
@@ -175,20 +248,38 @@ def generate_job(scenario: str, seed: int, nodes: int, out: Path | str, *, profi
         return _sim.simulate(job)
 
     if scenario == "restore-resource-leak":
-        base = simulate(_sim.plan("healthy", seed, nodes, profile=sim_profile, gpus=gpus, interval=interval,
-                                  hours=hours))
+        base = simulate(
+            _sim.plan("healthy", seed, nodes, profile=sim_profile, gpus=gpus, interval=interval, hours=hours)
+        )
         base.scenario = SCENARIO_TABLE["restore-resource-leak"]
         # restore from an early checkpoint (~25 % in) so that both runs share a long overlapping step range
         quarter = 0.25 * base.steps_total
         restored_from = min(base.ckpt_steps, key=lambda c: abs(c - quarter)) if base.ckpt_steps else 0
-        restored = _sim.plan(scenario, seed, nodes, profile=sim_profile, gpus=gpus, interval=interval,
-                             hours=hours, restored_from=restored_from, base=base)
+        restored = _sim.plan(
+            scenario,
+            seed,
+            nodes,
+            profile=sim_profile,
+            gpus=gpus,
+            interval=interval,
+            hours=hours,
+            restored_from=restored_from,
+            base=base,
+        )
         restored = _sim.simulate(restored)
         base.scenario = SCENARIO_TABLE["healthy"]
         jobs = [(restored, out), (base, out.with_name(out.name + "-baseline"))]
     else:
-        jobs = [(simulate(_sim.plan(scenario, seed, nodes, profile=sim_profile, gpus=gpus, interval=interval,
-                                    hours=hours)), out)]
+        jobs = [
+            (
+                simulate(
+                    _sim.plan(
+                        scenario, seed, nodes, profile=sim_profile, gpus=gpus, interval=interval, hours=hours
+                    )
+                ),
+                out,
+            )
+        ]
     for job, _ in jobs:
         job.profile = profile
         job.exporters = ex  # type: ignore[attr-defined]

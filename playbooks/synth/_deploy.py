@@ -86,11 +86,18 @@ class Exporters:
         k8s = bool(rng.random() < 0.4)
         return cls(
             gpu=gpu,
-            gpu_host_label=str(rng.choice(["Hostname", "hostname", ""] if gpu == "dcgm" else ["hostname", ""])),
+            gpu_host_label=str(
+                rng.choice(["Hostname", "hostname", ""] if gpu == "dcgm" else ["hostname", ""])
+            ),
             kubernetes=k8s,
             node_job=str(rng.choice(["node", "node-exporter", "prometheus-node-exporter", "nodes"])),
-            gpu_job=str(rng.choice(["dcgm-exporter", "nvidia-dcgm-exporter", "gpu-metrics"]
-                                   if gpu == "dcgm" else ["amd-device-metrics-exporter", "gpu-metrics"])),
+            gpu_job=str(
+                rng.choice(
+                    ["dcgm-exporter", "nvidia-dcgm-exporter", "gpu-metrics"]
+                    if gpu == "dcgm"
+                    else ["amd-device-metrics-exporter", "gpu-metrics"]
+                )
+            ),
             node_by_address=bool(k8s or rng.random() < 0.5),
             stale_xid=bool(rng.random() < 0.3),
             ecc=str(rng.choice(["dbe", "remapped"])),
@@ -106,8 +113,14 @@ class Exporters:
         """Return the robustness bench's perturbation `name` (see PERTURBATIONS) of the plain deployment."""
         if name not in PERTURBATIONS:
             raise ValueError(f"unknown perturbation {name!r}; known: {', '.join(PERTURBATIONS)}")
-        return replace(cls(gpu=gpu, gpu_job="dcgm-exporter" if gpu == "dcgm" else "amd-device-metrics-exporter",
-                           gpu_host_label="Hostname" if gpu == "dcgm" else "hostname"), **PERTURBATIONS[name])
+        return replace(
+            cls(
+                gpu=gpu,
+                gpu_job="dcgm-exporter" if gpu == "dcgm" else "amd-device-metrics-exporter",
+                gpu_host_label="Hostname" if gpu == "dcgm" else "hostname",
+            ),
+            **PERTURBATIONS[name],
+        )
 
 
 #: The robustness bench's perturbations: option changes applied to the plain deployment.

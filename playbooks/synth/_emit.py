@@ -47,10 +47,17 @@ def _tb_series(job: Job, name_map: dict[str, str], labels: dict[str, str]) -> It
     order = np.argsort(ts, kind="stable")
     ts, src, is_fill = ts[order], src[order], is_fill[order]
     per_step = {
-        "step": job.step_num.astype(float), "loss": job.loss, "grad_norm": job.grad_norm,
-        "raw_grad_norm": job.raw_grad_norm, "lr": job.lr, "step_time": job.step_secs, "tgs": job.tgs,
-        "tflops_s": job.tflops_s, "tflops": job.tflops_s * job.step_secs,
-        "tokens": np.full(len(job.step_num), float(getattr(job, "_tokens", 0))), "moe_lb": job.moe_lb,
+        "step": job.step_num.astype(float),
+        "loss": job.loss,
+        "grad_norm": job.grad_norm,
+        "raw_grad_norm": job.raw_grad_norm,
+        "lr": job.lr,
+        "step_time": job.step_secs,
+        "tgs": job.tgs,
+        "tflops_s": job.tflops_s,
+        "tflops": job.tflops_s * job.step_secs,
+        "tokens": np.full(len(job.step_num), float(getattr(job, "_tokens", 0))),
+        "moe_lb": job.moe_lb,
     }
     for key, metric in name_map.items():
         if key == "moe_lb" and not job.moe:
@@ -89,28 +96,47 @@ def amd_series(job: Job) -> Iterator[Item]:
     yield from gpu_fam("hw_gpu_clock_mhz", gs["mclk"], "d", {"type": "mclk"})
     yield from gpu_fam("hw_gpu_vram_used_bytes", gs["vram_used"], "d")
     yield from gpu_fam("hw_gpu_vram_total_bytes", gs["vram_total"], "d")
-    for key, metric in (("umc_ue", "hw_gpu_ras_umc_ue_total"), ("umc_ce", "hw_gpu_ras_umc_ce_total"),
-                        ("xgmi_ue", "hw_gpu_ras_xgmi_ue_total"), ("xgmi_ce", "hw_gpu_ras_xgmi_ce_total"),
-                        ("gfx_ue", "hw_gpu_ras_gfx_ue_total"), ("pcie_corr", "hw_gpu_pcie_correctable_total"),
-                        ("pcie_nonfatal", "hw_gpu_pcie_nonfatal_total"), ("pcie_fatal", "hw_gpu_pcie_fatal_total")):
+    for key, metric in (
+        ("umc_ue", "hw_gpu_ras_umc_ue_total"),
+        ("umc_ce", "hw_gpu_ras_umc_ce_total"),
+        ("xgmi_ue", "hw_gpu_ras_xgmi_ue_total"),
+        ("xgmi_ce", "hw_gpu_ras_xgmi_ce_total"),
+        ("gfx_ue", "hw_gpu_ras_gfx_ue_total"),
+        ("pcie_corr", "hw_gpu_pcie_correctable_total"),
+        ("pcie_nonfatal", "hw_gpu_pcie_nonfatal_total"),
+        ("pcie_fatal", "hw_gpu_pcie_fatal_total"),
+    ):
         yield from gpu_fam(metric, gs[key], "d")
 
     hsig = job.host_sig
     host_metrics = (
-        ("hw_tcp_retransmits_total", "tcp_retrans", "d"), ("hw_tcp_listen_drops_total", "listen_drops", "d"),
+        ("hw_tcp_retransmits_total", "tcp_retrans", "d"),
+        ("hw_tcp_listen_drops_total", "listen_drops", "d"),
         ("hw_tcp_listen_overflows_total", "listen_drops", "d"),
-        ("hw_tcp_abort_on_timeout_total", "tcp_abort", "d"), ("hw_tcp_estab_resets_total", None, "d"),
-        ("hw_procs_running", "running", "d"), ("hw_procs_blocked", "blocked", "d"),
-        ("hw_context_switches_total", "ctx", "d"), ("hw_oom_kills_total", "oom", "d"),
-        ("hw_mem_dirty_bytes", "dirty", "d"), ("hw_mem_writeback_bytes", "writeback", "d"),
-        ("hw_io_pressure_some_pct", "io_some", "f2"), ("hw_io_pressure_full_pct", "io_full", "f2"),
-        ("hw_dmesg_gpu_errors_total", "dmesg", "d"), ("hw_gpu_user_processes", "gpu_procs", "d"),
+        ("hw_tcp_abort_on_timeout_total", "tcp_abort", "d"),
+        ("hw_tcp_estab_resets_total", None, "d"),
+        ("hw_procs_running", "running", "d"),
+        ("hw_procs_blocked", "blocked", "d"),
+        ("hw_context_switches_total", "ctx", "d"),
+        ("hw_oom_kills_total", "oom", "d"),
+        ("hw_mem_dirty_bytes", "dirty", "d"),
+        ("hw_mem_writeback_bytes", "writeback", "d"),
+        ("hw_io_pressure_some_pct", "io_some", "f2"),
+        ("hw_io_pressure_full_pct", "io_full", "f2"),
+        ("hw_dmesg_gpu_errors_total", "dmesg", "d"),
+        ("hw_gpu_user_processes", "gpu_procs", "d"),
         ("hw_scrape_duration_seconds", "scrape", "f3"),
     )
     for metric, key, fmt in host_metrics:
         for h in range(K):
             vals = hsig[key][h] if key else np.zeros(len(t))
-            yield metric, {"host": hosts[h], "instance": hw_inst[h], "job": "node_hw"}, t, _mask(job, h, vals), fmt
+            yield (
+                metric,
+                {"host": hosts[h], "instance": hw_inst[h], "job": "node_hw"},
+                t,
+                _mask(job, h, vals),
+                fmt,
+            )
     for metric in ("hw_net_rx_errors_total", "hw_net_tx_errors_total"):
         for h in range(K):
             lab = {"device": "eth0", "host": hosts[h], "instance": hw_inst[h], "job": "node_hw"}
@@ -118,28 +144,45 @@ def amd_series(job: Job) -> Iterator[Item]:
     ns = job.nic_sig
     D = ns["retx"].shape[1]
     for metric, key, fmt in (
-        ("hw_rdma_tx_retx_pkts_total", "retx", "d"), ("hw_rdma_tx_ack_timeout_total", "ack", "d"),
-        ("hw_rdma_rx_cnp_pkts_total", "cnp", "d"), ("hw_rdma_req_tx_retry_excd_err_total", "retry_excd", "d"),
-        ("hw_rdma_req_rx_cqe_err_total", "cqe", "d"), ("hw_rdma_tx_bytes_total", "tx_bytes", "d"),
+        ("hw_rdma_tx_retx_pkts_total", "retx", "d"),
+        ("hw_rdma_tx_ack_timeout_total", "ack", "d"),
+        ("hw_rdma_rx_cnp_pkts_total", "cnp", "d"),
+        ("hw_rdma_req_tx_retry_excd_err_total", "retry_excd", "d"),
+        ("hw_rdma_req_rx_cqe_err_total", "cqe", "d"),
+        ("hw_rdma_tx_bytes_total", "tx_bytes", "d"),
         ("hw_rdma_port_state", "port", "d"),
     ):
         for h in range(K):
             for d in range(D):
-                lab = {"device": f"ionic_{d}", "host": hosts[h], "instance": hw_inst[h], "job": "node_hw",
-                       "port": "1"}
+                lab = {
+                    "device": f"ionic_{d}",
+                    "host": hosts[h],
+                    "instance": hw_inst[h],
+                    "job": "node_hw",
+                    "port": "1",
+                }
                 yield metric, lab, t, _mask(job, h, ns[key][h, d]), fmt
 
     # Ray metrics: no host label (map via instance or ip)
     def ray_lab(h: int) -> dict[str, str]:
-        return {"IsHeadNode": "true" if h == 0 else "false", "SessionName": f"session_{job.job_id}",
-                "Version": "2.44.1", "instance": ray_inst[h], "ip": _ip(job, h), "job": "ray"}
+        return {
+            "IsHeadNode": "true" if h == 0 else "false",
+            "SessionName": f"session_{job.job_id}",
+            "Version": "2.44.1",
+            "instance": ray_inst[h],
+            "ip": _ip(job, h),
+            "job": "ray",
+        }
 
     for h in range(K):
         for g in range(G):
             lab = ray_lab(h) | {"GpuDeviceName": f"AMD Instinct {job.gpu.name}", "GpuIndex": str(g)}
             yield "ray_node_gpus_utilization", lab, t, _mask(job, h, gs["util"][h, g], hw=False), "f1"
-    for metric, key, fmt in (("ray_node_mem_used", "mem_used", "d"), ("ray_node_mem_total", "mem_total", "d"),
-                             ("ray_node_cpu_utilization", "cpu_util", "f1")):
+    for metric, key, fmt in (
+        ("ray_node_mem_used", "mem_used", "d"),
+        ("ray_node_mem_total", "mem_total", "d"),
+        ("ray_node_cpu_utilization", "cpu_util", "f1"),
+    ):
         for h in range(K):
             yield metric, ray_lab(h), t, _mask(job, h, hsig[key][h], hw=False), fmt
 
@@ -153,13 +196,24 @@ def amd_series(job: Job) -> Iterator[Item]:
             yield "scrape_duration_seconds", {"instance": insts[h], "job": jobname}, t, dur, "f4"
 
     head = {"host": hosts[0], "instance": hw_inst[0], "job": "node_hw"}
-    yield from _tb_series(job, {
-        "step": "tb_step", "loss": "tb_learning_loss", "grad_norm": "tb_learning_grad_norm",
-        "raw_grad_norm": "tb_learning_raw_grad_norm", "lr": "tb_learning_current_learning_rate",
-        "moe_lb": "tb_learning_moe_lb_loss", "step_time": "tb_perf_step_time_seconds",
-        "tgs": "tb_perf_per_device_tokens_per_sec", "tflops_s": "tb_perf_per_device_tflops_per_sec",
-        "tflops": "tb_perf_per_device_tflops", "tokens": "tb_perf_per_device_tokens",
-        "fill": "tb_metrics_plugin_staleness_fill"}, head)
+    yield from _tb_series(
+        job,
+        {
+            "step": "tb_step",
+            "loss": "tb_learning_loss",
+            "grad_norm": "tb_learning_grad_norm",
+            "raw_grad_norm": "tb_learning_raw_grad_norm",
+            "lr": "tb_learning_current_learning_rate",
+            "moe_lb": "tb_learning_moe_lb_loss",
+            "step_time": "tb_perf_step_time_seconds",
+            "tgs": "tb_perf_per_device_tokens_per_sec",
+            "tflops_s": "tb_perf_per_device_tflops_per_sec",
+            "tflops": "tb_perf_per_device_tflops",
+            "tokens": "tb_perf_per_device_tokens",
+            "fill": "tb_metrics_plugin_staleness_fill",
+        },
+        head,
+    )
 
 
 def series(job: Job) -> Iterator[Item]:

@@ -114,22 +114,35 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
     prom_port = 9190 + int(rng.integers(0, 3))
     ray_port = int(rng.integers(20000, 52767))
     header = [
-        f"JOB_ID={job.job_id}", f"JOB_NAME={job.job_name}", f"NNODES={K}",
-        f"JOB_NODELIST={compress_nodelist(hosts)}", f"JAX_COORDINATOR_PORT={int(rng.integers(20000, 52767))}",
-        f"RAY_PORT={ray_port}", f'PASSTHROUGH_ARGS="{pass_args}"', f"MODEL_NAME={job.model_name}",
+        f"JOB_ID={job.job_id}",
+        f"JOB_NAME={job.job_name}",
+        f"NNODES={K}",
+        f"JOB_NODELIST={compress_nodelist(hosts)}",
+        f"JAX_COORDINATOR_PORT={int(rng.integers(20000, 52767))}",
+        f"RAY_PORT={ray_port}",
+        f'PASSTHROUGH_ARGS="{pass_args}"',
+        f"MODEL_NAME={job.model_name}",
         f"EXP_TAG={exp_tag}",
         f"[INFO] Running from artifact: /outputs/.artifacts/artifact_{_utc(s0):%Y%m%d_%H%M%S}_{job.seed % 65536:04x}",
     ]
     if not w.k8s:
-        header += ['==STAGE TIMEOUTS (override: STAGE_TIMEOUTS="stage:seconds,...")==', "  preflight    900s",
-                   "  pull         900s", "  ecc          300s", "  train        none",
-                   "=" * 65]
+        header += [
+            '==STAGE TIMEOUTS (override: STAGE_TIMEOUTS="stage:seconds,...")==',
+            "  preflight    900s",
+            "  pull         900s",
+            "  ecc          300s",
+            "  train        none",
+            "=" * 65,
+        ]
     for i, line in enumerate(header):
         w.add(s0 + i * 1e-3, line)
     t = s0 + 1
     if not w.k8s:
         for stage, dur in (("Preflight", 41), ("Docker pull", 63), ("ECC check", 14)):
-            w.add(t, f"== {stage} BEGIN (timeout={dict(Preflight=900, ECC=300).get(stage.split()[0], 900)}s) ==")
+            w.add(
+                t,
+                f"== {stage} BEGIN (timeout={ {'Preflight': 900, 'ECC': 300}.get(stage.split()[0], 900) }s) ==",
+            )
             if stage == "Preflight":
                 for r, h in enumerate(hosts):
                     w.add(t + 2, f"{h} | disk free: {int(rng.integers(900, 4000))} GB", r)
@@ -148,10 +161,18 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
     w.add(t + 3, f"[Ray] Starting HEAD on {hosts[0]}:{ray_port} (bind=10.12.0.11)", 0)
     for r in range(1, K):
         w.add(t + 8, f"[Ray] Starting WORKER -> 10.12.0.11:{ray_port} (bind=10.12.0.{11 + r})", r)
-    w.add(t + 12, f"[Ray] Logs -> /outputs/{job_dir_name}/ray_logs/{hosts[0]} (persistent, symlinked from "
-          f"/tmp/ray/session_latest/logs)", 0)
-    w.add(t + 13, f"[Metrics Exporter] Started on port 9400 on {hosts[0]} (log: /outputs/{job_dir_name}/"
-          f"metrics_exporter/{hosts[0]}.log)", 0)
+    w.add(
+        t + 12,
+        f"[Ray] Logs -> /outputs/{job_dir_name}/ray_logs/{hosts[0]} (persistent, symlinked from "
+        f"/tmp/ray/session_latest/logs)",
+        0,
+    )
+    w.add(
+        t + 13,
+        f"[Metrics Exporter] Started on port 9400 on {hosts[0]} (log: /outputs/{job_dir_name}/"
+        f"metrics_exporter/{hosts[0]}.log)",
+        0,
+    )
     if prom_port != 9190:
         w.add(t + 14, f"[Prometheus] Port 9190 occupied, trying {prom_port}...", 0)
     targets_ray = ", ".join(f"'{h}:55080'" for h in hosts[:3]) + (", ..." if K > 3 else "")
@@ -162,8 +183,12 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
     w.add(t + 17.1, "=" * 46, 0)
     w.add(t + 17.2, "SSH tunnel from your local machine (replace the login user if needed):", 0)
     for jump in ("alice@login01.example.org", "alice@198.51.100.7"):
-        w.add(t + 17.3, f"  ssh -J {jump} -L 8265:localhost:8265 -L 6006:localhost:6006 "
-              f"-L {prom_port}:localhost:{prom_port} root@{hosts[0]}", 0)
+        w.add(
+            t + 17.3,
+            f"  ssh -J {jump} -L 8265:localhost:8265 -L 6006:localhost:6006 "
+            f"-L {prom_port}:localhost:{prom_port} root@{hosts[0]}",
+            0,
+        )
     w.add(t + 17.4, "=" * 46, 0)
     cfg_t = t + 60
     for key in sorted(job.config):
@@ -180,13 +205,24 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
         waves = 3
     for wave in range(waves):
         for r, h in enumerate(hosts):
-            w.add(cfg_t + 30 + wave * 20, f"{h}:{w.pids[r]}:{w.pids[r] + 17} [0] init.cc:2095 NCCL WARN MSCCL++: "
-                  "Feature not enabled", r)
+            w.add(
+                cfg_t + 30 + wave * 20,
+                f"{h}:{w.pids[r]}:{w.pids[r] + 17} [0] init.cc:2095 NCCL WARN MSCCL++: Feature not enabled",
+                r,
+            )
     for r in range(K):
-        w.add(job.train_start - 30, _absl("I", job.train_start - 30, w.pids[r], "train.py:612")
-              + "====== BARRIER: Synchronizing hosts before training loop ======", r)
-        w.add(job.train_start - 1, _absl("I", job.train_start - 1, w.pids[r], "train.py:615")
-              + "====== BARRIER PASSED: Starting training loop ======", r)
+        w.add(
+            job.train_start - 30,
+            _absl("I", job.train_start - 30, w.pids[r], "train.py:612")
+            + "====== BARRIER: Synchronizing hosts before training loop ======",
+            r,
+        )
+        w.add(
+            job.train_start - 1,
+            _absl("I", job.train_start - 1, w.pids[r], "train.py:615")
+            + "====== BARRIER PASSED: Starting training loop ======",
+            r,
+        )
     w.add(cfg_t + 40, HARMLESS[int(rng.integers(0, len(HARMLESS)))], 0)
 
     # steps
@@ -197,9 +233,11 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
         tf = float(job.tflops_s[i])
         mfu = tf / 2500.0 * 100 if job.gpu.name == "MI355X" else None
         mfu_s = f", MFU: {mfu:.2f}%" if mfu is not None else ""
-        body = (f"completed step: {int(step)}, seconds: {secs:.3f}, TFLOP/s/device: {tf:.3f}{mfu_s}, "
-                f"Tokens/s/device: {tokens / secs:.3f}, total_weights: {int(tokens * K * job.gpus)}, "
-                f"loss: {float(job.loss[i]):.3f}")
+        body = (
+            f"completed step: {int(step)}, seconds: {secs:.3f}, TFLOP/s/device: {tf:.3f}{mfu_s}, "
+            f"Tokens/s/device: {tokens / secs:.3f}, total_weights: {int(tokens * K * job.gpus)}, "
+            f"loss: {float(job.loss[i]):.3f}"
+        )
         for r in range(K):
             jit = float(rng.random()) * 0.05
             pre = w.ray(r) + (_absl("I", te + jit, w.pids[r], "metric_logger.py:190") if w.absl else "")
@@ -232,9 +270,15 @@ def _summary(w: _Writer, t: float, rc: int, reason: str) -> None:
     status = "SUCCESS (exit 0)" if rc == 0 else f"FAILED (exit {rc})"
     colour = "\x1b[32m" if rc == 0 else "\x1b[31m"
     suffix = "" if (rc == 0 or w.k8s) else f" \u2014 {reason}"
-    lines = ["=" * 26 + " JOB SUMMARY " + "=" * 26, f"  Job:    {job.job_id} ({job.job_name})",
-             f"  Model:  {job.model_name}", f"  Nodes:  {job.nodes}", f"  Wall:   {_wall(t - job.start)}",
-             f"  Status: {colour}{status}\x1b(B\x1b[m{suffix}", "=" * 65]
+    lines = [
+        "=" * 26 + " JOB SUMMARY " + "=" * 26,
+        f"  Job:    {job.job_id} ({job.job_name})",
+        f"  Model:  {job.model_name}",
+        f"  Nodes:  {job.nodes}",
+        f"  Wall:   {_wall(t - job.start)}",
+        f"  Status: {colour}{status}\x1b(B\x1b[m{suffix}",
+        "=" * 65,
+    ]
     for i, line in enumerate(lines):
         w.add(t + 1 + i * 1e-3, line)
 
@@ -251,9 +295,13 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
     if job.scenario.ending == "hang":
         if name == "network-hang":
             h = next(i for i, x in enumerate(hosts) if x == job.culprits[0]["host"])
-            w.add(end - 300, f"{hosts[h]}:{w.pids[h]}:{w.pids[h] + 40} [3] NCCL WARN NET/IB : Got completion from "
-                  f"peer 10.12.0.{11 + (h + 1) % K}<58213> with status=12 opcode=0 len=0 vendor err 129 (Send) "
-                  "localGid ::ffff:10.12.0.1 remoteGid ::ffff:10.12.0.2", h)
+            w.add(
+                end - 300,
+                f"{hosts[h]}:{w.pids[h]}:{w.pids[h] + 40} [3] NCCL WARN NET/IB : Got completion from "
+                f"peer 10.12.0.{11 + (h + 1) % K}<58213> with status=12 opcode=0 len=0 vendor err 129 (Send) "
+                "localGid ::ffff:10.12.0.1 remoteGid ::ffff:10.12.0.2",
+                h,
+            )
         stamp = _utc(end).strftime("%Y-%m-%dT%H:%M:%S")
         w.add(end - 5, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} ***")
         w.add(end - 4, f"srun: Terminating StepId={job.job_id}.0")
@@ -268,18 +316,34 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
         _slurm_node_failure(job, w, crash)
         return
     if name in ("heartbeat-false-positive", "node-death"):
-        w.add(crash, _absl("E", crash, 9012, "client.cc:84") + "UNAVAILABLE: The following tasks are unhealthy "
-              "(stopped sending heartbeats):", 0)
+        w.add(
+            crash,
+            _absl("E", crash, 9012, "client.cc:84") + "UNAVAILABLE: The following tasks are unhealthy "
+            "(stopped sending heartbeats):",
+            0,
+        )
         for a in job.accused_tasks:
             w.add(crash + 1e-4, f"/job:jax_worker/replica:0/task:{a}", 0)
-        w.add(crash + 2e-4, "The tasks have crashed. Check the task logs for an earlier error to debug further.", 0)
+        w.add(
+            crash + 2e-4,
+            "The tasks have crashed. Check the task logs for an earlier error to debug further.",
+            0,
+        )
         for r in range(1, K):
             if name == "node-death" and r in job.accused_tasks:
                 continue
-            w.add(crash + 0.5, _absl("E", crash + 0.5, 9013, "coordination_service_agent.cc:335")
-                  + "Polled error from coordination service: UNAVAILABLE", r)
-            w.add(crash + 0.6, _absl("F", crash + 0.6, 9013, "client.h:77")
-                  + "Terminating process because the JAX distributed service detected fatal errors.", r)
+            w.add(
+                crash + 0.5,
+                _absl("E", crash + 0.5, 9013, "coordination_service_agent.cc:335")
+                + "Polled error from coordination service: UNAVAILABLE",
+                r,
+            )
+            w.add(
+                crash + 0.6,
+                _absl("F", crash + 0.6, 9013, "client.h:77")
+                + "Terminating process because the JAX distributed service detected fatal errors.",
+                r,
+            )
         if name == "node-death":
             dead = job.accused_tasks[0]
             w.add(crash + 20, f"srun: error: Node failure on {hosts[dead]}")
@@ -293,8 +357,12 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
     if name == "host-oom":
         h = job._oom_host  # type: ignore[attr-defined]
         kill = float(job._oom["kill"])  # type: ignore[attr-defined]
-        w.add(kill + 1, f"/usr/local/bin/_train.sh: line 212: {w.pids[h]} Killed                  python3 -u "
-              "-m MaxText.train", h)
+        w.add(
+            kill + 1,
+            f"/usr/local/bin/_train.sh: line 212: {w.pids[h]} Killed                  python3 -u "
+            "-m MaxText.train",
+            h,
+        )
         w.add(kill + 2, f"NODE_EXIT host={hosts[h]} exit=137", h)
         for r, host in enumerate(hosts):
             if r == h:
@@ -309,10 +377,14 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
         hw = job._hwfault  # type: ignore[attr-defined]
         h, g = hw["host"], hw["gpu"]
         if job.gpu.vendor == "amd":
-            w.add(crash - 0.5, f":0:rocdevice.cpp            :3019: {int(crash * 1e6) % 10**12} us: [pid:{w.pids[h]}"
-                  f" tid:0x7f2a] Callback: Queue 0x7f1c00000 aborting with error : HSA_STATUS_ERROR_MEMORY_"
-                  "APERTURE_VIOLATION: The agent attempted to access memory beyond the largest legal address. "
-                  "code: 0x29", h)
+            w.add(
+                crash - 0.5,
+                f":0:rocdevice.cpp            :3019: {int(crash * 1e6) % 10**12} us: [pid:{w.pids[h]}"
+                f" tid:0x7f2a] Callback: Queue 0x7f1c00000 aborting with error : HSA_STATUS_ERROR_MEMORY_"
+                "APERTURE_VIOLATION: The agent attempted to access memory beyond the largest legal address. "
+                "code: 0x29",
+                h,
+            )
         else:
             w.add(crash - 0.5, f"RuntimeError: CUDA error: uncorrectable ECC error encountered (GPU {g})", h)
         w.add(crash, f"[Node {h} @ {hosts[h]}] Training subprocess killed by SIGABRT (signal 6)", h)
@@ -333,8 +405,11 @@ def _slurm_node_failure(job: Job, w: _Writer, crash: float) -> None:
     dead = job.accused_tasks[0]
     stamp = _utc(crash).strftime("%Y-%m-%dT%H:%M:%S")
     w.add(crash, f"srun: error: Node failure on {hosts[dead]}")
-    w.add(crash + 1, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} DUE TO NODE "
-          "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***")
+    w.add(
+        crash + 1,
+        f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} DUE TO NODE "
+        "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    )
     w.add(crash + 2, f"srun: Terminating StepId={job.job_id}.0")
     for r, h in enumerate(hosts):
         if r == dead:

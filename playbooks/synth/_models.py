@@ -47,14 +47,24 @@ GPU_MODELS: dict[str, GpuModel] = {
     for m in (
         GpuModel("MI355X", "amd", 905.0, 302.0, 260.0, 74.0, 41.0, 2400.0, 2000.0, 288 * GIB),
         GpuModel("MI300X", "amd", 640.0, 178.0, 132.0, 68.0, 38.0, 2100.0, 1300.0, 192 * GIB),
-        GpuModel("H100", "nvidia", 610.0, 118.0, 72.0, 62.0, 33.0, 1980.0, 2619.0, 80 * GIB,
-                 "NVIDIA H100 80GB HBM3"),
-        GpuModel("H200", "nvidia", 640.0, 124.0, 78.0, 60.0, 32.0, 1980.0, 3201.0, 141 * GIB,
-                 "NVIDIA H200"),
-        GpuModel("A100", "nvidia", 335.0, 88.0, 56.0, 58.0, 31.0, 1410.0, 1593.0, 80 * GIB,
-                 "NVIDIA A100-SXM4-80GB"),
-        GpuModel("B200", "nvidia", 905.0, 240.0, 140.0, 64.0, 34.0, 1965.0, 3996.0, 180 * GIB,
-                 "NVIDIA B200"),
+        GpuModel(
+            "H100",
+            "nvidia",
+            610.0,
+            118.0,
+            72.0,
+            62.0,
+            33.0,
+            1980.0,
+            2619.0,
+            80 * GIB,
+            "NVIDIA H100 80GB HBM3",
+        ),
+        GpuModel("H200", "nvidia", 640.0, 124.0, 78.0, 60.0, 32.0, 1980.0, 3201.0, 141 * GIB, "NVIDIA H200"),
+        GpuModel(
+            "A100", "nvidia", 335.0, 88.0, 56.0, 58.0, 31.0, 1410.0, 1593.0, 80 * GIB, "NVIDIA A100-SXM4-80GB"
+        ),
+        GpuModel("B200", "nvidia", 905.0, 240.0, 140.0, 64.0, 34.0, 1965.0, 3996.0, 180 * GIB, "NVIDIA B200"),
     )
 }
 
@@ -103,48 +113,132 @@ class Scenario:
 SCENARIO_TABLE: dict[str, Scenario] = {
     s.name: s
     for s in (
-        Scenario("healthy", "healthy", "none", "complete", None, "completed",
-                 "Trains to the last step; only checkpoint spikes, warm-up and red herrings."),
-        Scenario("collective-hang", "collective-hang", "collective", "hang", "hang", "cancelled",
-                 "Steps stop; every GPU busy-waits at high utilisation and near-idle power; no trigger; "
-                 "cancelled after the hang."),
-        Scenario("network-hang", "network-hang", "network-rdma", "hang", "hang", "cancelled",
-                 "RDMA retransmits and ACK timeouts burst on one host, minutes later the collectives stall "
-                 "and every GPU busy-waits; cancelled."),
-        Scenario("node-death", "node-death", "node", "crash", "heartbeat-timeout", "failed",
-                 "One host dies (exporter gone, GPUs silent); the others hang until the coordinator kills "
-                 "the job for missed heartbeats."),
-        Scenario("heartbeat-false-positive", "heartbeat-false-positive", "heartbeat", "crash",
-                 "heartbeat-timeout", "failed",
-                 "The coordinator kills tasks for missed heartbeats while the accused hosts were training "
-                 "at full power."),
-        Scenario("host-oom", "host-oom", "host-memory", "crash", "oom-host", "failed",
-                 "A checkpoint save on a DP-replica-0 host exhausts host memory; the kernel OOM-kills the "
-                 "trainer and the job fails."),
-        Scenario("thermal-straggler", "thermal-straggler", "thermal", "complete", "tgs-degradation",
-                 "completed",
-                 "One GPU heats up, its core clock drops and the whole job slows down."),
-        Scenario("rdma-degradation", "rdma-degradation", "network-rdma", "complete", "tgs-degradation",
-                 "completed",
-                 "Sustained RDMA retransmits and ACK timeouts on a few hosts; step time up 20-30 %, no hang."),
-        Scenario("restore-resource-leak", "restore-resource-leak", "cpu-contention", "complete", None,
-                 "completed",
-                 "A job restored from a checkpoint carries ~17 extra runnable threads per host and ~1 % less "
-                 "throughput than a fresh start with the same config (two jobs)."),
-        Scenario("monitoring-ghost-data", "monitoring-ghost-data", "monitoring", "complete", None,
-                 "completed",
-                 "One host's exporter loop hangs: its hardware values freeze (scrape duration flat) while "
-                 "the job trains on."),
-        Scenario("gpu-driver-fault", "gpu-driver-fault", "gpu-driver", "complete", None, "completed",
-                 "Driver errors on one host: dmesg GPU errors, scrape timeouts alternating, gaps in GPU "
-                 "metrics; training unaffected."),
-        Scenario("gpu-hardware-fault", "gpu-hardware-fault", "gpu-hardware", "crash", "signal-kill",
-                 "failed",
-                 "Uncorrectable ECC/RAS errors (Xid 48/79 on NVIDIA) on one GPU, then the trainer aborts."),
-        Scenario("training-instability", "training-instability", "training", "complete", None,
-                 "completed",
-                 "Gradient norm and loss (and MoE load-balance loss) move first; utilisation spread and "
-                 "throughput follow."),
+        Scenario(
+            "healthy",
+            "healthy",
+            "none",
+            "complete",
+            None,
+            "completed",
+            "Trains to the last step; only checkpoint spikes, warm-up and red herrings.",
+        ),
+        Scenario(
+            "collective-hang",
+            "collective-hang",
+            "collective",
+            "hang",
+            "hang",
+            "cancelled",
+            "Steps stop; every GPU busy-waits at high utilisation and near-idle power; no trigger; "
+            "cancelled after the hang.",
+        ),
+        Scenario(
+            "network-hang",
+            "network-hang",
+            "network-rdma",
+            "hang",
+            "hang",
+            "cancelled",
+            "RDMA retransmits and ACK timeouts burst on one host, minutes later the collectives stall "
+            "and every GPU busy-waits; cancelled.",
+        ),
+        Scenario(
+            "node-death",
+            "node-death",
+            "node",
+            "crash",
+            "heartbeat-timeout",
+            "failed",
+            "One host dies (exporter gone, GPUs silent); the others hang until the coordinator kills "
+            "the job for missed heartbeats.",
+        ),
+        Scenario(
+            "heartbeat-false-positive",
+            "heartbeat-false-positive",
+            "heartbeat",
+            "crash",
+            "heartbeat-timeout",
+            "failed",
+            "The coordinator kills tasks for missed heartbeats while the accused hosts were training "
+            "at full power.",
+        ),
+        Scenario(
+            "host-oom",
+            "host-oom",
+            "host-memory",
+            "crash",
+            "oom-host",
+            "failed",
+            "A checkpoint save on a DP-replica-0 host exhausts host memory; the kernel OOM-kills the "
+            "trainer and the job fails.",
+        ),
+        Scenario(
+            "thermal-straggler",
+            "thermal-straggler",
+            "thermal",
+            "complete",
+            "tgs-degradation",
+            "completed",
+            "One GPU heats up, its core clock drops and the whole job slows down.",
+        ),
+        Scenario(
+            "rdma-degradation",
+            "rdma-degradation",
+            "network-rdma",
+            "complete",
+            "tgs-degradation",
+            "completed",
+            "Sustained RDMA retransmits and ACK timeouts on a few hosts; step time up 20-30 %, no hang.",
+        ),
+        Scenario(
+            "restore-resource-leak",
+            "restore-resource-leak",
+            "cpu-contention",
+            "complete",
+            None,
+            "completed",
+            "A job restored from a checkpoint carries ~17 extra runnable threads per host and ~1 % less "
+            "throughput than a fresh start with the same config (two jobs).",
+        ),
+        Scenario(
+            "monitoring-ghost-data",
+            "monitoring-ghost-data",
+            "monitoring",
+            "complete",
+            None,
+            "completed",
+            "One host's exporter loop hangs: its hardware values freeze (scrape duration flat) while "
+            "the job trains on.",
+        ),
+        Scenario(
+            "gpu-driver-fault",
+            "gpu-driver-fault",
+            "gpu-driver",
+            "complete",
+            None,
+            "completed",
+            "Driver errors on one host: dmesg GPU errors, scrape timeouts alternating, gaps in GPU "
+            "metrics; training unaffected.",
+        ),
+        Scenario(
+            "gpu-hardware-fault",
+            "gpu-hardware-fault",
+            "gpu-hardware",
+            "crash",
+            "signal-kill",
+            "failed",
+            "Uncorrectable ECC/RAS errors (Xid 48/79 on NVIDIA) on one GPU, then the trainer aborts.",
+        ),
+        Scenario(
+            "training-instability",
+            "training-instability",
+            "training",
+            "complete",
+            None,
+            "completed",
+            "Gradient norm and loss (and MoE load-balance loss) move first; utilisation spread and "
+            "throughput follow.",
+        ),
     )
 }
 

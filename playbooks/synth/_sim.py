@@ -79,12 +79,12 @@ class Job:
     step_params: dict[str, float] = field(default_factory=dict)
     # grid
     t: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    gpu_sig: dict[str, np.ndarray] = field(default_factory=dict)   # (K, G, N)
+    gpu_sig: dict[str, np.ndarray] = field(default_factory=dict)  # (K, G, N)
     host_sig: dict[str, np.ndarray] = field(default_factory=dict)  # (K, N)
-    nic_sig: dict[str, np.ndarray] = field(default_factory=dict)   # (K, D, N)
-    present: np.ndarray = field(default_factory=lambda: np.zeros(0))      # (K, N) exporter answers
+    nic_sig: dict[str, np.ndarray] = field(default_factory=dict)  # (K, D, N)
+    present: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) exporter answers
     gpu_present: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) GPU plugin produced data
-    frozen_from: dict[int, int] = field(default_factory=dict)             # host index -> grid index
+    frozen_from: dict[int, int] = field(default_factory=dict)  # host index -> grid index
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
 
     @property
@@ -128,9 +128,18 @@ def _utc(ts: float):
     return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC)
 
 
-def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: int = 8,
-         interval: float = 15.0, hours: float | None = None, restored_from: int | None = None,
-         base: Job | None = None) -> Job:
+def plan(
+    scenario: str,
+    seed: int,
+    nodes: int,
+    *,
+    profile: str = "amd",
+    gpus: int = 8,
+    interval: float = 15.0,
+    hours: float | None = None,
+    restored_from: int | None = None,
+    base: Job | None = None,
+) -> Job:
     """Return the decided (not yet simulated) job for a scenario and seed."""
     sc = SCENARIO_TABLE[scenario]
     rng = np.random.default_rng([seed, 0 if restored_from is None else 1])
@@ -152,8 +161,11 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
     hours = float(hours) if hours else float(rng.uniform(2.2, 3.2))
     ckpt_period = int(rng.choice([20, 25, 40, 50, 100]))
     replicas = max(r for r in (1, 2, 3, 4) if nodes % r == 0 and r <= max(1, nodes // 2))
-    hb_timeout = int(rng.choice([100, 300, 900])) if sc.klass in ("heartbeat-false-positive", "node-death") else int(
-        rng.choice([100, 900, 14400]))
+    hb_timeout = (
+        int(rng.choice([100, 300, 900]))
+        if sc.klass in ("heartbeat-false-positive", "node-death")
+        else int(rng.choice([100, 900, 14400]))
+    )
     pdbs = int(rng.choice([1, 2, 4]))
     seq = int(rng.choice([4096, 8192]))
     passthrough = {
@@ -175,11 +187,27 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
         passthrough = dict(base.passthrough)
         ckpt_period, hb_timeout, replicas = base.ckpt_period, base.hb_timeout, base.replicas
     job = Job(
-        scenario=sc, seed=seed, profile=profile, gpu=gpu, hosts=hosts, gpus=gpus, interval=float(interval),
-        job_id="", job_name="", model_name=model_name, moe=moe, start=start,
-        setup_s=float(rng.uniform(480, 1200)), passthrough=passthrough, config={}, steps_total=0,
-        ckpt_period=ckpt_period, hb_timeout=hb_timeout, replicas=replicas,
-        first_step=0 if restored_from is None else restored_from + 1, restored_from=restored_from,
+        scenario=sc,
+        seed=seed,
+        profile=profile,
+        gpu=gpu,
+        hosts=hosts,
+        gpus=gpus,
+        interval=float(interval),
+        job_id="",
+        job_name="",
+        model_name=model_name,
+        moe=moe,
+        start=start,
+        setup_s=float(rng.uniform(480, 1200)),
+        passthrough=passthrough,
+        config={},
+        steps_total=0,
+        ckpt_period=ckpt_period,
+        hb_timeout=hb_timeout,
+        replicas=replicas,
+        first_step=0 if restored_from is None else restored_from + 1,
+        restored_from=restored_from,
     )
     job.job_id = _job_identity(rng, seed, start, profile, scenario)
     job.train_start = start + job.setup_s
@@ -191,6 +219,7 @@ def plan(scenario: str, seed: int, nodes: int, *, profile: str = "amd", gpus: in
 
 
 # --------------------------------------------------------------------------------------------- steps
+
 
 def _simulate_steps(job: Job, rng: np.random.Generator, slowdown) -> None:
     """Fill the per-step arrays for a run that trains from train_start until job_end (or a stall)."""
@@ -243,8 +272,11 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown) -> None:
     job.loss = linf + (l0 - linf) * np.exp(-s / tau) + rng.normal(0, 0.02, n)
     job.grad_norm = np.abs(rng.normal(0.55, 0.08, n)) + 0.9 * np.exp(-s / 80)
     job.raw_grad_norm = job.grad_norm * rng.uniform(1.0, 1.15, n)
-    job.lr = np.where(s < warm, lr_peak * (s + 1) / warm,
-                      lr_peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.minimum(1, s / 5000)))))
+    job.lr = np.where(
+        s < warm,
+        lr_peak * (s + 1) / warm,
+        lr_peak * (0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * np.minimum(1, s / 5000)))),
+    )
     job.tgs = tokens / job.step_secs
     job.tflops_s = tflop_step / job.step_secs
     job.moe_lb = np.abs(rng.normal(0.012, 0.0008, n)) if job.moe else np.zeros(n)
@@ -258,6 +290,7 @@ def _steps_done_at(job: Job, t: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------------------------ simulate
+
 
 def simulate(job: Job) -> Job:
     """Simulate the job's steps and signals in place and return it."""
@@ -303,8 +336,12 @@ def simulate(job: Job) -> Job:
     elif sc.name == "training-instability":
         t0 = onset + float(rng.uniform(180, 420))
         # the system follows the training metrics for a while, then recovers with them
-        slow.update(t0=t0, factor=float(rng.uniform(1.1, 1.2)), ramp=300.0,
-                    until=min(t0 + float(rng.uniform(900, 1500)), job.job_end - 900.0))
+        slow.update(
+            t0=t0,
+            factor=float(rng.uniform(1.1, 1.2)),
+            ramp=300.0,
+            until=min(t0 + float(rng.uniform(900, 1500)), job.job_end - 900.0),
+        )
 
     def slowdown(t: float) -> float:
         if slow["t0"] is None or t < slow["t0"]:
@@ -330,7 +367,7 @@ def simulate(job: Job) -> Job:
         job.job_end = job.crash_time + float(rng.uniform(60, 150))
         keep = job.step_end <= kill
         _truncate_steps(job, keep)
-        job._oom = dict(ramp_start=ramp_start, kill=kill)  # type: ignore[attr-defined]
+        job._oom = {"ramp_start": ramp_start, "kill": kill}  # type: ignore[attr-defined]
     elif job.stall_time is not None:
         _truncate_steps(job, job.step_end <= job.stall_time)
 
@@ -413,13 +450,19 @@ def simulate(job: Job) -> Job:
     sd = np.array([slowdown(x) for x in t])
     power = np.where(train_b, gm.busy_wait_w + (power - gm.busy_wait_w) / sd[None, None, :], power)
 
-    temp = gm.temp_idle_c + t_off[..., None] + (gm.temp_active_c - gm.temp_idle_c) * (
-        (power - gm.idle_w) / (gm.active_w - gm.idle_w)).clip(0, 1.1)
+    temp = (
+        gm.temp_idle_c
+        + t_off[..., None]
+        + (gm.temp_active_c - gm.temp_idle_c) * ((power - gm.idle_w) / (gm.active_w - gm.idle_w)).clip(0, 1.1)
+    )
     temp = _lag(temp, 0.35) + rng.normal(0, 0.4, shape)
     clock = np.where(train_b | hang_b, gm.clock_mhz, gm.clock_mhz * 0.35)
     clock = clock + rng.normal(0, 6, shape)
-    vram = np.where((t >= job.train_start - 240)[None, None, :] & ~idle_b,
-                    gm.vram_bytes * rng.uniform(0.80, 0.92, (K, G, 1)), gm.vram_bytes * 0.003)
+    vram = np.where(
+        (t >= job.train_start - 240)[None, None, :] & ~idle_b,
+        gm.vram_bytes * rng.uniform(0.80, 0.92, (K, G, 1)),
+        gm.vram_bytes * 0.003,
+    )
 
     # ------------------------------------------------------------------------------ host signals
     rep0 = np.arange(K) < max(1, K // job.replicas)  # DP replica #0 hosts write the checkpoint
@@ -450,7 +493,9 @@ def simulate(job: Job) -> Job:
     oom_rate = np.zeros((K, N))
     listen_drop_rate = np.zeros((K, N))
     abort_rate = np.zeros((K, N))
-    gpu_procs = np.where((t >= job.train_start - 240)[None, :] & ~after_crash[None, :], float(G), 0.0) * np.ones((K, 1))
+    gpu_procs = np.where(
+        (t >= job.train_start - 240)[None, :] & ~after_crash[None, :], float(G), 0.0
+    ) * np.ones((K, 1))
 
     D = min(G, 8)
     nshape = (K, D, N)
@@ -489,8 +534,9 @@ def simulate(job: Job) -> Job:
             stuck = rng.choice(G, size=int(rng.integers(2, max(3, G - 1))), replace=False)
             hmask = hang
             util[ch, stuck] = np.where(hmask, rng.uniform(0, 2, (len(stuck), N)), util[ch, stuck])
-            power[ch, stuck] = np.where(hmask, gm.idle_w * rng.uniform(0.98, 1.02, (len(stuck), N)),
-                                        power[ch, stuck])
+            power[ch, stuck] = np.where(
+                hmask, gm.idle_w * rng.uniform(0.98, 1.02, (len(stuck), N)), power[ch, stuck]
+            )
             job.culprits = [{"host": job.hosts[ch], "gpu": None}]
             job.notes.append(f"{len(stuck)} GPUs of {job.hosts[ch]} never entered the collective")
         else:
@@ -521,16 +567,21 @@ def simulate(job: Job) -> Job:
         job.accused_tasks = [ch]
         if "errors_before_death" in job.variants:
             t_err = death - job.variants["errors_before_death"]
-            job._predeath = dict(host=ch, gpu=cg, t=t_err, until=death)  # type: ignore[attr-defined]
+            job._predeath = {"host": ch, "gpu": cg, "t": t_err, "until": death}  # type: ignore[attr-defined]
             job.onset = t_err
-            job.notes.append(f"{job.hosts[ch]} GPU {cg}: Xid 79 and kernel errors from the onset, silent later")
+            job.notes.append(
+                f"{job.hosts[ch]} GPU {cg}: Xid 79 and kernel errors from the onset, silent later"
+            )
     elif name == "heartbeat-false-positive":
         n_acc = int(rng.integers(1, min(4, K)))
-        acc = sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_acc, replace=False)}) if K > 1 else [0]
+        acc = (
+            sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_acc, replace=False)}) if K > 1 else [0]
+        )
         job.accused_tasks = acc
         job.culprits = []
-        job.notes.append("accused hosts trained at full power until the kill: " +
-                         ", ".join(job.hosts[a] for a in acc))
+        job.notes.append(
+            "accused hosts trained at full power until the kill: " + ", ".join(job.hosts[a] for a in acc)
+        )
     elif name == "host-oom":
         info = job._oom  # type: ignore[attr-defined]
         h = int(rng.integers(0, max(1, int(rep0.sum()))))
@@ -558,7 +609,9 @@ def simulate(job: Job) -> Job:
         job.culprits = [{"host": job.hosts[ch], "gpu": str(cg)}]
     elif name == "rdma-degradation":
         n_bad = int(rng.integers(1, min(3, K - 1) + 1)) if K > 2 else 1
-        bad = sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_bad, replace=False)}) if K > 1 else [0]
+        bad = (
+            sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_bad, replace=False)}) if K > 1 else [0]
+        )
         on = t >= onset
         for j, h in enumerate(bad):
             d = int(rng.integers(0, D))
@@ -570,7 +623,9 @@ def simulate(job: Job) -> Job:
         job.culprits = [{"host": job.hosts[h], "gpu": None} for h in bad]
     elif name == "restore-resource-leak" and job.restored_from is not None:
         extra = float(rng.uniform(15, 19))
-        running = np.where((t >= job.train_start)[None, :], running + extra + rng.normal(0, 0.6, (K, N)), running)
+        running = np.where(
+            (t >= job.train_start)[None, :], running + extra + rng.normal(0, 0.6, (K, N)), running
+        )
         job.notes.append(f"+{extra:.1f} runnable threads per host after the restore")
         job.culprits = []
     elif name == "monitoring-ghost-data":
@@ -585,7 +640,7 @@ def simulate(job: Job) -> Job:
         dmesg[ch] = inc
         job.culprits = [{"host": job.hosts[ch], "gpu": None}]
     elif name == "gpu-hardware-fault":
-        job._hwfault = dict(host=ch, gpu=cg, t=onset)  # type: ignore[attr-defined]
+        job._hwfault = {"host": ch, "gpu": cg, "t": onset}  # type: ignore[attr-defined]
         dead = after_crash
         power[ch, cg] = np.where(dead, gm.idle_w * 0.9, power[ch, cg])
         job.culprits = [{"host": job.hosts[ch], "gpu": str(cg)}]
@@ -601,24 +656,42 @@ def simulate(job: Job) -> Job:
     if "near_limit_save" in job.variants:
         _variants.near_limit_save(job, mem, rep0, t)
     # scrape timeouts also drop GPU samples
-    job.gpu_sig = {"power": power, "temp": temp, "sclk": clock,
-                   "mclk": np.where(train_b | hang_b, gm.mem_clock_mhz, gm.mem_clock_mhz * 0.5) * np.ones(shape),
-                   "util": util, "vram_used": vram, "vram_total": np.full(shape, gm.vram_bytes)}
-    job.host_sig = {"mem_used": mem, "mem_total": mem_total, "dirty": dirty, "writeback": writeback,
-                    "io_full": io_full, "io_some": io_some, "blocked": blocked, "running": running,
-                    "cpu_util": cpu_util, "scrape": scrape, "gpu_procs": gpu_procs}
+    job.gpu_sig = {
+        "power": power,
+        "temp": temp,
+        "sclk": clock,
+        "mclk": np.where(train_b | hang_b, gm.mem_clock_mhz, gm.mem_clock_mhz * 0.5) * np.ones(shape),
+        "util": util,
+        "vram_used": vram,
+        "vram_total": np.full(shape, gm.vram_bytes),
+    }
+    job.host_sig = {
+        "mem_used": mem,
+        "mem_total": mem_total,
+        "dirty": dirty,
+        "writeback": writeback,
+        "io_full": io_full,
+        "io_some": io_some,
+        "blocked": blocked,
+        "running": running,
+        "cpu_util": cpu_util,
+        "scrape": scrape,
+        "gpu_procs": gpu_procs,
+    }
     cum = lambda rate, base0: base0 + np.cumsum(rate * job.interval, axis=-1)  # noqa: E731
     big = np.zeros((K, 1))
     big[big_h] = rng.uniform(1e5, 5e6, (len(big_h), 1))
-    job.host_sig.update({
-        "tcp_retrans": np.floor(cum(tcp_rate, rng.uniform(1e6, 4e7, (K, 1)))),
-        "ctx": np.floor(cum(ctx_rate, rng.uniform(1e9, 9e10, (K, 1)))),
-        "oom": np.floor(cum(oom_rate, np.where(np.arange(K)[:, None] == big_h[0], 2.0, 0.0))),
-        "listen_drops": np.floor(cum(listen_drop_rate, rng.integers(0, 30, (K, 1)).astype(float))),
-        "tcp_abort": np.floor(cum(abort_rate, rng.integers(0, 500, (K, 1)).astype(float))),
-        "dmesg": _ring(np.cumsum(dmesg, axis=-1)),
-        "net_rx_err": np.floor(cum(net_err, 0.0)),
-    })
+    job.host_sig.update(
+        {
+            "tcp_retrans": np.floor(cum(tcp_rate, rng.uniform(1e6, 4e7, (K, 1)))),
+            "ctx": np.floor(cum(ctx_rate, rng.uniform(1e9, 9e10, (K, 1)))),
+            "oom": np.floor(cum(oom_rate, np.where(np.arange(K)[:, None] == big_h[0], 2.0, 0.0))),
+            "listen_drops": np.floor(cum(listen_drop_rate, rng.integers(0, 30, (K, 1)).astype(float))),
+            "tcp_abort": np.floor(cum(abort_rate, rng.integers(0, 500, (K, 1)).astype(float))),
+            "dmesg": _ring(np.cumsum(dmesg, axis=-1)),
+            "net_rx_err": np.floor(cum(net_err, 0.0)),
+        }
+    )
     job.nic_sig = {
         "retx": np.floor(cum(retx, big[:, :, None] * np.ones((1, D, 1)))),
         "ack": np.floor(cum(ack, (big[:, :, None] / 2000) * np.ones((1, D, 1)))),
@@ -658,8 +731,18 @@ def _ring(cum: np.ndarray) -> np.ndarray:
 
 
 def _truncate_steps(job: Job, keep: np.ndarray) -> None:
-    for name in ("step_num", "step_end", "step_secs", "loss", "grad_norm", "raw_grad_norm", "lr", "tgs",
-                 "tflops_s", "moe_lb"):
+    for name in (
+        "step_num",
+        "step_end",
+        "step_secs",
+        "loss",
+        "grad_norm",
+        "raw_grad_norm",
+        "lr",
+        "tgs",
+        "tflops_s",
+        "moe_lb",
+    ):
         setattr(job, name, getattr(job, name)[keep])
     last = job.last_step
     job.ckpt_steps = [c for c in job.ckpt_steps if last is not None and c <= last]
@@ -673,7 +756,9 @@ def _instability(job: Job, rng: np.random.Generator, i0: int) -> None:
     decay = np.where(after, np.exp(-np.clip(k, 0, None) / float(rng.uniform(15, 40))), 0.0)
     job.grad_norm = job.grad_norm * (1 + float(rng.uniform(6, 15)) * decay)
     job.raw_grad_norm = job.grad_norm * rng.uniform(1.5, 3.0, n)
-    job.loss = job.loss + float(rng.uniform(0.6, 1.5)) * np.where(after, np.exp(-np.clip(k, 0, None) / 60.0), 0)
+    job.loss = job.loss + float(rng.uniform(0.6, 1.5)) * np.where(
+        after, np.exp(-np.clip(k, 0, None) / 60.0), 0
+    )
     job.moe_lb = job.moe_lb * (1 + float(rng.uniform(4, 9)) * decay)
 
 
@@ -687,8 +772,14 @@ def _gpu_counters(job: Job, rng: np.random.Generator, shape: tuple[int, int, int
     ce_base[rh, rg] = float(rng.integers(2, 9))
     job.red_herrings["static_correctable_errors"] = f"{job.hosts[rh]}:{rg}"
     sig = {
-        "umc_ue": z.copy(), "umc_ce": z + ce_base, "xgmi_ue": z.copy(), "xgmi_ce": z.copy(), "gfx_ue": z.copy(),
-        "pcie_corr": z + np.floor(rng.uniform(0, 3, (K, G, 1))), "pcie_nonfatal": z.copy(), "pcie_fatal": z.copy(),
+        "umc_ue": z.copy(),
+        "umc_ce": z + ce_base,
+        "xgmi_ue": z.copy(),
+        "xgmi_ce": z.copy(),
+        "gfx_ue": z.copy(),
+        "pcie_corr": z + np.floor(rng.uniform(0, 3, (K, G, 1))),
+        "pcie_nonfatal": z.copy(),
+        "pcie_fatal": z.copy(),
         "xid": z.copy(),
     }
     hw = getattr(job, "_hwfault", None)
@@ -707,7 +798,9 @@ def _gpu_counters(job: Job, rng: np.random.Generator, shape: tuple[int, int, int
         sig["xid"][h, g] = np.where(on, 79.0, 0.0)
         if job.gpu.vendor == "amd":  # no Xid there: the RAS counters of the failing GPU grow instead
             sig["umc_ue"][h, g] = np.where(on, 1.0 + np.floor((t - pre["t"]) / 60.0).clip(0, 3), 0.0)
-        job.host_sig["dmesg"][h] = job.host_sig["dmesg"][h] + np.where(on, 2.0 + np.floor((t - pre["t"]) / 30.0), 0)
+        job.host_sig["dmesg"][h] = job.host_sig["dmesg"][h] + np.where(
+            on, 2.0 + np.floor((t - pre["t"]) / 30.0), 0
+        )
     job.gpu_sig.update(sig)
 
 

@@ -31,7 +31,7 @@ def _pod_ip(job: Job, h: int) -> str:
 
 
 def _suffix(job: Job, h: int, n: int = 5) -> str:
-    return f"{(job.seed * 7919 + h * 104729) % (36 ** n):0{n}x}"[:n]
+    return f"{(job.seed * 7919 + h * 104729) % (36**n):0{n}x}"[:n]
 
 
 def _mask(job: Job, h: int, vals: np.ndarray, *, gpu: bool = False, hw: bool = True) -> np.ndarray:
@@ -50,42 +50,63 @@ class _Layout:
     def __init__(self, job: Job, ex: Exporters) -> None:
         self.job, self.ex = job, ex
         K = job.nodes
-        self.node_inst = [f"{_ip(job, h)}:9100" if ex.node_by_address else f"{job.hosts[h]}:9100" for h in range(K)]
+        self.node_inst = [
+            f"{_ip(job, h)}:9100" if ex.node_by_address else f"{job.hosts[h]}:9100" for h in range(K)
+        ]
         gpu_port = 9400 if ex.gpu == "dcgm" else 5000
         self.gpu_inst = [f"{_pod_ip(job, h) if ex.kubernetes else _ip(job, h)}:{gpu_port}" for h in range(K)]
-        self.gpu_pod = [f"{'nvidia-dcgm-exporter' if ex.gpu == 'dcgm' else 'amd-metrics-exporter'}-{_suffix(job, h)}"
-                        for h in range(K)]
+        self.gpu_pod = [
+            f"{'nvidia-dcgm-exporter' if ex.gpu == 'dcgm' else 'amd-metrics-exporter'}-{_suffix(job, h)}"
+            for h in range(K)
+        ]
         rng = np.random.default_rng([job.seed, 31])
-        self.restart_at = int(rng.integers(len(job.t) // 4, 3 * len(job.t) // 4)) if ex.hostname_change else -1
+        self.restart_at = (
+            int(rng.integers(len(job.t) // 4, 3 * len(job.t) // 4)) if ex.hostname_change else -1
+        )
         self.restart_host = int(rng.integers(K)) if ex.hostname_change else -1
 
     def node_labels(self, h: int) -> dict[str, str]:
         lab = {"instance": self.node_inst[h], "job": self.ex.node_job}
         if self.ex.kubernetes:
-            lab |= {"container": "node-exporter", "endpoint": "http-metrics", "namespace": "monitoring",
-                    "pod": f"prometheus-node-exporter-{_suffix(self.job, h)}", "service": "prometheus-node-exporter"}
+            lab |= {
+                "container": "node-exporter",
+                "endpoint": "http-metrics",
+                "namespace": "monitoring",
+                "pod": f"prometheus-node-exporter-{_suffix(self.job, h)}",
+                "service": "prometheus-node-exporter",
+            }
         return lab
 
     def gpu_target(self, h: int) -> dict[str, str]:
         lab = {"instance": self.gpu_inst[h], "job": self.ex.gpu_job}
         if self.ex.kubernetes:
             ns = "gpu-operator" if self.ex.gpu == "dcgm" else "kube-amd-gpu"
-            lab |= {"container": self.gpu_pod[h].rsplit("-", 1)[0], "endpoint": "gpu-metrics", "namespace": ns,
-                    "pod": self.gpu_pod[h], "service": self.gpu_pod[h].rsplit("-", 1)[0]}
+            lab |= {
+                "container": self.gpu_pod[h].rsplit("-", 1)[0],
+                "endpoint": "gpu-metrics",
+                "namespace": ns,
+                "pod": self.gpu_pod[h],
+                "service": self.gpu_pod[h].rsplit("-", 1)[0],
+            }
         return lab
 
     def gpu_series_labels(self, h: int, g: int, extra: dict[str, str]) -> list[tuple[dict[str, str], slice]]:
         """Return (labels, time slice) pairs: two when the exporter pod was restarted under another name."""
         lab = self.gpu_target(h) | extra
         if self.ex.kubernetes:
-            lab |= {"exported_container": "trainer", "exported_namespace": "training",
-                    "exported_pod": f"{self.job.job_name.lower()[:40].strip('-')}-worker-{h}"}
+            lab |= {
+                "exported_container": "trainer",
+                "exported_namespace": "training",
+                "exported_pod": f"{self.job.job_name.lower()[:40].strip('-')}-worker-{h}",
+            }
         key = self.ex.gpu_host_label
         if not key:
             return [(lab, slice(None))]
         if h == self.restart_host:
-            return [(lab | {key: self.gpu_pod[h]}, slice(0, self.restart_at)),
-                    (lab | {key: self.job.hosts[h]}, slice(self.restart_at, None))]
+            return [
+                (lab | {key: self.gpu_pod[h]}, slice(0, self.restart_at)),
+                (lab | {key: self.job.hosts[h]}, slice(self.restart_at, None)),
+            ]
         return [(lab | {key: self.job.hosts[h]}, slice(None))]
 
 
@@ -107,22 +128,44 @@ def _dcgm(lay: _Layout) -> Iterator[Item]:
     job, ex = lay.job, lay.ex
     gs = job.gpu_sig
     rng = np.random.default_rng([job.seed, 99])
-    uuids = [[f"GPU-{rng.integers(0, 2**32):08x}-{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**16):04x}-"
-              f"{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**48):012x}" for _ in range(job.gpus)]
-             for _ in range(job.nodes)]
+    uuids = [
+        [
+            f"GPU-{rng.integers(0, 2**32):08x}-{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**16):04x}-"
+            f"{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**48):012x}"
+            for _ in range(job.gpus)
+        ]
+        for _ in range(job.nodes)
+    ]
 
     def extra(h: int, g: int) -> dict[str, str]:
-        return {"DCGM_FI_DRIVER_VERSION": "560.35.03", "UUID": uuids[h][g], "device": f"nvidia{g}", "gpu": str(g),
-                "modelName": job.gpu.dcgm_model_name, "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0"}
+        return {
+            "DCGM_FI_DRIVER_VERSION": "560.35.03",
+            "UUID": uuids[h][g],
+            "device": f"nvidia{g}",
+            "gpu": str(g),
+            "modelName": job.gpu.dcgm_model_name,
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0",
+        }
 
     fb_total, fb_used = gs["vram_total"] / MIB, gs["vram_used"] / MIB
-    ue, ce = ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL") if ex.ecc == "dbe" else \
-        ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")
-    fams = [("DCGM_FI_DEV_GPU_TEMP", gs["temp"], "d"), ("DCGM_FI_DEV_POWER_USAGE", gs["power"], "f3"),
-            ("DCGM_FI_DEV_SM_CLOCK", gs["sclk"], "d"), ("DCGM_FI_DEV_MEM_CLOCK", gs["mclk"], "d"),
-            ("DCGM_FI_DEV_GPU_UTIL", gs["util"], "d"), ("DCGM_FI_DEV_FB_USED", fb_used, "d"),
-            ("DCGM_FI_DEV_FB_FREE", fb_total - fb_used, "d"), ("DCGM_FI_DEV_XID_ERRORS", gs["xid"], "d"),
-            (ue, gs["umc_ue"], "d"), (ce, gs["umc_ce"], "d"), ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gs["pcie_corr"], "d")]
+    ue, ce = (
+        ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL")
+        if ex.ecc == "dbe"
+        else ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS")
+    )
+    fams = [
+        ("DCGM_FI_DEV_GPU_TEMP", gs["temp"], "d"),
+        ("DCGM_FI_DEV_POWER_USAGE", gs["power"], "f3"),
+        ("DCGM_FI_DEV_SM_CLOCK", gs["sclk"], "d"),
+        ("DCGM_FI_DEV_MEM_CLOCK", gs["mclk"], "d"),
+        ("DCGM_FI_DEV_GPU_UTIL", gs["util"], "d"),
+        ("DCGM_FI_DEV_FB_USED", fb_used, "d"),
+        ("DCGM_FI_DEV_FB_FREE", fb_total - fb_used, "d"),
+        ("DCGM_FI_DEV_XID_ERRORS", gs["xid"], "d"),
+        (ue, gs["umc_ue"], "d"),
+        (ce, gs["umc_ce"], "d"),
+        ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", gs["pcie_corr"], "d"),
+    ]
     if ex.ecc == "remapped":
         fams.append(("DCGM_FI_DEV_ROW_REMAP_FAILURE", np.zeros_like(gs["temp"]), "d"))
     for name, arr, fmt in fams:
@@ -135,22 +178,35 @@ def _dme(lay: _Layout) -> Iterator[Item]:
     p = ex.prefix
 
     def extra(h: int, g: int) -> dict[str, str]:
-        return {"card_model": f"AMD Instinct {job.gpu.name}", "card_series": f"AMD Instinct {job.gpu.name}",
-                "gpu_id": str(g), "gpu_partition_id": "0", "serial_number": f"{job.seed:04d}{h:04d}{g:02d}"}
+        return {
+            "card_model": f"AMD Instinct {job.gpu.name}",
+            "card_series": f"AMD Instinct {job.gpu.name}",
+            "gpu_id": str(g),
+            "gpu_partition_id": "0",
+            "serial_number": f"{job.seed:04d}{h:04d}{g:02d}",
+        }
 
     power = "gpu_package_power" if job.gpu.name.startswith("MI3") else "gpu_power_usage"
     yield from _gpu_family(lay, p + power, gs["power"], "f1", extra)
     # a second partition of each GPU reads 0 W: the profile keeps partition 0
-    yield from _gpu_family(lay, p + power, np.zeros_like(gs["power"]), "d",
-                           lambda h, g: extra(h, g) | {"gpu_partition_id": "1"})
-    fams = [("gpu_junction_temperature", gs["temp"], "f1"),
-            ("gpu_gfx_activity", gs["util"], "f1"), ("gpu_used_vram", gs["vram_used"] / MIB, "d"),
-            ("gpu_total_vram", gs["vram_total"] / MIB, "d"), ("gpu_ecc_uncorrect_total", gs["umc_ue"], "d"),
-            ("gpu_ecc_correct_total", gs["umc_ce"], "d"), ("pcie_replay_count", gs["pcie_corr"], "d")]
+    yield from _gpu_family(
+        lay, p + power, np.zeros_like(gs["power"]), "d", lambda h, g: extra(h, g) | {"gpu_partition_id": "1"}
+    )
+    fams = [
+        ("gpu_junction_temperature", gs["temp"], "f1"),
+        ("gpu_gfx_activity", gs["util"], "f1"),
+        ("gpu_used_vram", gs["vram_used"] / MIB, "d"),
+        ("gpu_total_vram", gs["vram_total"] / MIB, "d"),
+        ("gpu_ecc_uncorrect_total", gs["umc_ue"], "d"),
+        ("gpu_ecc_correct_total", gs["umc_ce"], "d"),
+        ("pcie_replay_count", gs["pcie_corr"], "d"),
+    ]
     for name, arr, fmt in fams:
         yield from _gpu_family(lay, p + name, arr, fmt, extra)
     for kind, key in (("GPU_CLOCK_TYPE_SYSTEM", "sclk"), ("GPU_CLOCK_TYPE_MEMORY", "mclk")):
-        yield from _gpu_family(lay, p + "gpu_clock", gs[key], "d", lambda h, g, k=kind: extra(h, g) | {"clock_type": k})
+        yield from _gpu_family(
+            lay, p + "gpu_clock", gs[key], "d", lambda h, g, k=kind: extra(h, g) | {"clock_type": k}
+        )
 
 
 def _node(lay: _Layout) -> Iterator[Item]:
@@ -160,18 +216,27 @@ def _node(lay: _Layout) -> Iterator[Item]:
     io_full_s = np.cumsum(hs["io_full"] / 100.0 * job.interval, axis=-1) + 1e5
     io_some_s = np.cumsum(hs["io_some"] / 100.0 * job.interval, axis=-1) + 3e5
     for h in range(K):
-        lab = lay.node_labels(h) | {"domainname": "(none)", "machine": "x86_64", "nodename": job.hosts[h],
-                                    "release": "5.15.0-119-generic", "sysname": "Linux", "version": "#129-Ubuntu SMP"}
+        lab = lay.node_labels(h) | {
+            "domainname": "(none)",
+            "machine": "x86_64",
+            "nodename": job.hosts[h],
+            "release": "5.15.0-119-generic",
+            "sysname": "Linux",
+            "version": "#129-Ubuntu SMP",
+        }
         yield "node_uname_info", lab, t, _mask(job, h, np.ones(len(t)), hw=False), "d"
     node_metrics = (
         ("node_netstat_Tcp_RetransSegs", hs["tcp_retrans"], "d"),
         ("node_netstat_TcpExt_ListenDrops", hs["listen_drops"], "d"),
         ("node_netstat_TcpExt_TCPAbortOnTimeout", hs["tcp_abort"], "d"),
-        ("node_procs_running", hs["running"], "d"), ("node_procs_blocked", hs["blocked"], "d"),
-        ("node_context_switches_total", hs["ctx"], "d"), ("node_vmstat_oom_kill", hs["oom"], "d"),
+        ("node_procs_running", hs["running"], "d"),
+        ("node_procs_blocked", hs["blocked"], "d"),
+        ("node_context_switches_total", hs["ctx"], "d"),
+        ("node_vmstat_oom_kill", hs["oom"], "d"),
         ("node_memory_MemTotal_bytes", hs["mem_total"], "d"),
         ("node_memory_MemAvailable_bytes", hs["mem_total"] - hs["mem_used"], "d"),
-        ("node_memory_Dirty_bytes", hs["dirty"], "d"), ("node_memory_Writeback_bytes", hs["writeback"], "d"),
+        ("node_memory_Dirty_bytes", hs["dirty"], "d"),
+        ("node_memory_Writeback_bytes", hs["writeback"], "d"),
         ("node_pressure_io_stalled_seconds_total", io_full_s, "f3"),
         ("node_pressure_io_waiting_seconds_total", io_some_s, "f3"),
         ("node_load1", hs["running"] * 0.9, "f2"),
@@ -181,7 +246,13 @@ def _node(lay: _Layout) -> Iterator[Item]:
             yield metric, lay.node_labels(h), t, _mask(job, h, arr[h], hw=False), fmt
     for metric in ("node_network_receive_errs_total", "node_network_transmit_errs_total"):
         for h in range(K):
-            yield metric, lay.node_labels(h) | {"device": "eth0"}, t, _mask(job, h, hs["net_rx_err"][h], hw=False), "d"
+            yield (
+                metric,
+                lay.node_labels(h) | {"device": "eth0"},
+                t,
+                _mask(job, h, hs["net_rx_err"][h], hw=False),
+                "d",
+            )
     yield from _infiniband(lay)
 
 
@@ -190,16 +261,20 @@ def _infiniband(lay: _Layout) -> Iterator[Item]:
     t, K = job.t, job.nodes
     ns = job.nic_sig
     D = ns["retx"].shape[1]
-    fams = [("node_infiniband_state_id", ns["port"] * 4),
-            ("node_infiniband_port_transmit_wait_total", ns["retx"] * 40 + ns["cnp"] * 3),
-            ("node_infiniband_link_error_recovery_total", np.floor(ns["ack"] / 4.0)),
-            ("node_infiniband_link_downed_total", ns["retry_excd"]),
-            ("node_infiniband_port_data_transmitted_bytes_total", ns["tx_bytes"])]
+    fams = [
+        ("node_infiniband_state_id", ns["port"] * 4),
+        ("node_infiniband_port_transmit_wait_total", ns["retx"] * 40 + ns["cnp"] * 3),
+        ("node_infiniband_link_error_recovery_total", np.floor(ns["ack"] / 4.0)),
+        ("node_infiniband_link_downed_total", ns["retry_excd"]),
+        ("node_infiniband_port_data_transmitted_bytes_total", ns["tx_bytes"]),
+    ]
     if ex.rdma_hw_counters:
-        fams += [("node_infiniband_roce_adp_retransmits_total", ns["retx"]),
-                 ("node_infiniband_local_ack_timeout_errors_total", ns["ack"]),
-                 ("node_infiniband_np_cnp_packets_sent_total", ns["cnp"]),
-                 ("node_infiniband_packet_sequence_errors_total", np.floor(ns["retx"] / 8.0))]
+        fams += [
+            ("node_infiniband_roce_adp_retransmits_total", ns["retx"]),
+            ("node_infiniband_local_ack_timeout_errors_total", ns["ack"]),
+            ("node_infiniband_np_cnp_packets_sent_total", ns["cnp"]),
+            ("node_infiniband_packet_sequence_errors_total", np.floor(ns["retx"] / 8.0)),
+        ]
     for metric, arr in fams:
         for h in range(K):
             for d in range(D):
@@ -234,9 +309,12 @@ def _training(job: Job) -> Iterator[Item]:
     up = job.t <= (job.crash_time if job.crash_time is not None else job.job_end)
     lab = {"instance": f"{job.hosts[0]}:8000", "job": "training"}
     for metric, arr, fmt in (
-        ("training_step", job.step_num.astype(float), "d"), ("training_loss", job.loss, "g"),
-        ("training_step_time_seconds", job.step_secs, "g"), ("training_tokens_per_second", job.tgs, "g"),
-        ("training_grad_norm", job.grad_norm, "g"), ("training_learning_rate", job.lr, "g"),
+        ("training_step", job.step_num.astype(float), "d"),
+        ("training_loss", job.loss, "g"),
+        ("training_step_time_seconds", job.step_secs, "g"),
+        ("training_tokens_per_second", job.tgs, "g"),
+        ("training_grad_norm", job.grad_norm, "g"),
+        ("training_learning_rate", job.lr, "g"),
         ("training_last_step_timestamp_seconds", job.step_end, "f3"),
     ) + ((("training_moe_lb_loss", job.moe_lb, "g"),) if job.moe else ()):
         if len(arr) == 0:

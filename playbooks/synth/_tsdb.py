@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from ..tsdb_server import find_free_port
+from playbooks.tsdb_server import find_free_port
+
 from ._emit import Item
 
 
@@ -56,8 +57,11 @@ def write_openmetrics(items: Iterable[Item], path: Path, cut: float | None) -> t
             head = ok if cut is None else ok & (ts < cut)
             if head.any():
                 pat = f"{name}{{{_labels(labels)}}} {_FMT[fmt]} %s\n"
-                fh.write("".join([pat % (v, s) for v, s in zip(vals[head].tolist(), ts_s[head].tolist(),
-                                                              strict=True)]))
+                fh.write(
+                    "".join(
+                        [pat % (v, s) for v, s in zip(vals[head].tolist(), ts_s[head].tolist(), strict=True)]
+                    )
+                )
                 n_series += 1
                 n_samples += int(head.sum())
             if cut is not None:
@@ -74,8 +78,12 @@ def promtool_blocks(openmetrics: Path, tsdb_dir: Path, promtool: str = "promtool
     """Run promtool to turn the OpenMetrics file into TSDB blocks in `tsdb_dir`."""
     tsdb_dir.mkdir(parents=True, exist_ok=True)
     try:
-        proc = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics),
-                               str(tsdb_dir)], capture_output=True, text=True, timeout=3600)
+        proc = subprocess.run(
+            [promtool, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(tsdb_dir)],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
     except FileNotFoundError as exc:
         raise SynthError(f"promtool not found ({promtool}); install Debian's 'prometheus' package") from exc
     if proc.returncode != 0:
@@ -83,6 +91,7 @@ def promtool_blocks(openmetrics: Path, tsdb_dir: Path, promtool: str = "promtool
 
 
 # ------------------------------------------------------------------------------------ remote write
+
 
 def _uvarint(n: int) -> bytes:
     out = bytearray()
@@ -113,7 +122,7 @@ def _snappy_literal(data: bytes) -> bytes:
     """Return `data` as a valid snappy block made only of literals (no compression needed here)."""
     out = bytearray(_uvarint(len(data)))
     for i in range(0, len(data), 65536):
-        chunk = data[i:i + 65536]
+        chunk = data[i : i + 65536]
         n = len(chunk) - 1
         if n < 60:
             out.append(n << 2)
@@ -150,7 +159,9 @@ def _batches(tail: list, slice_s: float, max_samples: int) -> Iterator[bytes]:
         lo = hi
 
 
-def write_wal_tail(tsdb_dir: Path, tail: list, prometheus: str = "prometheus", timeout: float = 120.0) -> dict:
+def write_wal_tail(
+    tsdb_dir: Path, tail: list, prometheus: str = "prometheus", timeout: float = 120.0
+) -> dict:
     """Push the tail samples into `tsdb_dir`'s head through a short-lived real Prometheus; return stats."""
     if not tail:
         return {"samples": 0}
@@ -170,12 +181,22 @@ def _push_tail(tsdb_dir: Path, tail: list, prometheus: str, timeout: float, cfg:
         with open(log, "w") as lf:
             try:
                 proc = subprocess.Popen(
-                    [prometheus, f"--config.file={cfg}", f"--storage.tsdb.path={tsdb_dir}",
-                     "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}",
-                     "--web.enable-remote-write-receiver"],
-                    stdout=lf, stderr=subprocess.STDOUT, start_new_session=True)
+                    [
+                        prometheus,
+                        f"--config.file={cfg}",
+                        f"--storage.tsdb.path={tsdb_dir}",
+                        "--storage.tsdb.retention.time=100y",
+                        f"--web.listen-address=127.0.0.1:{port}",
+                        "--web.enable-remote-write-receiver",
+                    ],
+                    stdout=lf,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             except FileNotFoundError as exc:
-                raise SynthError(f"prometheus not found ({prometheus}); install Debian's 'prometheus' package") from exc
+                raise SynthError(
+                    f"prometheus not found ({prometheus}); install Debian's 'prometheus' package"
+                ) from exc
         try:
             url = f"http://127.0.0.1:{port}"
             if not _wait_ready(proc, url, timeout):
@@ -188,9 +209,15 @@ def _push_tail(tsdb_dir: Path, tail: list, prometheus: str, timeout: float, cfg:
                 continue
             with httpx.Client(timeout=60.0) as client:
                 for payload in _batches(tail, 600.0, 250_000):
-                    r = client.post(f"{url}/api/v1/write", content=_snappy_literal(payload), headers={
-                        "Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
-                        "X-Prometheus-Remote-Write-Version": "0.1.0"})
+                    r = client.post(
+                        f"{url}/api/v1/write",
+                        content=_snappy_literal(payload),
+                        headers={
+                            "Content-Encoding": "snappy",
+                            "Content-Type": "application/x-protobuf",
+                            "X-Prometheus-Remote-Write-Version": "0.1.0",
+                        },
+                    )
                     if r.status_code >= 300:
                         raise SynthError(f"remote write refused ({r.status_code}): {r.text[:500]}")
             log.unlink(missing_ok=True)

@@ -41,7 +41,9 @@ def choose(job: Any) -> dict[str, Any]:
     draws = rng.random(4)
     v: dict[str, Any] = {}
     if name == "collective-hang" and draws[0] < 0.35:
-        v["pre_step"] = float(rng.uniform(5, 35))  # seconds after the training loop starts: before step 0 ends
+        v["pre_step"] = float(
+            rng.uniform(5, 35)
+        )  # seconds after the training loop starts: before step 0 ends
     if name == "node-death":
         v["slurm_node_failure"] = bool(draws[1] < 0.5)
         if draws[2] < 0.5:
@@ -69,7 +71,7 @@ def pre_step_hang(job: Any, util: np.ndarray, power: np.ndarray, hang: np.ndarra
     """Only 2-3 GPU indices a host spin in the first collective; one host (half the seeds) spins others."""
     rng = stream(job, 2)
     K, G, _ = util.shape
-    common = set(int(x) for x in rng.choice(G, size=int(rng.integers(2, 4)), replace=False))
+    common = {int(x) for x in rng.choice(G, size=int(rng.integers(2, 4)), replace=False)}
     sets = [set(common) for _ in range(K)]
     if K > 2 and rng.random() < 0.5:
         h = int(rng.integers(1, K))
@@ -90,8 +92,11 @@ def pre_step_hang(job: Any, util: np.ndarray, power: np.ndarray, hang: np.ndarra
 def staircase(job: Any, mem: np.ndarray, h: int, t: np.ndarray, ramp_start: float) -> None:
     """Each checkpoint save before the fatal one leaves memory retained on host h: a staircase."""
     level = float(job.variants["staircase"]) * 2 * TIB
-    saves = [float(job.step_end[c - job.first_step]) for c in job.ckpt_steps
-             if 0 <= c - job.first_step < len(job.step_end) and job.step_end[c - job.first_step] < ramp_start - 60]
+    saves = [
+        float(job.step_end[c - job.first_step])
+        for c in job.ckpt_steps
+        if 0 <= c - job.first_step < len(job.step_end) and job.step_end[c - job.first_step] < ramp_start - 60
+    ]
     if not saves:
         return
     before = (t >= job.train_start) & (t < saves[0])

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..alignment import StepAxis
-from ..profiles import signal_info
-from ..prometheus import PrometheusClient, PrometheusError, Series
+from playbooks.alignment import StepAxis
+from playbooks.profiles import signal_info
+from playbooks.prometheus import PrometheusClient, PrometheusError, Series
+
 from .context import TimelineContext
 from .panels import PANELS, PanelSpec
 from .promql import _bare_ok, _device_expr, _fmt_seconds
@@ -130,7 +131,7 @@ def compare_fetch(
     """
     rng = compare_range(job.ctx, steps)
     if rng is None:
-        return {k: f"{job.label} has no steps in this range." for k in keys}, 0
+        return dict.fromkeys(keys, f"{job.label} has no steps in this range."), 0
     start, end = rng
     out: dict[str, Trace | str] = {}
     plans: dict[str, tuple[str, float]] = {}

@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from ..alignment import StepAxis, step_axis_from_series
-from ..profiles import Profile, signal_info
-from ..prometheus import PrometheusClient, PrometheusError, Series, choose_step
+from playbooks.alignment import StepAxis, step_axis_from_series
+from playbooks.profiles import Profile, signal_info
+from playbooks.prometheus import PrometheusClient, PrometheusError, Series, choose_step
+
 from .panels import PANELS, PanelSpec, TimelineError
 from .promql import _bare_ok, _fmt_seconds
 

@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..prometheus import PrometheusClient, PrometheusError
+from playbooks.prometheus import PrometheusClient, PrometheusError
+
 from .context import TimelineContext
 from .panels import PANELS, TimelineError
 from .promql import _bare_expr, _fmt_seconds, _label_vector, _select

@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..alignment import StepAxis
-from ..plotly_text import hover_literal, plotly_text
+from playbooks.alignment import StepAxis
+from playbooks.plotly_text import hover_literal, plotly_text
+
 from .annotations import Annotation, _num
 from .compare import compare_step_note
 from .context import TimelineContext

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..profiles import DOMAINS, Profile, signal_info
+from playbooks.profiles import DOMAINS, Profile, signal_info
 
 XMODES = ("step", "time-utc", "time-local")
 
@@ -101,7 +101,7 @@ def finding_panels(playbook: str, rule: str, playbooks: Mapping[str, Any] | None
     signals, or only the context panel. `rule` is "<playbook>.<rule id>" as findings store it, or the id.
     """
     if playbooks is None:
-        from ..loader import load_playbooks  # the loader imports the profiles, not this module
+        from playbooks.loader import load_playbooks  # the loader imports the profiles, not this module
 
         playbooks = load_playbooks()
     pb = playbooks.get(playbook)

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..profiles import Profile
+from playbooks.profiles import Profile
 
 
 def _fmt_seconds(seconds: float) -> str:

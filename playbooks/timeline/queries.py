@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..prometheus import choose_step
+from playbooks.prometheus import choose_step
+
 from .context import TimelineContext
 from .panels import PanelSpec
 from .promql import _bare_ok, _device_expr, _fmt_seconds, _is_selector, _label_vector

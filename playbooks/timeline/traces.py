@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from ..alignment import StepAxis
-from ..profiles import Profile, ProfileError
-from ..prometheus import PrometheusError, Series
+from playbooks.alignment import StepAxis
+from playbooks.profiles import Profile, ProfileError
+from playbooks.prometheus import PrometheusError, Series
+
 from .panels import PanelSpec
 from .queries import PanelPlan
 

@@ -9,8 +9,7 @@ from typing import Any
 
 from investigations.models import DiagnosisRun, Finding, Investigation, TaskStatus
 from investigations.services import investigations as inv
-
-from ..models import Report
+from reports.models import Report
 
 LIMIT = 200
 _FIELDS = ("title", "status", "severity", "owner", "team")
@@ -35,7 +34,9 @@ def _user(record: Any) -> str:
 
 def _field_events(investigation: Investigation) -> list[Event]:
     events = []
-    records = list(investigation.history.order_by("history_date", "history_id").select_related("history_user"))
+    records = list(
+        investigation.history.order_by("history_date", "history_id").select_related("history_user")
+    )
     for prev, record in zip(records, records[1:], strict=False):
         delta = record.diff_against(prev, included_fields=list(_FIELDS))
         changes = [f"{c.field} {c.old or '—'} → {c.new or '—'}" for c in delta.changes]
@@ -49,24 +50,49 @@ def _report_events(report: Report) -> list[Event]:
     for r in report.sections.model.history.filter(report=report).select_related("history_user"):
         if r.history_type == "+" and not r.history_user_id:
             continue  # the first fill: one event below
-        events.append(Event(r.history_date, _user(r), f"{r.history_change_reason or 'changed'} “{r.title}” (v{r.version})",
-                            f"section-{r.key}"))
+        events.append(
+            Event(
+                r.history_date,
+                _user(r),
+                f"{r.history_change_reason or 'changed'} “{r.title}” (v{r.version})",
+                f"section-{r.key}",
+            )
+        )
     for r in report.verdicts.model.history.filter(report=report).select_related("history_user"):
-        events.append(Event(r.history_date, _user(r), f"{r.get_value_display().lower()} finding “{r.finding_title}”"
-                            + (f": {r.reason}" if r.reason else "") + (f" — note: {r.note}" if r.note else ""),
-                            f"finding-{r.finding_key}"))
+        events.append(
+            Event(
+                r.history_date,
+                _user(r),
+                f"{r.get_value_display().lower()} finding “{r.finding_title}”"
+                + (f": {r.reason}" if r.reason else "")
+                + (f" — note: {r.note}" if r.note else ""),
+                f"finding-{r.finding_key}",
+            )
+        )
     for r in report.human_findings.model.history.filter(report=report).select_related("history_user"):
         verb = {"+": "added", "-": "deleted"}.get(r.history_type, "changed")
         events.append(Event(r.history_date, _user(r), f"{verb} finding “{r.title}”", f"human-{r.id}"))
     for r in report.action_items.model.history.filter(report=report).select_related("history_user"):
-        events.append(Event(r.history_date, _user(r), f"{r.history_change_reason or 'changed'} action item “{r.text}”",
-                            "section-actions"))
+        events.append(
+            Event(
+                r.history_date,
+                _user(r),
+                f"{r.history_change_reason or 'changed'} action item “{r.text}”",
+                "section-actions",
+            )
+        )
     for r in report.history.exclude(history_type="+").select_related("history_user"):
         events.append(Event(r.history_date, _user(r), f"set the report to {r.get_status_display()}"))
     for c in report.comments.select_related("author"):
         who = c.author.get_username() if c.author else "(deleted user)"
-        events.append(Event(c.created, who, ("replied: " if c.parent_id else "commented: ") + c.body[:140],
-                            f"comment-{c.pk}"))
+        events.append(
+            Event(
+                c.created,
+                who,
+                ("replied: " if c.parent_id else "commented: ") + c.body[:140],
+                f"comment-{c.pk}",
+            )
+        )
     events.append(Event(report.created, "", "report opened and filled from the machine's results"))
     return events
 
@@ -79,12 +105,18 @@ def _machine_events(investigation: Investigation) -> list[Event]:
         finished = dt.datetime.fromisoformat(triage["finished"])
         klass = (triage.get("job") or {}).get("triage_class") or "no class"
         events.append(Event(finished, "", f"log triage done ({klass})"))
-    runs = DiagnosisRun.objects.filter(investigation=investigation, finished__isnull=False).exclude(status=TaskStatus.QUEUED)
+    runs = DiagnosisRun.objects.filter(investigation=investigation, finished__isnull=False).exclude(
+        status=TaskStatus.QUEUED
+    )
     for run in runs.only("pk", "kind", "status", "finished", "result"):
         what = run.kind
         klass = ((run.result or {}).get("diagnosis") or {}).get("class")
-        events.append(Event(run.finished, "", f"{what} #{run.pk} {run.status}" + (f": {klass}" if klass else "")))
-    for f in Finding.objects.filter(investigation=investigation, onset__isnull=False).exclude(severity="info"):
+        events.append(
+            Event(run.finished, "", f"{what} #{run.pk} {run.status}" + (f": {klass}" if klass else ""))
+        )
+    for f in Finding.objects.filter(investigation=investigation, onset__isnull=False).exclude(
+        severity="info"
+    ):
         when = dt.datetime.fromtimestamp(f.onset, tz=dt.UTC)
         events.append(Event(when, "", f"onset: {f.title}", f"finding-{f.job_id or 0}:{f.playbook}:{f.rule}"))
     return events

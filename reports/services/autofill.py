@@ -35,28 +35,50 @@ TITLES = dict(SECTIONS)
 
 #: What to do next, by root-cause family (seed 002's interpretation tables, condensed).
 _NEXT_STEPS: dict[str, list[str]] = {
-    "collective": ["Restart from the last checkpoint; the hang had no hardware or network trigger.",
-                   "Collect RCCL/NCCL debug logs (`NCCL_DEBUG=INFO`) on the next run to catch the stuck collective."],
-    "network-rdma": ["Drain the culprit hosts and check their RDMA links (cable, port, switch counters).",
-                     "Exclude hosts with retry exhaustion first, then those with sustained retransmits."],
-    "node": ["Drain the dead host and open a hardware ticket (dmesg, BMC logs, Xid history).",
-             "Restart the job from the last checkpoint without that host."],
-    "heartbeat": ["Raise `jax_distributed_heartbeat_timeout_seconds`: the accused hosts were training.",
-                  "Check the coordinator's host for CPU or network stalls around the kill."],
-    "host-memory": ["Lower host memory use during checkpoint saves (async save, fewer in-flight buffers).",
-                    "Restart from the last checkpoint; watch replica-0 hosts' memory during the next save."],
-    "thermal": ["Check cooling of the hot GPU's host (fans, airflow, inlet temperature); drain it if it recurs.",
-                "Compare the GPU's clock with its peers after the fix."],
-    "cpu-contention": ["Find the extra processes the restore left behind (runnable count per host).",
-                       "Restart fresh from the checkpoint instead of the in-place restore until fixed."],
-    "monitoring": ["Restart the frozen exporter; the job itself is not affected.",
-                   "Do not act on metrics from the frozen window."],
-    "gpu-driver": ["Collect dmesg and driver logs from the host; update or reload the GPU driver.",
-                   "Keep the job running: training was not affected."],
-    "gpu-hardware": ["Drain the host and RMA the faulty GPU (uncorrectable errors / Xid).",
-                     "Restart from the last checkpoint without it."],
-    "training": ["Check the data and the learning-rate schedule around the onset step.",
-                 "Restart from a checkpoint before the instability with a lower learning rate if it recurs."],
+    "collective": [
+        "Restart from the last checkpoint; the hang had no hardware or network trigger.",
+        "Collect RCCL/NCCL debug logs (`NCCL_DEBUG=INFO`) on the next run to catch the stuck collective.",
+    ],
+    "network-rdma": [
+        "Drain the culprit hosts and check their RDMA links (cable, port, switch counters).",
+        "Exclude hosts with retry exhaustion first, then those with sustained retransmits.",
+    ],
+    "node": [
+        "Drain the dead host and open a hardware ticket (dmesg, BMC logs, Xid history).",
+        "Restart the job from the last checkpoint without that host.",
+    ],
+    "heartbeat": [
+        "Raise `jax_distributed_heartbeat_timeout_seconds`: the accused hosts were training.",
+        "Check the coordinator's host for CPU or network stalls around the kill.",
+    ],
+    "host-memory": [
+        "Lower host memory use during checkpoint saves (async save, fewer in-flight buffers).",
+        "Restart from the last checkpoint; watch replica-0 hosts' memory during the next save.",
+    ],
+    "thermal": [
+        "Check cooling of the hot GPU's host (fans, airflow, inlet temperature); drain it if it recurs.",
+        "Compare the GPU's clock with its peers after the fix.",
+    ],
+    "cpu-contention": [
+        "Find the extra processes the restore left behind (runnable count per host).",
+        "Restart fresh from the checkpoint instead of the in-place restore until fixed.",
+    ],
+    "monitoring": [
+        "Restart the frozen exporter; the job itself is not affected.",
+        "Do not act on metrics from the frozen window.",
+    ],
+    "gpu-driver": [
+        "Collect dmesg and driver logs from the host; update or reload the GPU driver.",
+        "Keep the job running: training was not affected.",
+    ],
+    "gpu-hardware": [
+        "Drain the host and RMA the faulty GPU (uncorrectable errors / Xid).",
+        "Restart from the last checkpoint without it.",
+    ],
+    "training": [
+        "Check the data and the learning-rate schedule around the onset step.",
+        "Restart from a checkpoint before the instability with a lower learning rate if it recurs.",
+    ],
     "none": ["Nothing to fix in the system metrics; close the investigation if the job's owners agree."],
 }
 
@@ -94,12 +116,15 @@ def gather(investigation: Investigation) -> Inputs:
 
 def fingerprint(inputs: Inputs) -> str:
     """Return a short string that changes when any input of the machine text changes."""
-    return ":".join(str(x) for x in (
-        inputs.run.pk if inputs.run else "-",
-        inputs.compare_run.pk if inputs.compare_run else "-",
-        inputs.triage.get("finished", "-"),
-        ",".join(str(c.pk) for c in inputs.charts) or "-",
-    ))[:200]
+    return ":".join(
+        str(x)
+        for x in (
+            inputs.run.pk if inputs.run else "-",
+            inputs.compare_run.pk if inputs.compare_run else "-",
+            inputs.triage.get("finished", "-"),
+            ",".join(str(c.pk) for c in inputs.charts) or "-",
+        )
+    )[:200]
 
 
 def latest_done_run(investigation: Investigation) -> DiagnosisRun | None:
@@ -107,8 +132,11 @@ def latest_done_run(investigation: Investigation) -> DiagnosisRun | None:
 
 
 def _culprits(diagnosis: dict[str, Any]) -> str:
-    names = [c["host"] + (f" GPU {c['gpu']}" if c.get("gpu") not in (None, "") else "")
-             for c in diagnosis.get("culprits") or [] if isinstance(c, dict) and c.get("host")]
+    names = [
+        c["host"] + (f" GPU {c['gpu']}" if c.get("gpu") not in (None, "") else "")
+        for c in diagnosis.get("culprits") or []
+        if isinstance(c, dict) and c.get("host")
+    ]
     return ", ".join(names) or "none"
 
 
@@ -128,30 +156,43 @@ def impact(inputs: Inputs) -> dict[str, Any]:
     end = end if end is not None else time_range[1]
     hours = (end - onset) / 3600 if onset is not None and end is not None and end >= onset else None
     gpu_hours = hosts * gpus * hours if hours is not None and hosts and gpus else None
-    return {"hosts": hosts, "gpus_per_host": gpus, "onset": onset, "end": end, "hours": hours,
-            "gpu_hours": gpu_hours, "lost_steps": prog.get("lost_steps"),
-            "last_checkpoint_step": prog.get("last_checkpoint_step")}
+    return {
+        "hosts": hosts,
+        "gpus_per_host": gpus,
+        "onset": onset,
+        "end": end,
+        "hours": hours,
+        "gpu_hours": gpu_hours,
+        "lost_steps": prog.get("lost_steps"),
+        "last_checkpoint_step": prog.get("last_checkpoint_step"),
+    }
 
 
 def _summary(i: Inputs) -> str:
     d = i.result.get("diagnosis")
     if not d:
         return "_No diagnosis yet: run one from the investigation page, then this fills itself._"
-    return (f"**{d['class']}** (root cause: {d['root_cause_family']}, confidence {d['confidence']:.0%}). "
-            f"Culprits: {_culprits(d)}. Onset {fmt_time(d.get('onset'))}.\n\n{d.get('summary', '')}")
+    return (
+        f"**{d['class']}** (root cause: {d['root_cause_family']}, confidence {d['confidence']:.0%}). "
+        f"Culprits: {_culprits(d)}. Onset {fmt_time(d.get('onset'))}.\n\n{d.get('summary', '')}"
+    )
 
 
 def _impact(i: Inputs) -> str:
     m = impact(i)
     lines = []
     if m["gpu_hours"] is not None:
-        lines.append(f"- **{m['gpu_hours']:,.1f} GPU-hours lost**: {m['hosts']} nodes \u00d7 {m['gpus_per_host']} GPUs "
-                     f"\u00d7 {m['hours']:.2f} h from the onset ({fmt_time(m['onset'])}) to the kill or end of data "
-                     f"({fmt_time(m['end'])}).")
+        lines.append(
+            f"- **{m['gpu_hours']:,.1f} GPU-hours lost**: {m['hosts']} nodes \u00d7 {m['gpus_per_host']} GPUs "
+            f"\u00d7 {m['hours']:.2f} h from the onset ({fmt_time(m['onset'])}) to the kill or end of data "
+            f"({fmt_time(m['end'])})."
+        )
     else:
         lines.append("- GPU-hours lost: unknown (needs a diagnosis with an onset, hosts and GPUs per host).")
     if m["lost_steps"] is not None:
-        lines.append(f"- **{m['lost_steps']} steps lost** since the last checkpoint (step {_cell(m['last_checkpoint_step'])}).")
+        lines.append(
+            f"- **{m['lost_steps']} steps lost** since the last checkpoint (step {_cell(m['last_checkpoint_step'])})."
+        )
     else:
         lines.append("- Steps lost since the last checkpoint: unknown (no triaged log with checkpoints).")
     return "\n".join(lines)
@@ -182,8 +223,9 @@ def _findings(i: Inputs) -> str:
     if not d:
         return "_No diagnosis yet._"
     chain = d.get("chain") or []
-    return (d.get("summary") or "") + ("\n\n**Causal chain:**\n\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(chain, 1))
-                                        if chain else "")
+    return (d.get("summary") or "") + (
+        "\n\n**Causal chain:**\n\n" + "\n".join(f"{n}. {c}" for n, c in enumerate(chain, 1)) if chain else ""
+    )
 
 
 def _metric_evidence(i: Inputs) -> str:
@@ -193,17 +235,25 @@ def _metric_evidence(i: Inputs) -> str:
         return "_No metric evidence yet._"
     out = []
     for f in shown[:8]:
-        out += [f"**{f['title']}** ({f['severity']}, {f['playbook']}, onset {fmt_time(f.get('onset'))})", "",
-                "| Host | GPU | Value | Interpretation |", "|---|---|---|---|"]
+        out += [
+            f"**{f['title']}** ({f['severity']}, {f['playbook']}, onset {fmt_time(f.get('onset'))})",
+            "",
+            "| Host | GPU | Value | Interpretation |",
+            "|---|---|---|---|",
+        ]
         for e in (f.get("evidence") or [])[:10]:
             lab = e.get("labels") or {}
-            out.append(f"| {_cell(lab.get('host'))} | {_cell(lab.get('gpu'))} | {_cell(e.get('value'))} | "
-                       f"{_cell(e.get('interpretation'))} |")
+            out.append(
+                f"| {_cell(lab.get('host'))} | {_cell(lab.get('gpu'))} | {_cell(e.get('value'))} | "
+                f"{_cell(e.get('interpretation'))} |"
+            )
         if f.get("evidence"):
             out += ["", f"Query: `{f['evidence'][0]['query'][:300]}`"]
         out.append("")
     for chart in i.charts:
-        out.append(f"- Pinned chart: **{_cell(chart.title)}**" + (f" \u2014 {chart.note}" if chart.note else ""))
+        out.append(
+            f"- Pinned chart: **{_cell(chart.title)}**" + (f" \u2014 {chart.note}" if chart.note else "")
+        )
     return "\n".join(out).strip()
 
 
@@ -211,8 +261,11 @@ def _anomalies(i: Inputs) -> str:
     findings = i.result.get("findings") or []
     if not i.result:
         return "_No diagnosis yet._"
-    hits = [f"- {f['severity']}: {f['title']}" + (f" ({', '.join(f['hosts'][:6])})" if f.get("hosts") else "")
-            for f in findings if f.get("severity") != "info"]
+    hits = [
+        f"- {f['severity']}: {f['title']}" + (f" ({', '.join(f['hosts'][:6])})" if f.get("hosts") else "")
+        for f in findings
+        if f.get("severity") != "info"
+    ]
     return "\n".join(hits) or "None"
 
 
@@ -221,8 +274,10 @@ def _log_evidence(i: Inputs) -> str:
     if not matches:
         return "_No log matches (no triaged log, or no failure signature in it)._"
     rows = ["| Class | Line | Text |", "|---|---|---|"]
-    rows += [f"| {_cell(m.get('class'))} | {_cell(m.get('line'))} | `{_cell(m.get('text'))[:160].replace('`', '')}` |"
-             for m in matches[:15]]
+    rows += [
+        f"| {_cell(m.get('class'))} | {_cell(m.get('line'))} | `{_cell(m.get('text'))[:160].replace('`', '')}` |"
+        for m in matches[:15]
+    ]
     accused = i.triage.get("heartbeat_accused") or []
     if accused:
         rows += ["", f"Heartbeat accused: {', '.join(accused)}"]
@@ -235,8 +290,10 @@ def _triage_correlation(i: Inputs) -> str:
         return "_No job log was triaged._"
     if not d:
         return f"Triage classified the job as `{job.get('triage_class')}` (status {job.get('status')}); no diagnosis yet."
-    return (f"Triage classified the job as `{job.get('triage_class')}` (status {job.get('status')}); the TSDB "
-            f"points at `{d['class']}` (root cause {d['root_cause_family']}).")
+    return (
+        f"Triage classified the job as `{job.get('triage_class')}` (status {job.get('status')}); the TSDB "
+        f"points at `{d['class']}` (root cause {d['root_cause_family']})."
+    )
 
 
 def _comparison(i: Inputs) -> str:
@@ -253,12 +310,20 @@ def _comparison(i: Inputs) -> str:
     else:
         out.append("None.")
     ov = cmp_.get("overlap_steps")
-    out += ["", f"**Overlapping steps:** {ov[0]} to {ov[1]}" if ov else "**Overlapping steps:** none", "",
-            "| Metric | " + " | ".join(names) + " | Delta % | Likely cause |", "|---" * (len(names) + 3) + "|"]
+    out += [
+        "",
+        f"**Overlapping steps:** {ov[0]} to {ov[1]}" if ov else "**Overlapping steps:** none",
+        "",
+        "| Metric | " + " | ".join(names) + " | Delta % | Likely cause |",
+        "|---" * (len(names) + 3) + "|",
+    ]
     for m in cmp_.get("metrics") or []:
         delta = m.get("delta_pct")
-        out.append(f"| {_cell(m.get('name'))} | " + " | ".join(_cell(v) for v in m.get("values") or []) +
-                   f" | {'\u2014' if delta is None else f'{delta:+.1f}'} | {_cell(m.get('likely_cause'))} |")
+        out.append(
+            f"| {_cell(m.get('name'))} | "
+            + " | ".join(_cell(v) for v in m.get("values") or [])
+            + f" | {'\u2014' if delta is None else f'{delta:+.1f}'} | {_cell(m.get('likely_cause'))} |"
+        )
     out += ["", f"**Root cause:** {d.get('class', '\u2014')} \u2014 {d.get('summary', '')}"]
     return "\n".join(out)
 
@@ -282,10 +347,19 @@ def _next_steps(i: Inputs) -> str:
 
 
 _BUILDERS = {
-    "summary": _summary, "impact": _impact, "timeline": _timeline, "findings": _findings,
-    "metric_evidence": _metric_evidence, "anomalies": _anomalies, "log_evidence": _log_evidence,
-    "source_trace": lambda i: "_Not traced yet: add the code path (file \u2192 function \u2192 effect) if known._",
-    "triage_correlation": _triage_correlation, "comparison": _comparison, "next_steps": _next_steps,
+    "summary": _summary,
+    "impact": _impact,
+    "timeline": _timeline,
+    "findings": _findings,
+    "metric_evidence": _metric_evidence,
+    "anomalies": _anomalies,
+    "log_evidence": _log_evidence,
+    "source_trace": lambda i: (
+        "_Not traced yet: add the code path (file \u2192 function \u2192 effect) if known._"
+    ),
+    "triage_correlation": _triage_correlation,
+    "comparison": _comparison,
+    "next_steps": _next_steps,
 }
 
 

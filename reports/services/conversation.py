@@ -17,8 +17,9 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from .. import markdown
-from ..models import ActionItem, Comment, InboxItem, Presence, Report
+from reports import markdown
+from reports.models import ActionItem, Comment, InboxItem, Presence, Report
+
 from .sections import ReportError
 
 logger = logging.getLogger(__name__)
@@ -63,14 +64,29 @@ def comment_add(report: Report, *, body: str, user, anchor: str = "report", pare
         comment = Comment.objects.create(report=report, anchor=anchor, parent=parent, author=user, body=body)
         users = get_user_model().objects.filter(username__in=markdown.mentions(body), is_active=True)
         for mentioned in users.exclude(pk=user.pk):
-            _notify(mentioned, InboxItem.Kind.MENTION, report, actor=user, comment=comment,
-                    text=f"{user.get_username()} mentioned you on “{report.investigation.title}”: {body[:200]}")
+            _notify(
+                mentioned,
+                InboxItem.Kind.MENTION,
+                report,
+                actor=user,
+                comment=comment,
+                text=f"{user.get_username()} mentioned you on “{report.investigation.title}”: {body[:200]}",
+            )
     return comment
 
 
-def _notify(user, kind: str, report: Report, *, actor, text: str, comment=None, action_item=None) -> InboxItem:
-    item = InboxItem.objects.create(user=user, kind=kind, investigation=report.investigation, comment=comment,
-                                    action_item=action_item, actor=actor, text=text[:500])
+def _notify(
+    user, kind: str, report: Report, *, actor, text: str, comment=None, action_item=None
+) -> InboxItem:
+    item = InboxItem.objects.create(
+        user=user,
+        kind=kind,
+        investigation=report.investigation,
+        comment=comment,
+        action_item=action_item,
+        actor=actor,
+        text=text[:500],
+    )
     if user.email:
         link = reverse("reports:page", args=[report.investigation_id])
         transaction.on_commit(lambda: _mail(user.email, f"[Stepwise] {text[:120]}", f"{text}\n\n{link}\n"))
@@ -100,9 +116,15 @@ def action_item_add(report: Report, *, text: str, owner=None, due: dt.date | Non
         item._change_reason = "added"
         item.save()
         if owner is not None and owner != user:
-            _notify(owner, InboxItem.Kind.ASSIGNMENT, report, actor=user, action_item=item,
-                    text=f"{user.get_username()} assigned you on “{report.investigation.title}”: {text[:200]}"
-                         + (f" (due {due:%Y-%m-%d})" if due else ""))
+            _notify(
+                owner,
+                InboxItem.Kind.ASSIGNMENT,
+                report,
+                actor=user,
+                action_item=item,
+                text=f"{user.get_username()} assigned you on “{report.investigation.title}”: {text[:200]}"
+                + (f" (due {due:%Y-%m-%d})" if due else ""),
+            )
     return item
 
 
@@ -117,8 +139,9 @@ def action_item_set_done(item: ActionItem, *, done: bool, user) -> ActionItem:
 
 def presence_touch(report: Report, user, section: str = "") -> None:
     """Record that `user` has the report open now, editing `section` (blank: reading)."""
-    Presence.objects.update_or_create(report=report, user=user,
-                                      defaults={"section": section[:32], "seen": timezone.now()})
+    Presence.objects.update_or_create(
+        report=report, user=user, defaults={"section": section[:32], "seen": timezone.now()}
+    )
 
 
 def presence_list(report: Report) -> list[Presence]:

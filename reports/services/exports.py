@@ -12,8 +12,8 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from investigations.models import Investigation
+from reports.models import Report
 
-from ..models import Report
 from . import activity, autofill, charts, conversation, findings
 
 SCHEMA = "stepwise.report/1"
@@ -62,61 +62,135 @@ def report_json(report: Report, *, base_url: str = "") -> dict[str, Any]:
         "time_zone": tz.key,
         "permalink": f"{base_url}/investigations/{inv.pk}/report/",
         "investigation": {
-            "id": inv.pk, "title": inv.title, "status": inv.status, "severity": inv.severity, "team": inv.team,
-            "owner": _user(inv.owner), "incident_class": inv.incident_class, "created": when(inv.created, tz),
+            "id": inv.pk,
+            "title": inv.title,
+            "status": inv.status,
+            "severity": inv.severity,
+            "team": inv.team,
+            "owner": _user(inv.owner),
+            "incident_class": inv.incident_class,
+            "created": when(inv.created, tz),
             "tickets": list(inv.ticket_links.values_list("url", flat=True)),
         },
         "diagnosis": diagnosis,
         "report": {
-            "status": report.status, "version": report.version, "export_tz": report.export_tz,
-            "sections": [{"key": s.key, "title": s.title, "body": s.body, "version": s.version, "edited": s.edited,
-                          "updated_by": _user(s.updated_by), "updated": when(s.updated, tz)}
-                         for s in report.sections.select_related("updated_by")],
+            "status": report.status,
+            "version": report.version,
+            "export_tz": report.export_tz,
+            "sections": [
+                {
+                    "key": s.key,
+                    "title": s.title,
+                    "body": s.body,
+                    "version": s.version,
+                    "edited": s.edited,
+                    "updated_by": _user(s.updated_by),
+                    "updated": when(s.updated, tz),
+                }
+                for s in report.sections.select_related("updated_by")
+            ],
         },
         "findings": [_finding_json(f, v, tz) for f, v in findings.report_findings(report)],
-        "human_findings": [{"id": h.pk, "title": h.title, "body": h.body, "severity": h.severity, "kind": h.kind,
-                            "evidence": h.evidence, "created_by": _user(h.created_by), "created": when(h.created, tz)}
-                           for h in report.human_findings.select_related("created_by")],
-        "action_items": [{"id": a.pk, "text": a.text, "owner": _user(a.owner), "due": a.due.isoformat() if a.due else None,
-                          "done": a.done} for a in report.action_items.select_related("owner")],
-        "comments": [{"id": c.pk, "anchor": c.anchor, "parent": c.parent_id, "author": _user(c.author), "body": c.body,
-                      "created": when(c.created, tz)} for c in report.comments.select_related("author")],
-        "history": [{"when": when(e.when, tz), "who": e.who or None, "what": e.what, "anchor": e.anchor or None}
-                    for e in activity.activity(report, limit=10_000)],
+        "human_findings": [
+            {
+                "id": h.pk,
+                "title": h.title,
+                "body": h.body,
+                "severity": h.severity,
+                "kind": h.kind,
+                "evidence": h.evidence,
+                "created_by": _user(h.created_by),
+                "created": when(h.created, tz),
+            }
+            for h in report.human_findings.select_related("created_by")
+        ],
+        "action_items": [
+            {
+                "id": a.pk,
+                "text": a.text,
+                "owner": _user(a.owner),
+                "due": a.due.isoformat() if a.due else None,
+                "done": a.done,
+            }
+            for a in report.action_items.select_related("owner")
+        ],
+        "comments": [
+            {
+                "id": c.pk,
+                "anchor": c.anchor,
+                "parent": c.parent_id,
+                "author": _user(c.author),
+                "body": c.body,
+                "created": when(c.created, tz),
+            }
+            for c in report.comments.select_related("author")
+        ],
+        "history": [
+            {"when": when(e.when, tz), "who": e.who or None, "what": e.what, "anchor": e.anchor or None}
+            for e in activity.activity(report, limit=10_000)
+        ],
     }
 
 
 def _finding_json(f, v, tz) -> dict[str, Any]:
     return {
-        "key": findings.finding_key(f), "playbook": f.playbook, "rule": f.rule, "class": f.incident_class,
-        "severity": f.severity, "title": f.title, "hosts": f.hosts, "gpus": f.gpus, "onset": when(f.onset, tz),
-        "onset_unix": f.onset, "evidence": f.evidence,
-        "verdict": {"value": v.value, "reason": v.reason, "note": v.note, "by": _user(v.updated_by),
-                    "at": when(v.updated, tz)} if v is not None else None,
+        "key": findings.finding_key(f),
+        "playbook": f.playbook,
+        "rule": f.rule,
+        "class": f.incident_class,
+        "severity": f.severity,
+        "title": f.title,
+        "hosts": f.hosts,
+        "gpus": f.gpus,
+        "onset": when(f.onset, tz),
+        "onset_unix": f.onset,
+        "evidence": f.evidence,
+        "verdict": {
+            "value": v.value,
+            "reason": v.reason,
+            "note": v.note,
+            "by": _user(v.updated_by),
+            "at": when(v.updated, tz),
+        }
+        if v is not None
+        else None,
     }
 
 
 def report_markdown(report: Report, *, base_url: str = "") -> str:
     """Return the whole report as Markdown (sections, findings with verdicts, action items)."""
     tz, inv = zone(report), report.investigation
-    lines = [f"# {inv.title}", "",
-             f"**Report status:** {report.get_status_display()}  ", f"**Investigation:** {inv.get_status_display()}, "
-             f"{inv.get_severity_display()}, team {inv.team or '—'}  ",
-             f"**Permalink:** {base_url}/investigations/{inv.pk}/report/  ",
-             f"**Times:** {tz.key}; exported {shown(timezone.now(), tz)}", ""]
+    lines = [
+        f"# {inv.title}",
+        "",
+        f"**Report status:** {report.get_status_display()}  ",
+        f"**Investigation:** {inv.get_status_display()}, "
+        f"{inv.get_severity_display()}, team {inv.team or '—'}  ",
+        f"**Permalink:** {base_url}/investigations/{inv.pk}/report/  ",
+        f"**Times:** {tz.key}; exported {shown(timezone.now(), tz)}",
+        "",
+    ]
     for s in report.sections.all():
         lines += [f"## {s.title}", "", s.body.strip() or "—", ""]
     lines += ["## Findings and verdicts", ""]
     for f, v in findings.report_findings(report):
         verdict = v.get_value_display() if v else "Not judged"
-        lines.append(f"- **{f.severity}** {f.title} (onset {shown(f.onset, tz)}) — {verdict}"
-                     + (f": {v.reason}" if v and v.reason else "") + (f" — {v.note}" if v and v.note else ""))
+        lines.append(
+            f"- **{f.severity}** {f.title} (onset {shown(f.onset, tz)}) — {verdict}"
+            + (f": {v.reason}" if v and v.reason else "")
+            + (f" — {v.note}" if v and v.note else "")
+        )
     for h in report.human_findings.all():
-        lines.append(f"- **{h.severity}** {h.title} (by {_user(h.created_by) or '—'}, {h.get_kind_display()})"
-                     + (f": {h.body}" if h.body else ""))
+        lines.append(
+            f"- **{h.severity}** {h.title} (by {_user(h.created_by) or '—'}, {h.get_kind_display()})"
+            + (f": {h.body}" if h.body else "")
+        )
     lines += ["", "## Action items", ""]
-    lines += [f"- [{'x' if a.done else ' '}] {a.text} — {_user(a.owner) or 'unassigned'}"
-              + (f", due {a.due:%Y-%m-%d}" if a.due else "") for a in report.action_items.select_related("owner")]
+    lines += [
+        f"- [{'x' if a.done else ' '}] {a.text} — {_user(a.owner) or 'unassigned'}"
+        + (f", due {a.due:%Y-%m-%d}" if a.due else "")
+        for a in report.action_items.select_related("owner")
+    ]
     tickets = list(inv.ticket_links.values_list("url", flat=True))
     if tickets:
         lines += ["", "## Tickets", "", *[f"- {u}" for u in tickets]]
@@ -127,16 +201,31 @@ def ticket_block(report: Report, *, base_url: str = "") -> str:
     """Return the "Copy for ticket" Markdown: class, culprits, onset, summary, permalink."""
     inv: Investigation = report.investigation
     d = (autofill.gather(inv).result or {}).get("diagnosis") or {}
-    culprits = ", ".join(c["host"] + (f" GPU {c['gpu']}" if c.get("gpu") not in (None, "") else "")
-                         for c in d.get("culprits") or []) or "none"
-    summary = report.sections.filter(key="summary").values_list("body", flat=True).first() or d.get("summary", "")
-    return "\n".join([
-        f"**Stepwise: {inv.title}** ({inv.get_severity_display()}, {inv.get_status_display()})", "",
-        f"- Class: `{d.get('class') or inv.incident_class or 'unknown'}`",
-        f"- Culprits: {culprits}",
-        f"- Onset: {shown(d.get('onset'), zoneinfo.ZoneInfo('UTC'))}",
-        f"- Report: {base_url}/investigations/{inv.pk}/report/", "", summary.strip()[:1500],
-    ]) + "\n"
+    culprits = (
+        ", ".join(
+            c["host"] + (f" GPU {c['gpu']}" if c.get("gpu") not in (None, "") else "")
+            for c in d.get("culprits") or []
+        )
+        or "none"
+    )
+    summary = report.sections.filter(key="summary").values_list("body", flat=True).first() or d.get(
+        "summary", ""
+    )
+    return (
+        "\n".join(
+            [
+                f"**Stepwise: {inv.title}** ({inv.get_severity_display()}, {inv.get_status_display()})",
+                "",
+                f"- Class: `{d.get('class') or inv.incident_class or 'unknown'}`",
+                f"- Culprits: {culprits}",
+                f"- Onset: {shown(d.get('onset'), zoneinfo.ZoneInfo('UTC'))}",
+                f"- Report: {base_url}/investigations/{inv.pk}/report/",
+                "",
+                summary.strip()[:1500],
+            ]
+        )
+        + "\n"
+    )
 
 
 def report_html(report: Report, *, base_url: str = "", public: bool = False) -> str:
@@ -147,14 +236,21 @@ def report_html(report: Report, *, base_url: str = "", public: bool = False) -> 
     chart_rows = list(report.investigation.pinned_charts.all())
     images = charts.charts_png([c.figure for c in chart_rows])
     context = {
-        "report": report, "investigation": report.investigation, "tz": tz.key, "public": public,
-        "exported": shown(timezone.now(), tz), "base_url": base_url,
+        "report": report,
+        "investigation": report.investigation,
+        "tz": tz.key,
+        "public": public,
+        "exported": shown(timezone.now(), tz),
+        "base_url": base_url,
         "sections": list(report.sections.all()),
         "findings": [(f, v, shown(f.onset, tz)) for f, v in findings.report_findings(report)],
         "human_findings": list(report.human_findings.select_related("created_by")),
         "action_items": list(report.action_items.select_related("owner")),
         "comments": conversation.comments_tree(report) if not public else {},
-        "charts": [{"title": c.title, "note": c.note, "src": _data_uri(png)} for c, png in zip(chart_rows, images, strict=True)],
+        "charts": [
+            {"title": c.title, "note": c.note, "src": _data_uri(png)}
+            for c, png in zip(chart_rows, images, strict=True)
+        ],
     }
     return render_to_string("reports/export.html", context)
 

@@ -27,7 +27,9 @@ class StaleWrite(Exception):
     by: str = ""
 
     def __str__(self) -> str:
-        what = "; ".join(f"{name} is now {now or '—'} (was {was or '—'})" for name, (was, now) in self.changed.items())
+        what = "; ".join(
+            f"{name} is now {now or '—'} (was {was or '—'})" for name, (was, now) in self.changed.items()
+        )
         who = f" by {self.by}" if self.by else ""
         return f"Not saved: changed{who} since you loaded the page: {what}. Your view is now up to date."
 
@@ -54,8 +56,12 @@ def _submitted_text(value: Any) -> str:
 
 def changing(submitted: Any, bases: dict[str, str]) -> set[str]:
     """Return the names of the fields `submitted` (a form's data) changes from what its page showed."""
-    return {name for name in FIELDS if name in submitted
-            and (name not in bases or str(submitted.get(name, "")).strip() != bases[name].strip())}
+    return {
+        name
+        for name in FIELDS
+        if name in submitted
+        and (name not in bases or str(submitted.get(name, "")).strip() != bases[name].strip())
+    }
 
 
 def fields_update(investigation_id: int, changes: dict[str, Any], bases: dict[str, str]) -> list[str]:
@@ -63,13 +69,24 @@ def fields_update(investigation_id: int, changes: dict[str, Any], bases: dict[st
     value shown); return the names written. A field without a base is written as sent (a client that
     sends one field). Raises StaleWrite, writing nothing, when a field to write changed meanwhile."""
     with transaction.atomic():
-        investigation = Investigation.objects.select_for_update().select_related("owner").get(pk=investigation_id)
-        write = {name: value for name, value in changes.items()
-                 if name in FIELDS and (name not in bases or _submitted_text(value) != bases[name].strip())}
-        stale = {name: (bases[name], _text(investigation, name)) for name in write
-                 if name in bases and _text(investigation, name) != bases[name].strip()}
+        investigation = (
+            Investigation.objects.select_for_update().select_related("owner").get(pk=investigation_id)
+        )
+        write = {
+            name: value
+            for name, value in changes.items()
+            if name in FIELDS and (name not in bases or _submitted_text(value) != bases[name].strip())
+        }
+        stale = {
+            name: (bases[name], _text(investigation, name))
+            for name in write
+            if name in bases and _text(investigation, name) != bases[name].strip()
+        }
         if stale:
-            shown = {name: (_base_display(name, was), _display(investigation, name)) for name, (was, _) in stale.items()}
+            shown = {
+                name: (_base_display(name, was), _display(investigation, name))
+                for name, (was, _) in stale.items()
+            }
             raise StaleWrite(shown, by=_last_changer(investigation))
         if write:
             inv.investigation_update(investigation, **write)

@@ -15,8 +15,8 @@ from kombu.exceptions import OperationalError as BrokerError
 from investigations import services as inv_services
 from investigations.models import DataSource, Finding, PinnedChart, QueryRun
 from investigations.services import investigations as inv
+from reports.models import HumanFinding, Report, Verdict
 
-from ..models import HumanFinding, Report, Verdict
 from .sections import ReportError
 
 logger = logging.getLogger(__name__)
@@ -29,8 +29,9 @@ def finding_key(finding: Finding) -> str:
     return f"{finding.job_id or 0}:{finding.playbook}:{finding.rule}"
 
 
-def verdict_set(report: Report, finding: Finding, *, value: str, reason: str = "", note: str | None = None,
-                user=None) -> Verdict:
+def verdict_set(
+    report: Report, finding: Finding, *, value: str, reason: str = "", note: str | None = None, user=None
+) -> Verdict:
     """Record a person's verdict on a machine finding; a rejection needs a reason."""
     if value not in Verdict.Value.values:
         raise ReportError(f"Unknown verdict {value!r}.")
@@ -39,8 +40,9 @@ def verdict_set(report: Report, finding: Finding, *, value: str, reason: str = "
         raise ReportError("Say why the finding is rejected.")
     with transaction.atomic():
         key = finding_key(finding)
-        verdict = (Verdict.objects.select_for_update().filter(report=report, finding_key=key).first()
-                   or Verdict(report=report, finding_key=key))
+        verdict = Verdict.objects.select_for_update().filter(
+            report=report, finding_key=key
+        ).first() or Verdict(report=report, finding_key=key)
         verdict.finding, verdict.finding_title = finding, finding.title[:300]
         verdict.value = value
         verdict.reason = reason if value == Verdict.Value.REJECTED else ""
@@ -76,24 +78,40 @@ def _log_evidence(report: Report, lines: list[Any]) -> dict[str, Any]:
     job = inv.investigation_primary_job(report.investigation)
     matches = ((job.triage or {}).get("matches") or []) if job is not None else []
     wanted = {str(n) for n in lines}
-    picked = [{"line": m.get("line"), "class": m.get("class"), "text": m.get("text", "")}
-              for m in matches if str(m.get("line")) in wanted][:MAX_LOG_LINES]
+    picked = [
+        {"line": m.get("line"), "class": m.get("class"), "text": m.get("text", "")}
+        for m in matches
+        if str(m.get("line")) in wanted
+    ][:MAX_LOG_LINES]
     if not picked:
         raise ReportError("Pick at least one log line from the triage.")
     return {"job": job.job_id, "log": job.log_path or job.log_upload.name, "lines": picked}
 
 
-def human_finding_add(report: Report, *, title: str, body: str = "", severity: str = Finding.Severity.WARNING,
-                      kind: str = HumanFinding.Kind.NOTE, chart_id: Any = None, log_lines: list[Any] | None = None,
-                      promql: str = "", start: float | None = None, end: float | None = None,
-                      step: float | None = None, user=None) -> HumanFinding:
+def human_finding_add(
+    report: Report,
+    *,
+    title: str,
+    body: str = "",
+    severity: str = Finding.Severity.WARNING,
+    kind: str = HumanFinding.Kind.NOTE,
+    chart_id: Any = None,
+    log_lines: list[Any] | None = None,
+    promql: str = "",
+    start: float | None = None,
+    end: float | None = None,
+    step: float | None = None,
+    user=None,
+) -> HumanFinding:
     """Add a person's finding with its evidence; a query is run by the worker and frozen when done."""
     title = title.strip()
     if not title:
         raise ReportError("A finding needs a title.")
     if severity not in Finding.Severity.values or kind not in HumanFinding.Kind.values:
         raise ReportError("Unknown severity or evidence kind.")
-    finding = HumanFinding(report=report, title=title[:300], body=body, severity=severity, kind=kind, created_by=user)
+    finding = HumanFinding(
+        report=report, title=title[:300], body=body, severity=severity, kind=kind, created_by=user
+    )
     if kind == HumanFinding.Kind.CHART:
         finding.chart, finding.evidence = _chart_evidence(report, chart_id)
     elif kind == HumanFinding.Kind.LOG:
@@ -113,16 +131,28 @@ def _query_start(report: Report, promql: str, start, end, step, user) -> dict[st
     if ds is None:
         raise ReportError("This investigation's job has no data source to query.")
     kind = "range" if start is not None and end is not None else "instant"
-    spec = {"name": "evidence", "promql": promql, "kind": kind, "start": start, "end": end,
-            "step": step or (max(15.0, (end - start) / 300) if kind == "range" else None)}
+    spec = {
+        "name": "evidence",
+        "promql": promql,
+        "kind": kind,
+        "start": start,
+        "end": end,
+        "step": step or (max(15.0, (end - start) / 300) if kind == "range" else None),
+    }
     try:
         run = inv_services.queryrun_create(ds, [spec], investigation=report.investigation, created_by=user)
     except ValueError as exc:
         raise ReportError(f"The query cannot run: {exc}.") from exc
     transaction.on_commit(partial(_send_query, queryrun_execute_task, run.pk))
-    return {"promql": spec["promql"], "source": str(ds), "source_kind": ds.kind, "window": {
-        "start": start, "end": end, "step": spec["step"]}, "run_id": run.pk, "state": "running",
-        "live_url": reverse("investigations:run_detail", args=[run.pk])}
+    return {
+        "promql": spec["promql"],
+        "source": str(ds),
+        "source_kind": ds.kind,
+        "window": {"start": start, "end": end, "step": spec["step"]},
+        "run_id": run.pk,
+        "state": "running",
+        "live_url": reverse("investigations:run_detail", args=[run.pk]),
+    }
 
 
 def _send_query(task: Any, run_id: int) -> None:
@@ -130,8 +160,12 @@ def _send_query(task: Any, run_id: int) -> None:
         task.delay(run_id)
     except BrokerError as exc:
         logger.error("could not enqueue query run %s: %s", run_id, exc)
-        inv_services.queryrun_finish(run_id, QueryRun.Status.FAILED, f"Could not reach the task broker: {exc}",
-                                     from_status=QueryRun.Status.QUEUED)
+        inv_services.queryrun_finish(
+            run_id,
+            QueryRun.Status.FAILED,
+            f"Could not reach the task broker: {exc}",
+            from_status=QueryRun.Status.QUEUED,
+        )
 
 
 def human_finding_freeze(finding: HumanFinding) -> bool:
@@ -145,7 +179,9 @@ def human_finding_freeze(finding: HumanFinding) -> bool:
     result = run.results.filter(name="evidence").first() if run is not None else None
     ev = ev | {
         "state": "done" if result is not None and result.ok else "failed",
-        "error": (result.error if result is not None else (run.error if run else "The query run was deleted.")),
+        "error": (
+            result.error if result is not None else (run.error if run else "The query run was deleted.")
+        ),
         "series_count": result.series_count if result is not None else 0,
         "result": result.summary if result is not None else {},
         "frozen_at": run.finished.timestamp() if run is not None and run.finished else None,

@@ -17,8 +17,8 @@ import merge3
 from django.db import transaction
 
 from investigations.models import Investigation
+from reports.models import Report, Section
 
-from ..models import Report, Section
 from . import autofill
 
 
@@ -74,7 +74,9 @@ def report_refresh(report: Report, *, force: bool = False) -> bool:
 def _machine_text(report: Report, key: str, title: str, position: int, text: str) -> None:
     section = Section.objects.filter(report=report, key=key).first()
     if section is None:
-        section = Section(report=report, key=key, title=title, position=position, body=text, machine_body=text)
+        section = Section(
+            report=report, key=key, title=title, position=position, body=text, machine_body=text
+        )
         section._change_reason = "filled by the machine"
         section.save()
         return
@@ -113,7 +115,9 @@ def section_save(section_id: int, *, base_version: int, text: str, user) -> Save
         merged, conflict = _merge(base if base is not None else "", text, section.body)
         theirs_by = _who(section)
         if conflict or base is None:
-            return SaveResult("conflict", section, mine=text, theirs=section.body, merged=merged, theirs_by=theirs_by)
+            return SaveResult(
+                "conflict", section, mine=text, theirs=section.body, merged=merged, theirs_by=theirs_by
+            )
         _write(section, merged, user, f"edited (merged with version {section.version})")
         return SaveResult("merged", section, theirs_by=theirs_by)
 
@@ -146,7 +150,9 @@ def section_take_machine(section_id: int, *, base_version: int, user) -> Section
         if not section.machine_pending:
             raise ReportError("There is no newer machine text for this section.")
         if base_version != section.version:
-            raise ReportError("Someone changed this section meanwhile; review it again before taking the text.")
+            raise ReportError(
+                "Someone changed this section meanwhile; review it again before taking the text."
+            )
         section.machine_body = section.machine_pending
         section.machine_pending = ""
         _write(section, section.machine_body, user, "took the machine's new text")
@@ -158,7 +164,9 @@ def section_leave_machine(section_id: int, *, user) -> Section:
     with transaction.atomic():
         section = Section.objects.select_for_update().get(pk=section_id)
         if section.machine_pending:
-            Section.objects.filter(pk=section.pk).update(machine_body=section.machine_pending, machine_pending="")
+            Section.objects.filter(pk=section.pk).update(
+                machine_body=section.machine_pending, machine_pending=""
+            )
             section.refresh_from_db()
         return section
 

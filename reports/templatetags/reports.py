@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django import template
 
-from .. import markdown
+from reports import markdown
 
 register = template.Library()
 
@@ -21,14 +21,14 @@ def get_item(mapping, key):
 @register.filter
 def offer_diff(section):
     """The diff from a section's body to the machine's newer text waiting for it."""
-    from ..services.diff import line_diff
+    from reports.services.diff import line_diff
 
     return line_diff(section.body, section.machine_pending) if section.machine_pending else []
 
 
 @register.filter
 def finding_key(finding):
-    from ..services.findings import finding_key as key
+    from reports.services.findings import finding_key as key
 
     return key(finding)
 

@@ -12,13 +12,14 @@ from django.shortcuts import get_object_or_404
 
 from investigations.models import Investigation
 from investigations.services import investigations as inv
+from reports import access
+from reports.models import Report
+from reports.services import conversation, findings, sections
 
-from .. import access
-from ..models import Report
-from ..services import conversation, findings, sections
 
-
-def investigation_for(request: HttpRequest, investigation_id: int, action: str = "view") -> tuple[Investigation, str]:
+def investigation_for(
+    request: HttpRequest, investigation_id: int, action: str = "view"
+) -> tuple[Investigation, str]:
     """Return the investigation and the user's role; 404 when it is not visible to them, 403 when the
     role does not allow `action` (a viewer editing)."""
     investigation = get_object_or_404(Investigation.objects.select_related("owner"), pk=investigation_id)

@@ -11,11 +11,11 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from investigations.views._common import HtmxHttpRequest
+from reports import access
+from reports.models import ActionItem, InboxItem
+from reports.services import conversation as svc
+from reports.services.sections import ReportError
 
-from .. import access
-from ..models import ActionItem, InboxItem
-from ..services import conversation as svc
-from ..services.sections import ReportError
 from ._common import page_context, report_of
 
 
@@ -30,8 +30,13 @@ def _region(request, report, role, name: str, error: str = "", status: int = 200
 def comment(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, role = report_of(request, investigation_id, "comment")
     try:
-        svc.comment_add(report, body=request.POST.get("body", ""), user=request.user,
-                        anchor=request.POST.get("anchor", "report"), parent_id=request.POST.get("parent"))
+        svc.comment_add(
+            report,
+            body=request.POST.get("body", ""),
+            user=request.user,
+            anchor=request.POST.get("anchor", "report"),
+            parent_id=request.POST.get("parent"),
+        )
     except ReportError as exc:
         return _region(request, report, role, "comments", str(exc), status=400)
     return _region(request, report, role, "comments")
@@ -42,7 +47,11 @@ def action_add(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, role = report_of(request, investigation_id, "edit")
     post = request.POST
     try:
-        owner = get_user_model().objects.filter(pk=post["owner"], is_active=True).first() if post.get("owner") else None
+        owner = (
+            get_user_model().objects.filter(pk=post["owner"], is_active=True).first()
+            if post.get("owner")
+            else None
+        )
         due = dt.date.fromisoformat(post["due"]) if post.get("due") else None
         svc.action_item_add(report, text=post.get("text", ""), owner=owner, due=due, user=request.user)
     except (ReportError, ValueError) as exc:

@@ -19,10 +19,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
+from reports import access
+from reports.models import Report, TicketLink
+from reports.services import exports
 
-from .. import access
-from ..models import Report, TicketLink
-from ..services import exports
 from ._common import page_context, report_of
 
 _URL = URLValidator(schemes=["http", "https"])
@@ -48,13 +48,18 @@ def export(request: HtmxHttpRequest, investigation_id: int, fmt: str) -> HttpRes
     report, _ = report_of(request, investigation_id)
     base = _base(request)
     if fmt == "md":
-        return _download(exports.report_markdown(report, base_url=base), "text/markdown; charset=utf-8",
-                         _name(report, "md"))
+        return _download(
+            exports.report_markdown(report, base_url=base),
+            "text/markdown; charset=utf-8",
+            _name(report, "md"),
+        )
     if fmt == "json":
         body = json.dumps(exports.report_json(report, base_url=base), indent=2, default=str)
         return _download(body, "application/json", _name(report, "json"))
     if fmt == "html":
-        return _download(exports.report_html(report, base_url=base), "text/html; charset=utf-8", _name(report, "html"))
+        return _download(
+            exports.report_html(report, base_url=base), "text/html; charset=utf-8", _name(report, "html")
+        )
     if fmt == "pdf":
         return _download(exports.report_pdf(report, base_url=base), "application/pdf", _name(report, "pdf"))
     raise Http404("Unknown export format.")
@@ -64,15 +69,19 @@ def export(request: HtmxHttpRequest, investigation_id: int, fmt: str) -> HttpRes
 @never_cache
 def ticket(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, _ = report_of(request, investigation_id)
-    return HttpResponse(exports.ticket_block(report, base_url=_base(request)), content_type="text/plain; charset=utf-8")
+    return HttpResponse(
+        exports.ticket_block(report, base_url=_base(request)), content_type="text/plain; charset=utf-8"
+    )
 
 
 def _links_region(request, report, role, error: str = "", status: int = 200) -> HttpResponse:
     if not request.htmx:
         return redirect("reports:page", investigation_id=report.investigation_id)
-    context = page_context(report, role, request.user) | {"links_error": error,
-                                                          "ticket_text": exports.ticket_block(report, base_url=_base(request)),
-                                                          "base_url": _base(request)}
+    context = page_context(report, role, request.user) | {
+        "links_error": error,
+        "ticket_text": exports.ticket_block(report, base_url=_base(request)),
+        "base_url": _base(request),
+    }
     return render(request, "reports/report.html#links-region", context, status=status)
 
 
@@ -124,7 +133,9 @@ def delete(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, role = report_of(request, investigation_id, "manage")
     title = report.investigation.title
     if request.POST.get("confirm", "").strip() != title:
-        return _links_region(request, report, role, "Type the investigation's title to delete it.", status=400)
+        return _links_region(
+            request, report, role, "Type the investigation's title to delete it.", status=400
+        )
     report.investigation.delete()
     messages.success(request, f"Deleted “{title}”.")
     if request.htmx:
@@ -141,7 +152,9 @@ def export_zone(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse
     try:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return _links_region(request, report, role, f"{name!r} is not a time zone (e.g. Europe/Paris, UTC).", 400)
+        return _links_region(
+            request, report, role, f"{name!r} is not a time zone (e.g. Europe/Paris, UTC).", 400
+        )
     Report.objects.filter(pk=report.pk).update(export_tz=name)
     report.export_tz = name
     return _links_region(request, report, role)

@@ -10,9 +10,9 @@ from django.views.decorators.http import require_POST
 
 from investigations.models import Finding
 from investigations.views._common import HtmxHttpRequest
+from reports.services import findings as svc
+from reports.services.sections import ReportError
 
-from ..services import findings as svc
-from ..services.sections import ReportError
 from ._common import page_context, report_of
 
 
@@ -28,8 +28,14 @@ def verdict(request: HtmxHttpRequest, investigation_id: int, finding_id: int) ->
     report, role = report_of(request, investigation_id, "edit")
     finding = get_object_or_404(Finding, pk=finding_id, investigation=report.investigation)
     try:
-        svc.verdict_set(report, finding, value=request.POST.get("value", "open"),
-                        reason=request.POST.get("reason", ""), note=request.POST.get("note"), user=request.user)
+        svc.verdict_set(
+            report,
+            finding,
+            value=request.POST.get("value", "open"),
+            reason=request.POST.get("reason", ""),
+            note=request.POST.get("note"),
+            user=request.user,
+        )
     except ReportError as exc:
         return _region(request, report, role, str(exc), status=400)
     return _region(request, report, role)
@@ -57,11 +63,18 @@ def add(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     post = request.POST
     try:
         svc.human_finding_add(
-            report, title=post.get("title", ""), body=post.get("body", ""),
-            severity=post.get("severity", "warning"), kind=post.get("kind", "note"),
-            chart_id=post.get("chart") or None, log_lines=post.getlist("log_line"),
-            promql=post.get("promql", ""), start=_time(post.get("start", "")), end=_time(post.get("end", "")),
-            step=float(post["step"]) if post.get("step") else None, user=request.user,
+            report,
+            title=post.get("title", ""),
+            body=post.get("body", ""),
+            severity=post.get("severity", "warning"),
+            kind=post.get("kind", "note"),
+            chart_id=post.get("chart") or None,
+            log_lines=post.getlist("log_line"),
+            promql=post.get("promql", ""),
+            start=_time(post.get("start", "")),
+            end=_time(post.get("end", "")),
+            step=float(post["step"]) if post.get("step") else None,
+            user=request.user,
         )
     except (ReportError, ValueError) as exc:
         return _region(request, report, role, str(exc), status=400)

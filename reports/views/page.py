@@ -9,9 +9,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
+from reports.services import activity, conversation, exports, findings
+from reports.services import sections as svc
 
-from ..services import activity, conversation, exports, findings
-from ..services import sections as svc
 from ._common import page_context, report_of, tokens
 
 #: Regions the live poll re-renders out of band when their token changed.
@@ -25,7 +25,9 @@ def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     conversation.presence_touch(report, request.user)
     base = request.build_absolute_uri("/").rstrip("/")
     context = page_context(report, role, request.user) | {
-        "base_url": base, "ticket_text": exports.ticket_block(report, base_url=base)}
+        "base_url": base,
+        "ticket_text": exports.ticket_block(report, base_url=base),
+    }
     return render(request, "reports/report.html", context)
 
 
@@ -44,15 +46,20 @@ def live(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     conversation.presence_touch(report, request.user, editing)
     shown = {k[2:]: v for k, v in request.GET.items() if k.startswith("v_")}
     versions = dict(report.sections.values_list("key", "version"))
-    changed = {key for key, version in versions.items() if key in shown and shown[key] != str(version)} - {editing}
+    changed = {key for key, version in versions.items() if key in shown and shown[key] != str(version)} - {
+        editing
+    }
     current = tokens(report)
     regions = [r for r in LIVE_REGIONS if request.GET.get(f"t_{r}") not in (None, current[r])]
     if not changed and not regions:  # the usual answer: only who is here (cheap, every 3 s per reader)
         presence = [p for p in conversation.presence_list(report) if p.user_id != request.user.pk]
         return render(request, "reports/_live.html", {"presence": presence, "oob": True})
     context = page_context(report, role, request.user)
-    context |= {"changed_sections": [s for s in context["sections"] if s.key in changed], "regions": regions,
-                "oob": True}
+    context |= {
+        "changed_sections": [s for s in context["sections"] if s.key in changed],
+        "regions": regions,
+        "oob": True,
+    }
     return render(request, "reports/_live.html", context)
 
 
@@ -60,8 +67,12 @@ def live(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 def status(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, role = report_of(request, investigation_id, "edit")
     try:
-        svc.report_set_status(report.pk, status=request.POST.get("status", ""),
-                              base_version=int(request.POST.get("base_version") or 0), user=request.user)
+        svc.report_set_status(
+            report.pk,
+            status=request.POST.get("status", ""),
+            base_version=int(request.POST.get("base_version") or 0),
+            user=request.user,
+        )
         error = ""
     except svc.ReportError as exc:
         error = str(exc)

@@ -8,10 +8,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
+from reports.models import Report, Section
+from reports.services import sections as svc
+from reports.services.diff import line_diff
 
-from ..models import Report, Section
-from ..services import sections as svc
-from ..services.diff import line_diff
 from ._common import report_of
 
 
@@ -22,12 +22,18 @@ def _section(report: Report, key: str) -> Section:
     return section
 
 
-def _render(request, report: Report, role: str, section: Section, *, mode: str = "show", status: int = 200,
-            **extra) -> HttpResponse:
+def _render(
+    request, report: Report, role: str, section: Section, *, mode: str = "show", status: int = 200, **extra
+) -> HttpResponse:
     if not request.htmx:
         return redirect(f"/investigations/{report.investigation_id}/report/#section-{section.key}")
-    context = {"report": report, "investigation": report.investigation, "section": section, "mode": mode,
-               "can_edit": role in ("owner", "editor")} | extra
+    context = {
+        "report": report,
+        "investigation": report.investigation,
+        "section": section,
+        "mode": mode,
+        "can_edit": role in ("owner", "editor"),
+    } | extra
     return render(request, "reports/_section.html", context, status=status)
 
 
@@ -38,7 +44,9 @@ def show(request: HtmxHttpRequest, investigation_id: int, key: str) -> HttpRespo
     mode = request.GET.get("mode", "show")
     if mode == "edit" and role not in ("owner", "editor"):
         mode = "show"
-    return _render(request, report, role, _section(report, key), mode=mode if mode in ("show", "edit") else "show")
+    return _render(
+        request, report, role, _section(report, key), mode=mode if mode in ("show", "edit") else "show"
+    )
 
 
 @require_POST
@@ -46,8 +54,12 @@ def save(request: HtmxHttpRequest, investigation_id: int, key: str) -> HttpRespo
     report, role = report_of(request, investigation_id, "edit")
     section = _section(report, key)
     try:
-        result = svc.section_save(section.pk, base_version=int(request.POST.get("base_version") or 0),
-                                  text=request.POST.get("body", ""), user=request.user)
+        result = svc.section_save(
+            section.pk,
+            base_version=int(request.POST.get("base_version") or 0),
+            text=request.POST.get("body", ""),
+            user=request.user,
+        )
     except (svc.ReportError, ValueError) as exc:
         return _render(request, report, role, section, mode="edit", status=400, error=str(exc))
     if result.outcome == "conflict":
@@ -63,8 +75,9 @@ def machine(request: HtmxHttpRequest, investigation_id: int, key: str) -> HttpRe
     section = _section(report, key)
     try:
         if request.POST.get("action") == "take":
-            section = svc.section_take_machine(section.pk, base_version=int(request.POST.get("base_version") or 0),
-                                               user=request.user)
+            section = svc.section_take_machine(
+                section.pk, base_version=int(request.POST.get("base_version") or 0), user=request.user
+            )
         else:
             section = svc.section_leave_machine(section.pk, user=request.user)
     except (svc.ReportError, ValueError) as exc:
@@ -77,7 +90,9 @@ def machine(request: HtmxHttpRequest, investigation_id: int, key: str) -> HttpRe
 def history(request: HtmxHttpRequest, investigation_id: int, key: str) -> HttpResponse:
     report, role = report_of(request, investigation_id)
     section = _section(report, key)
-    records = list(section.history.select_related("history_user").order_by("-history_date", "-history_id")[:50])
+    records = list(
+        section.history.select_related("history_user").order_by("-history_date", "-history_id")[:50]
+    )
     versions = []
     for newer, older in zip(records, records[1:] + [None], strict=False):
         versions.append({"record": newer, "diff": line_diff(older.body if older else "", newer.body)})
@@ -89,8 +104,12 @@ def restore(request: HtmxHttpRequest, investigation_id: int, key: str, history_i
     report, role = report_of(request, investigation_id, "edit")
     section = _section(report, key)
     try:
-        section = svc.section_restore(section.pk, history_id=history_id, user=request.user,
-                                      base_version=int(request.POST.get("base_version") or 0))
+        section = svc.section_restore(
+            section.pk,
+            history_id=history_id,
+            user=request.user,
+            base_version=int(request.POST.get("base_version") or 0),
+        )
     except (svc.ReportError, ValueError) as exc:
         return _render(request, report, role, section, status=409, error=str(exc))
     return _render(request, report, role, section, note="Restored; the restore is a new version.")

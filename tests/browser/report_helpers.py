@@ -20,13 +20,24 @@ def thermal_result(served_job, tmp_path_factory) -> Path:
     client, _truth, job_dir = served_job("thermal-straggler")
     triage = triage_job(job_dir).to_dict()
     path = tmp_path_factory.mktemp("report-case") / "case.json"
-    path.write_text(json.dumps({"result": run_diagnosis(client, triage=triage), "triage": triage,
-                                "job_dir": str(job_dir)}))
+    path.write_text(
+        json.dumps(
+            {"result": run_diagnosis(client, triage=triage), "triage": triage, "job_dir": str(job_dir)}
+        )
+    )
     return path
 
 
-def make_case(app: Any, case_json: Path, *, tag: str, users: dict[str, str] | None = None, team: str = "",
-              restricted: bool = False, memberships: dict[str, str] | None = None) -> int:
+def make_case(
+    app: Any,
+    case_json: Path,
+    *,
+    tag: str,
+    users: dict[str, str] | None = None,
+    team: str = "",
+    restricted: bool = False,
+    memberships: dict[str, str] | None = None,
+) -> int:
     """Create users (name -> "" or email), a team with memberships (name -> role), and an investigation of the
     diagnosed thermal job (under cluster `tag`, so tests do not share rows); return the investigation id."""
     code = f"""

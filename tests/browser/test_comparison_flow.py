@@ -81,7 +81,9 @@ def test_a_restored_job_compared_with_its_baseline_shows_the_leak(
     expect(page).to_have_url(re.compile(r"/timeline/\?.*compare=\d+"))
     for panel in ("step_time", "procs_running"):
         page.locator(f"#timeline-panel-{panel}").scroll_into_view_if_needed()
-        expect(page.locator(f"#timeline-panel-{panel} .timeline-plot")).to_have_attribute("data-state", "drawn")
+        expect(page.locator(f"#timeline-panel-{panel} .timeline-plot")).to_have_attribute(
+            "data-state", "drawn"
+        )
         expect(page.locator(f"#timeline-panel-{panel} .legendtext", has_text="(baseline)")).to_have_count(1)
     expect(page.get_by_role("radio", name="step")).to_be_checked()
 
@@ -113,7 +115,9 @@ def test_a_running_comparison_is_cancelled_in_place_and_the_worker_stops(
         for link in links:
             link.release()
         worker = stepwise_app.procs[0]  # started before the web server
-        wait_for_log(stepwise_app.log_dir / "worker.log", f"comparison {run_id} was cancelled: stopped", worker)
+        wait_for_log(
+            stepwise_app.log_dir / "worker.log", f"comparison {run_id} was cancelled: stopped", worker
+        )
     finally:
         for link in links:
             link.close()

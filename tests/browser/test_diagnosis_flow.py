@@ -76,9 +76,9 @@ def test_a_diagnosis_runs_in_place_and_names_the_culprit(page: Page, job_factory
         "select count(*) from investigations_finding where investigation_id = ?", (inv,)
     )[0][0]
     assert again == count
-    assert stepwise_app.rows("select incident_class from investigations_investigation where id = ?", (inv,)) == [
-        ("thermal-straggler",)
-    ]
+    assert stepwise_app.rows(
+        "select incident_class from investigations_investigation where id = ?", (inv,)
+    ) == [("thermal-straggler",)]
 
     # The finding's evidence opens on the timeline: its panels, its host highlighted, around its onset.
     hot = page.locator("#diagnosis tr.finding-row").filter(has_text="hot").filter(has_text=culprit["host"])

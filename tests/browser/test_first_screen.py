@@ -55,7 +55,9 @@ def _open(page: Page, title: str, job_dir: Path, cluster: str) -> int:
 def _in_first_screen(page: Page, selector: str, height: int) -> None:
     box = page.locator(selector).bounding_box()
     assert box is not None, f"{selector} is not rendered"
-    assert box["y"] >= 0 and box["y"] + box["height"] <= height, f"{selector} ends at {box['y'] + box['height']}"
+    assert box["y"] >= 0 and box["y"] + box["height"] <= height, (
+        f"{selector} ends at {box['y'] + box['height']}"
+    )
 
 
 def _overflowing(page: Page) -> list[str]:
@@ -78,7 +80,9 @@ def test_opened_it_is_diagnosed_and_the_first_screen_holds_the_verdict(sized_pag
     culprit = truth["culprits"][0]["host"]
     expect(verdict.get_by_test_id("verdict-culprits")).to_contain_text(culprit)
     expect(verdict.get_by_test_id("verdict-confidence")).to_contain_text("% confidence")
-    expect(verdict.get_by_test_id("verdict-next-steps")).to_contain_text(f"Act on the culprits first: {culprit}")
+    expect(verdict.get_by_test_id("verdict-next-steps")).to_contain_text(
+        f"Act on the culprits first: {culprit}"
+    )
     expect(verdict.get_by_test_id("verdict-origin")).to_contain_text("From the diagnosis (run #")
     assert stepwise_app.rows(
         "select count(*) from investigations_diagnosisrun where investigation_id = ?", (inv,)
@@ -123,7 +127,9 @@ def test_the_owner_deletes_after_typing_the_number(sized_page, job_factory, step
     with page.expect_navigation():
         button.click()
     expect(page.locator(".msg-success")).to_contain_text(f"Deleted investigation #{inv}")
-    assert stepwise_app.rows("select count(*) from investigations_investigation where id = ?", (inv,)) == [(0,)]
+    assert stepwise_app.rows("select count(*) from investigations_investigation where id = ?", (inv,)) == [
+        (0,)
+    ]
 
 
 def test_a_wrong_link_gets_the_apps_404_page_and_the_favicon_is_there(sized_page) -> None:

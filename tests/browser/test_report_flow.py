@@ -45,7 +45,9 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
     _edit(alice, "source_trace", base)
     _save(alice, "source_trace")
     # Bob sees Alice's text arrive without reloading.
-    expect(bob.locator("#section-source_trace").get_by_test_id("body")).to_contain_text("five", timeout=15_000)
+    expect(bob.locator("#section-source_trace").get_by_test_id("body")).to_contain_text(
+        "five", timeout=15_000
+    )
     # Both open the editor on that version; Alice changes the first line, Bob the last: merged.
     _edit(alice, "source_trace", base.replace("one", "ONE by alice"))
     _edit(bob, "source_trace", base.replace("five", "FIVE by bob"))
@@ -58,8 +60,9 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
     expect(body.get_by_test_id("body")).to_contain_text("ONE by alice")
     expect(body.get_by_test_id("body")).to_contain_text("FIVE by bob")
     # Now both change the same line: Bob's save is not written; both texts are shown side by side.
-    expect(alice.locator("#section-source_trace").get_by_test_id("body")).to_contain_text("FIVE by bob",
-                                                                                         timeout=15_000)
+    expect(alice.locator("#section-source_trace").get_by_test_id("body")).to_contain_text(
+        "FIVE by bob", timeout=15_000
+    )
     merged = "ONE by alice\ntwo\nthree\nfour\nFIVE by bob"
     _edit(alice, "source_trace", merged.replace("two", "two (alice)"))
     _edit(bob, "source_trace", merged.replace("two", "two (bob)"))
@@ -73,7 +76,8 @@ def test_concurrent_edits_of_a_section_merge_then_a_conflict_is_resolved(duo) ->
     bob.get_by_role("button", name="Save resolution").click()
     expect(bob.locator("#section-source_trace").get_by_test_id("body")).to_contain_text("two (alice and bob)")
     expect(alice.locator("#section-source_trace").get_by_test_id("body")).to_contain_text(
-        "two (alice and bob)", timeout=15_000)
+        "two (alice and bob)", timeout=15_000
+    )
 
 
 def _select(page, name: str, value: str) -> None:
@@ -109,7 +113,8 @@ def test_a_comment_appears_live_and_a_mention_reaches_the_inbox(duo) -> None:
     alice.get_by_test_id("comment-box").fill("@bob is GPU 3 of tx-hpc the hot one?")
     alice.get_by_role("button", name="Comment", exact=True).click()
     expect(bob.get_by_test_id("comment").filter(has_text="is GPU 3 of tx-hpc the hot one?")).to_be_visible(
-        timeout=15_000)
+        timeout=15_000
+    )
     bob.goto("/inbox/")
     expect(bob.get_by_test_id("inbox-item").first).to_contain_text("alice mentioned you")
     bob.get_by_test_id("inbox-item").first.get_by_role("link").click()
@@ -128,7 +133,8 @@ def test_a_finding_rejected_with_a_reason_shows_for_everyone(duo) -> None:
     expect(first.get_by_test_id("verdict")).to_have_text("Rejected")
     expect(first.get_by_test_id("reason")).to_have_text("A checkpoint spike, not the GPU")
     expect(bob.get_by_test_id("finding").first.get_by_test_id("reason")).to_have_text(
-        "A checkpoint spike, not the GPU", timeout=15_000)
+        "A checkpoint spike, not the GPU", timeout=15_000
+    )
 
 
 def test_history_restores_an_older_version(duo) -> None:
@@ -182,8 +188,14 @@ def test_a_permalink_lands_on_the_finding_highlighted(duo) -> None:
 
 def test_a_viewer_reads_and_comments_but_cannot_edit(browser, stepwise_app, thermal_result) -> None:  # noqa: F811
     users = {"vera": "", "otto": ""}
-    inv = make_case(stepwise_app, thermal_result, tag="viewer", users=users, team="viewers-team",
-                    memberships={"vera": "viewer", "otto": "owner"})
+    inv = make_case(
+        stepwise_app,
+        thermal_result,
+        tag="viewer",
+        users=users,
+        team="viewers-team",
+        memberships={"vera": "viewer", "otto": "owner"},
+    )
     vera = sign_in(browser, stepwise_app, "vera")
     try:
         vera.goto(f"/investigations/{inv}/report/")
@@ -200,15 +212,29 @@ def test_a_viewer_reads_and_comments_but_cannot_edit(browser, stepwise_app, ther
 
 
 def test_a_user_of_another_team_gets_404_everywhere(browser, stepwise_app, thermal_result) -> None:  # noqa: F811
-    inv = make_case(stepwise_app, thermal_result, tag="restricted", users={"rita": "", "sam": ""},
-                    team="red-team", restricted=True, memberships={"rita": "editor"})
-    stepwise_app.shell("from reports.models import Team, Membership\nfrom django.contrib.auth import get_user_model\n"
-                       "t, _ = Team.objects.get_or_create(name='blue-team')\n"
-                       "Membership.objects.get_or_create(team=t, user=get_user_model().objects.get(username='sam'))\n")
+    inv = make_case(
+        stepwise_app,
+        thermal_result,
+        tag="restricted",
+        users={"rita": "", "sam": ""},
+        team="red-team",
+        restricted=True,
+        memberships={"rita": "editor"},
+    )
+    stepwise_app.shell(
+        "from reports.models import Team, Membership\nfrom django.contrib.auth import get_user_model\n"
+        "t, _ = Team.objects.get_or_create(name='blue-team')\n"
+        "Membership.objects.get_or_create(team=t, user=get_user_model().objects.get(username='sam'))\n"
+    )
     sam, rita = sign_in(browser, stepwise_app, "sam"), sign_in(browser, stepwise_app, "rita")
     try:
-        for path in (f"/investigations/{inv}/", f"/investigations/{inv}/report/", f"/investigations/{inv}/timeline/",
-                     f"/investigations/{inv}/report/export.json", f"/investigations/{inv}/diagnosis/"):
+        for path in (
+            f"/investigations/{inv}/",
+            f"/investigations/{inv}/report/",
+            f"/investigations/{inv}/timeline/",
+            f"/investigations/{inv}/report/export.json",
+            f"/investigations/{inv}/diagnosis/",
+        ):
             response = sam.request.get(path)
             assert response.status == 404, path
             assert "Thermal straggler restricted" not in response.text()

@@ -29,7 +29,10 @@ def case(stepwise_app, job_factory):
     def make(scenario: str, profile: str = "amd") -> tuple[dict, dict]:
         if (scenario, profile) not in made:
             job_dir, truth = job_factory(scenario, seeds[(scenario, profile)], profile)
-            made[(scenario, profile)] = (open_case(stepwise_app, job_dir, truth, f"{scenario} ({profile})"), truth)
+            made[(scenario, profile)] = (
+                open_case(stepwise_app, job_dir, truth, f"{scenario} ({profile})"),
+                truth,
+            )
         return made[(scenario, profile)]
 
     return make
@@ -78,7 +81,9 @@ def test_hovering_one_panel_draws_the_crosshair_on_every_panel(page, case, x) ->
     box = page.locator("#timeline-panel-loss .nsewdrag").bounding_box()
     assert box is not None
     page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] / 2)
-    lines = {p: page.locator(f"#timeline-panel-{p} .timeline-crosshair") for p in ("loss", "gpu_temp", "gpu_clock")}
+    lines = {
+        p: page.locator(f"#timeline-panel-{p} .timeline-crosshair") for p in ("loss", "gpu_temp", "gpu_clock")
+    }
     for line in lines.values():
         expect(line).to_be_attached()
         expect(line).to_have_attribute("data-x", re.compile(r"\S"))
@@ -197,7 +202,9 @@ def test_rdma_degraded_host_is_named(page, case, profile, panel) -> None:
     if profile == "nvidia":
         # The NVIDIA profile declares node_exporter's RDMA counters (>= 1.11); this job's exporter has none,
         # so the panel draws nothing and says so (unavailable signal, or no series in the range).
-        expect(plot(page, "rdma_retransmits")).to_contain_text(re.compile("Not available|no data in this range"))
+        expect(plot(page, "rdma_retransmits")).to_contain_text(
+            re.compile("Not available|no data in this range")
+        )
 
 
 def test_a_pinned_chart_renders_after_its_prometheus_is_stopped(page, case, stepwise_app) -> None:

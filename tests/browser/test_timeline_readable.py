@@ -35,7 +35,9 @@ print(json.dumps(ids))
 def cluster(stepwise_app, job_factory):
     job_dir, truth = job_factory("thermal-straggler", 21)
     ids = open_case(stepwise_app, job_dir, truth, "labels in a cluster")
-    near = stepwise_app.shell(_CLUSTER.format(inv=ids["inv"], finding=ids["finding"])).strip().splitlines()[-1]
+    near = (
+        stepwise_app.shell(_CLUSTER.format(inv=ids["inv"], finding=ids["finding"])).strip().splitlines()[-1]
+    )
     return ids, truth, near
 
 
@@ -50,7 +52,12 @@ def _boxes(page, panel: str) -> list[dict]:
 
 
 def _overlap(a: dict, b: dict) -> bool:
-    return a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"] and b["y"] < a["y"] + a["h"]
+    return (
+        a["x"] < b["x"] + b["w"]
+        and b["x"] < a["x"] + a["w"]
+        and a["y"] < b["y"] + b["h"]
+        and b["y"] < a["y"] + a["h"]
+    )
 
 
 def test_onset_labels_never_overlap_and_the_first_onset_opens_its_finding(page, cluster) -> None:
@@ -60,7 +67,7 @@ def test_onset_labels_never_overlap_and_the_first_onset_opens_its_finding(page, 
     drawn(page, "gpu_temp")
     boxes = [b for b in _boxes(page, "gpu_temp") if b["w"]]
     assert len(boxes) >= 4, boxes
-    clashes = [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:] if _overlap(a, b)]
+    clashes = [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if _overlap(a, b)]
     assert not clashes, clashes
     assert int(plot(page, "gpu_temp").get_attribute("data-label-rows")) >= 2  # the cluster was stacked
     # The culprit's onset is the first of the cluster: a plain click (no force) reaches it and opens it.
@@ -86,9 +93,12 @@ def test_step_time_follows_the_steady_state_and_the_full_range_is_a_click_away(p
     expect(page.get_by_test_id("yrange-step_time")).to_have_text("Steady range")
     full = page.evaluate(figure)
     assert full["range"][1] >= full["max"] and not full["clipped"], full
-    assert page.evaluate(
-        "() => document.querySelector('#timeline-panel-step_time .timeline-plot').layout.xaxis.hoverformat"
-    ) == ",.0f"  # whole steps on the step axis
+    assert (
+        page.evaluate(
+            "() => document.querySelector('#timeline-panel-step_time .timeline-plot').layout.xaxis.hoverformat"
+        )
+        == ",.0f"
+    )  # whole steps on the step axis
 
 
 def test_a_selected_finding_fades_only_host_series_and_a_panel_downloads_as_csv(page, cluster) -> None:
@@ -125,7 +135,9 @@ def test_the_range_label_uses_the_chosen_zone(browser, stepwise_app, cluster, _s
         page.goto(
             f"/investigations/{ids['inv']}/timeline/?panels=step_time&x=time-local&start=1778356800&end=1778358600"
         )
-        expect(page.locator(".timeline-range")).to_have_text("2026-05-10 05:00:00 – 2026-05-10 05:30:00 UTC+09:00")
+        expect(page.locator(".timeline-range")).to_have_text(
+            "2026-05-10 05:00:00 – 2026-05-10 05:30:00 UTC+09:00"
+        )
         page.goto(
             f"/investigations/{ids['inv']}/timeline/?panels=step_time&x=time-utc&start=1778356800&end=1778358600"
         )

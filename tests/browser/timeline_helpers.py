@@ -29,7 +29,11 @@ print(json.dumps({{"inv": inv.pk, "job": job.pk, "finding": f.pk}}))
 def open_case(app: Any, job_dir: Path, truth: dict, title: str) -> dict:
     """Return the ids {inv, job, finding} of an investigation on job_dir with a finding on its first culprit."""
     code = _SETUP.format(
-        job_dir=str(job_dir), title=title, culprit=truth["culprits"][0], klass=truth["class"], onset=truth["onset"]
+        job_dir=str(job_dir),
+        title=title,
+        culprit=truth["culprits"][0],
+        klass=truth["class"],
+        onset=truth["onset"],
     )
     return json.loads(app.shell(code).strip().splitlines()[-1])
 

@@ -43,12 +43,20 @@ def test_seven_concurrent_submissions_against_a_slow_prometheus_all_succeed(tmp_
     _manage(env, "migrate", "--noinput")
     with http_server(_slow) as (url, seen):
         procs = [
-            subprocess.Popen([sys.executable, "manage.py", "shell", "--no-imports", "-c", code], cwd=REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+            subprocess.Popen(
+                [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )  # fmt: skip
             for code in [_WRITER] + [_CREATE.format(n=n, url=url) for n in range(SUBMISSIONS)]
         ]
         outs = [p.communicate(timeout=300) for p in procs]
-    failures = [(p.returncode, err[-1500:]) for p, (_out, err) in zip(procs, outs, strict=True) if p.returncode]
+    failures = [
+        (p.returncode, err[-1500:]) for p, (_out, err) in zip(procs, outs, strict=True) if p.returncode
+    ]
     assert failures == []
     assert all("database is locked" not in err for _out, err in outs)
     assert "writer done" in outs[0][0]
@@ -59,6 +67,8 @@ def test_seven_concurrent_submissions_against_a_slow_prometheus_all_succeed(tmp_
     with sqlite3.connect(db) as conn:
         titles = [r[0] for r in conn.execute("SELECT title FROM investigations_investigation")]
         jobs = conn.execute("SELECT count(*) FROM investigations_job").fetchone()[0]
-    assert sum(t.startswith("slow ") for t in titles) == SUBMISSIONS and jobs == SUBMISSIONS  # one job per URL
+    assert (
+        sum(t.startswith("slow ") for t in titles) == SUBMISSIONS and jobs == SUBMISSIONS
+    )  # one job per URL
     assert sum(t.startswith("writer ") for t in titles) == 40
     print(json.dumps({"submissions": SUBMISSIONS, "probe_delay_s": SLOW_S}))

@@ -31,7 +31,9 @@ def running(db) -> DiagnosisRun:
     DataSource.objects.create(job=job, kind="url", address="http://127.0.0.1:9090")
     inv = Investigation.objects.create(title="t")
     InvestigationJob.objects.create(investigation=inv, job=job, role="primary")
-    run = DiagnosisRun.objects.create(investigation=inv, job=job, status=TaskStatus.RUNNING, started=timezone.now())
+    run = DiagnosisRun.objects.create(
+        investigation=inv, job=job, status=TaskStatus.RUNNING, started=timezone.now()
+    )
     PlaybookExecution.objects.create(run=run, playbook="hang", status=TaskStatus.RUNNING)
     PlaybookExecution.objects.create(run=run, playbook="gpu-health", status=TaskStatus.DONE)
     return run
@@ -84,7 +86,9 @@ def test_a_new_diagnosis_is_accepted_once_the_dead_one_is_reaped(running: Diagno
 
 def test_the_heartbeat_lives_exactly_as_long_as_the_task(running: DiagnosisRun, settings) -> None:
     settings.STEPWISE_RUN_HEARTBEAT_SECONDS = 1
-    assert deadruns.heartbeat_start("task-1", "investigations.tasks.playbook_execute_task", (running.pk, "hang"), {})
+    assert deadruns.heartbeat_start(
+        "task-1", "investigations.tasks.playbook_execute_task", (running.pk, "hang"), {}
+    )
     assert RunHeartbeat.objects.get(task_id="task-1").run_id == running.pk
     deadruns.heartbeat_stop("task-1")
     assert not RunHeartbeat.objects.exists()

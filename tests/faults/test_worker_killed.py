@@ -59,7 +59,9 @@ def _worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, "-m", "celery", "-A", "stepwise", "worker", "--concurrency", "1", "-l", "info",
            "--without-gossip", "--without-mingle", "--without-heartbeat"]  # fmt: skip
     with log.open("ab") as out:
-        return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _row(db: Path, sql: str, *params) -> tuple:
@@ -108,8 +110,12 @@ def test_a_run_whose_worker_is_killed_fails_with_the_reason_and_a_rerun_is_clean
     os.kill(served.pid, signal.SIGSTOP)  # the diagnosis will hang on its first query
     deployment["workers"].append(first := _worker(env, log))
     run = int(_shell(env, _START.format(**ids)))
-    _wait("the plan task's heartbeat", lambda: _row(db, "SELECT count(*) FROM investigations_runheartbeat "
-                                                        "WHERE run_id = ?", run)[0], 60, log)
+    _wait(
+        "the plan task's heartbeat",
+        lambda: _row(db, "SELECT count(*) FROM investigations_runheartbeat WHERE run_id = ?", run)[0],
+        60,
+        log,
+    )
     assert _row(db, "SELECT status FROM investigations_diagnosisrun WHERE id = ?", run)[0] == "running"
 
     os.killpg(first.pid, signal.SIGKILL)  # the whole worker, children included, mid-query
@@ -119,8 +125,13 @@ def test_a_run_whose_worker_is_killed_fails_with_the_reason_and_a_rerun_is_clean
     deployment["workers"].append(_worker(env, log))
     status, error = _wait(
         "the dead run failed",
-        lambda: (r := _row(db, "SELECT status, error FROM investigations_diagnosisrun WHERE id = ?", run))[0]
-        != "running" and r, BOUND_S, log,
+        lambda: (
+            (r := _row(db, "SELECT status, error FROM investigations_diagnosisrun WHERE id = ?", run))[0]
+            != "running"
+            and r
+        ),
+        BOUND_S,
+        log,
     )
     print(f"dead run noticed {time.monotonic() - killed_at:.1f} s after the kill")
     assert status == "failed" and "The worker running it stopped" in error and "diagnosis_plan_task" in error

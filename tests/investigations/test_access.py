@@ -49,7 +49,11 @@ def test_every_investigation_url_is_refused_when_the_check_says_no(alice_client)
                 method = "post"
         assert response.status_code == 404, (pattern.name, response.status_code)
         assert allowed.call_count == 1, pattern.name
-        action = allowed.call_args.args[2] if len(allowed.call_args.args) > 2 else allowed.call_args.kwargs["action"]
+        action = (
+            allowed.call_args.args[2]
+            if len(allowed.call_args.args) > 2
+            else allowed.call_args.kwargs["action"]
+        )
         assert action == ("view" if method == "get" else "edit"), (pattern.name, action)
 
 

@@ -23,8 +23,13 @@ def _compare_servers() -> list[int]:
 
 
 def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "manage.py", "compare", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "manage.py", "compare", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -86,8 +91,12 @@ def test_a_dir_without_tsdb_exits_2(pair, tmp_path):
 def test_a_signal_stops_every_server_it_started(pair, sig):
     """SIGTERM or SIGINT (Ctrl-C) while serving: servers stopped, exit 128+signal, nothing on stdout, no traceback."""
     restored, baseline = pair
-    proc = subprocess.Popen([sys.executable, "manage.py", "compare", "--job-dir", str(baseline), "--job-dir",
-                             str(restored)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "compare", "--job-dir", str(baseline), "--job-dir", str(restored)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 60
         while not _compare_servers() and proc.poll() is None and time.monotonic() < deadline:

@@ -18,9 +18,19 @@ from tests.support.processes import prometheus_pids_under
 REPO = Path(__file__).resolve().parents[2]
 WORK_ROOT_PREFIX = "stepwise-diagnose-"
 CLASSES = {
-    "healthy", "collective-hang", "network-hang", "node-death", "heartbeat-false-positive", "host-oom",
-    "thermal-straggler", "rdma-degradation", "restore-resource-leak", "monitoring-ghost-data",
-    "gpu-driver-fault", "gpu-hardware-fault", "training-instability",
+    "healthy",
+    "collective-hang",
+    "network-hang",
+    "node-death",
+    "heartbeat-false-positive",
+    "host-oom",
+    "thermal-straggler",
+    "rdma-degradation",
+    "restore-resource-leak",
+    "monitoring-ghost-data",
+    "gpu-driver-fault",
+    "gpu-hardware-fault",
+    "training-instability",
 }
 
 
@@ -135,8 +145,9 @@ def test_a_served_url_with_the_log_diagnoses(served_job):
 def test_sigterm_stops_the_served_copy(job_factory):
     """SIGTERM while diagnosing still stops the Prometheus the command started."""
     job_dir, _ = job_factory("healthy")
-    proc = subprocess.Popen(_cmd("--job-dir", str(job_dir)), cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _cmd("--job-dir", str(job_dir)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _servers() and proc.poll() is None:
         time.sleep(0.05)

@@ -22,19 +22,42 @@ def _migrate(targets):
 @pytest.mark.django_db(transaction=True)
 def test_old_runs_are_split_into_kind_request_progress_and_output() -> None:
     old = _migrate(BEFORE)
-    Investigation, Job = old.get_model("investigations", "Investigation"), old.get_model("investigations", "Job")
+    Investigation, Job = (
+        old.get_model("investigations", "Investigation"),
+        old.get_model("investigations", "Job"),
+    )
     Run = old.get_model("investigations", "DiagnosisRun")
     investigation = Investigation.objects.create(title="old runs")
     job = Job.objects.create(job_id="1")
     common = {"investigation": investigation, "job": job}
-    comparison = Run.objects.create(**common, playbooks=["comparison"], window={"jobs": [3, 1]}, status="done",
-                                    result={"comparison": {"metrics": []}})
+    comparison = Run.objects.create(
+        **common,
+        playbooks=["comparison"],
+        window={"jobs": [3, 1]},
+        status="done",
+        result={"comparison": {"metrics": []}},
+    )
     queued = Run.objects.create(**common, result={"requested": None, "profile": "amd", "gpu_model": "auto"})
-    working = Run.objects.create(**common, status="running", playbooks=["gpu_health"], window={"start": 1.0, "end": 2.0},
-                                 result={"stage": "executing", "requested": ["gpu_health"], "profile": "auto",
-                                         "gpu_model": "H100", "source": SOURCE, "triage": None})
-    done = Run.objects.create(**common, status="done", playbooks=["gpu_health"],
-                              result={"diagnosis": {"class": "healthy"}, "gpu_model": {"name": "H100", "set_by_user": True}})
+    working = Run.objects.create(
+        **common,
+        status="running",
+        playbooks=["gpu_health"],
+        window={"start": 1.0, "end": 2.0},
+        result={
+            "stage": "executing",
+            "requested": ["gpu_health"],
+            "profile": "auto",
+            "gpu_model": "H100",
+            "source": SOURCE,
+            "triage": None,
+        },
+    )
+    done = Run.objects.create(
+        **common,
+        status="done",
+        playbooks=["gpu_health"],
+        result={"diagnosis": {"class": "healthy"}, "gpu_model": {"name": "H100", "set_by_user": True}},
+    )
 
     new = _migrate(AFTER)
     Run = new.get_model("investigations", "DiagnosisRun")
@@ -43,12 +66,19 @@ def test_old_runs_are_split_into_kind_request_progress_and_output() -> None:
     assert c.result == {"comparison": {"metrics": []}}
     q = Run.objects.get(pk=queued.pk)
     assert (q.kind, q.request, q.stage, q.result) == (
-        "diagnosis", {"playbooks": None, "profile": "amd", "gpu_model": "auto"}, "", {}
+        "diagnosis",
+        {"playbooks": None, "profile": "amd", "gpu_model": "auto"},
+        "",
+        {},
     )
     w = Run.objects.get(pk=working.pk)
     assert w.request == {"playbooks": ["gpu_health"], "profile": "auto", "gpu_model": "H100"}
-    assert (w.stage, w.planned, w.result, w.window) == ("executing", {"source": SOURCE, "triage": None}, {},
-                                                        {"start": 1.0, "end": 2.0})
+    assert (w.stage, w.planned, w.result, w.window) == (
+        "executing",
+        {"source": SOURCE, "triage": None},
+        {},
+        {"start": 1.0, "end": 2.0},
+    )
     d = Run.objects.get(pk=done.pk)
     assert d.kind == "diagnosis" and d.result["diagnosis"] == {"class": "healthy"}
     assert d.request == {"playbooks": None, "profile": "auto", "gpu_model": "H100"}
@@ -59,7 +89,11 @@ def test_old_runs_are_split_into_kind_request_progress_and_output() -> None:
     assert Run.objects.get(pk=comparison.pk).playbooks == ["comparison"]
     assert Run.objects.get(pk=comparison.pk).window == {"jobs": [3, 1]}
     assert Run.objects.get(pk=working.pk).result == {
-        "stage": "executing", "requested": ["gpu_health"], "profile": "auto", "gpu_model": "H100",
-        "source": SOURCE, "triage": None,
+        "stage": "executing",
+        "requested": ["gpu_health"],
+        "profile": "auto",
+        "gpu_model": "H100",
+        "source": SOURCE,
+        "triage": None,
     }
     _migrate(AFTER)

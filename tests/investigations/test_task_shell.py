@@ -85,7 +85,10 @@ def test_a_pending_triage_waits_then_fails() -> None:
     with pytest.raises(Retried):
         shell.run_claimed(task, _row(log), _raise(TriagePending("Waiting for the log triage of job 7")))
     assert log == [("requeue", "Waiting for the log triage of job 7")]
-    assert (task.retried["countdown"], task.retried["max_retries"]) == (shell.TRIAGE_WAIT_S, shell.TRIAGE_WAIT_RETRIES)
+    assert (task.retried["countdown"], task.retried["max_retries"]) == (
+        shell.TRIAGE_WAIT_S,
+        shell.TRIAGE_WAIT_RETRIES,
+    )
     log.clear()
     shell.run_claimed(FakeTask(retries=shell.TRIAGE_WAIT_RETRIES), _row(log), _raise(TriagePending("x")))
     assert log[0][:2] == ("finish", TaskStatus.FAILED) and "did not finish within" in log[0][2]
@@ -95,7 +98,10 @@ def test_a_pending_triage_waits_then_fails() -> None:
     ("exc", "error"),
     [
         (DataSourceError("no prometheus/ folder"), "no prometheus/ folder"),
-        (PrometheusQueryError("bad_data", "parse error", "up{"), "Prometheus rejected the query (bad_data): parse error"),
+        (
+            PrometheusQueryError("bad_data", "parse error", "up{"),
+            "Prometheus rejected the query (bad_data): parse error",
+        ),
         (KeyError("own"), "'own'"),  # one of the row's own permanent errors
     ],
 )
@@ -118,7 +124,9 @@ def test_the_soft_time_limit_and_a_bug_fail_the_row() -> None:
     log.clear()
     with pytest.raises(ZeroDivisionError):  # re-raised, so Celery logs the traceback
         shell.run_claimed(FakeTask(), _row(log, doing="while planning"), lambda: 1 / 0)
-    assert log == [("finish", TaskStatus.FAILED, "Internal error while planning; the worker log has the details")]
+    assert log == [
+        ("finish", TaskStatus.FAILED, "Internal error while planning; the worker log has the details")
+    ]
 
 
 def test_a_row_the_service_finishes_is_not_finished_again() -> None:

@@ -4,6 +4,7 @@ while it queries stops at its next query and leaves the run as the cancel wrote 
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import sqlite3
 import threading
@@ -185,10 +186,8 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
     except OSError:
         pass
     finally:
-        try:
+        with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 #: `manage.py shell` code that leaves `inv`: an investigation of `jobs`, each (Prometheus URL, triage, role).
@@ -252,7 +251,9 @@ def wait_for_log(log: Path, text: str, worker, timeout: float = 120) -> None:
 
 @pytest.mark.django_db(False)
 def test_a_real_worker_stops_a_cancelled_comparison_at_its_next_query(
-    served_job, stack: dict, tmp_path: Path  # noqa: F811
+    served_job,
+    stack: dict,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """The worker's queries wait at a slow link; the user cancels; the worker stops before its next query."""
     links, jobs = held_pair(served_job)
@@ -262,11 +263,15 @@ def test_a_real_worker_stops_a_cancelled_comparison_at_its_next_query(
     log = tmp_path / "worker.log"
     worker = _start_worker(env, log)
     try:
-        run_id = int(_manage(env, "shell", "--no-imports", "-c", SETUP.format(jobs=jobs) + _START).stdout.split()[-1])
+        run_id = int(
+            _manage(env, "shell", "--no-imports", "-c", SETUP.format(jobs=jobs) + _START).stdout.split()[-1]
+        )
         # The worker claimed the run, connected both jobs and sent its first query: it waits at the link.
         assert any(link.held.wait(timeout=120) for link in links), log.read_text()[-3000:]
         assert _row(db, run_id)[0] == "running"
-        assert _manage(env, "shell", "--no-imports", "-c", _CANCEL.format(run_id=run_id)).stdout.split() == ["True"]
+        assert _manage(env, "shell", "--no-imports", "-c", _CANCEL.format(run_id=run_id)).stdout.split() == [
+            "True"
+        ]
         cancelled = _row(db, run_id)
         # The worker sees the cancel while its query still waits; only then does the query go through.
         wait_for_log(log, f"comparison {run_id} is no longer running", worker)

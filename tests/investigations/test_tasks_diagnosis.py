@@ -123,9 +123,15 @@ def test_a_rerun_gives_the_same_findings(diagnosable, queue) -> None:
         tasks.diagnosis_plan_task(run_id)
         drain(queue)
         rows = Finding.objects.filter(investigation=investigation, job=job).order_by("pk")
-        assert set(rows.values_list("run_id", flat=True)) == {run_id}, "every finding comes from the latest run"
+        assert set(rows.values_list("run_id", flat=True)) == {run_id}, (
+            "every finding comes from the latest run"
+        )
         found.append(
-            list(rows.values_list("pk", "playbook", "rule", "incident_class", "severity", "hosts", "gpus", "onset"))
+            list(
+                rows.values_list(
+                    "pk", "playbook", "rule", "incident_class", "severity", "hosts", "gpus", "onset"
+                )
+            )
         )
     assert found[0] == found[1] and found[0]
     assert DiagnosisRun.objects.filter(status=TaskStatus.DONE).count() == 2
@@ -278,7 +284,10 @@ print(run.pk)
 @pytest.mark.django_db(False)
 @pytest.mark.parametrize("broker", [pytest.param("redis", marks=pytest.mark.redis), "embedded"])
 def test_real_workers_run_a_whole_diagnosis(
-    served_job, migrated_db: Path, tmp_path: Path, broker: str  # noqa: F811
+    served_job,
+    migrated_db: Path,  # noqa: F811
+    tmp_path: Path,
+    broker: str,
 ) -> None:
     """Two worker processes share the playbooks; the findings rows land in the shared database.
 

@@ -35,19 +35,34 @@ def _grid(rows: dict[tuple[str, str | None], np.ndarray]) -> Grid:
 
 def _ctx(results: dict, **tl) -> Context:
     t = _t()
-    timeline = Timeline(start=float(t[0]), end=float(t[-1]), train_start=float(t[0]), last_advance=float(t[-1]),
-                        step_s=20.0, warm_end=float(t[10]), steady=(float(t[10]), float(t[80])))
+    timeline = Timeline(
+        start=float(t[0]),
+        end=float(t[-1]),
+        train_start=float(t[0]),
+        last_advance=float(t[-1]),
+        step_s=20.0,
+        warm_end=float(t[10]),
+        steady=(float(t[10]), float(t[80])),
+    )
     for k, v in tl.items():
         setattr(timeline, k, v)
     src = SimpleNamespace(profile="amd", metric_names=(), gpus_per_host=4, gpu_model=None)
-    return Context(results=results, meta={k: {"promql": k, "window_s": 60.0} for k in results}, timeline=timeline,
-                   triage=None, source=src, gpu=None)
+    return Context(
+        results=results,
+        meta={k: {"promql": k, "window_s": 60.0} for k in results},
+        timeline=timeline,
+        triage=None,
+        source=src,
+        gpu=None,
+    )
 
 
 def _rule(detector: str, queries: list[str], klass: str = "thermal-straggler", **params) -> tuple:
     qs = "\n".join(f'[[queries]]\nname = "{q}"\nsignal = "gpu_temp"\n' for q in queries)
-    text = (f'name = "t"\ntrigger = ["always"]\n{qs}\n[[rules]]\nid = "r"\ndetector = "{detector}"\n'
-            f'queries = {queries!r}\nclass = "{klass}"\nseverity = "warning"\n').replace("'", '"')
+    text = (
+        f'name = "t"\ntrigger = ["always"]\n{qs}\n[[rules]]\nid = "r"\ndetector = "{detector}"\n'
+        f'queries = {queries!r}\nclass = "{klass}"\nseverity = "warning"\n'
+    ).replace("'", '"')
     pb = parse_playbook(text, source="t.toml")
     rule = pb.rules[0]
     object.__setattr__(rule, "params", params)
@@ -99,8 +114,10 @@ def test_rate_excess_needs_floor_and_the_reference():
 def test_peer_deviation_removes_each_rows_usual_offset():
     """A GPU that always runs 5 degrees warmer is not an outlier; one that heats up later is."""
     t = np.arange(50)
-    rows = np.array([60 + 0 * t, 61 + 0 * t, 60 + 0 * t, 61 + 0 * t, 65 + 0 * t, 60 + np.where(t > 30, 20, 0)],
-                    dtype=float)
+    rows = np.array(
+        [60 + 0 * t, 61 + 0 * t, 60 + 0 * t, 61 + 0 * t, 65 + 0 * t, 60 + np.where(t > 30, 20, 0)],
+        dtype=float,
+    )
     base = t < 20
     dev, spread, _ = peer_deviation(rows, base)
     assert abs(dev[4, 40]) < 1
@@ -138,8 +155,9 @@ def test_peer_outlier_extrapolates_a_ramp_back_to_its_start():
     rng = np.random.default_rng(2)
     rows = {(h, str(g)): 70 + rng.normal(0, 0.5, N) for h in ("a", "b") for g in range(4)}
     rows[("a", "3")] = rows[("a", "3")] + np.clip((np.arange(N) - 100) * 0.4, 0, 25)
-    pb, rule = _rule("peer_outlier", ["temp"], direction="up", z=6.0, min_rel=0.08, min_duration="5m",
-                     extrapolate=True)
+    pb, rule = _rule(
+        "peer_outlier", ["temp"], direction="up", z=6.0, min_rel=0.08, min_duration="5m", extrapolate=True
+    )
     f = evaluate(_ctx({"temp": _grid(rows)}), [_with_rules(pb, rule)])[0]
     assert f.hosts == ["a"] and f.gpus == ["3"]
     assert abs(f.onset - (NOW + 100 * STEP)) <= 3 * STEP
@@ -182,8 +200,12 @@ def test_no_findings_decide_healthy():
 def test_earliest_critical_cause_wins_and_the_stall_becomes_its_effect():
     """A network burst before a stall makes a network hang; the stall finding is re-classed as its effect."""
     ctx = _ctx({}, stalled=True, last_advance=NOW + 3000)
-    stall = Finding("hang", "step_stall", "collective-hang", "critical", "cause", [], [], NOW + 3000, "stop", [])
-    net = Finding("hang", "network_trigger_retx", "network-hang", "critical", "cause", ["b"], [], NOW + 2800, "net", [])
+    stall = Finding(
+        "hang", "step_stall", "collective-hang", "critical", "cause", [], [], NOW + 3000, "stop", []
+    )
+    net = Finding(
+        "hang", "network_trigger_retx", "network-hang", "critical", "cause", ["b"], [], NOW + 2800, "net", []
+    )
     d = decide_diagnosis(ctx, [stall, net])
     assert d["class"] == "network-hang" and d["root_cause_family"] == "network-rdma"
     assert d["culprits"] == [{"host": "b", "gpu": None}]
@@ -199,8 +221,11 @@ def _with_rules(pb, rule):
 
 def _heartbeat_ctx(power: dict, util: dict, **tl) -> Context:
     ctx = _ctx({"power_by_host": _grid(power), "util_by_host": _grid(util)}, **tl)
-    ctx.triage = {"heartbeat_accused": ["b"], "job": {"crash_time": NOW + 180 * STEP},
-                  "config": {"jax_distributed_heartbeat_timeout_seconds": str(int(60 * STEP))}}
+    ctx.triage = {
+        "heartbeat_accused": ["b"],
+        "job": {"crash_time": NOW + 180 * STEP},
+        "config": {"jax_distributed_heartbeat_timeout_seconds": str(int(60 * STEP))},
+    }
     return ctx
 
 

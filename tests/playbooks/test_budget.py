@@ -110,9 +110,8 @@ def test_a_query_queued_past_the_limit_fails_as_a_timeout(tmp_path) -> None:
     holder = _holder(tmp_path)
     try:
         budget = SourceBudget(tmp_path, "http://head-node:9090", 1, max_wait=0.2)
-        with pytest.raises(BudgetTimeout, match="already runs 1 queries"):
-            with budget.slot():
-                pass
+        with pytest.raises(BudgetTimeout, match="already runs 1 queries"), budget.slot():
+            pass
         with PrometheusClient("http://head-node:9090", gate=budget.slot) as client:
             with pytest.raises(PrometheusTimeout, match="queued too long"):
                 client.query("up")

@@ -85,10 +85,27 @@ def test_the_result_has_the_contract_shape(job_factory, served_job):
     assert set(result["jobs"][0]) == {"id", "status", "triage_class", "first_step", "last_step", "crash_time"}
     assert set(result["source"]) == {"url", "profile", "hosts", "gpus_per_host", "time_range"}
     lo, hi = result["comparison"]["overlap_steps"]
-    assert max(j["first_step"] for j in result["jobs"]) == lo <= hi == min(j["last_step"] for j in result["jobs"])
+    assert (
+        max(j["first_step"] for j in result["jobs"])
+        == lo
+        <= hi
+        == min(j["last_step"] for j in result["jobs"])
+    )
     names = {m["name"] for m in result["comparison"]["metrics"]}
-    assert {"step_time", "tokens_per_sec", "gpu_power", "gpu_temp", "gpu_clock", "gpu_util", "procs_running",
-            "procs_blocked", "mem_used", "rdma_retransmits", "tcp_retransmits", "io_pressure"} <= names
+    assert {
+        "step_time",
+        "tokens_per_sec",
+        "gpu_power",
+        "gpu_temp",
+        "gpu_clock",
+        "gpu_util",
+        "procs_running",
+        "procs_blocked",
+        "mem_used",
+        "rdma_retransmits",
+        "tcp_retransmits",
+        "io_pressure",
+    } <= names
     for m in result["comparison"]["metrics"]:
         assert len(m["values"]) == 2 and isinstance(m["delta_pct"], float) and m["likely_cause"]
     assert result["timings"]["queries"] > 0
@@ -109,9 +126,14 @@ def test_a_comparison_needs_two_jobs(served_job):
         ([{"tensorboard_dir": "/out/a/tb"}, {"tensorboard_dir": "/out/b/tb"}], {}),
         ([{"NNODES": "8", "steps": "100"}, {"NNODES": "16", "steps": "100"}], {"NNODES": ["8", "16"]}),
         ([{"quantization": "int8"}, {}], {"quantization": ["int8", None]}),
-        ([{"model_id": "a", "SLURM_JOB_ID": "1"}, {"model_id": "b", "SLURM_JOB_ID": "2"}], {"model_id": ["a", "b"]}),
-        ([{"checkpoint_period": "100"}, {"checkpoint_period": "100"}, {"checkpoint_period": "50"}],
-         {"checkpoint_period": ["100", "100", "50"]}),
+        (
+            [{"model_id": "a", "SLURM_JOB_ID": "1"}, {"model_id": "b", "SLURM_JOB_ID": "2"}],
+            {"model_id": ["a", "b"]},
+        ),
+        (
+            [{"checkpoint_period": "100"}, {"checkpoint_period": "100"}, {"checkpoint_period": "50"}],
+            {"checkpoint_period": ["100", "100", "50"]},
+        ),
     ],
 )
 def test_config_diff_keeps_only_differences_that_are_not_run_specific(configs, expected):

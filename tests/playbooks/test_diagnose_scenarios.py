@@ -75,8 +75,9 @@ CASES = [(s, p, 1, {}) for s in SCENARIOS for p in ("amd", "nvidia")] + [
 ]
 
 
-@pytest.mark.parametrize(("scenario", "profile", "seed", "kw"), CASES,
-                         ids=[f"{s}-{p}-{seed}" for s, p, seed, _ in CASES])
+@pytest.mark.parametrize(
+    ("scenario", "profile", "seed", "kw"), CASES, ids=[f"{s}-{p}-{seed}" for s, p, seed, _ in CASES]
+)
 def test_diagnosis_matches_the_truth(served_job, view_root, scenario, profile, seed, kw):
     """run_diagnosis gives the truth's class, family, culprits (and GPU) and onset; healthy has no warning."""
     client, truth, job_dir = _serve(served_job, view_root, scenario, seed, profile, **kw)
@@ -112,14 +113,25 @@ def test_the_api_round_trips_through_json(served_job, view_root):
     names = {p.name for p in plans}
     assert {"hang", "heartbeat", "node"} <= names  # called for by the triage (heartbeat timeout, node exit)
     done: list[tuple[str, bool]] = []
-    outputs = [PlaybookOutput.from_dict(json.loads(json.dumps(
-        execute(client, p, concurrency=2, on_query_done=lambda n, ok: done.append((n, ok))).to_dict())))
-        for p in plans]
+    outputs = [
+        PlaybookOutput.from_dict(
+            json.loads(
+                json.dumps(
+                    execute(
+                        client, p, concurrency=2, on_query_done=lambda n, ok: done.append((n, ok))
+                    ).to_dict()
+                )
+            )
+        )
+        for p in plans
+    ]
     assert len(done) == sum(len(p.queries) for p in plans) and all(ok for _, ok in done)
     out = decide(source, outputs, triage=triage)
     assert out["diagnosis"]["class"] == truth["class"]
     assert all("rule" in f for f in out["findings"])
-    assert len({f["rule"] for f in out["findings"]}) == len(out["findings"])  # one finding per rule: upsert key
+    assert len({f["rule"] for f in out["findings"]}) == len(
+        out["findings"]
+    )  # one finding per rule: upsert key
 
 
 def test_the_gpu_model_is_chosen_from_the_data_unless_the_user_names_one(served_job, view_root):
@@ -139,8 +151,12 @@ def test_failed_queries_are_kept_as_errors_and_lower_confidence(served_job, view
     triage = triage_job(job_dir).to_dict()
     source = discover_source(client)
     plans = plan(source, triage=triage)
-    broken = [replace(p, queries=(*p.queries, PlannedQuery("bad", "sum(", "instant", *p.window, None)))
-              if p.name == "network" else p for p in plans]
+    broken = [
+        replace(p, queries=(*p.queries, PlannedQuery("bad", "sum(", "instant", *p.window, None)))
+        if p.name == "network"
+        else p
+        for p in plans
+    ]
     outputs = [execute(client, p) for p in broken]
     net = next(o for o in outputs if o.name == "network")
     assert "bad" in net.errors and "bad" not in net.results and net.results
@@ -171,8 +187,15 @@ def test_a_log_of_another_job_is_flagged(served_job, view_root, job_factory):
     assert result["diagnosis"]["confidence"] <= 0.2
 
 
-@pytest.mark.parametrize(("scenario", "profile"), [("healthy", "nvidia"), ("collective-hang", "amd"),
-                                                   ("node-death", "amd"), ("thermal-straggler", "nvidia")])
+@pytest.mark.parametrize(
+    ("scenario", "profile"),
+    [
+        ("healthy", "nvidia"),
+        ("collective-hang", "amd"),
+        ("node-death", "amd"),
+        ("thermal-straggler", "nvidia"),
+    ],
+)
 def test_without_a_log_the_data_alone_decides(served_job, view_root, scenario, profile):
     """With no triage (a bare --prometheus), every playbook runs and the data alone gives the class.
 
@@ -204,16 +227,30 @@ def test_aggregating_before_renaming_hosts_gives_the_same_series(served_job, vie
     checked = 0
     for name in ("power_by_host", "temp_gpu", "util_min_host", "gpu_samples", "procs_running", "tcp_retx"):
         q = next(q for pb in load_playbooks().values() for q in pb.queries if q.name == name)
-        pq = render_query(q, "nvidia", start=source.time_range[0], end=source.time_range[1], interval=source.interval)
+        pq = render_query(
+            q, "nvidia", start=source.time_range[0], end=source.time_range[1], interval=source.interval
+        )
         sig = prof.signal(q.signal)
         window = f"{math.ceil(pq.window_s or 60)}s"
-        plain = sig.expr(q.fn or None, window=window, by=q.by, agg=q.agg or None) if (q.fn or sig.is_counter) \
+        plain = (
+            sig.expr(q.fn or None, window=window, by=q.by, agg=q.agg or None)
+            if (q.fn or sig.is_counter)
             else sig.expr(None, by=q.by, agg=q.agg or None)
+        )
         assert pq.promql != plain
-        fast = {tuple(sorted(s.labels.items())): s.values for s in client.query_range(pq.promql, pq.start, pq.end, pq.step)}
-        ref = {tuple(sorted(s.labels.items())): s.values for s in client.query_range(plain, pq.start, pq.end, pq.step)}
+        fast = {
+            tuple(sorted(s.labels.items())): s.values
+            for s in client.query_range(pq.promql, pq.start, pq.end, pq.step)
+        }
+        ref = {
+            tuple(sorted(s.labels.items())): s.values
+            for s in client.query_range(plain, pq.start, pq.end, pq.step)
+        }
         assert fast.keys() == ref.keys() and fast
         for k, vals in fast.items():
-            assert all((math.isnan(a) and math.isnan(b)) or a == pytest.approx(b) for a, b in zip(vals, ref[k], strict=True))
+            assert all(
+                (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b)
+                for a, b in zip(vals, ref[k], strict=True)
+            )
         checked += 1
     assert checked == 6

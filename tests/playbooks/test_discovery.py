@@ -32,7 +32,7 @@ def test_it_reports_what_the_tsdb_holds(served_job, profile: str) -> None:
     assert found.profile == profile
     assert found.time_range == pytest.approx(tuple(truth["data_range"]), abs=1.0)
     assert set(found.hosts) == set(truth["hosts"])
-    assert found.gpus_per_host == {h: truth["gpus_per_host"] for h in truth["hosts"]}
+    assert found.gpus_per_host == dict.fromkeys(truth["hosts"], truth["gpus_per_host"])
     assert found.gpus_min == found.gpus_max == found.gpus_typical == truth["gpus_per_host"]
     assert found.hosts_fewer_gpus == ()
     assert any(truth["gpu_model"] in model for model in found.gpu_models)

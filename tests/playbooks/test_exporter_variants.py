@@ -28,7 +28,9 @@ def _diagnose(served_job, view_root, scenario, profile, exporters, seed=1, **kw)
 def _verdict_holds(result, truth):
     d = result["diagnosis"]
     assert (d["class"], d["root_cause_family"]) == (truth["class"], truth["root_cause_family"]), d["summary"]
-    assert sorted(c["host"] for c in d["culprits"]) == sorted(c["host"] for c in truth["culprits"]), d["summary"]
+    assert sorted(c["host"] for c in d["culprits"]) == sorted(c["host"] for c in truth["culprits"]), d[
+        "summary"
+    ]
     if truth["class"] == "healthy":
         assert [f["title"] for f in result["findings"] if f["severity"] != "info"] == []
 
@@ -36,8 +38,12 @@ def _verdict_holds(result, truth):
 VARIANTS = [
     ("hostname-lower", Exporters(gpu_host_label="hostname")),
     ("no-hostname", Exporters(gpu_host_label="")),
-    ("kubernetes", Exporters(kubernetes=True, node_by_address=True, node_job="node-exporter",
-                             gpu_job="nvidia-dcgm-exporter")),
+    (
+        "kubernetes",
+        Exporters(
+            kubernetes=True, node_by_address=True, node_job="node-exporter", gpu_job="nvidia-dcgm-exporter"
+        ),
+    ),
     ("renamed-jobs", Exporters(node_job="prometheus-node-exporter", gpu_job="gpu-metrics")),
     ("node-by-address", Exporters(node_by_address=True)),
     ("dcgm-30s", Exporters(gpu_collect_s=30.0)),
@@ -46,8 +52,11 @@ VARIANTS = [
 ]
 
 
-@pytest.mark.parametrize(("scenario", "variant"), [(s, v) for s in ("gpu-hardware-fault", "healthy")
-                                                   for v in VARIANTS], ids=lambda x: x[0] if isinstance(x, tuple) else x)
+@pytest.mark.parametrize(
+    ("scenario", "variant"),
+    [(s, v) for s in ("gpu-hardware-fault", "healthy") for v in VARIANTS],
+    ids=lambda x: x[0] if isinstance(x, tuple) else x,
+)
 def test_a_deployment_variant_keeps_the_verdict(served_job, view_root, scenario, variant):
     """Host labels, job names, addresses, collection intervals and late exporters change nothing."""
     name, ex = variant
@@ -66,7 +75,9 @@ def test_a_stale_xid_from_before_the_job_is_no_event(served_job, view_root):
 
 def test_remapped_rows_stand_in_for_ecc_counters(served_job, view_root):
     """The default counter set has no ECC SBE/DBE: the uncorrectable remapped rows reveal the bad GPU."""
-    result, truth, _ = _diagnose(served_job, view_root, "gpu-hardware-fault", "nvidia", Exporters(ecc="remapped"))
+    result, truth, _ = _diagnose(
+        served_job, view_root, "gpu-hardware-fault", "nvidia", Exporters(ecc="remapped")
+    )
     _verdict_holds(result, truth)
     ecc = [f for f in result["findings"] if f["class"] == "gpu-hardware-fault" and f["severity"] != "info"]
     assert any("ecc" in f["title"].lower() or "uncorrectable" in f["title"].lower() for f in ecc), ecc
@@ -74,8 +85,9 @@ def test_remapped_rows_stand_in_for_ecc_counters(served_job, view_root):
 
 def test_a_restarted_exporter_pod_with_two_host_names_does_not_break_matching(served_job, view_root):
     """One instance with two Hostname values in the window: no many-to-many error, the verdict holds."""
-    result, truth, _ = _diagnose(served_job, view_root, "gpu-hardware-fault", "nvidia",
-                                 Exporters(hostname_change=True))
+    result, truth, _ = _diagnose(
+        served_job, view_root, "gpu-hardware-fault", "nvidia", Exporters(hostname_change=True)
+    )
     assert result["diagnosis"]["class"] == truth["class"]
     assert not any("many-to-many" in str(e) for e in result.get("errors", {}).values())
     assert all("many-to-many" not in f["title"] for f in result["findings"])
@@ -83,8 +95,9 @@ def test_a_restarted_exporter_pod_with_two_host_names_does_not_break_matching(se
 
 def test_node_exporter_rdma_counters_feed_the_rdma_rules(served_job, view_root):
     """node_exporter >= 1.11 exports RoCE retransmits and ACK timeouts; the network playbook reads them."""
-    result, truth, client = _diagnose(served_job, view_root, "rdma-degradation", "nvidia",
-                                      Exporters(rdma_hw_counters=True))
+    result, truth, client = _diagnose(
+        served_job, view_root, "rdma-degradation", "nvidia", Exporters(rdma_hw_counters=True)
+    )
     prof = PROFILES[result["source"]["profile"]]
     assert prof.available(client.label_values("__name__"))["rdma_retransmits"]
     _verdict_holds(result, truth)
@@ -93,10 +106,19 @@ def test_node_exporter_rdma_counters_feed_the_rdma_rules(served_job, view_root):
 @pytest.mark.parametrize("scenario", ["healthy", "thermal-straggler", "gpu-hardware-fault"])
 def test_amd_device_metrics_exporter(served_job, view_root, scenario):
     """AMD's device-metrics-exporter: hostname/gpu_id labels, partition 0 only, card_model names the GPU."""
-    result, truth, client = _diagnose(served_job, view_root, scenario, "amd-dme", Exporters(gpu="amd-dme",
-                                      gpu_host_label="hostname", gpu_job="amd-device-metrics-exporter", prefix="amd_"))
+    result, truth, client = _diagnose(
+        served_job,
+        view_root,
+        scenario,
+        "amd-dme",
+        Exporters(
+            gpu="amd-dme", gpu_host_label="hostname", gpu_job="amd-device-metrics-exporter", prefix="amd_"
+        ),
+    )
     assert result["source"]["profile"].partition("@")[0] == "amd-dme"
-    assert result["source"]["gpus_per_host"] == truth["gpus_per_host"], "the 0 W second partition is not a GPU"
+    assert result["source"]["gpus_per_host"] == truth["gpus_per_host"], (
+        "the 0 W second partition is not a GPU"
+    )
     assert discover_source(client).gpu_model == truth["gpu_model"], "card_model names the GPU"
     _verdict_holds(result, truth)
 
@@ -106,18 +128,25 @@ def test_a_node_exporter_only_tsdb_is_diagnosed_with_what_is_there(served_job, v
     result, truth, _ = _diagnose(served_job, view_root, "healthy", "nvidia", Exporters(gpu="none"))
     assert result["source"]["profile"].partition("@")[0] == "node"
     assert result["diagnosis"]["class"] == "healthy"
-    absent = [f for f in result["findings"] if "gpu_power" in " ".join(str(e["value"]) for e in f["evidence"])]
+    absent = [
+        f for f in result["findings"] if "gpu_power" in " ".join(str(e["value"]) for e in f["evidence"])
+    ]
     assert absent, [f["title"] for f in result["findings"]]
 
 
-@pytest.mark.parametrize("variant", [Exporters(gpu_host_label=""), Exporters(hostname_change=True)],
-                         ids=["no-hostname", "restarted-pod"])
+@pytest.mark.parametrize(
+    "variant",
+    [Exporters(gpu_host_label=""), Exporters(hostname_change=True)],
+    ids=["no-hostname", "restarted-pod"],
+)
 def test_timeline_bands_name_hosts_as_the_diagnosis_does(served_job, view_root, variant):
     """Many GPUs draw a band with named outliers: host names come from node_uname_info / the alias, not IPs."""
     from playbooks import timeline as tl
     from playbooks.profiles import resolve_profile
 
-    client, truth, _ = _serve(served_job, view_root, "thermal-straggler", 1, "nvidia", exporters=variant, gpus=8)
+    client, truth, _ = _serve(
+        served_job, view_root, "thermal-straggler", 1, "nvidia", exporters=variant, gpus=8
+    )
     prof = resolve_profile(client, client.label_values("__name__"))
     start, end = truth["data_range"]
     ctx = tl.context_build(client, prof, start, end)

@@ -28,7 +28,11 @@ def _scrapes(result, truth):
 
 
 def _alarms(result, classes=None):
-    return [f for f in result["findings"] if f["severity"] != "info" and (classes is None or f["class"] in classes)]
+    return [
+        f
+        for f in result["findings"]
+        if f["severity"] != "info" and (classes is None or f["class"] in classes)
+    ]
 
 
 NET = {"rdma-degradation", "network-hang"}
@@ -104,25 +108,41 @@ def test_memory_near_the_limit_without_a_kill_is_not_host_oom(served_job, profil
 
 # ------------------------------------------------------------------------------ decision, hand-made findings
 
+
 class _Source:
     def __init__(self, n):
         self.hosts = tuple(f"h{i:02d}" for i in range(n))
 
 
 def _ctx(n=16, stalled=False, last_advance=None):
-    tl = Timeline(start=0.0, end=10_000.0, train_start=100.0, stalled=stalled, last_advance=last_advance, step_s=10.0)
+    tl = Timeline(
+        start=0.0, end=10_000.0, train_start=100.0, stalled=stalled, last_advance=last_advance, step_s=10.0
+    )
     return Context(results={}, meta={}, timeline=tl, triage={"job": {}}, source=_Source(n), gpu=None)
 
 
 def _f(rule, klass, sev, hosts, onset, **extra):
-    return Finding(playbook="p", rule=rule, klass=klass, severity=sev, role="cause", hosts=list(hosts), gpus=[],
-                   onset=onset, title=rule, evidence=[], extra=extra)
+    return Finding(
+        playbook="p",
+        rule=rule,
+        klass=klass,
+        severity=sev,
+        role="cause",
+        hosts=list(hosts),
+        gpus=[],
+        onset=onset,
+        title=rule,
+        evidence=[],
+        extra=extra,
+    )
 
 
 def test_an_early_cause_on_a_dozen_hosts_loses_to_a_later_specific_one():
     """Mode 12: 'sustained retransmits' on 10 of 16 hosts from early on are implausible as a cause; a frozen
     exporter on one host later is the diagnosis."""
-    many = _f("rdma_retransmits_sustained", "rdma-degradation", "warning", [f"h{i:02d}" for i in range(10)], 500.0)
+    many = _f(
+        "rdma_retransmits_sustained", "rdma-degradation", "warning", [f"h{i:02d}" for i in range(10)], 500.0
+    )
     ghost = _f("ghost_data", "monitoring-ghost-data", "warning", ["h03"], 4000.0)
     d = decide_diagnosis(_ctx(), [many, ghost])
     assert d["class"] == "monitoring-ghost-data"
@@ -153,6 +173,7 @@ def test_what_starts_after_the_stall_is_an_effect_not_the_cause():
 
 def test_the_variants_are_drawn_from_their_own_streams():
     """The seeds the tests above rely on carry their variants, whatever else the seed decides."""
+
     class _S:
         def __init__(self, name):
             self.name = name
@@ -212,7 +233,9 @@ def test_an_exporter_one_scrape_late_is_no_gap_and_the_gap_onset_is_the_regime(s
     diag = result["diagnosis"]
     assert diag["class"] == "gpu-driver-fault"
     assert [c["host"] for c in diag["culprits"]] == [c["host"] for c in truth["culprits"]]
-    assert abs(diag["onset"] - truth["onset"]) <= 600  # gaps recur at random scrapes: the first falls within minutes
+    assert (
+        abs(diag["onset"] - truth["onset"]) <= 600
+    )  # gaps recur at random scrapes: the first falls within minutes
 
 
 def _grid(t, rows, hosts=None):
@@ -282,8 +305,14 @@ def test_a_counter_ticking_steadily_on_every_host_is_no_degradation():
     net = load_playbooks()["network"]
 
     def findings(values):
-        ctx = Context(results={"rdma_wait": _grid(t, values, hosts)}, meta={"rdma_wait": {"window_s": 60.0}},
-                      timeline=tl, triage=None, source=_Source(8), gpu=None)
+        ctx = Context(
+            results={"rdma_wait": _grid(t, values, hosts)},
+            meta={"rdma_wait": {"window_s": 60.0}},
+            timeline=tl,
+            triage=None,
+            source=_Source(8),
+            gpu=None,
+        )
         return [f for f in evaluate(ctx, [net]) if f.rule == "rdma_transmit_wait_sustained"]
 
     assert findings(wait) == []

@@ -9,7 +9,9 @@ import pytest
 from playbooks.jobdirs import JobIdError, find_job_dirs, looks_like_job_id
 
 
-def _job(root: Path, name: str, *, header: str | None = None, inside: bool = False, tsdb: bool = True) -> Path:
+def _job(
+    root: Path, name: str, *, header: str | None = None, inside: bool = False, tsdb: bool = True
+) -> Path:
     d = root / name
     d.mkdir(parents=True)
     if tsdb:

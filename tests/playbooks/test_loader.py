@@ -33,7 +33,16 @@ params = { min_duration = "3m" }
 def test_shipped_playbooks_load():
     """Every definitions/*.toml parses, and the seven seed playbooks plus exporter health are there."""
     pbs = load_playbooks()
-    for name in ("hang", "heartbeat", "host_oom", "node", "gpu_health", "network", "training", "exporter_health"):
+    for name in (
+        "hang",
+        "heartbeat",
+        "host_oom",
+        "node",
+        "gpu_health",
+        "network",
+        "training",
+        "exporter_health",
+    ):
         assert name in pbs
     for pb in pbs.values():
         assert pb.rules
@@ -74,15 +83,31 @@ def test_good_declaration_parses_into_dataclasses():
         ('title = "Demo"', 'title = "Demo"\ncolour = "red"', "unknown key(s) colour"),
         ('name = "power"', 'name = "power"\npromql = "{gpu_power}"', "exactly one of `signal` or `promql`"),
         # the detector registry: parameters and query roles are checked at load time, naming the rule
-        ('min_duration = "3m"', 'min_durration = "3m"', "rule 'silent': detector 'host_silent' has no parameter "
-                                                        "min_durration"),
-        ('detector = "host_silent"', 'detector = "busy_wait"', "rule 'silent': detector 'busy_wait' reads 2-5 "
-                                                               "queries"),
-        ('queries = ["power"]', 'queries = ["power", "power", "power", "power", "power"]',
-         "detector 'host_silent' reads 1-4 queries"),
-        ('detector = "host_silent"', 'detector = "series_absent"', "detector 'series_absent' reads 0 queries"),
-        ('params = { min_duration = "3m" }', 'params = { min_duration = "3m", presence = ["gpu"] }',
-         "has no parameter presence"),
+        (
+            'min_duration = "3m"',
+            'min_durration = "3m"',
+            "rule 'silent': detector 'host_silent' has no parameter min_durration",
+        ),
+        (
+            'detector = "host_silent"',
+            'detector = "busy_wait"',
+            "rule 'silent': detector 'busy_wait' reads 2-5 queries",
+        ),
+        (
+            'queries = ["power"]',
+            'queries = ["power", "power", "power", "power", "power"]',
+            "detector 'host_silent' reads 1-4 queries",
+        ),
+        (
+            'detector = "host_silent"',
+            'detector = "series_absent"',
+            "detector 'series_absent' reads 0 queries",
+        ),
+        (
+            'params = { min_duration = "3m" }',
+            'params = { min_duration = "3m", presence = ["gpu"] }',
+            "has no parameter presence",
+        ),
     ],
 )
 def test_bad_declarations_name_the_problem(old, new, message):
@@ -104,8 +129,9 @@ def test_invalid_toml_is_reported():
 def test_one_query_name_means_one_query():
     """Two playbooks may share a query name only with the same definition (results are shared)."""
     a = parse_playbook(GOOD, source="a.toml")
-    b = parse_playbook(GOOD.replace('name = "demo"', 'name = "other"').replace('agg = "avg"', 'agg = "max"'),
-                       source="b.toml")
+    b = parse_playbook(
+        GOOD.replace('name = "demo"', 'name = "other"').replace('agg = "avg"', 'agg = "max"'), source="b.toml"
+    )
     with pytest.raises(PlaybookError, match="differs between playbooks"):
         validate_set({"demo": a, "other": b})
 

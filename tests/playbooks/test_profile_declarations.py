@@ -13,7 +13,7 @@ from playbooks.profiles._declared import load_specs
 from playbooks.prometheus import PrometheusClient
 from tests.support.prometheus import Family, build_tsdb, points, served, write_openmetrics
 
-TEAM = '''
+TEAM = """
 name = "team-trainer"
 title = "Our PyTorch trainer + node_exporter"
 anchors = ["train_loss"]
@@ -30,7 +30,7 @@ dataloader_wait = { exporter = "trainer", metric = "train_dataloader_wait_second
 checkpoint_save_time = { exporter = "trainer", metric = "train_checkpoint_save_seconds" }
 restarts = { exporter = "trainer", metric = "train_restarts_total" }
 heartbeat_age = { exporter = "trainer", metric = "train_rank_heartbeat_age_seconds", agg = "max" }
-'''
+"""
 
 
 @pytest.fixture
@@ -48,20 +48,34 @@ def test_the_builtin_declarations_load():
     assert all(s.source.endswith(".toml") for s in specs.values())
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ('name = "x"\nanchors = ["a"]\ncolour = 1\n', "top level: unknown key(s) colour"),
-    ('name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_powr = { exporter = "e", metric = "a" }\n',
-     "signal gpu_powr: unknown signal (did you mean gpu_power"),
-    ('name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\nhost_label = ["h"]\n', "exporter e: unknown key(s) host_label"),
-    ('name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\noom_kills = { exporter = "e", metric = "a", expr = "a * 2" }\n',
-     "signal oom_kills: expr is for gauges only"),
-    ('name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_power = { exporter = "e", metric = "a", agg = "median" }\n',
-     "signal gpu_power: agg must be one of"),
-    ('name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_power = { exporter = "e", metric = "a-b" }\n',
-     "not a valid name: a-b"),
-    ('name = "x"\n[exporters.e]\nanchor = "a"\n', "anchors: a profile needs at least one anchor"),
-    ('name = "x"\nanchors = ["a"\n', "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('name = "x"\nanchors = ["a"]\ncolour = 1\n', "top level: unknown key(s) colour"),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_powr = { exporter = "e", metric = "a" }\n',
+            "signal gpu_powr: unknown signal (did you mean gpu_power",
+        ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\nhost_label = ["h"]\n',
+            "exporter e: unknown key(s) host_label",
+        ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\noom_kills = { exporter = "e", metric = "a", expr = "a * 2" }\n',
+            "signal oom_kills: expr is for gauges only",
+        ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_power = { exporter = "e", metric = "a", agg = "median" }\n',
+            "signal gpu_power: agg must be one of",
+        ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_power = { exporter = "e", metric = "a-b" }\n',
+            "not a valid name: a-b",
+        ),
+        ('name = "x"\n[exporters.e]\nanchor = "a"\n', "anchors: a profile needs at least one anchor"),
+        ('name = "x"\nanchors = ["a"\n', "not valid TOML"),
+    ],
+)
 def test_a_malformed_declaration_is_refused_naming_the_file_and_item(text, message):
     with pytest.raises(ProfileError, match=re.escape(message)) as err:
         parse_spec(text, "team.toml")
@@ -69,12 +83,16 @@ def test_a_malformed_declaration_is_refused_naming_the_file_and_item(text, messa
 
 
 def test_cross_references_are_checked_when_merged(tmp_path):
-    (tmp_path / "a.toml").write_text('name = "a"\nanchors = ["m"]\n[exporters.e]\nanchor = "m"\n'
-                                     '[signals]\ngpu_power = { exporter = "nope", metric = "m" }\n')
+    (tmp_path / "a.toml").write_text(
+        'name = "a"\nanchors = ["m"]\n[exporters.e]\nanchor = "m"\n'
+        '[signals]\ngpu_power = { exporter = "nope", metric = "m" }\n'
+    )
     with pytest.raises(ProfileError, match=r"a\.toml: signal gpu_power: unknown exporter 'nope'"):
         load_specs([tmp_path])
-    (tmp_path / "a.toml").write_text('name = "a"\nanchors = ["m"]\n[exporters.e]\nanchor = "m"\nscope = "job"\n'
-                                     '[signals]\ngpu_power = { exporter = "e", metric = "m" }\n')
+    (tmp_path / "a.toml").write_text(
+        'name = "a"\nanchors = ["m"]\n[exporters.e]\nanchor = "m"\nscope = "job"\n'
+        '[signals]\ngpu_power = { exporter = "e", metric = "m" }\n'
+    )
     with pytest.raises(ProfileError, match="a gpu-scope signal cannot come from the job-scope exporter e"):
         load_specs([tmp_path])
     (tmp_path / "a.toml").write_text('name = "nvidia"\nanchors = ["m"]\ninclude = ["training"]\n')
@@ -95,14 +113,38 @@ def test_a_team_profile_is_recognised_by_auto_and_read_through_a_real_prometheus
     start = end - 1800
     host = {"instance": "10.1.0.7:9100", "job": "node-exporter"}
     fams = [
-        Family("train_loss", series=[({"instance": "10.1.0.7:8000", "job": "trainer"},
-                                      points(start, end, 15.0, lambda t: 2.0 - (t - start) / 1800))]),
-        Family("train_global_step", series=[({"instance": "10.1.0.7:8000", "job": "trainer"},
-                                             points(start, end, 15.0, lambda t: (t - start) // 10))]),
-        Family("train_rank_heartbeat_age_seconds", series=[
-            ({"instance": "10.1.0.7:8000", "job": "trainer", "rank": str(r)}, points(start, end, 15.0, lambda t, r=r: 1.0 + r))
-            for r in range(4)]),
-        Family("node_uname_info", series=[(host | {"nodename": "trn-a07"}, points(start, end, 15.0, lambda t: 1.0))]),
+        Family(
+            "train_loss",
+            series=[
+                (
+                    {"instance": "10.1.0.7:8000", "job": "trainer"},
+                    points(start, end, 15.0, lambda t: 2.0 - (t - start) / 1800),
+                )
+            ],
+        ),
+        Family(
+            "train_global_step",
+            series=[
+                (
+                    {"instance": "10.1.0.7:8000", "job": "trainer"},
+                    points(start, end, 15.0, lambda t: (t - start) // 10),
+                )
+            ],
+        ),
+        Family(
+            "train_rank_heartbeat_age_seconds",
+            series=[
+                (
+                    {"instance": "10.1.0.7:8000", "job": "trainer", "rank": str(r)},
+                    points(start, end, 15.0, lambda t, r=r: 1.0 + r),
+                )
+                for r in range(4)
+            ],
+        ),
+        Family(
+            "node_uname_info",
+            series=[(host | {"nodename": "trn-a07"}, points(start, end, 15.0, lambda t: 1.0))],
+        ),
         Family("node_procs_running", series=[(host, points(start, end, 15.0, lambda t: 9.0))]),
         Family("up", series=[(host, points(start, end, 15.0, lambda t: 1.0))]),
     ]

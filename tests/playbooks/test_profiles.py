@@ -35,7 +35,9 @@ def test_prefer_overrides_detection_and_unknown_names_are_refused():
 
 def test_a_forced_profile_the_tsdb_lacks_is_refused_not_read_as_healthy():
     """Forcing amd on a DCGM-only TSDB would read nothing and call the job healthy: refused, with a hint."""
-    with pytest.raises(ProfileError, match="holds none of the amd profile's metrics.*nvidia profile's: use auto"):
+    with pytest.raises(
+        ProfileError, match="holds none of the amd profile's metrics.*nvidia profile's: use auto"
+    ):
         detect_profile(["DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP"], prefer="amd")
 
 
@@ -116,7 +118,9 @@ def test_signal_catalogue_is_consistent():
 
 
 def test_a_gpu_model_of_another_vendor_than_the_exporters_is_named():
-    assert "H100 is an NVIDIA GPU but this job's exporters are AMD's (amd profile)" in vendor_mismatch("H100", "amd")
+    assert "H100 is an NVIDIA GPU but this job's exporters are AMD's (amd profile)" in vendor_mismatch(
+        "H100", "amd"
+    )
     assert vendor_mismatch("MI355X", "amd") == "" and vendor_mismatch("H100", "nvidia") == ""
     assert vendor_mismatch("V100", "amd") == "" and vendor_mismatch("H100", "intel") == ""
 
@@ -132,15 +136,31 @@ def test_nodes_on_two_dcgm_releases_and_a_custom_counter_set_meet_under_one_host
 
     end = time.time() - 3600
     start = end - 900
-    power = Family("DCGM_FI_DEV_POWER_USAGE", series=[
-        ({"Hostname": "gpu-a", "gpu": str(g), "instance": "10.0.0.1:9400", "job": "gpu-metrics"},
-         points(start, end, 15.0, lambda t: 300.0)) for g in range(2)] + [
-        ({"hostname": "gpu-b", "gpu": str(g), "instance": "10.0.0.2:9400", "job": "gpu-metrics"},
-         points(start, end, 15.0, lambda t: 310.0)) for g in range(2)])
+    power = Family(
+        "DCGM_FI_DEV_POWER_USAGE",
+        series=[
+            (
+                {"Hostname": "gpu-a", "gpu": str(g), "instance": "10.0.0.1:9400", "job": "gpu-metrics"},
+                points(start, end, 15.0, lambda t: 300.0),
+            )
+            for g in range(2)
+        ]
+        + [
+            (
+                {"hostname": "gpu-b", "gpu": str(g), "instance": "10.0.0.2:9400", "job": "gpu-metrics"},
+                points(start, end, 15.0, lambda t: 310.0),
+            )
+            for g in range(2)
+        ],
+    )
     tsdb = build_tsdb(write_openmetrics(tmp_path / "m.om", [power]), tmp_path / "tsdb")
     with served(tsdb, tmp_path / "views") as server, PrometheusClient(server.url, retries=1) as client:
         prof = resolve_profile(client, client.label_values("__name__"))
         got = client.query(prof.expr("gpu_power"), at=end - 30)
     assert prof.base == "nvidia" and "dcgm.host=Hostname%2Chostname" in prof.name
     assert sorted((s.labels["host"], s.labels["gpu"]) for s in got) == [
-        ("gpu-a", "0"), ("gpu-a", "1"), ("gpu-b", "0"), ("gpu-b", "1")]
+        ("gpu-a", "0"),
+        ("gpu-a", "1"),
+        ("gpu-b", "0"),
+        ("gpu-b", "1"),
+    ]

@@ -322,9 +322,8 @@ def test_data_time_range_finds_the_first_and_last_sample(client: PrometheusClien
 
 def test_data_time_range_of_an_empty_server_is_none(tmp_path: Path) -> None:
     """A server without any sample has no data range."""
-    with running_prometheus(tmp_path / "empty", lockfile=False) as live:
-        with PrometheusClient(live.url) as c:
-            assert c.data_time_range() is None
+    with running_prometheus(tmp_path / "empty", lockfile=False) as live, PrometheusClient(live.url) as c:
+        assert c.data_time_range() is None
 
 
 class _CoarseIndexBackend:

@@ -41,11 +41,15 @@ pytestmark = [
 ]
 
 _CPU = "import time\nend = time.time() + {s}\nwhile time.time() < end:\n    pass\n"
-_IO = ("import os, time\nend = time.time() + {s}\nbuf = os.urandom(1 << 20)\n"
-       "with open({path!r}, 'wb') as f:\n    while time.time() < end:\n"
-       "        for _ in range(8):\n            f.write(buf)\n        f.flush(); os.fsync(f.fileno()); f.seek(0)\n")
-_MEM = ("import time\nchunks = [bytearray(1 << 28) for _ in range({n})]\n"
-        "for c in chunks:\n    c[::4096] = b'x' * len(c[::4096])\ntime.sleep({s})\n")
+_IO = (
+    "import os, time\nend = time.time() + {s}\nbuf = os.urandom(1 << 20)\n"
+    "with open({path!r}, 'wb') as f:\n    while time.time() < end:\n"
+    "        for _ in range(8):\n            f.write(buf)\n        f.flush(); os.fsync(f.fileno()); f.seek(0)\n"
+)
+_MEM = (
+    "import time\nchunks = [bytearray(1 << 28) for _ in range({n})]\n"
+    "for c in chunks:\n    c[::4096] = b'x' * len(c[::4096])\ntime.sleep({s})\n"
+)
 
 
 def _start(cmd: list[str], log: Path) -> subprocess.Popen:
@@ -81,8 +85,10 @@ def _load(kind: str, tmp: Path) -> list[subprocess.Popen]:
     if kind == "cpu":
         return [subprocess.Popen([sys.executable, "-c", _CPU.format(s=LOAD_S)]) for _ in range(12)]
     if kind == "io":
-        return [subprocess.Popen([sys.executable, "-c", _IO.format(s=LOAD_S, path=str(tmp / f"io{i}.bin"))])
-                for i in range(2)]
+        return [
+            subprocess.Popen([sys.executable, "-c", _IO.format(s=LOAD_S, path=str(tmp / f"io{i}.bin"))])
+            for i in range(2)
+        ]
     return [subprocess.Popen([sys.executable, "-c", _MEM.format(s=LOAD_S, n=16)])]  # 4 GiB
 
 
@@ -98,11 +104,19 @@ def _capture(tmp: Path) -> tuple[Path, dict[str, tuple[float, float]]]:
         (tmp / "prometheus.yml").write_text(
             f"global:\n  scrape_interval: {SCRAPE_S}s\n  scrape_timeout: 4s\n  evaluation_interval: 1h\n"
             "scrape_configs:\n  - job_name: node-exporter-capture\n"
-            f"    static_configs:\n      - targets: ['127.0.0.1:{ne_port}']\n")
+            f"    static_configs:\n      - targets: ['127.0.0.1:{ne_port}']\n"
+        )
         port = find_free_port(start=21100, end=21900)
-        prom = _start([PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tsdb}",
-                       "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}"],
-                      tmp / "prometheus.log")
+        prom = _start(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tsdb}",
+                "--storage.tsdb.retention.time=100y",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            tmp / "prometheus.log",
+        )
         _wait(f"http://127.0.0.1:{port}/-/ready", prom, "prometheus")
         loads: dict[str, tuple[float, float]] = {}
         time.sleep(40.0)  # a baseline

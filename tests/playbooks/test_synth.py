@@ -13,12 +13,34 @@ from playbooks.synth import SCENARIO_TABLE, SCENARIOS, SynthError, _sim, generat
 from playbooks.synth._log import compress_nodelist
 
 CONTRACT_CLASSES = {
-    "healthy", "collective-hang", "network-hang", "node-death", "heartbeat-false-positive", "host-oom",
-    "thermal-straggler", "rdma-degradation", "restore-resource-leak", "monitoring-ghost-data",
-    "gpu-driver-fault", "gpu-hardware-fault", "training-instability",
+    "healthy",
+    "collective-hang",
+    "network-hang",
+    "node-death",
+    "heartbeat-false-positive",
+    "host-oom",
+    "thermal-straggler",
+    "rdma-degradation",
+    "restore-resource-leak",
+    "monitoring-ghost-data",
+    "gpu-driver-fault",
+    "gpu-hardware-fault",
+    "training-instability",
 }
-CONTRACT_FAMILIES = {"none", "collective", "network-rdma", "node", "heartbeat", "host-memory", "thermal",
-                     "cpu-contention", "monitoring", "gpu-driver", "gpu-hardware", "training"}
+CONTRACT_FAMILIES = {
+    "none",
+    "collective",
+    "network-rdma",
+    "node",
+    "heartbeat",
+    "host-memory",
+    "thermal",
+    "cpu-contention",
+    "monitoring",
+    "gpu-driver",
+    "gpu-hardware",
+    "training",
+}
 STEP_RE = re.compile(r"^\s*(\d+): .*completed step: (\d+), seconds: ([\d.]+)")
 
 
@@ -61,13 +83,25 @@ def test_log_follows_the_seed_grammar(job_factory, scenario):
     text = (job_dir / "log").read_text()
     lines = text.splitlines()
     head = [ln.split("=", 1)[0] for ln in lines[:9]]
-    assert head == ["JOB_ID", "JOB_NAME", "NNODES", "JOB_NODELIST", "JAX_COORDINATOR_PORT", "RAY_PORT",
-                    "PASSTHROUGH_ARGS", "MODEL_NAME", "EXP_TAG"]
+    assert head == [
+        "JOB_ID",
+        "JOB_NAME",
+        "NNODES",
+        "JOB_NODELIST",
+        "JAX_COORDINATOR_PORT",
+        "RAY_PORT",
+        "PASSTHROUGH_ARGS",
+        "MODEL_NAME",
+        "EXP_TAG",
+    ]
     assert f"NNODES={truth['nodes']}" in lines
     assert f"steps={truth['steps_total']}" in lines[6]
     assert re.search(rf"^0: Config param checkpoint_period: {truth['checkpoint_period']}$", text, re.M)
-    tunnel = re.search(r"ssh -J \S+ -L 8265:localhost:8265 -L 6006:localhost:6006 -L (\d+):localhost:\1 "
-                       r"root@(\S+)", text)
+    tunnel = re.search(
+        r"ssh -J \S+ -L 8265:localhost:8265 -L 6006:localhost:6006 -L (\d+):localhost:\1 "
+        r"root@(\S+)",
+        text,
+    )
     assert tunnel and tunnel.group(2) == truth["head"]
     steps: dict[int, set[int]] = {}
     for ln in lines:
@@ -106,8 +140,10 @@ def test_restore_pair_shares_config_and_overlaps(job_factory):
     assert base["class"] == "healthy" and base["first_step"] == 0
     assert truth["restored_from"] is not None and truth["first_step"] == truth["restored_from"] + 1
     assert truth["first_step"] < base["last_step"]
-    args = [re.search(r'^PASSTHROUGH_ARGS=".*"$', Path(t["log"]).read_text(), re.M).group(0)
-            for t in (truth, base)]
+    args = [
+        re.search(r'^PASSTHROUGH_ARGS=".*"$', Path(t["log"]).read_text(), re.M).group(0)
+        for t in (truth, base)
+    ]
     assert args[0] == args[1]
     restored_log = Path(truth["log"]).read_text()
     assert f"restoring from this run's directory step {truth['restored_from']}" in restored_log
@@ -119,8 +155,11 @@ def test_restore_pair_shares_config_and_overlaps(job_factory):
 def test_the_restored_job_is_about_one_percent_slower_than_its_baseline(seed):
     """Same model, config and cluster: the restored run's steady step time is its baseline's plus ~1 %."""
     base = _sim.simulate(_sim.plan("healthy", seed, 4, gpus=2, hours=2.0))
-    restored = _sim.simulate(_sim.plan("restore-resource-leak", seed, 4, gpus=2, hours=2.0,
-                                       restored_from=base.ckpt_steps[2], base=base))
+    restored = _sim.simulate(
+        _sim.plan(
+            "restore-resource-leak", seed, 4, gpus=2, hours=2.0, restored_from=base.ckpt_steps[2], base=base
+        )
+    )
 
     def steady(job: _sim.Job) -> float:
         steps = job.step_num - job.first_step
@@ -134,7 +173,7 @@ def test_the_restored_job_is_about_one_percent_slower_than_its_baseline(seed):
 
 def test_same_seed_same_job_other_seed_other_job(tmp_path):
     """Deterministic by seed; host naming, onset and culprits vary with it."""
-    kw = dict(gpus=2, hours=1.0, wal_tail_minutes=0)
+    kw = {"gpus": 2, "hours": 1.0, "wal_tail_minutes": 0}
     a = generate_job("rdma-degradation", 7, 3, tmp_path / "a" / "job", **kw)
     b = generate_job("rdma-degradation", 7, 3, tmp_path / "b" / "job", **kw)
     c = generate_job("rdma-degradation", 8, 3, tmp_path / "c" / "job", **kw)
@@ -156,11 +195,14 @@ def test_bad_arguments_raise_a_clear_error(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize(("hosts", "expected"), [
-    (["gpu-101", "gpu-102", "gpu-103", "gpu-105"], "gpu-[101-103,105]"),
-    (["node0001"], "node0001"),
-    (["a1c01-gpu", "a1c02-gpu"], "a1c[01-02]-gpu"),
-])
+@pytest.mark.parametrize(
+    ("hosts", "expected"),
+    [
+        (["gpu-101", "gpu-102", "gpu-103", "gpu-105"], "gpu-[101-103,105]"),
+        (["node0001"], "node0001"),
+        (["a1c01-gpu", "a1c02-gpu"], "a1c[01-02]-gpu"),
+    ],
+)
 def test_nodelist_is_compressed_like_slurm(hosts, expected):
     """JOB_NODELIST uses Slurm's compressed form."""
     assert compress_nodelist(hosts) == expected
@@ -170,7 +212,10 @@ def test_jobs_of_one_seed_have_their_own_job_ids() -> None:
     """Two scenarios (or profiles) of one seed are two jobs: their JOB_IDs differ, their hosts do not."""
     from playbooks.synth import _sim
 
-    ids = {(sc, prof): _sim.plan(sc, 1, 4, profile=prof).job_id
-           for sc in ("healthy", "thermal-straggler", "host-oom") for prof in ("amd", "nvidia")}
+    ids = {
+        (sc, prof): _sim.plan(sc, 1, 4, profile=prof).job_id
+        for sc in ("healthy", "thermal-straggler", "host-oom")
+        for prof in ("amd", "nvidia")
+    }
     assert len(set(ids.values())) == len(ids)
     assert _sim.plan("healthy", 1, 4).hosts == _sim.plan("host-oom", 1, 4).hosts

@@ -97,7 +97,9 @@ def test_hang_gpus_busy_wait(served_job, scenario):
     step_now = client.query("tb_step", at=at)[0].value
     assert step_now == truth["last_step"]
     if scenario == "network-hang":
-        before = _by(client, "sum by (host) (rate(hw_rdma_tx_retx_pkts_total[5m]))", truth["stall_time"], "host")
+        before = _by(
+            client, "sum by (host) (rate(hw_rdma_tx_retx_pkts_total[5m]))", truth["stall_time"], "host"
+        )
         assert max(before, key=before.get) == truth["culprits"][0]["host"]
 
 
@@ -129,7 +131,9 @@ def test_host_oom_culprit_exhausts_memory_and_is_killed(served_job):
     span = _window(truth, truth["onset"] - 600, end)
     kills = _by(client, f"increase(hw_oom_kills_total[{span}])", end, "host")
     assert kills[host] >= 0.9 and all(v < 0.5 for h, v in kills.items() if h != host)
-    ratio = _by(client, f'max_over_time((ray_node_mem_used / ray_node_mem_total)[{span}:15s])', end, "instance")
+    ratio = _by(
+        client, f"max_over_time((ray_node_mem_used / ray_node_mem_total)[{span}:15s])", end, "instance"
+    )
     assert ratio[f"{host}:55080"] > 0.97
 
 
@@ -161,8 +165,13 @@ def test_hardware_fault_gpu_has_uncorrectable_errors(served_job):
     client, truth, _ = served_job("gpu-hardware-fault")
     c = truth["culprits"][0]
     end = truth["job_end"]
-    grown = [dict(k) for k, v in _vec(client, f"increase(hw_gpu_ras_umc_ue_total[{_window(truth, truth['job_start'], end)}])",
-                                      end).items() if v > 0]
+    grown = [
+        dict(k)
+        for k, v in _vec(
+            client, f"increase(hw_gpu_ras_umc_ue_total[{_window(truth, truth['job_start'], end)}])", end
+        ).items()
+        if v > 0
+    ]
     assert [(g["host"], g["gpu"]) for g in grown] == [(c["host"], c["gpu"])]
 
 
@@ -174,8 +183,12 @@ def test_training_instability_moves_training_metrics_first(served_job):
     before = client.query(f"max_over_time((tb_learning_grad_norm {real})[20m:15s])", at=on - 60)[0].value
     after = client.query(f"max_over_time((tb_learning_grad_norm {real})[5m:15s])", at=on + 240)[0].value
     assert after > 3 * before
-    st_before = client.query(f"avg_over_time((tb_perf_step_time_seconds {real})[10m:15s])", at=on - 60)[0].value
-    st_early = client.query(f"avg_over_time((tb_perf_step_time_seconds {real})[2m:15s])", at=on + 120)[0].value
+    st_before = client.query(f"avg_over_time((tb_perf_step_time_seconds {real})[10m:15s])", at=on - 60)[
+        0
+    ].value
+    st_early = client.query(f"avg_over_time((tb_perf_step_time_seconds {real})[2m:15s])", at=on + 120)[
+        0
+    ].value
     assert st_early < 1.05 * st_before  # the system follows later
 
 
@@ -183,11 +196,14 @@ def test_restored_job_carries_extra_runnable_threads(served_job):
     """Every host of the restored job runs >10 more runnable processes than in the fresh baseline."""
     client, truth, _ = served_job("restore-resource-leak")
     base = load_truth(Path(truth["compare_with"]))
+
     def mid(t: dict) -> float:
         return t["train_start"] + 0.7 * (t["job_end"] - t["train_start"])
 
     restored = _by(client, "avg_over_time(hw_procs_running[5m])", mid(truth), "host")
-    fresh = _by(served_job.dir(Path(base["job_dir"])), "avg_over_time(hw_procs_running[5m])", mid(base), "host")
+    fresh = _by(
+        served_job.dir(Path(base["job_dir"])), "avg_over_time(hw_procs_running[5m])", mid(base), "host"
+    )
     assert set(restored) == set(fresh) == set(truth["hosts"])
     assert all(restored[h] - fresh[h] > 10 for h in restored)
 
@@ -196,9 +212,17 @@ def test_nvidia_profile_uses_dcgm_node_exporter_and_training_gauges(served_job):
     """The NVIDIA profile: DCGM with Hostname/gpu labels, node_exporter by instance, training_* gauges."""
     client, truth, _ = served_job("thermal-straggler", profile="nvidia")
     names = set(client.label_values("__name__"))
-    assert {"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "node_procs_running",
-            "training_step", "training_loss", "training_step_time_seconds", "training_tokens_per_second",
-            "training_last_step_timestamp_seconds"} <= names
+    assert {
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_SM_CLOCK",
+        "node_procs_running",
+        "training_step",
+        "training_loss",
+        "training_step_time_seconds",
+        "training_tokens_per_second",
+        "training_last_step_timestamp_seconds",
+    } <= names
     assert not any(n.startswith(("hw_", "tb_", "ray_")) for n in names)
     assert set(client.label_values("Hostname", ["DCGM_FI_DEV_GPU_TEMP"])) == set(truth["hosts"])
     c = truth["culprits"][0]
@@ -206,15 +230,21 @@ def test_nvidia_profile_uses_dcgm_node_exporter_and_training_gauges(served_job):
     temp = _vec(client, "max_over_time(DCGM_FI_DEV_GPU_TEMP[10m])", end)
     hottest = dict(max(temp, key=temp.get))
     assert (hottest["Hostname"], hottest["gpu"]) == (c["host"], c["gpu"])
-    assert client.query("max_over_time(training_step[3h])", at=truth["data_range"][1])[0].value == truth["last_step"]
+    assert (
+        client.query("max_over_time(training_step[3h])", at=truth["data_range"][1])[0].value
+        == truth["last_step"]
+    )
 
 
 def test_nvidia_hardware_fault_raises_xid(served_job):
     """On NVIDIA the hardware fault shows as Xid 48/79 and double-bit ECC on the culprit GPU."""
     client, truth, _ = served_job("gpu-hardware-fault", profile="nvidia")
     c = truth["culprits"][0]
-    xid = [dict(k) | {"v": v} for k, v in _vec(client, "max_over_time(DCGM_FI_DEV_XID_ERRORS[3h])",
-                                                 truth["job_end"]).items() if v > 0]
+    xid = [
+        dict(k) | {"v": v}
+        for k, v in _vec(client, "max_over_time(DCGM_FI_DEV_XID_ERRORS[3h])", truth["job_end"]).items()
+        if v > 0
+    ]
     assert [(x["Hostname"], x["gpu"]) for x in xid] == [(c["host"], c["gpu"])]
     assert xid[0]["v"] in (48, 79)
 

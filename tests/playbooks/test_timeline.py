@@ -250,7 +250,9 @@ def test_figure_x_axis_follows_the_mode(xmode, axis_type, first_x, hover) -> Non
     assert fig["layout"]["xaxis"]["hoverformat"] == hover
     assert fig["data"][0]["x"][0] == first_x
     if xmode != "step":  # the finding's mark, 600 s after the first point, is a string too
-        assert fig["layout"]["annotations"][0]["x"][11:] == ("20:10:00" if xmode == "time-utc" else "21:10:00")
+        assert fig["layout"]["annotations"][0]["x"][11:] == (
+            "20:10:00" if xmode == "time-utc" else "21:10:00"
+        )
         assert fig["layout"]["shapes"][0]["x0"] == fig["layout"]["annotations"][0]["x"]
     assert fig["data"][0]["type"] == "scatter"  # few points: SVG starts faster than WebGL
     assert fig["layout"]["meta"]["marks"][0]["finding_id"] == 3
@@ -472,7 +474,9 @@ def test_many_points_are_drawn_with_webgl() -> None:
 
 def _counts(values_by_host: dict[str, list[float]]) -> list[tl.Trace]:
     t = np.arange(len(next(iter(values_by_host.values()))), dtype=float) * 15.0
-    return [tl.Trace(h, "line", {"host": h}, t, np.asarray(v, dtype=float)) for h, v in values_by_host.items()]
+    return [
+        tl.Trace(h, "line", {"host": h}, t, np.asarray(v, dtype=float)) for h, v in values_by_host.items()
+    ]
 
 
 def test_one_blocked_process_more_than_the_pack_names_no_host():
@@ -505,8 +509,13 @@ def test_the_score_query_bar_keeps_the_panel_floor():
 
 @pytest.mark.parametrize(
     ("xmode", "offset", "name"),
-    [("time-utc", 32400, "UTC"), ("time-local", 0, "UTC"), ("time-local", 32400, "UTC+09:00"),
-     ("time-local", -16200, "UTC-04:30"), ("time-local", 20700, "UTC+05:45")],
+    [
+        ("time-utc", 32400, "UTC"),
+        ("time-local", 0, "UTC"),
+        ("time-local", 32400, "UTC+09:00"),
+        ("time-local", -16200, "UTC-04:30"),
+        ("time-local", 20700, "UTC+05:45"),
+    ],
 )
 def test_a_time_axis_names_its_zone(xmode, offset, name) -> None:
     assert tl.zone_name(xmode, offset) == name

@@ -38,11 +38,26 @@ def test_contract_json_has_exactly_the_contract_keys(job_factory):
     """to_dict() carries the contract's keys and types."""
     job_dir, _ = job_factory("host-oom")
     d = triage_job(job_dir).to_dict()
-    assert set(d) >= {"job", "matches", "progress", "config", "nodes", "prometheus", "heartbeat_accused",
-                      "unreadable"}
+    assert set(d) >= {
+        "job",
+        "matches",
+        "progress",
+        "config",
+        "nodes",
+        "prometheus",
+        "heartbeat_accused",
+        "unreadable",
+    }
     assert set(d["job"]) == {"id", "status", "triage_class", "first_step", "last_step", "crash_time"}
-    assert set(d["progress"]) == {"steps_total", "restored_from", "step_time_s", "last_step_time", "lost_steps",
-                                  "last_checkpoint_step", "tgs_trend_pct"}
+    assert set(d["progress"]) == {
+        "steps_total",
+        "restored_from",
+        "step_time_s",
+        "last_step_time",
+        "lost_steps",
+        "last_checkpoint_step",
+        "tgs_trend_pct",
+    }
     assert set(d["prometheus"]) == {"head", "port", "tunnel"}
     assert d["matches"][0]["class"] == d["job"]["triage_class"] == "oom-host"
     assert all(set(m) == {"class", "line", "text"} for m in d["matches"])
@@ -72,33 +87,54 @@ def test_k8s_rank_logs_are_read(job_factory):
 
 def test_hang_without_timestamps_is_found_from_wall_time():
     """A cancelled job whose last step is long before the cancel is a hang even without absl headers."""
-    lines = ["JOB_ID=123", "NNODES=1", "JOB_NODELIST=n1", 'PASSTHROUGH_ARGS="steps=100"',
-             "[INFO] Running from artifact: /o/.artifacts/artifact_20260301_100000_abcd",
-             "I0301 10:10:00.000000 1 train.py:1] ====== BARRIER PASSED: Starting training loop ======"]
-    lines += [f"completed step: {i}, seconds: 10.000, TFLOP/s/device: 1.0, Tokens/s/device: 100.0, "
-              f"total_weights: 1, loss: 2.0" for i in range(30)]
-    lines += ["slurmstepd: error: *** STEP 123.0 ON n1 CANCELLED AT 2026-03-01T11:30:00 ***",
-              "========================== JOB SUMMARY ==========================",
-              "  Wall:   1h 30m 0s", "  Status: FAILED (exit 143) \u2014 CANCELLED (scancel / SIGTERM)"]
+    lines = [
+        "JOB_ID=123",
+        "NNODES=1",
+        "JOB_NODELIST=n1",
+        'PASSTHROUGH_ARGS="steps=100"',
+        "[INFO] Running from artifact: /o/.artifacts/artifact_20260301_100000_abcd",
+        "I0301 10:10:00.000000 1 train.py:1] ====== BARRIER PASSED: Starting training loop ======",
+    ]
+    lines += [
+        f"completed step: {i}, seconds: 10.000, TFLOP/s/device: 1.0, Tokens/s/device: 100.0, "
+        f"total_weights: 1, loss: 2.0"
+        for i in range(30)
+    ]
+    lines += [
+        "slurmstepd: error: *** STEP 123.0 ON n1 CANCELLED AT 2026-03-01T11:30:00 ***",
+        "========================== JOB SUMMARY ==========================",
+        "  Wall:   1h 30m 0s",
+        "  Status: FAILED (exit 143) \u2014 CANCELLED (scancel / SIGTERM)",
+    ]
     t = triage_log(lines)
     assert t.status == "cancelled" and t.triage_class == "hang"
     assert t.progress["last_step_time"] == pytest.approx(1772359800 + 300, abs=1)
 
 
-@pytest.mark.parametrize("content", [
-    b"",
-    bytes(random.Random(1).randrange(256) for _ in range(200_000)),
-    b"JOB_ID=9\nNNODES=2\ncompleted step: 0, seconds: 3.0, TFLOP/s/device: 1.0, Tokens/s/device: 5.0, tot",
-    b"\x00\x01\x02garbage\nJOB_ID=7\n" + b"A" * 300_000 + b"\n\xff\xfe bad utf8 Killed\n",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",
+        bytes(random.Random(1).randrange(256) for _ in range(200_000)),
+        b"JOB_ID=9\nNNODES=2\ncompleted step: 0, seconds: 3.0, TFLOP/s/device: 1.0, Tokens/s/device: 5.0, tot",
+        b"\x00\x01\x02garbage\nJOB_ID=7\n" + b"A" * 300_000 + b"\n\xff\xfe bad utf8 Killed\n",
+    ],
+)
 def test_bad_logs_never_raise(tmp_path, content):
     """Empty, random-binary, truncated and over-long-line logs are triaged with what could be read."""
     p = tmp_path / "bad.log"
     p.write_bytes(content)
     t = triage_log(p)
     d = t.to_dict()
-    assert d["job"]["status"] in {"completed", "failed", "cancelled", "running", "hanging", "unknown-death",
-                                  "soft-success"}
+    assert d["job"]["status"] in {
+        "completed",
+        "failed",
+        "cancelled",
+        "running",
+        "hanging",
+        "unknown-death",
+        "soft-success",
+    }
     assert t.unreadable, "what could not be read must be said"
 
 
@@ -129,8 +165,10 @@ def test_large_log_streams_in_bounded_memory(tmp_path):
         fh.write("JOB_ID=1\nNNODES=64\nJOB_NODELIST=g[001-064]\n")
         for step in range(6000):
             for r in range(64):
-                fh.write(f"{r:>2}: (MaxTextTrainerActor pid=1) completed step: {step}, seconds: 12.000, "
-                         f"TFLOP/s/device: 800.000, Tokens/s/device: 3300.000, total_weights: 1, loss: 2.0\n")
+                fh.write(
+                    f"{r:>2}: (MaxTextTrainerActor pid=1) completed step: {step}, seconds: 12.000, "
+                    f"TFLOP/s/device: 800.000, Tokens/s/device: 3300.000, total_weights: 1, loss: 2.0\n"
+                )
     assert os.path.getsize(p) > 50e6
     tracemalloc.start()
     t = triage_log(p)
@@ -140,11 +178,14 @@ def test_large_log_streams_in_bounded_memory(tmp_path):
     assert peak < 40e6
 
 
-@pytest.mark.parametrize(("text", "hosts"), [
-    ("gpu-[101-103,105]", ["gpu-101", "gpu-102", "gpu-103", "gpu-105"]),
-    ("n[1-2],login[08-09]", ["n1", "n2", "login08", "login09"]),
-    ("single", ["single"]),
-])
+@pytest.mark.parametrize(
+    ("text", "hosts"),
+    [
+        ("gpu-[101-103,105]", ["gpu-101", "gpu-102", "gpu-103", "gpu-105"]),
+        ("n[1-2],login[08-09]", ["n1", "n2", "login08", "login09"]),
+        ("single", ["single"]),
+    ],
+)
 def test_nodelist_expansion(text, hosts):
     """Slurm compressed node lists expand in NODE_RANK order."""
     assert expand_nodelist(text) == hosts

@@ -403,7 +403,6 @@ def test_a_server_that_dies_reports_its_log(blocks_dir: Path, tmp_path: Path) ->
 def test_the_entry_lock_serializes_processes(tmp_path: Path) -> None:
     """The per-TSDB fcntl lock conflicts with a second holder, as ensure_served relies on."""
     entry = tmp_path / "work" / "job-prometheus-0123456789ab"
-    with tsdb_server._entry_lock(entry):
-        with open(entry.parent / f"{entry.name}.lock", "a") as other:
-            with pytest.raises(BlockingIOError):
-                fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with tsdb_server._entry_lock(entry), open(entry.parent / f"{entry.name}.lock", "a") as other:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

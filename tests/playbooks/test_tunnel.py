@@ -97,17 +97,17 @@ def _processes_using(path: str) -> list[int]:
 # -- parsing and validation -------------------------------------------------------------------------
 
 PARSE_CASES = [
-    (LOG_LINE, dict(user="root", host="gpu-101", remote_port=9191, jump=("alice@login01.example.org",))),
+    (LOG_LINE, {"user": "root", "host": "gpu-101", "remote_port": 9191, "jump": ("alice@login01.example.org",)}),
     ("ssh -J alice@198.51.100.7 -L 8265:localhost:8265 -L 9190:localhost:9190 root@gpu-101",
-     dict(host="gpu-101", remote_port=9190, jump=("alice@198.51.100.7",))),
-    ("ssh -N -p 2222 -L 19090:localhost:9090 bob@head.example", dict(user="bob", ssh_port=2222, remote_port=9090)),
+     {"host": "gpu-101", "remote_port": 9190, "jump": ("alice@198.51.100.7",)}),
+    ("ssh -N -p 2222 -L 19090:localhost:9090 bob@head.example", {"user": "bob", "ssh_port": 2222, "remote_port": 9090}),
     ("ssh -J a@j1:2200,b@j2 -L9192:127.0.0.1:9192 root@10.0.0.5",
-     dict(host="10.0.0.5", jump=("a@j1:2200", "b@j2"), remote_host="127.0.0.1", remote_port=9192)),
+     {"host": "10.0.0.5", "jump": ("a@j1:2200", "b@j2"), "remote_host": "127.0.0.1", "remote_port": 9192}),
     ("ssh -o ProxyJump=a@j1 -o Port=23 -o ServerAliveInterval=5 -l carol -L 1:localhost:9090 h",
-     dict(user="carol", jump=("a@j1",), ssh_port=23, host="h")),
+     {"user": "carol", "jump": ("a@j1",), "ssh_port": 23, "host": "h"}),
     ("ssh -i /keys/id_ed25519 -L 9090:localhost:9090 ssh://dave@h:2201",
-     dict(user="dave", ssh_port=2201, identity_file="/keys/id_ed25519")),
-    ("ssh -L 9090:[::1]:9090 -- root@[2001:db8::5]", dict(host="2001:db8::5", remote_host="::1")),
+     {"user": "dave", "ssh_port": 2201, "identity_file": "/keys/id_ed25519"}),
+    ("ssh -L 9090:[::1]:9090 -- root@[2001:db8::5]", {"host": "2001:db8::5", "remote_host": "::1"}),
 ]  # fmt: skip
 
 
@@ -146,33 +146,33 @@ def test_parse_tunnel_command_refuses_unsafe_or_incomplete_commands(text: str, f
 
 
 BAD_SPECS = [
-    (dict(host="-oProxyCommand=sh"), "Host"),
-    (dict(host="gpu 101"), "Host"),
-    (dict(host="gpu-101\n-oProxyCommand=x"), "Host"),
-    (dict(host='"gpu"'), "Host"),
-    (dict(host=""), "Host"),
-    (dict(user="-lroot"), "User"),
-    (dict(user="ro ot"), "User"),
-    (dict(user="root'"), "User"),
-    (dict(remote_port=0), "Remote port"),
-    (dict(remote_port="9191 -oX"), "Remote port"),
-    (dict(remote_port=True), "Remote port"),
-    (dict(ssh_port=70000), "SSH port"),
-    (dict(jump=("-oProxyCommand=sh",)), "Jump host"),
-    (dict(jump="alice@login -oProxyCommand=sh"), "Jump host"),
-    (dict(identity_file="id_rsa"), "Identity file"),
-    (dict(identity_file='/keys/"x'), "Identity file"),
-    (dict(identity_file="/keys/%d"), "Identity file"),
-    (dict(known_hosts_file="/k\nProxyCommand sh"), "Known hosts"),
-    (dict(strict_host_key_checking="no"), "StrictHostKeyChecking"),
-    (dict(remote_host="-x"), "Remote host"),
+    ({"host": "-oProxyCommand=sh"}, "Host"),
+    ({"host": "gpu 101"}, "Host"),
+    ({"host": "gpu-101\n-oProxyCommand=x"}, "Host"),
+    ({"host": '"gpu"'}, "Host"),
+    ({"host": ""}, "Host"),
+    ({"user": "-lroot"}, "User"),
+    ({"user": "ro ot"}, "User"),
+    ({"user": "root'"}, "User"),
+    ({"remote_port": 0}, "Remote port"),
+    ({"remote_port": "9191 -oX"}, "Remote port"),
+    ({"remote_port": True}, "Remote port"),
+    ({"ssh_port": 70000}, "SSH port"),
+    ({"jump": ("-oProxyCommand=sh",)}, "Jump host"),
+    ({"jump": "alice@login -oProxyCommand=sh"}, "Jump host"),
+    ({"identity_file": "id_rsa"}, "Identity file"),
+    ({"identity_file": '/keys/"x'}, "Identity file"),
+    ({"identity_file": "/keys/%d"}, "Identity file"),
+    ({"known_hosts_file": "/k\nProxyCommand sh"}, "Known hosts"),
+    ({"strict_host_key_checking": "no"}, "StrictHostKeyChecking"),
+    ({"remote_host": "-x"}, "Remote host"),
 ]
 
 
 @pytest.mark.parametrize(("override", "fragment"), BAD_SPECS)
 def test_tunnel_spec_refuses_values_that_could_become_ssh_options(override: dict, fragment: str) -> None:
     """A spec with an unsafe or malformed field cannot be built."""
-    values = dict(user="root", host="gpu-101", remote_port=9191) | override
+    values = {"user": "root", "host": "gpu-101", "remote_port": 9191} | override
     with pytest.raises(TunnelError) as info:
         TunnelSpec(**values)
     assert fragment in str(info.value)

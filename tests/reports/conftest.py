@@ -42,13 +42,21 @@ def thermal(served_job) -> dict[str, Any]:
     return {"result": run_diagnosis(client, triage=triage), "triage": triage, "job_dir": job_dir}
 
 
-def make_case(thermal: dict[str, Any], *, title: str = "Slow job: thermal", team: str = "", owner=None,
-              diagnosed: bool = True) -> Investigation:
+def make_case(
+    thermal: dict[str, Any],
+    *,
+    title: str = "Slow job: thermal",
+    team: str = "",
+    owner=None,
+    diagnosed: bool = True,
+) -> Investigation:
     """Return an investigation of the thermal job with its triage done and (by default) its diagnosis stored."""
     investigation = Investigation.objects.create(title=title, team=team, owner=owner)
     triage = thermal["triage"] | {"state": "done", "finished": timezone.now().isoformat()}
-    job, _ = Job.objects.get_or_create(job_id=str(thermal["triage"]["job"]["id"] or "thermal"),
-                                       defaults={"job_dir": str(thermal["job_dir"]), "triage": triage})
+    job, _ = Job.objects.get_or_create(
+        job_id=str(thermal["triage"]["job"]["id"] or "thermal"),
+        defaults={"job_dir": str(thermal["job_dir"]), "triage": triage},
+    )
     InvestigationJob.objects.create(investigation=investigation, job=job, role="primary")
     if not job.datasources.exists():
         DataSource.objects.create(job=job, kind=DataSource.Kind.JOB_TSDB, address=str(thermal["job_dir"]))
@@ -59,8 +67,14 @@ def make_case(thermal: dict[str, Any], *, title: str = "Slow job: thermal", team
 
 def store_diagnosis(investigation: Investigation, job: Job, result: dict[str, Any]) -> DiagnosisRun:
     """Store a finished diagnosis run and its findings as the worker does."""
-    run = DiagnosisRun.objects.create(investigation=investigation, job=job, status=TaskStatus.DONE, result=result,
-                                      finished=timezone.now(), playbooks=["thermal"])
+    run = DiagnosisRun.objects.create(
+        investigation=investigation,
+        job=job,
+        status=TaskStatus.DONE,
+        result=result,
+        finished=timezone.now(),
+        playbooks=["thermal"],
+    )
     findings_record(run, result["findings"])
     Investigation.objects.filter(pk=investigation.pk).update(incident_class=result["diagnosis"]["class"])
     return run
@@ -68,7 +82,9 @@ def store_diagnosis(investigation: Investigation, job: Job, result: dict[str, An
 
 @pytest.fixture
 def alice(django_user_model):
-    return django_user_model.objects.create_user("alice", email="alice@example.org", password="pw-alice-12345")
+    return django_user_model.objects.create_user(
+        "alice", email="alice@example.org", password="pw-alice-12345"
+    )
 
 
 @pytest.fixture

@@ -48,27 +48,40 @@ def test_a_viewer_reads_and_comments_but_cannot_edit(case, red, bob_client) -> N
     page = bob_client.get(reverse("reports:page", args=[case.pk])).content.decode()
     assert 'data-testid="role">viewer' in page and 'data-testid="edit"' not in page
     s = report.sections.get(key="summary")
-    response = bob_client.post(reverse("reports:section_save", args=[case.pk, "summary"]),
-                               {"base_version": s.version, "body": "viewer's words"}, **HTMX)
+    response = bob_client.post(
+        reverse("reports:section_save", args=[case.pk, "summary"]),
+        {"base_version": s.version, "body": "viewer's words"},
+        **HTMX,
+    )
     assert response.status_code == 403
     s.refresh_from_db()
     assert s.body != "viewer's words"
-    assert bob_client.post(reverse("reports:comment", args=[case.pk]), {"body": "a viewer's question"},
-                           **HTMX).status_code == 200
+    assert (
+        bob_client.post(
+            reverse("reports:comment", args=[case.pk]), {"body": "a viewer's question"}, **HTMX
+        ).status_code
+        == 200
+    )
 
 
 def test_the_share_link_is_for_owners(case, red, alice_client) -> None:
     case.team = "red"
     case.save()
     sections.report_for(case)
-    assert alice_client.post(reverse("reports:share", args=[case.pk]), {"action": "create"}, **HTMX).status_code == 403
+    assert (
+        alice_client.post(reverse("reports:share", args=[case.pk]), {"action": "create"}, **HTMX).status_code
+        == 403
+    )
 
 
 def test_an_owner_restricts_the_investigation_to_its_team(case, red, alice, alice_client, bob_client) -> None:
     case.team, case.owner = "red", alice
     case.save()
     sections.report_for(case)
-    assert bob_client.post(reverse("reports:restrict", args=[case.pk]), {"restricted": "1"}, **HTMX).status_code == 403
+    assert (
+        bob_client.post(reverse("reports:restrict", args=[case.pk]), {"restricted": "1"}, **HTMX).status_code
+        == 403
+    )
     alice_client.post(reverse("reports:restrict", args=[case.pk]), {"restricted": "1"}, **HTMX)
     assert access.is_restricted(case)
     carol = Client()
@@ -78,7 +91,9 @@ def test_an_owner_restricts_the_investigation_to_its_team(case, red, alice, alic
     assert carol.get(reverse("reports:page", args=[case.pk])).status_code == 200
 
 
-def test_only_an_owner_deletes_and_only_with_the_title_typed(case, red, alice, alice_client, bob_client) -> None:
+def test_only_an_owner_deletes_and_only_with_the_title_typed(
+    case, red, alice, alice_client, bob_client
+) -> None:
     from investigations.models import Investigation
 
     case.team = "red"

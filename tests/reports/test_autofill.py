@@ -55,7 +55,11 @@ def test_a_new_diagnosis_refreshes_untouched_sections(case, thermal) -> None:
     _rediagnose(case, thermal, "A brand new machine summary.")
     report = sections.report_for(case)
     summary = report.sections.get(key="summary")
-    assert "A brand new machine summary." in summary.body and summary.version == 2 and not summary.machine_pending
+    assert (
+        "A brand new machine summary." in summary.body
+        and summary.version == 2
+        and not summary.machine_pending
+    )
 
 
 def test_an_edited_section_is_not_overwritten_and_the_new_text_is_offered(case, thermal, alice) -> None:

@@ -18,9 +18,18 @@ from .conftest import HTMX
 
 pytestmark = pytest.mark.django_db
 
-FIGURE = {"data": [{"type": "scatter", "mode": "lines", "name": "tx-hpc-0003 GPU 3", "x": [1, 2, 3, 4],
-                    "y": [71.0, 84.5, 92.0, 95.5]}],
-          "layout": {"title": {"text": "GPU temperature"}, "yaxis": {"title": {"text": "°C"}}}}
+FIGURE = {
+    "data": [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "tx-hpc-0003 GPU 3",
+            "x": [1, 2, 3, 4],
+            "y": [71.0, 84.5, 92.0, 95.5],
+        }
+    ],
+    "layout": {"title": {"text": "GPU temperature"}, "yaxis": {"title": {"text": "°C"}}},
+}
 
 
 def url(name, case, *args):
@@ -56,8 +65,9 @@ def test_times_follow_the_reports_export_zone(case, alice_client) -> None:
 
 
 def test_pdf_has_the_text_and_the_pinned_chart_as_an_image(case, alice_client, alice) -> None:
-    PinnedChart.objects.create(investigation=case, title="GPU temperature, tx-hpc-0003", figure=FIGURE,
-                               created_by=alice)
+    PinnedChart.objects.create(
+        investigation=case, title="GPU temperature, tx-hpc-0003", figure=FIGURE, created_by=alice
+    )
     response = alice_client.get(url("export", case, "pdf"))
     assert response["Content-Type"] == "application/pdf"
     pdf = PdfReader(io.BytesIO(response.content))
@@ -85,9 +95,15 @@ def test_copy_for_ticket_names_class_culprits_onset_and_permalink(case, alice_cl
 
 def test_ticket_links_are_validated_http_urls(case, alice_client) -> None:
     sections.report_for(case)
-    assert alice_client.post(url("ticket_add", case), {"url": "javascript:alert(1)"}, **HTMX).status_code == 400
-    assert alice_client.post(url("ticket_add", case), {"url": "https://jira.example.org/browse/OPS-7"},
-                             **HTMX).status_code == 200
+    assert (
+        alice_client.post(url("ticket_add", case), {"url": "javascript:alert(1)"}, **HTMX).status_code == 400
+    )
+    assert (
+        alice_client.post(
+            url("ticket_add", case), {"url": "https://jira.example.org/browse/OPS-7"}, **HTMX
+        ).status_code
+        == 200
+    )
     assert "OPS-7" in alice_client.get(url("page", case)).content.decode()
 
 

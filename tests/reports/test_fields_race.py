@@ -18,7 +18,9 @@ def _post(client, investigation, **fields):
     return client.post(reverse("investigations:update", args=[investigation.pk]), data, **HTMX)
 
 
-def test_two_people_change_two_fields_from_the_same_page_and_both_changes_stay(case, alice_client, bob_client) -> None:
+def test_two_people_change_two_fields_from_the_same_page_and_both_changes_stay(
+    case, alice_client, bob_client
+) -> None:
     # Alice sets Monitoring; Bob, whose page still shows Open, sets SEV1: his form also sends status=open.
     assert _post(alice_client, case, status="monitoring").status_code == 200
     response = _post(bob_client, case, severity="sev1")

@@ -52,9 +52,15 @@ def secret(case, alice, django_user_model):
     link = TicketLink.objects.create(investigation=case, url="https://jira.example.org/browse/SECRET-1")
     run = QueryRun.objects.create(datasource=job.datasources.get(), investigation=case, queries=[])
     ids = {
-        "investigation_id": case.pk, "finding_id": case.findings.first().pk, "chart_id": chart.pk,
-        "run_id": run.pk, "source_id": job.datasources.get().pk, "item_id": item.pk, "link_id": link.pk,
-        "history_id": report.sections.get(key="summary").history.first().history_id, "job_id": job.pk,
+        "investigation_id": case.pk,
+        "finding_id": case.findings.first().pk,
+        "chart_id": chart.pk,
+        "run_id": run.pk,
+        "source_id": job.datasources.get().pk,
+        "item_id": item.pk,
+        "link_id": link.pk,
+        "history_id": report.sections.get(key="summary").history.first().history_id,
+        "job_id": job.pk,
         "comment_id": comment.pk,
     }
     client = Client()
@@ -72,8 +78,12 @@ def _fill(route: str, ids: dict[str, int]) -> str | None:
 
 
 def test_the_walk_covers_the_report_and_the_investigation_pages() -> None:
-    assert {"/investigations/<int:investigation_id>/report/", "/investigations/<int:investigation_id>/",
-            "/runs/<int:run_id>/", "/sources/<int:source_id>/sample-run/"} <= set(ROUTES)
+    assert {
+        "/investigations/<int:investigation_id>/report/",
+        "/investigations/<int:investigation_id>/",
+        "/runs/<int:run_id>/",
+        "/sources/<int:source_id>/sample-run/",
+    } <= set(ROUTES)
 
 
 @pytest.mark.parametrize("route", [r for r in ROUTES if "<" in r and "token" not in r])
@@ -88,8 +98,9 @@ def test_every_url_of_a_restricted_investigation_is_404_for_another_team(secret,
         assert b"Secret thermal" not in response.content and b"secret" not in response.content.lower()
 
 
-@pytest.mark.parametrize("path", ["/", "/?q=Secret", "/?q=thermal", "/sources/", "/inbox/",
-                                  "/investigations/new/"])
+@pytest.mark.parametrize(
+    "path", ["/", "/?q=Secret", "/?q=thermal", "/sources/", "/inbox/", "/investigations/new/"]
+)
 def test_lists_and_searches_never_show_it(secret, path) -> None:
     response = secret["client"].get(path)
     assert response.status_code == 200

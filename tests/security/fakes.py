@@ -15,8 +15,17 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Handler = Callable[[str, str, dict[str, str]], tuple[int, str, bytes]]
-BUILDINFO = {"status": "success", "data": {"version": "3.5.0", "revision": "x", "branch": "HEAD",
-                                          "buildUser": "t", "buildDate": "20250101", "goVersion": "go1.24.0"}}
+BUILDINFO = {
+    "status": "success",
+    "data": {
+        "version": "3.5.0",
+        "revision": "x",
+        "branch": "HEAD",
+        "buildUser": "t",
+        "buildDate": "20250101",
+        "goVersion": "go1.24.0",
+    },
+}
 
 
 def prometheus_like(method: str, path: str, headers: dict[str, str]) -> tuple[int, str, bytes]:
@@ -73,10 +82,9 @@ def raw_server(reply: bytes) -> Iterator[int]:
                 conn, _ = sock.accept()
             except OSError:
                 continue
-            with conn:
-                with contextlib.suppress(OSError):
-                    conn.recv(4096)
-                    conn.sendall(reply)
+            with conn, contextlib.suppress(OSError):
+                conn.recv(4096)
+                conn.sendall(reply)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

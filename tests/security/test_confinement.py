@@ -41,7 +41,9 @@ def _inodes(tree: Path) -> set[tuple[int, int]]:
 
 def _symlinks(tree: Path) -> list[str]:
     return [
-        os.path.join(root, n) for root, dirs, files in os.walk(tree) for n in dirs + files
+        os.path.join(root, n)
+        for root, dirs, files in os.walk(tree)
+        for n in dirs + files
         if os.path.islink(os.path.join(root, n))
     ]
 

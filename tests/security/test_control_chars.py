@@ -46,7 +46,9 @@ def _assert_clean(job_id: str, name: str, triage: dict) -> None:
 
 @pytest.mark.django_db
 def test_a_nul_in_an_uploaded_logs_header_is_not_stored(settings_media) -> None:
-    investigation_create(title="nul", source=SourceRequest(kind="upload", log=SimpleUploadedFile("x.log", LOG)))
+    investigation_create(
+        title="nul", source=SourceRequest(kind="upload", log=SimpleUploadedFile("x.log", LOG))
+    )
     job = Job.objects.get()
     job = job_triage(job.pk)
     _assert_clean(job.job_id, job.name, job.triage)
@@ -72,9 +74,14 @@ def test_on_postgresql_too(tmp_path: Path) -> None:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f'CREATE DATABASE "{name}"')
     try:
-        env = _env(STEPWISE_DATA_DIR=str(tmp_path / "data"), DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{name}")
+        env = _env(
+            STEPWISE_DATA_DIR=str(tmp_path / "data"),
+            DATABASE_URL=f"postgres://postgres@127.0.0.1:5432/{name}",
+        )
         _manage(env, "migrate", "--noinput")
-        out = _manage(env, "shell", "--no-imports", "-c", textwrap.dedent(_ON_POSTGRES.format(log=LOG))).stdout
+        out = _manage(
+            env, "shell", "--no-imports", "-c", textwrap.dedent(_ON_POSTGRES.format(log=LOG))
+        ).stdout
         stored = json.loads(out.strip().splitlines()[-1])
         _assert_clean(stored["job_id"], stored["name"], stored["triage"])
     finally:

@@ -55,14 +55,25 @@ def test_no_template_has_an_inline_script_or_handler() -> None:
 
 
 def test_the_report_endpoint_logs_a_violation_without_a_session(client, caplog) -> None:
-    report = {"csp-report": {"document-uri": "http://127.0.0.1/x", "violated-directive": "script-src-elem",
-                             "blocked-uri": "inline", "disposition": "enforce"}}
+    report = {
+        "csp-report": {
+            "document-uri": "http://127.0.0.1/x",
+            "violated-directive": "script-src-elem",
+            "blocked-uri": "inline",
+            "disposition": "enforce",
+        }
+    }
     with caplog.at_level(logging.WARNING, logger="stepwise.csp"):
-        response = client.post(reverse("csp_report"), json.dumps(report), content_type="application/csp-report")
+        response = client.post(
+            reverse("csp_report"), json.dumps(report), content_type="application/csp-report"
+        )
     assert response.status_code == 204
     assert "CSP violation" in caplog.text and "script-src-elem" in caplog.text
 
 
 def test_the_report_endpoint_refuses_garbage_and_gets(client) -> None:
-    assert client.post(reverse("csp_report"), "{not json", content_type="application/csp-report").status_code == 400
+    assert (
+        client.post(reverse("csp_report"), "{not json", content_type="application/csp-report").status_code
+        == 400
+    )
     assert client.get(reverse("csp_report")).status_code == 405

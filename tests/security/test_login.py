@@ -19,7 +19,9 @@ def _login(client, username: str, password: str, addr: str = "10.0.0.1"):
     return client.post(reverse("login"), {"username": username, "password": password}, REMOTE_ADDR=addr)
 
 
-def test_repeated_wrong_passwords_lock_that_user_from_that_address(client, alice, django_user_model, caplog) -> None:
+def test_repeated_wrong_passwords_lock_that_user_from_that_address(
+    client, alice, django_user_model, caplog
+) -> None:
     django_user_model.objects.create_user("bob", password="bob-correct-horse-42")
     with caplog.at_level(logging.INFO, logger="axes"):
         answers = [_login(client, "alice", f"wrong-{i}").status_code for i in range(5)]

@@ -58,8 +58,9 @@ def test_the_service_refuses_every_route_outside_the_allow_list(one_head, job: J
 
 
 @pytest.mark.parametrize("command, message", ATTACKS)
-def test_the_new_investigation_form_refuses_them_on_the_field(one_head, client, django_user_model, command,
-                                                              message) -> None:
+def test_the_new_investigation_form_refuses_them_on_the_field(
+    one_head, client, django_user_model, command, message
+) -> None:
     client.force_login(django_user_model.objects.create_user("mallory", password="x"))
     form = {"title": "t", "severity": "sev2", "team": "", "source": "tunnel", "tunnel_command": command}
     response = client.post(reverse("investigations:create"), form)
@@ -77,7 +78,9 @@ def test_a_known_hosts_file_outside_the_key_folder_is_refused(one_head: Path, jo
 def test_a_key_symlinked_into_the_key_folder_is_refused(one_head: Path, job: Job) -> None:
     (one_head / "shadow").symlink_to("/etc/shadow")
     with pytest.raises(DataSourceError, match="outside the key folder"):
-        tunnel_services.tunnel_datasource_create(job, f"ssh -i {one_head}/shadow -L 9191:localhost:9191 root@{HEAD}")
+        tunnel_services.tunnel_datasource_create(
+            job, f"ssh -i {one_head}/shadow -L 9191:localhost:9191 root@{HEAD}"
+        )
 
 
 def test_an_allowed_route_is_stored_and_labelled_whole(one_head: Path, job: Job) -> None:
@@ -114,7 +117,9 @@ def test_the_target_of_a_forward_is_the_head_nodes_loopback_only() -> None:
         TunnelSpec(user="root", host="gpu-1", remote_port=80, remote_host="169.254.169.254")
 
 
-def test_a_stored_spec_outside_the_list_never_starts_ssh(one_head, job: Job, sshd: SSHServer, settings) -> None:
+def test_a_stored_spec_outside_the_list_never_starts_ssh(
+    one_head, job: Job, sshd: SSHServer, settings
+) -> None:
     """The spec the issue connected with (root@127.0.0.1 -p <any port>), stored by editing the row: opening
     it is refused before ssh runs, and the source says why."""
     ds = DataSource.objects.create(

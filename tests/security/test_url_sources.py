@@ -36,10 +36,22 @@ def _new(client, address: str):
 NOT_PROMETHEUS = [
     (lambda m, p, h: (200, "text/html", f"<html>{SECRET}</html>".encode()), "is not a Prometheus (HTTP 200)"),
     (lambda m, p, h: (500, "text/plain", SECRET.encode()), "is not a Prometheus (HTTP 500)"),
-    (lambda m, p, h: (200, "application/json", b'{"status": "success", "data": {"k": "' + SECRET.encode() + b'"}}'),
-     "its build info has no version"),
-    (lambda m, p, h: (400, "application/json", b'{"status": "error", "errorType": "bad_data", "error": "'
-                      + SECRET.encode() + b'"}'), "is not a Prometheus"),
+    (
+        lambda m, p, h: (
+            200,
+            "application/json",
+            b'{"status": "success", "data": {"k": "' + SECRET.encode() + b'"}}',
+        ),
+        "its build info has no version",
+    ),
+    (
+        lambda m, p, h: (
+            400,
+            "application/json",
+            b'{"status": "error", "errorType": "bad_data", "error": "' + SECRET.encode() + b'"}',
+        ),
+        "is not a Prometheus",
+    ),
 ]
 
 
@@ -126,7 +138,9 @@ def test_two_tenants_behind_one_host_and_port_are_two_jobs(settings, alice) -> N
     with http_server(prometheus_like) as (url, _seen):
         base = _allow(settings, url)
         created = [
-            investigation_create(title=t, source=SourceRequest(kind="url", prometheus_url=f"{base}/{t}"), owner=alice)
+            investigation_create(
+                title=t, source=SourceRequest(kind="url", prometheus_url=f"{base}/{t}"), owner=alice
+            )
             for t in ("a", "b")
         ]
     jobs = [inv.jobs.get() if hasattr(inv, "jobs") else None for inv in created]

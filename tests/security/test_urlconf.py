@@ -72,8 +72,9 @@ def test_the_walk_finds_the_investigation_pages(red) -> None:
 
 
 @pytest.mark.parametrize("method", ["get", "post"])
-def test_another_team_never_sees_or_changes_a_restricted_investigation(client, django_user_model, red,
-                                                                      method: str) -> None:
+def test_another_team_never_sees_or_changes_a_restricted_investigation(
+    client, django_user_model, red, method: str
+) -> None:
     client.force_login(django_user_model.objects.create_user("mallory", password="x"))
     leaks = []
     for url in _investigation_urls(red["inv"].pk):

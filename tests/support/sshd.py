@@ -99,7 +99,9 @@ def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path, timeout
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"sshd exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"sshd exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}"
+            )
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return
         time.sleep(0.05)
@@ -111,8 +113,11 @@ def running_sshd(root: Path) -> Iterator[SSHServer]:
     """Yield a foreground sshd on a free loopback port with keys generated into `root`; stop it after."""
     root.mkdir(parents=True, exist_ok=True)
     os.chmod(root, 0o700)
-    for name, comment in (("host_ed25519", "stepwise-test-host"), ("client_ed25519", "stepwise-test-client"),
-                          ("wrong_ed25519", "stepwise-test-wrong")):
+    for name, comment in (
+        ("host_ed25519", "stepwise-test-host"),
+        ("client_ed25519", "stepwise-test-client"),
+        ("wrong_ed25519", "stepwise-test-wrong"),
+    ):
         _keygen(root / name, comment)
     shutil.copyfile(root / "client_ed25519.pub", root / "authorized_keys")
     # sshd refuses to start without its privilege separation directory when run as root.

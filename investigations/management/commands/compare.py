@@ -38,11 +38,18 @@ def _check_dir(raw: str) -> Path:
 
 class Command(BaseCommand):
     requires_system_checks: list[str] = []  # stdout carries only the result
-    help = "Compare two or more finished jobs by training step: config diff, overlapping steps, metric deltas."
+    help = (
+        "Compare two or more finished jobs by training step: config diff, overlapping steps, metric deltas."
+    )
 
     def add_arguments(self, parser):
-        parser.add_argument("--job-dir", action="append", required=True, dest="job_dirs",
-                            help="a job directory (log + prometheus/); give it once per job, at least twice")
+        parser.add_argument(
+            "--job-dir",
+            action="append",
+            required=True,
+            dest="job_dirs",
+            help="a job directory (log + prometheus/); give it once per job, at least twice",
+        )
         parser.add_argument("--format", choices=("json", "markdown"), default="json")
 
     def handle(self, *args, **opts):

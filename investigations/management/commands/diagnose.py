@@ -77,13 +77,22 @@ class Command(BaseCommand):
         parser.add_argument("--start", help="window start: unix seconds or ISO 8601 (default: the data's)")
         parser.add_argument("--end", help="window end: unix seconds or ISO 8601 (default: the data's)")
         parser.add_argument("--format", choices=("json", "markdown"), default="json")
-        parser.add_argument("--profile", default="auto",
-                            help="metric profile: auto, or a declared one (amd, nvidia, amd-dme, node, a team's)")
-        parser.add_argument("--gpu-model", default="auto",
-                            help="GPU model for the priors when the labels do not name it: auto or one of "
-                                 + ", ".join(GPU_MODELS))
-        parser.add_argument("--playbooks", default=None,
-                            help="comma-separated playbooks to run, or 'all' (default: what the triage calls for)")
+        parser.add_argument(
+            "--profile",
+            default="auto",
+            help="metric profile: auto, or a declared one (amd, nvidia, amd-dme, node, a team's)",
+        )
+        parser.add_argument(
+            "--gpu-model",
+            default="auto",
+            help="GPU model for the priors when the labels do not name it: auto or one of "
+            + ", ".join(GPU_MODELS),
+        )
+        parser.add_argument(
+            "--playbooks",
+            default=None,
+            help="comma-separated playbooks to run, or 'all' (default: what the triage calls for)",
+        )
 
     def handle(self, *args, **opts):
         def work(signals: ExitOnSignal) -> dict:
@@ -108,7 +117,9 @@ class Command(BaseCommand):
         start, end = parse_time(opts["start"], "--start"), parse_time(opts["end"], "--end")
         if start is not None and end is not None and end <= start:
             raise _Exit(2, "--end must be after --start")
-        playbooks = [p.strip() for p in opts["playbooks"].split(",") if p.strip()] if opts["playbooks"] else None
+        playbooks = (
+            [p.strip() for p in opts["playbooks"].split(",") if p.strip()] if opts["playbooks"] else None
+        )
         if opts["job_dir"]:
             if opts["log"]:
                 raise _Exit(2, "--log goes with --prometheus; a job directory has its own log")
@@ -172,8 +183,16 @@ class Command(BaseCommand):
     def _run(self, url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
         with PrometheusClient(url, timeout=60.0, retries=2, backoff=0.2) as client:
             try:
-                return run_diagnosis(client, triage=triage, profile=profile, start=start, end=end,
-                                     playbooks=playbooks, time_range=time_range, gpu_model=self._gpu_model)
+                return run_diagnosis(
+                    client,
+                    triage=triage,
+                    profile=profile,
+                    start=start,
+                    end=end,
+                    playbooks=playbooks,
+                    time_range=time_range,
+                    gpu_model=self._gpu_model,
+                )
             except DiagnosisError as exc:
                 raise _Exit(2, str(exc)) from exc
             except PrometheusQueryError as exc:

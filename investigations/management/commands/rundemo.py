@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -393,16 +394,12 @@ def _stop_children(children: list[tuple[str, subprocess.Popen[bytes]]]) -> None:
             proc.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     for _, proc in reversed(children):
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            pass
     for _, proc in children:
         # Only while the leader is unreaped is its pid surely still our group's id. A leader that
         # exited (gunicorn's arbiter, Celery's main process) has already waited for its own workers.
         if proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait()

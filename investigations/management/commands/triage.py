@@ -20,8 +20,11 @@ class Command(BaseCommand):
         src.add_argument("--log", help="the job's log file")
         src.add_argument("--job-dir", help="a job directory (DIR/job.log, DIR/log or the sibling DIR.log)")
         parser.add_argument("--format", choices=("json", "markdown"), default="json")
-        parser.add_argument("--slurm-state", default=None,
-                            help="the scheduler's state of the job if known (RUNNING tells a hang from a death)")
+        parser.add_argument(
+            "--slurm-state",
+            default=None,
+            help="the scheduler's state of the job if known (RUNNING tells a hang from a death)",
+        )
 
     def handle(self, *args, **opts):
         try:

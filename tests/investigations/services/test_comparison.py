@@ -147,7 +147,9 @@ def test_it_waits_for_a_jobs_triage_still_running(restore_pair) -> None:
     """The logs give the restore points and configs: a comparison waits for a triage in progress."""
     investigation, _, baseline = restore_pair
     done = baseline.triage
-    Job.objects.filter(pk=baseline.pk).update(triage={"state": "running", "started": timezone.now().isoformat()})
+    Job.objects.filter(pk=baseline.pk).update(
+        triage={"state": "running", "started": timezone.now().isoformat()}
+    )
     run = cmp.comparison_start(investigation)
     assert runs.run_claim(run.pk)
     with pytest.raises(runs.TriagePending, match=f"Waiting for the log triage of job {baseline.job_id}"):

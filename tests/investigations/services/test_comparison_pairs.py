@@ -45,7 +45,9 @@ def test_with_three_jobs_the_primary_is_compared_with_the_baseline_and_the_page_
     baseline = _job(served_job, baseline_dir, "baseline-3")
     other = _job(served_job, other_dir, "other-3")
     investigation = Investigation.objects.create(title="three jobs")
-    for position, (job, role) in enumerate([(restored, "primary"), (baseline, "baseline"), (other, "compare")]):
+    for position, (job, role) in enumerate(
+        [(restored, "primary"), (baseline, "baseline"), (other, "compare")]
+    ):
         InvestigationJob.objects.create(investigation=investigation, job=job, role=role, position=position)
 
     run = cmp.comparison_start(investigation)
@@ -57,7 +59,9 @@ def test_with_three_jobs_the_primary_is_compared_with_the_baseline_and_the_page_
     assert result["pairs"][0]["class"] == "restore-resource-leak"
     assert result["diagnosis"]["class"] == "restore-resource-leak"
     assert [j["id"] for j in result["jobs"]] == [
-        baseline.triage["job"]["id"], restored.triage["job"]["id"], other.triage["job"]["id"]
+        baseline.triage["job"]["id"],
+        restored.triage["job"]["id"],
+        other.triage["job"]["id"],
     ]
     procs = next(m for m in result["comparison"]["metrics"] if m["name"] == "procs_running")
     assert len(procs["values"]) == 3 and procs["deltas"][0] is None
@@ -68,5 +72,5 @@ def test_with_three_jobs_the_primary_is_compared_with_the_baseline_and_the_page_
     body = client.get(reverse("investigations:comparison", args=[investigation.pk]), HTTP_HX_REQUEST="true")
     text = body.content.decode()
     assert 'data-testid="comparison-pairs"' in text
-    assert text.count("<li><span class=\"mono\">") >= 2
+    assert text.count('<li><span class="mono">') >= 2
     assert "Runnable processes" in text and "Δ primary" in text

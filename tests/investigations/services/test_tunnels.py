@@ -73,7 +73,9 @@ def _gone(pid: int, within: float = 5.0) -> bool:
     return False
 
 
-def _investigation(job: Job, status: str = Investigation.Status.OPEN, title: str = "slow steps") -> Investigation:
+def _investigation(
+    job: Job, status: str = Investigation.Status.OPEN, title: str = "slow steps"
+) -> Investigation:
     inv = Investigation.objects.create(title=title, status=status)
     InvestigationJob.objects.create(investigation=inv, job=job)
     return inv
@@ -103,7 +105,9 @@ def test_it_creates_the_source_from_pasted_text_and_refuses_injection(job: Job) 
     with pytest.raises(services.DataSourceError, match="ProxyCommand"):
         tunnel_services.tunnel_datasource_create(job, "ssh -oProxyCommand=sh -L 9191:localhost:9191 root@h")
     with pytest.raises(services.DataSourceError, match="Host"):
-        tunnel_services.tunnel_datasource_create(job, {"user": "root", "host": "-oProxyCommand=sh", "remote_port": 1})
+        tunnel_services.tunnel_datasource_create(
+            job, {"user": "root", "host": "-oProxyCommand=sh", "remote_port": 1}
+        )
     assert not DataSource.objects.exists()
 
 
@@ -166,7 +170,9 @@ def test_states_through_check_kill_and_reopen(source: DataSource) -> None:
 
 def test_a_refused_login_is_an_error_state_with_the_reason(job: Job, sshd: SSHServer, prom_port: int) -> None:
     """A key the server refuses: the source is in error and says "Permission denied"."""
-    ds = tunnel_services.tunnel_datasource_create(job, sshd.spec(prom_port, identity_file=str(sshd.wrong_key)))
+    ds = tunnel_services.tunnel_datasource_create(
+        job, sshd.spec(prom_port, identity_file=str(sshd.wrong_key))
+    )
     with pytest.raises(services.DataSourceError, match="Permission denied"):
         tunnel_services.tunnel_open(ds)
     ds.refresh_from_db()
@@ -185,7 +191,9 @@ def test_nothing_listening_on_the_remote_port_is_an_error_state(job: Job, sshd: 
     assert ds.state == DataSource.State.ERROR and f"localhost:{dead}" in ds.state_detail
 
 
-def test_changing_the_spec_closes_the_old_tunnel(source: DataSource, job: Job, sshd: SSHServer, prom_port) -> None:
+def test_changing_the_spec_closes_the_old_tunnel(
+    source: DataSource, job: Job, sshd: SSHServer, prom_port
+) -> None:
     """One tunnel source per job: a new spec replaces the old one and closes its ssh."""
     old = tunnel_services.tunnel_open(source)
     again = tunnel_services.tunnel_datasource_create(job, sshd.spec(prom_port, host="localhost"))

@@ -68,7 +68,9 @@ def test_the_resolver_walk_finds_the_app_pages() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("method", ["get", "post"])
-@pytest.mark.parametrize("url", [u for u in ALL_URLS if u not in PUBLIC | PUBLIC_STATIC | TOKEN_PAGES | NOT_PAGES])
+@pytest.mark.parametrize(
+    "url", [u for u in ALL_URLS if u not in PUBLIC | PUBLIC_STATIC | TOKEN_PAGES | NOT_PAGES]
+)
 def test_anonymous_requests_are_sent_to_login(client, url: str, method: str) -> None:
     """Anonymous GET and POST to any non-public URL redirect to a login page."""
     response = getattr(client, method)(url)

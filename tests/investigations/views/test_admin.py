@@ -55,7 +55,12 @@ def _one_of_each_model() -> None:
     run = DiagnosisRun.objects.create(investigation=investigation, job=job, datasource=datasource)
     PlaybookExecution.objects.create(run=run, playbook="gpu_health")
     finding = Finding.objects.create(
-        investigation=investigation, job=job, run=run, playbook="gpu_health", rule="hot", incident_class="thermal",
+        investigation=investigation,
+        job=job,
+        run=run,
+        playbook="gpu_health",
+        rule="hot",
+        incident_class="thermal",
         title="GPU 0 runs hot",
     )
     PinnedChart.objects.create(investigation=investigation, job=job, finding=finding, title="temp", figure={})

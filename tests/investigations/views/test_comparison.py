@@ -241,7 +241,9 @@ def test_the_region_outside_htmx_is_the_investigation_page(alice_client, case) -
 def test_a_running_comparison_shows_a_cancel_button_that_posts_with_a_token(alice_client, case) -> None:
     investigation, restored, _ = case
     run = _run(investigation, restored)
-    body = alice_client.get(reverse("investigations:comparison", args=[investigation.pk]), **HTMX).content.decode()
+    body = alice_client.get(
+        reverse("investigations:comparison", args=[investigation.pk]), **HTMX
+    ).content.decode()
     action = re.escape(_cancel_url(run))
     form = re.search(rf'<form method="post" action="{action}".*?</form>', body, re.S)
     assert form, "a Cancel form for the active run"
@@ -323,7 +325,9 @@ def test_cancel_needs_a_post_and_a_csrf_token(alice, alice_client, case) -> None
 def test_cancel_only_reaches_this_investigations_comparisons(alice_client, case) -> None:
     investigation, restored, _ = case
     run = _run(investigation, restored)
-    diagnosis = DiagnosisRun.objects.create(investigation=investigation, job=restored, status=TaskStatus.RUNNING)
+    diagnosis = DiagnosisRun.objects.create(
+        investigation=investigation, job=restored, status=TaskStatus.RUNNING
+    )
     other = Investigation.objects.create(title="other")
     for url in (
         reverse("investigations:comparison_cancel", args=[other.pk, run.pk]),

@@ -114,7 +114,9 @@ def test_a_job_id_in_two_folders_asks_for_the_path(
 ) -> None:
     for name in ("81234-JAX-llama", "81234-JAX-llama-8N-TGS_1234.5"):
         (job_root / name / "prometheus").mkdir(parents=True)
-    response, callbacks = _post(alice_client, django_capture_on_commit_callbacks, source="job_dir", job_dir="81234")
+    response, callbacks = _post(
+        alice_client, django_capture_on_commit_callbacks, source="job_dir", job_dir="81234"
+    )
     assert response.status_code == 400
     body = response.content.decode()
     assert "Job 81234 matches 2 job directories" in body and "81234-JAX-llama-8N-TGS_1234.5" in body
@@ -126,7 +128,10 @@ def test_a_job_id_in_two_folders_asks_for_the_path(
     [
         ({"source": "job_dir", "job_dir": "/etc"}, "outside the allowed job roots"),
         ({"source": "job_dir", "job_dir": ""}, "Pick a job directory"),
-        ({"source": "job_dir", "job_dir": "4242424242"}, "No job directory of job 4242424242 under the allowed job roots"),
+        (
+            {"source": "job_dir", "job_dir": "4242424242"},
+            "No job directory of job 4242424242 under the allowed job roots",
+        ),
         ({"source": "url", "prometheus_url": "http://10.9.8.7:9090"}, "is not allowed"),
         ({"source": "url", "prometheus_url": ""}, "Give the URL of the Prometheus"),
         ({"source": "upload"}, "Choose the job&#x27;s log file"),

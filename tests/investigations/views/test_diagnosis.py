@@ -55,16 +55,16 @@ def _run(investigation, job, status=TaskStatus.RUNNING, **fields) -> DiagnosisRu
 
 
 def _finding(investigation, job, **fields) -> Finding:
-    defaults = dict(
-        playbook="gpu-health",
-        rule="hot_gpu",
-        incident_class="thermal-straggler",
-        severity="warning",
-        title="GPU 3 on node-2 runs hot",
-        hosts=["node-2"],
-        gpus=["3"],
-        onset=CRASH - 725,
-        evidence=[
+    defaults = {
+        "playbook": "gpu-health",
+        "rule": "hot_gpu",
+        "incident_class": "thermal-straggler",
+        "severity": "warning",
+        "title": "GPU 3 on node-2 runs hot",
+        "hosts": ["node-2"],
+        "gpus": ["3"],
+        "onset": CRASH - 725,
+        "evidence": [
             {
                 "query": 'max by (host, gpu) (hw_gpu_temperature_celsius{host="node-2"})',
                 "labels": {"host": "node-2", "gpu": "3"},
@@ -72,7 +72,7 @@ def _finding(investigation, job, **fields) -> Finding:
                 "interpretation": "12 °C above its peers",
             }
         ],
-    )
+    }
     return Finding.objects.create(investigation=investigation, job=job, **(defaults | fields))
 
 
@@ -165,11 +165,15 @@ def test_start_with_all_playbooks_and_a_window(
     assert run.result == {}  # nothing comes out before it is done
 
 
-def test_start_with_the_users_profile_and_gpu_model(alice_client, case, django_capture_on_commit_callbacks) -> None:
+def test_start_with_the_users_profile_and_gpu_model(
+    alice_client, case, django_capture_on_commit_callbacks
+) -> None:
     """The Options hold the metric profile and the GPU model; both reach the run."""
     investigation, _ = case
     url = reverse("investigations:diagnosis_start", args=[investigation.pk])
-    page = alice_client.get(reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX).content.decode()
+    page = alice_client.get(
+        reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX
+    ).content.decode()
     assert '<select name="gpu_model">' in page and '<option value="H100">H100</option>' in page
     assert '<option value="nvidia">nvidia</option>' in page
     with django_capture_on_commit_callbacks(execute=False):
@@ -269,11 +273,15 @@ def test_the_poll_that_finds_the_run_finished_swaps_the_header_class_out_of_band
     investigation, job = case
     run = _run(investigation, job)
     url = reverse("investigations:diagnosis_status", args=[investigation.pk])
-    assert "incident-class" not in alice_client.get(url, {"job": job.pk, "poll": "1"}, **HTMX).content.decode()
+    assert (
+        "incident-class" not in alice_client.get(url, {"job": job.pk, "poll": "1"}, **HTMX).content.decode()
+    )
     page = alice_client.get(reverse("investigations:detail", args=[investigation.pk])).content.decode()
     assert '<span id="incident-class"></span>' in page, "no badge yet, but a slot to swap into"
     # The decision marks the run done and sets the class in one transaction (services.diagnosis_decide).
-    DiagnosisRun.objects.filter(pk=run.pk).update(status=TaskStatus.DONE, result={"diagnosis": {"class": "hang"}})
+    DiagnosisRun.objects.filter(pk=run.pk).update(
+        status=TaskStatus.DONE, result={"diagnosis": {"class": "hang"}}
+    )
     Investigation.objects.filter(pk=investigation.pk).update(incident_class="hang")
     body = alice_client.get(url, {"job": job.pk, "poll": "1"}, **HTMX).content.decode()
     assert body.lstrip().startswith('<section id="diagnosis"')
@@ -371,7 +379,9 @@ def test_a_finding_has_its_own_page(alice_client, case) -> None:
     assert reverse("investigations:detail", args=[investigation.pk]) in body
 
 
-def test_a_finding_links_to_its_evidence_on_the_timeline_and_says_where_it_came_from(alice_client, case) -> None:
+def test_a_finding_links_to_its_evidence_on_the_timeline_and_says_where_it_came_from(
+    alice_client, case
+) -> None:
     """Evidence binding: the run, data source and data range it was computed from, and an absolute link to
     the panels its rule reads, its hosts highlighted, the hour around its onset clipped to the data."""
     investigation, job = case
@@ -380,10 +390,14 @@ def test_a_finding_links_to_its_evidence_on_the_timeline_and_says_where_it_came_
         job=job,
         datasource=job.datasources.first(),
         status=TaskStatus.DONE,
-        result={"source": {"url": "http://127.0.0.1:19191", "profile": "amd", "time_range": [CRASH - 3600, CRASH]}},
+        result={
+            "source": {"url": "http://127.0.0.1:19191", "profile": "amd", "time_range": [CRASH - 3600, CRASH]}
+        },
     )
     finding = _finding(investigation, job, playbook="gpu_health", rule="gpu_health.gpu_hot", run=run)
-    body = alice_client.get(reverse("investigations:finding_detail", args=[investigation.pk, finding.pk])).content.decode()
+    body = alice_client.get(
+        reverse("investigations:finding_detail", args=[investigation.pk, finding.pk])
+    ).content.decode()
     link = re.search(r'href="([^"]+)" data-testid="finding-timeline-link"', body)
     assert link is not None
     url = urlsplit(html.unescape(link[1]))
@@ -419,9 +433,15 @@ def test_a_finished_diagnosis_is_a_markdown_report_to_paste_into_a_ticket(alice_
     """The region links the decided run's report: the seeds' TSDB Diagnosis format, as `diagnose` prints it."""
     investigation, job = case
     run = DiagnosisRun.objects.create(
-        investigation=investigation, job=job, status=TaskStatus.DONE, result=_CONTRACT, finished=timezone.now()
+        investigation=investigation,
+        job=job,
+        status=TaskStatus.DONE,
+        result=_CONTRACT,
+        finished=timezone.now(),
     )
-    region = alice_client.get(reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX).content.decode()
+    region = alice_client.get(
+        reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX
+    ).content.decode()
     url = reverse("investigations:run_report", args=[investigation.pk, run.pk])
     assert f'href="{url}" data-testid="diagnosis-report"' in region
     response = alice_client.get(url)
@@ -438,7 +458,9 @@ def test_a_report_of_an_unfinished_or_foreign_run_is_refused(alice_client, case)
     response = alice_client.get(reverse("investigations:run_report", args=[investigation.pk, running.pk]))
     assert response.status_code == 409 and "its report exists once it is done" in response.content.decode()
     other = Investigation.objects.create(title="another")
-    assert alice_client.get(reverse("investigations:run_report", args=[other.pk, running.pk])).status_code == 404
+    assert (
+        alice_client.get(reverse("investigations:run_report", args=[other.pk, running.pk])).status_code == 404
+    )
     anonymous = Client().get(reverse("investigations:run_report", args=[investigation.pk, running.pk]))
     assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
 
@@ -456,7 +478,9 @@ def test_a_gpu_model_of_another_vendor_than_the_exporters_is_pointed_out(
     DiagnosisRun.objects.create(
         investigation=investigation, job=job, status=TaskStatus.DONE, result=result, finished=timezone.now()
     )
-    region = alice_client.get(reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX).content.decode()
+    region = alice_client.get(
+        reverse("investigations:diagnosis", args=[investigation.pk]), **HTMX
+    ).content.decode()
     assert f'data-testid="diagnosis-gpu-model">{name}' in region
     assert ('data-testid="gpu-model-mismatch"' in region) is warned
     if warned:

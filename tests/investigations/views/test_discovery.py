@@ -218,8 +218,13 @@ def test_the_discovery_responses_carry_the_source_card_out_of_band(
     DataSource.objects.filter(pk=_source(investigation).pk).update(
         state=DataSource.State.ERROR, state_detail="Host key verification failed"
     )
-    with mock.patch.object(datasource_discover_task, "delay"), django_capture_on_commit_callbacks(execute=True):
-        started = alice_client.post(reverse("investigations:discovery_start", args=[investigation.pk]), **HTMX)
+    with (
+        mock.patch.object(datasource_discover_task, "delay"),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        started = alice_client.post(
+            reverse("investigations:discovery_start", args=[investigation.pk]), **HTMX
+        )
     card = started.content.decode().split('<section id="source-state"', 1)[1]
     assert card.startswith(' class="card source-state" hx-swap-oob="true"')
     assert 'hx-trigger="every 2s"' in card.split(">", 1)[0]  # pending discovery: the card polls again

@@ -77,7 +77,9 @@ def test_the_header_verdict_takes_the_comparison_into_account_and_says_so(alice_
 
 def test_a_named_incident_wins_over_healthy_and_the_other_word_is_kept(alice_client) -> None:
     investigation = make_investigation("slower after restore")
-    healthy = _done(investigation, {"class": "healthy", "confidence": 0.8, "summary": "Nothing.", "culprits": []})
+    healthy = _done(
+        investigation, {"class": "healthy", "confidence": 0.8, "summary": "Nothing.", "culprits": []}
+    )
     compared = _done(investigation, LEAK_COMPARED, comparison=True)
     verdict = _verdict(_page(alice_client, investigation))
     assert 'data-testid="verdict-class">restore-resource-leak<' in verdict
@@ -87,10 +89,14 @@ def test_a_named_incident_wins_over_healthy_and_the_other_word_is_kept(alice_cli
     )
 
 
-def test_the_verdict_names_culprits_and_onset_and_is_swapped_in_when_a_diagnosis_finishes(alice_client) -> None:
+def test_the_verdict_names_culprits_and_onset_and_is_swapped_in_when_a_diagnosis_finishes(
+    alice_client,
+) -> None:
     investigation = make_investigation("rdma")
     job = investigation.jobs.get()
-    run = DiagnosisRun.objects.create(investigation=investigation, job=job, status="running", playbooks=["network"])
+    run = DiagnosisRun.objects.create(
+        investigation=investigation, job=job, status="running", playbooks=["network"]
+    )
     assert "No verdict yet: the diagnosis is running" in _page(alice_client, investigation)
     DiagnosisRun.objects.filter(pk=run.pk).update(
         status="done",
@@ -114,7 +120,13 @@ def test_the_verdict_names_culprits_and_onset_and_is_swapped_in_when_a_diagnosis
 
 
 def _finding(investigation, run, **fields) -> Finding:
-    defaults = {"playbook": "network", "rule": "r", "incident_class": "healthy", "severity": "info", "title": "t"}
+    defaults = {
+        "playbook": "network",
+        "rule": "r",
+        "incident_class": "healthy",
+        "severity": "info",
+        "title": "t",
+    }
     return Finding.objects.create(investigation=investigation, job=run.job, run=run, **(defaults | fields))
 
 
@@ -130,7 +142,13 @@ def test_informational_findings_are_effect_or_context_and_an_effect_before_its_c
              title="Sustained RDMA retransmits", onset=ONSET)  # fmt: skip
     _finding(investigation, run, playbook="training", rule="step_time_regression",
              title="Step time +28% above the job's own steady state", onset=ONSET - 240)  # fmt: skip
-    _finding(investigation, run, rule="tcp", title="High TCP retransmits (not the collective path)", onset=ONSET - 4000)
+    _finding(
+        investigation,
+        run,
+        rule="tcp",
+        title="High TCP retransmits (not the collective path)",
+        onset=ONSET - 4000,
+    )
     _finding(investigation, run, rule="bw", title="Collective bandwidth down on gpu-109", onset=ONSET + 105)
     url = reverse("investigations:diagnosis", args=[investigation.pk])
     body = alice_client.get(url, {"job": job.pk}, **HTMX).content.decode()
@@ -141,7 +159,9 @@ def test_informational_findings_are_effect_or_context_and_an_effect_before_its_c
     assert "Began 4 min 00 s before the rdma-degradation onset" in rows["Step time"]
     assert "finding-order-note" not in rows["High TCP"] and "finding-role" not in rows["Sustained RDMA"]
     chain = re.search(r'<ol class="diagnosis-chain".*?</ol>', body, re.S).group(0)
-    assert "effect</span>" in chain and "Step time +28%" in chain and 'data-testid="chain-order-note"' in chain
+    assert (
+        "effect</span>" in chain and "Step time +28%" in chain and 'data-testid="chain-order-note"' in chain
+    )
 
 
 def _rows(body: str) -> dict[str, str]:
@@ -160,10 +180,14 @@ def test_a_second_investigation_of_the_same_job_warns_and_links_to_the_first(ali
     body = _page(alice_client, second)
     warning = re.search(r'data-testid="duplicate-warning">.*?</div>', body, re.S).group(0)
     assert f'href="{reverse("investigations:detail", args=[first.pk])}"' in warning and "GPU hang" in warning
-    assert 'data-testid="duplicate-warning"' not in _page(alice_client, make_investigation("other", job_id="9"))
+    assert 'data-testid="duplicate-warning"' not in _page(
+        alice_client, make_investigation("other", job_id="9")
+    )
 
 
-def test_only_the_owner_deletes_after_typing_the_number_and_it_is_audited(alice, alice_client, django_user_model):
+def test_only_the_owner_deletes_after_typing_the_number_and_it_is_audited(
+    alice, alice_client, django_user_model
+):
     investigation = make_investigation("to delete", owner=alice)
     job = investigation.jobs.get()
     url = reverse("investigations:delete", args=[investigation.pk])
@@ -191,7 +215,8 @@ def test_only_the_owner_deletes_after_typing_the_number_and_it_is_audited(alice,
 def test_the_job_root_typed_as_a_job_directory_says_so_and_opens_the_browser(alice_client, job_root) -> None:
     (job_root / "81234-llama" / "prometheus").mkdir(parents=True)
     response = alice_client.post(
-        reverse("investigations:create"), {"title": "t", "severity": "sev3", "source": "job_dir", "job_dir": f"{job_root}/"}
+        reverse("investigations:create"),
+        {"title": "t", "severity": "sev3", "source": "job_dir", "job_dir": f"{job_root}/"},
     )
     body = response.content.decode()
     assert response.status_code == 400
@@ -236,11 +261,14 @@ def test_a_wrong_job_on_the_timeline_is_a_styled_404(alice_client) -> None:
 def test_a_retried_run_shows_when_it_began_and_a_cancel_says_who(alice_client) -> None:
     investigation = make_investigation("retrying")
     job = investigation.jobs.get()
-    run = DiagnosisRun.objects.create(investigation=investigation, job=job, status="running", playbooks=["network"])
+    run = DiagnosisRun.objects.create(
+        investigation=investigation, job=job, status="running", playbooks=["network"]
+    )
     began = run.created.strftime("%Y-%m-%d %H:%M:%S")
     # a retry claims the run again: its `started` moves, the time it began does not
     DiagnosisRun.objects.filter(pk=run.pk).update(
-        started=run.created + timezone.timedelta(minutes=7), error="Attempt 1 failed: timed out (retrying in 4 s)"
+        started=run.created + timezone.timedelta(minutes=7),
+        error="Attempt 1 failed: timed out (retrying in 4 s)",
     )
     url = reverse("investigations:diagnosis", args=[investigation.pk])
     body = alice_client.get(url, {"job": job.pk}, **HTMX).content.decode()

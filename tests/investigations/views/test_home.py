@@ -102,7 +102,9 @@ def test_each_row_names_the_culprits_of_its_latest_diagnosis(alice_client) -> No
             result={"diagnosis": {"class": "thermal-straggler", "culprits": found}}, **fields,
         )  # fmt: skip
 
-    run([{"host": "old-host", "gpu": None}], )
+    run(
+        [{"host": "old-host", "gpu": None}],
+    )
     run(culprits)
     run([{"host": "compared", "gpu": None}], kind=DiagnosisRun.Kind.COMPARISON)
     DiagnosisRun.objects.create(investigation=hot, job=job, status=TaskStatus.RUNNING)  # not finished

@@ -46,7 +46,8 @@ def test_a_baseline_is_added_by_its_job_id(alice_client, job_factory, job_root, 
     settings.STEPWISE_JOB_ROOTS = [job_root]
     investigation = make_investigation()
     response = alice_client.post(
-        reverse("investigations:job_add", args=[investigation.pk]), {"job_dir": truth["job_id"], "role": "baseline"}
+        reverse("investigations:job_add", args=[investigation.pk]),
+        {"job_dir": truth["job_id"], "role": "baseline"},
     )
     assert response.status_code == 302
     link = InvestigationJob.objects.get(role="baseline")

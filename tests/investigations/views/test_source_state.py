@@ -59,10 +59,17 @@ def test_a_job_tsdb_whose_copy_was_stopped_is_idle_not_up(alice_client, settings
     """Idle copies are stopped (and all at start-up): a recorded URL no live server answers shows "Idle"."""
     settings.STEPWISE_TSDB_VIEWS = tmp_path / "views"
     investigation = make_investigation(
-        source={"kind": "job_tsdb", "address": "/jobs/1", "state": "up",
-                "served_url": "http://127.0.0.1:9", "state_detail": "read-only copy served at http://127.0.0.1:9"}
+        source={
+            "kind": "job_tsdb",
+            "address": "/jobs/1",
+            "state": "up",
+            "served_url": "http://127.0.0.1:9",
+            "state_detail": "read-only copy served at http://127.0.0.1:9",
+        }
     )
-    body = alice_client.get(reverse("investigations:source_state", args=[investigation.pk]), **HTMX).content.decode()
+    body = alice_client.get(
+        reverse("investigations:source_state", args=[investigation.pk]), **HTMX
+    ).content.decode()
     assert ">Idle<" in body and 'data-testid="source-idle"' in body
     assert "http://127.0.0.1:9" not in body  # no stale address offered
 

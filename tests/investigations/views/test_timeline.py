@@ -240,7 +240,9 @@ def test_the_region_offers_the_other_jobs_with_their_role(alice_client, case) ->
     region_url = reverse("investigations:timeline_region", args=[investigation.pk])
     assert alice_client.get(region_url, **HTMX).context["compare_jobs"] == []
     baseline = Job.objects.create(job_id="80000", name="fresh")
-    InvestigationJob.objects.create(investigation=investigation, job=baseline, role=InvestigationJob.Role.BASELINE)
+    InvestigationJob.objects.create(
+        investigation=investigation, job=baseline, role=InvestigationJob.Role.BASELINE
+    )
     context = alice_client.get(region_url, **HTMX).context
     assert [(link.job, link.role) for link in context["compare_jobs"]] == [(baseline, "baseline")]
 
@@ -251,7 +253,9 @@ def test_a_served_panel_in_time_mode_says_the_overlay_needs_steps(alice_client, 
     investigation, job, truth = served
     other = Job.objects.create(job_id="80001", name="down")
     DataSource.objects.create(job=other, kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
-    InvestigationJob.objects.create(investigation=investigation, job=other, role=InvestigationJob.Role.COMPARE)
+    InvestigationJob.objects.create(
+        investigation=investigation, job=other, role=InvestigationJob.Role.COMPARE
+    )
     url = reverse("investigations:timeline_panel", args=[investigation.pk, "gpu_temp"])
     timed = alice_client.get(url, {"x": "time-utc", "compare": other.pk})
     assert timed.status_code == 200
