@@ -1,8 +1,9 @@
 """`manage.py rundemo` serves the app with a worker, runs queries end to end, and leaves nothing behind.
 
-One test, because starting the whole stack costs seconds: build a one-job demo, sign in as the demo
+Few tests, because starting the whole stack costs seconds: build a one-job demo, sign in as the demo
 user, run the sample queries through the page (web server -> broker -> worker -> served TSDB), then
-Ctrl-C, and check that every process the command started, and every Prometheus, is gone.
+Ctrl-C, and check that every process the command started, and every Prometheus, is gone. Another kills
+the worker's process group and checks that a new worker starts while the login page still answers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from investigations.management.commands._supervise import WorkerSupervisor
 from playbooks import tsdb_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,7 +84,8 @@ def _get(client: httpx.Client, path: str, **kw) -> httpx.Response | None:
         return None
 
 
-def test_rundemo_serves_runs_queries_and_stops_cleanly(tmp_path: Path) -> None:
+def _start_rundemo(tmp_path: Path) -> tuple[int, Path, Path, subprocess.Popen]:
+    """Start `manage.py rundemo` (one small job) on a free port with its data under `tmp_path`."""
     port = _free_port()
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUB)}
@@ -96,6 +99,24 @@ def test_rundemo_serves_runs_queries_and_stops_cleanly(tmp_path: Path) -> None:
         proc = subprocess.Popen(
             cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
+    return port, data, log, proc
+
+
+def _worker_leader(rundemo: subprocess.Popen) -> int | None:
+    """Return the pid of the running Celery worker rundemo started (it leads its own process group)."""
+    for pid in _descendants(rundemo.pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            leader = os.getpgid(pid) == pid
+        except OSError:
+            continue
+        if b"celery" in cmdline and leader and _alive(pid):
+            return pid
+    return None
+
+
+def test_rundemo_serves_runs_queries_and_stops_cleanly(tmp_path: Path) -> None:
+    port, data, log, proc = _start_rundemo(tmp_path)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
     try:
         login = _wait_for(
@@ -153,3 +174,84 @@ def test_rundemo_serves_runs_queries_and_stops_cleanly(tmp_path: Path) -> None:
     assert not left, f"still running after rundemo exited: {left}"
     assert tsdb_server.list_served(views) == []
     assert "Stopped 1 TSDB server(s)." in log.read_text()
+
+
+def test_rundemo_restarts_a_killed_worker_and_keeps_serving(tmp_path: Path) -> None:
+    port, data, log, proc = _start_rundemo(tmp_path)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10)
+    started_pids: set[int] = set()
+    try:
+        _wait_for(
+            lambda: (r := _get(client, "/login/")) is not None and r.status_code == 200,
+            90, "login page", proc, log,
+        )  # fmt: skip
+        # The worker is up once it has said so (and has taken the demo's queued tasks).
+        _wait_for(lambda: log.read_text().count(" ready.") >= 1, 60, "worker ready", proc, log)
+        old = _wait_for(lambda: _worker_leader(proc), 10, "worker process", proc, log)
+        old_group = {old} | _descendants(old)
+        started_pids |= _descendants(proc.pid)
+        os.killpg(old, signal.SIGKILL)
+
+        new = _wait_for(
+            lambda: (pid := _worker_leader(proc)) not in (None, old) and pid, 30, "new worker", proc, log
+        )
+        text = log.read_text()
+        assert f"The Celery worker (pid {old}) was killed by SIGKILL." in text
+        assert f"Restarted the Celery worker (pid {new})." in text
+        _wait_for(lambda: log.read_text().count(" ready.") >= 2, 60, "restarted worker ready", proc, log)
+        assert _get(client, "/login/").status_code == 200  # pages were served throughout
+        assert not [pid for pid in old_group if _alive(pid)]
+        started_pids |= _descendants(proc.pid)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=40) == 0, log.read_text()[-4000:]
+    finally:
+        client.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            tsdb_server.reap_leftovers(data / "tsdb-views")
+
+    left = sorted(pid for pid in started_pids if _alive(pid))
+    assert not left, f"still running after rundemo exited: {left}"
+
+
+class _FakeProc:
+    _next_pid = 1000
+
+    def __init__(self) -> None:
+        _FakeProc._next_pid += 1
+        self.pid, self.returncode = _FakeProc._next_pid, None
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+def test_worker_supervisor_backs_off_when_the_worker_keeps_dying(monkeypatch) -> None:
+    monkeypatch.setattr("investigations.management.commands._supervise.kill_orphans", lambda pgid: None)
+    now, lines, spawned = [0.0], [], []
+
+    def spawn() -> _FakeProc:
+        spawned.append(_FakeProc())
+        return spawned[-1]
+
+    sup = WorkerSupervisor(spawn, lines.append, max_restarts=2, window_s=60, clock=lambda: now[0])
+    sup.start()
+    sup.check()
+    assert len(spawned) == 1 and not lines  # alive: nothing to do
+    for _ in range(2):
+        sup.proc.returncode = 1
+        sup.check()
+    assert len(spawned) == 3
+    assert lines[0] == f"The Celery worker (pid {spawned[0].pid}) exited with status 1."
+    assert lines[1] == f"Restarted the Celery worker (pid {spawned[1].pid})."
+    sup.proc.returncode = -9
+    now[0] = 10.0
+    sup.check()
+    sup.check()
+    assert len(spawned) == 3 and sup.proc is None  # a third death within a minute: it stays down
+    assert lines[-2].endswith("was killed by SIGKILL.")
+    assert lines[-1].startswith("The Celery worker died 2 times within 60 s: it is down")
+    assert sum("it is down" in line for line in lines) == 1  # said once
+    now[0] = 60.0
+    sup.check()
+    assert len(spawned) == 4 and sup.proc is spawned[-1]  # the oldest restart left the window

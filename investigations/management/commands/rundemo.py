@@ -7,6 +7,7 @@
 4. Register a Job and a job_tsdb DataSource per demo job directory, and open an investigation per demo
    job that has none (its triage and discovery are queued for the worker).
 5. Start a Celery worker and gunicorn, each in its own process group, and wait for the login page.
+   A worker that dies is restarted (at most a few times a minute); a web server that dies stops all.
 6. On Ctrl-C or SIGTERM: stop both groups, stop every TSDB server started meanwhile, exit 0.
 """
 
@@ -34,6 +35,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from investigations import services
+from investigations.management.commands._supervise import WorkerSupervisor
 from investigations.models import Investigation, InvestigationJob, Job
 from investigations.services import comparison as cmp
 from investigations.services import diagnosis as dx
@@ -275,24 +277,33 @@ class Command(BaseCommand):
     def _serve(self, opts: dict[str, Any], password: str, work_root: Path) -> None:
         stop = threading.Event()
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
-        children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        worker = WorkerSupervisor(lambda: self._spawn(self._worker_cmd(opts["concurrency"])), self._log)
+        web: subprocess.Popen[bytes] | None = None
         try:
-            children.append(("worker", self._spawn(self._worker_cmd(opts["concurrency"]))))
-            children.append(("web", self._spawn(self._web_cmd(opts["bind"], opts["web_workers"]))))
+            worker.start()
+            web = self._spawn(self._web_cmd(opts["bind"], opts["web_workers"]))
             url = _probe_url(opts["bind"])
-            self._wait_ready(url + "login/", children, stop)
+            self._wait_ready(url + "login/", web, worker, stop)
             if not stop.is_set():
                 self._banner(url, password)
+            # A dead worker is restarted (rate-limited) while pages are served; a dead web server stops all.
             while not stop.is_set():
-                for name, proc in children:
-                    if proc.poll() is not None:
-                        raise CommandError(f"The {name} process exited with status {proc.returncode}.")
+                if web.poll() is not None:
+                    raise CommandError(f"The web process exited with status {web.returncode}.")
+                worker.check()
                 stop.wait(0.5)
             self.stdout.write("Stopping…")
         finally:
+            children = [("worker", worker.proc)] if worker.proc is not None else []
+            if web is not None:
+                children.append(("web", web))
             _stop_children(children)
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _log(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()
 
     def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
         # A new session: Ctrl-C in the terminal reaches only this command, which then stops each child's
@@ -339,15 +350,13 @@ class Command(BaseCommand):
         ]
 
     def _wait_ready(
-        self, url: str, children: list[tuple[str, subprocess.Popen[bytes]]], stop: threading.Event
+        self, url: str, web: subprocess.Popen[bytes], worker: WorkerSupervisor, stop: threading.Event
     ) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while not stop.is_set():
-            for name, proc in children:
-                if proc.poll() is not None:
-                    raise CommandError(
-                        f"The {name} process exited with status {proc.returncode} while starting."
-                    )
+            if web.poll() is not None:
+                raise CommandError(f"The web process exited with status {web.returncode} while starting.")
+            worker.check()
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
