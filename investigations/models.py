@@ -112,12 +112,16 @@ class Job(models.Model):
         return f"{prefix}{self.job_id} {self.name}".strip()
 
     def finished_triage(self) -> dict[str, Any] | None:
-        """Return the job's finished log triage (the contract's triage JSON), or None while it is
-        missing, queued, running or failed."""
+        """Return the job's last good log triage (the contract's triage JSON), or None if none finished.
+
+        While a re-run is queued, running or failed, Job.triage keeps the last good one under "last_good".
+        """
         triage = self.triage or {}
-        if not isinstance(triage, dict) or triage.get("state", "done") != "done":
+        if not isinstance(triage, dict):
             return None
-        return triage if isinstance(triage.get("job"), dict) else None
+        if triage.get("state", "done") != "done":
+            triage = triage.get("last_good") or {}
+        return triage if isinstance(triage, dict) and isinstance(triage.get("job"), dict) else None
 
     def current_datasource(self) -> DataSource | None:
         """Return the job's current data source: the newest one (the one its page shows), or None."""

@@ -82,7 +82,7 @@ def crash_time(job: Job, run: DiagnosisRun | None = None) -> float | None:
     """Return the job's crash time (unix seconds): the triage's (in the run's result or on the job), else
     the one the engine read from the data, else None."""
     result = (run.result or {}) if run else {}
-    for found in (result.get("job"), job.triage.get("job") if job.triage else None, result.get("timeline")):
+    for found in (result.get("job"), (job.finished_triage() or {}).get("job"), result.get("timeline")):
         value = finite_seconds((found or {}).get("crash_time"))
         if value is not None:
             return value

@@ -591,38 +591,59 @@ def triage_stalled(triage: dict[str, Any] | None) -> bool:
     return (timezone.now() - since).total_seconds() > settings.CELERY_TASK_TIME_LIMIT + 60
 
 
+def _last_good(job: Job) -> dict[str, Any]:
+    """Return {"last_good": the job's last good triage} to carry into a re-run's state, or {} if none."""
+    found = job.finished_triage()
+    return {"last_good": found} if found is not None else {}
+
+
 def job_triage_queue(job: Job) -> bool:
     """Mark the job's triage queued (the caller enqueues job_triage_task after commit).
 
     Return False, marking it "none", when the job has no log to triage; a triage already queued or
-    running is left alone (True).
+    running is left alone (True). The last good triage is kept (under "last_good") until a new one is done.
     """
     state = (job.triage or {}).get("state")
     if state in TRIAGE_PENDING and not triage_stalled(job.triage):
         return True
     if not job_has_log(job):
         job.triage = {"state": "none", "error": "This job has no log: upload it to triage it."}
+        job.triage |= _last_good(job)
         job.save(update_fields=["triage", "updated"])
         return False
-    job.triage = {"state": "queued", "queued": timezone.now().isoformat()}
+    job.triage = {"state": "queued", "queued": timezone.now().isoformat()} | _last_good(job)
     job.save(update_fields=["triage", "updated"])
     return True
 
 
 def job_triage_claim(job_id: int) -> bool:
     """Return True if this caller moved the job's triage from queued to running (another got it: False)."""
-    claimed = Job.objects.filter(pk=job_id, triage__state="queued").update(
-        triage={"state": "running", "started": timezone.now().isoformat()}, updated=timezone.now()
+    job = Job.objects.filter(pk=job_id, triage__state="queued").first()
+    if job is None:
+        return False
+    # Compare and swap on the queued stamp: only one caller moves this queued triage to running.
+    rows = Job.objects.filter(pk=job_id, triage__state="queued")
+    if stamp := job.triage.get("queued"):
+        rows = rows.filter(triage__queued=stamp)
+    claimed = rows.update(
+        triage={"state": "running", "started": timezone.now().isoformat()} | _last_good(job),
+        updated=timezone.now(),
     )
     return claimed == 1
 
 
 def job_triage_fail(job_id: int, error: str) -> None:
-    """Record a failed triage on the job (the page shows `error`)."""
-    Job.objects.filter(pk=job_id).update(
-        triage={"state": "failed", "error": error[:2000], "finished": timezone.now().isoformat()},
-        updated=timezone.now(),
-    )
+    """Record a failed triage on the job (the page shows `error` beside the last good triage, if any)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None:
+            return
+        job.triage = {
+            "state": "failed",
+            "error": error[:2000],
+            "finished": timezone.now().isoformat(),
+        } | _last_good(job)
+        job.save(update_fields=["triage", "updated"])
 
 
 def _log_source(job: Job) -> tuple[str, Path]:

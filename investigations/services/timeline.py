@@ -65,8 +65,7 @@ def _findings(investigation: Investigation, job: Job | None) -> list[dict[str, A
 
 
 def _triage(job: Job | None) -> dict[str, Any]:
-    triage = (job.triage or {}) if job is not None else {}
-    return triage if "job" in triage else {}
+    return (job.finished_triage() or {}) if job is not None else {}
 
 
 def _panel_keys(

@@ -74,9 +74,9 @@ def tunnel_spec(ds: DataSource) -> TunnelSpec:
 
 
 def _job_triage(job: Job) -> Mapping[str, Any]:
-    """Return the job's stored triage, or a fresh one of its log when none is stored yet."""
-    if job.triage:
-        return job.triage
+    """Return the job's last good triage, or a fresh one of its log when none is stored yet."""
+    if found := job.finished_triage():
+        return found
     if job.log_path:
         try:
             return triage_log(job.log_path, roots=settings.STEPWISE_JOB_ROOTS).to_dict()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from investigations.models import Job
@@ -74,8 +75,20 @@ def _grouped_matches(t: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _iso_utc(stamp: Any) -> str:
+    """Return an ISO 8601 stamp as "YYYY-MM-DD HH:MM:SS UTC" ("" for None or garbage)."""
+    try:
+        return utc(datetime.fromisoformat(stamp).timestamp())
+    except (TypeError, ValueError):
+        return ""
+
+
 def triage_context(job: Job | None) -> dict[str, Any]:
-    """Return the triage region's context for the job (its state, and the figures once done)."""
+    """Return the triage region's context for the job: its state, and the figures of the last good triage.
+
+    While a re-run is queued, running or failed, `result` is the last good triage ("last_good"), shown
+    with the re-run's state and failure (`error`, `failed_at`) beside it.
+    """
     t: dict[str, Any] = dict(job.triage or {}) if job is not None else {}
     state = t.get("state", "none" if job is None else "")
     if not state and t.get("job"):
@@ -88,9 +101,16 @@ def triage_context(job: Job | None) -> dict[str, Any]:
         "pending": state in TRIAGE_PENDING,
         "finished": state in TRIAGE_FINISHED or state == "stalled" or not state,
         "error": t.get("error", ""),
+        "failed_at": _iso_utc(t.get("finished")) if state == "failed" else "",
     }
     if state != "done":
-        return context
+        last_good = t.get("last_good")
+        if not isinstance(last_good, dict) or not last_good.get("job"):
+            return context
+        t = last_good
+    context["result"] = True
+    context["previous"] = state != "done"  # the figures are the last good triage's, not this run's
+    context["last_good_at"] = _iso_utc(t.get("finished"))
     job_part = t.get("job") or {}
     prometheus = t.get("prometheus") or {}
     config = t.get("config") or {}

@@ -53,7 +53,7 @@ def _columns(
     out = []
     for i, found in enumerate(result.get("jobs") or []):
         link = links.get(order[i]) if i < len(order) else None
-        triage = (link.job.triage or {}) if link else {}
+        triage = (link.job.finished_triage() or {}) if link else {}
         out.append(
             {
                 "id": found.get("id") or (link.job.job_id if link else f"job {i + 1}"),

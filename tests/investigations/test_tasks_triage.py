@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.urls import reverse
+from kombu.exceptions import OperationalError as BrokerError
 
 from investigations.models import DataSource, Investigation, Job
 from investigations.services import investigations as inv
@@ -100,3 +102,70 @@ def test_a_bug_is_recorded_on_the_job_and_raised(opened, monkeypatch) -> None:
         job_triage_task(job.pk)
     job.refresh_from_db()
     assert job.triage["state"] == "failed" and "Internal error" in job.triage["error"]
+
+
+# --- Running the triage again: the last good triage stays until a new one is done ----------------
+
+
+def _triaged(opened) -> tuple[Investigation, Job, dict]:
+    """Return an opened healthy job whose triage is done, and that triage."""
+    investigation, job, _ = opened("healthy")
+    job_triage_task(job.pk)
+    job.refresh_from_db()
+    good = job.finished_triage()
+    assert good is not None and good["state"] == "done"
+    return investigation, job, good
+
+
+def test_a_rerun_whose_log_moved_keeps_the_last_good_triage_and_shows_the_failure(
+    opened, tmp_path: Path, settings, alice_client, django_capture_on_commit_callbacks
+) -> None:
+    investigation, job, good = _triaged(opened)
+    assert inv.job_triage_queue(job)
+    job.refresh_from_db()
+    assert job.triage["state"] == "queued" and job.finished_triage() == good  # queued: still the good one
+    # The log moved away before the re-run's worker got to it.
+    Job.objects.filter(pk=job.pk).update(job_dir="", log_path=str(tmp_path / "moved.log"))
+    settings.STEPWISE_JOB_ROOTS = [*settings.STEPWISE_JOB_ROOTS, tmp_path]
+    with django_capture_on_commit_callbacks(execute=False):
+        job_triage_task(job.pk)
+    job.refresh_from_db()
+    assert job.triage["state"] == "failed" and "log not found" in job.triage["error"]
+    assert job.finished_triage() == good
+
+    body = alice_client.get(reverse("investigations:detail", args=[investigation.pk])).content.decode()
+    assert "Triage failed at " in body and "log not found" in body
+    assert 'data-testid="triage-last-good"' in body
+    assert f'data-testid="triage-status">{good["job"]["status"]}<' in body
+
+
+def test_a_rerun_the_broker_never_got_keeps_the_last_good_triage(
+    opened, alice_client, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    investigation, job, good = _triaged(opened)
+
+    def broker_down(*args, **kwargs):
+        raise BrokerError("Connection refused")
+
+    monkeypatch.setattr(job_triage_task, "delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        alice_client.post(reverse("investigations:triage_rerun", args=[investigation.pk]))
+    job.refresh_from_db()
+    assert job.triage["state"] == "failed" and "Could not reach the task broker" in job.triage["error"]
+    assert job.finished_triage() == good
+
+    body = alice_client.get(reverse("investigations:triage", args=[investigation.pk])).content.decode()
+    assert "Could not reach the task broker" in body and 'data-testid="triage-last-good"' in body
+
+
+def test_a_rerun_that_succeeds_replaces_the_last_good_triage(
+    opened, django_capture_on_commit_callbacks
+) -> None:
+    _, job, good = _triaged(opened)
+    inv.job_triage_queue(job)
+    with django_capture_on_commit_callbacks(execute=False):
+        job_triage_task(job.pk)
+    job.refresh_from_db()
+    assert job.triage["state"] == "done" and "last_good" not in job.triage
+    assert job.finished_triage() == job.triage
+    assert job.triage["finished"] != good["finished"]
