@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from django.test import Client
 
 from investigations.models import DataSource, QueryResult, QueryRun
+from playbooks import tsdb_server
 
 
 @pytest.fixture(autouse=True)
@@ -17,9 +19,12 @@ def _fast_password_hashing(settings) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _private_tsdb_views(settings, tmp_path: Path) -> None:
-    # Tasks prune idle TSDB servers: never in the developer's own data/tsdb-views.
+def _private_tsdb_views(settings, tmp_path: Path) -> Iterator[None]:
+    # Tasks prune idle TSDB servers: never in the developer's own data/tsdb-views. A copy a test's
+    # service call served is stopped when the test ends (none is left running after the suite).
     settings.STEPWISE_TSDB_VIEWS = tmp_path / "tsdb-views"
+    yield
+    tsdb_server.reap_leftovers(tmp_path / "tsdb-views")
 
 
 @pytest.fixture(autouse=True)
