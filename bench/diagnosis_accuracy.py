@@ -33,26 +33,12 @@ from typing import Any
 from playbooks import tsdb_server
 from playbooks.compare import CompareJob, compare_jobs
 from playbooks.diagnose import run_diagnosis, serves_copy
+from playbooks.model import CLASSES
 from playbooks.prometheus import PrometheusClient, PrometheusError
 from playbooks.synth import SCENARIOS, generate_job
 from playbooks.triage import TriageError, triage_job
 
 REPO = Path(__file__).resolve().parents[1]
-CLASSES = (
-    "healthy",
-    "collective-hang",
-    "network-hang",
-    "node-death",
-    "heartbeat-false-positive",
-    "host-oom",
-    "thermal-straggler",
-    "rdma-degradation",
-    "restore-resource-leak",
-    "monitoring-ghost-data",
-    "gpu-driver-fault",
-    "gpu-hardware-fault",
-    "training-instability",
-)
 SHORT = {
     "healthy": "ok",
     "collective-hang": "c-hang",
