@@ -26,6 +26,7 @@ from urllib.parse import urlencode, urlsplit
 import httpx
 
 from .budget import BudgetTimeout
+from .errors import PlaybooksError
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ _SCAN_WINDOWS = 4
 _MAX_BACKOFF = 10.0
 
 
-class PrometheusError(Exception):
+class PrometheusError(PlaybooksError):
     """Base of every error the client raises; str() is one line a user can read."""
 
 

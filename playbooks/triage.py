@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .confine import OutsideRoots, open_inside, resolved_roots
+from .errors import PlaybooksError
 
 __all__ = [
     "CLASS_ORDER",
@@ -33,7 +34,7 @@ MAX_LINE = 64 * 1024  # longer lines are cut (runaway binary logs)
 MAX_MATCHES_PER_CLASS = 50  # a log with 100k NCCL warnings still gives a readable answer
 
 
-class TriageError(Exception):
+class TriageError(PlaybooksError):
     """The log could not be opened at all (missing, a directory, permission denied)."""
 
 
