@@ -13,7 +13,7 @@ shows one verdict and says where it came from:
   saw more: the baseline). The other's word is kept as `other`, so the page can say what it said.
 
 `next_steps` turns the verdict into the numbered actions of the seeds' report ("Recommended next steps"):
-the report's own table (`reports.services.autofill.next_steps`), so the page and the report say the same.
+the report's own table (`reports.services.remedies.next_steps`), so the page and the report say the same.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from investigations.models import DiagnosisRun, Investigation, InvestigationJob, TaskStatus
-from reports.services.autofill import next_steps as report_next_steps
+from reports.services.remedies import next_steps as report_next_steps
 
 HEALTHY = "healthy"
 #: Below this the verdict's first next step is to confirm it (a comparison with a healthy run).

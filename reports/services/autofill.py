@@ -15,7 +15,10 @@ from investigations.models import DiagnosisRun, Investigation, Job, TaskStatus
 from investigations.services import comparison as comparison_svc
 from investigations.services import diagnosis_overview as diagnosis_svc
 from investigations.services import investigations as inv
+from investigations.services.verdict import Verdict, investigation_verdict
 from playbooks.report import fmt_time
+
+from .remedies import culprits_text
 
 #: The report's sections, in order: (key, title). `comparison` is present when jobs were compared.
 SECTIONS: tuple[tuple[str, str], ...] = (
@@ -33,55 +36,6 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 )
 TITLES = dict(SECTIONS)
 
-#: What to do next, by root-cause family (seed 002's interpretation tables, condensed).
-_NEXT_STEPS: dict[str, list[str]] = {
-    "collective": [
-        "Restart from the last checkpoint; the hang had no hardware or network trigger.",
-        "Collect RCCL/NCCL debug logs (`NCCL_DEBUG=INFO`) on the next run to catch the stuck collective.",
-    ],
-    "network-rdma": [
-        "Drain the culprit hosts and check their RDMA links (cable, port, switch counters).",
-        "Exclude hosts with retry exhaustion first, then those with sustained retransmits.",
-    ],
-    "node": [
-        "Drain the dead host and open a hardware ticket (dmesg, BMC logs, Xid history).",
-        "Restart the job from the last checkpoint without that host.",
-    ],
-    "heartbeat": [
-        "Raise `jax_distributed_heartbeat_timeout_seconds`: the accused hosts were training.",
-        "Check the coordinator's host for CPU or network stalls around the kill.",
-    ],
-    "host-memory": [
-        "Lower host memory use during checkpoint saves (async save, fewer in-flight buffers).",
-        "Restart from the last checkpoint; watch replica-0 hosts' memory during the next save.",
-    ],
-    "thermal": [
-        "Check cooling of the hot GPU's host (fans, airflow, inlet temperature); drain it if it recurs.",
-        "Compare the GPU's clock with its peers after the fix.",
-    ],
-    "cpu-contention": [
-        "Find the extra processes the restore left behind (runnable count per host).",
-        "Restart fresh from the checkpoint instead of the in-place restore until fixed.",
-    ],
-    "monitoring": [
-        "Restart the frozen exporter; the job itself is not affected.",
-        "Do not act on metrics from the frozen window.",
-    ],
-    "gpu-driver": [
-        "Collect dmesg and driver logs from the host; update or reload the GPU driver.",
-        "Keep the job running: training was not affected.",
-    ],
-    "gpu-hardware": [
-        "Drain the host and RMA the faulty GPU (uncorrectable errors / Xid).",
-        "Restart from the last checkpoint without it.",
-    ],
-    "training": [
-        "Check the data and the learning-rate schedule around the onset step.",
-        "Restart from a checkpoint before the instability with a lower learning rate if it recurs.",
-    ],
-    "none": ["Nothing to fix in the system metrics; close the investigation if the job's owners agree."],
-}
-
 
 @dataclass
 class Inputs:
@@ -95,6 +49,8 @@ class Inputs:
     compare: dict[str, Any] = field(default_factory=dict)
     compare_run: DiagnosisRun | None = None
     charts: list[Any] = field(default_factory=list)
+    #: The investigation's reconciled answer (the page header's): the diagnosis and the comparison together.
+    verdict: Verdict | None = None
 
 
 def gather(investigation: Investigation) -> Inputs:
@@ -111,6 +67,7 @@ def gather(investigation: Investigation) -> Inputs:
         compare=comparison["result"] or {},
         compare_run=comparison["decided"],
         charts=list(investigation.pinned_charts.order_by("created", "pk")),
+        verdict=investigation_verdict(investigation),
     )
 
 
@@ -121,6 +78,7 @@ def fingerprint(inputs: Inputs) -> str:
         for x in (
             inputs.run.pk if inputs.run else "-",
             inputs.compare_run.pk if inputs.compare_run else "-",
+            _verdict_runs(inputs.verdict),
             inputs.triage.get("finished", "-"),
             ",".join(str(c.pk) for c in inputs.charts) or "-",
         )
@@ -129,15 +87,6 @@ def fingerprint(inputs: Inputs) -> str:
 
 def latest_done_run(investigation: Investigation) -> DiagnosisRun | None:
     return investigation.diagnosis_runs.filter(status=TaskStatus.DONE).order_by("-finished", "-pk").first()
-
-
-def _culprits(diagnosis: dict[str, Any]) -> str:
-    names = [
-        c["host"] + (f" GPU {c['gpu']}" if c.get("gpu") not in (None, "") else "")
-        for c in diagnosis.get("culprits") or []
-        if isinstance(c, dict) and c.get("host")
-    ]
-    return ", ".join(names) or "none"
 
 
 def _cell(x: Any) -> str:
@@ -168,13 +117,22 @@ def impact(inputs: Inputs) -> dict[str, Any]:
     }
 
 
+def _verdict_runs(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return "-"
+    return f"{verdict.source.run.pk}/{verdict.other.run.pk if verdict.other else '-'}"
+
+
 def _summary(i: Inputs) -> str:
-    d = i.result.get("diagnosis")
-    if not d:
+    """The investigation's verdict (the page header's: the diagnosis reconciled with the comparison)."""
+    v = i.verdict
+    if v is None:
         return "_No diagnosis yet: run one from the investigation page, then this fills itself._"
+    d = v.diagnosis
     return (
-        f"**{d['class']}** (root cause: {d['root_cause_family']}, confidence {d['confidence']:.0%}). "
-        f"Culprits: {_culprits(d)}. Onset {fmt_time(d.get('onset'))}.\n\n{d.get('summary', '')}"
+        f"**{v.klass}** (root cause: {d.get('root_cause_family') or '\u2014'}, confidence {v.confidence:.0%}). "
+        f"Culprits: {culprits_text(d)}. Onset {fmt_time(d.get('onset'))}.\n\n{d.get('summary', '')}"
+        f"\n\n_{v.origin}_"
     )
 
 
@@ -328,22 +286,10 @@ def _comparison(i: Inputs) -> str:
     return "\n".join(out)
 
 
-def next_steps(diagnosis: dict[str, Any]) -> list[str]:
-    """Return what to do next for a diagnosis object (its root-cause family and culprits), most urgent first.
-
-    The one table of next steps: the report's section and the investigation page's verdict both use it.
-    """
-    steps = list(_NEXT_STEPS.get(diagnosis.get("root_cause_family", ""), []))
-    if diagnosis.get("culprits"):
-        steps.insert(0, f"Act on the culprits first: {_culprits(diagnosis)}.")
-    return steps or ["Review the findings below."]
-
-
 def _next_steps(i: Inputs) -> str:
-    d = i.result.get("diagnosis") or (i.compare.get("diagnosis") if i.compare else None)
-    if not d:
+    if i.verdict is None:
         return "1. Run the diagnosis (and a comparison with a healthy baseline if there is one)."
-    return "\n".join(f"{n}. {s}" for n, s in enumerate(next_steps(d), 1))
+    return "\n".join(f"{n}. {s}" for n, s in enumerate(i.verdict.next_steps, 1))
 
 
 _BUILDERS = {

@@ -14,7 +14,7 @@ from django.utils import timezone
 from investigations.models import Investigation
 from reports.models import Report
 
-from . import activity, autofill, charts, conversation, findings
+from . import activity, autofill, charts, conversation, findings, remedies
 
 SCHEMA = "stepwise.report/1"
 
@@ -198,16 +198,12 @@ def report_markdown(report: Report, *, base_url: str = "") -> str:
 
 
 def ticket_block(report: Report, *, base_url: str = "") -> str:
-    """Return the "Copy for ticket" Markdown: class, culprits, onset, summary, permalink."""
+    """Return the "Copy for ticket" Markdown: class, culprits, onset (of the investigation's verdict, the
+    diagnosis reconciled with the comparison), summary, permalink."""
     inv: Investigation = report.investigation
-    d = (autofill.gather(inv).result or {}).get("diagnosis") or {}
-    culprits = (
-        ", ".join(
-            c["host"] + (f" GPU {c['gpu']}" if c.get("gpu") not in (None, "") else "")
-            for c in d.get("culprits") or []
-        )
-        or "none"
-    )
+    verdict = autofill.gather(inv).verdict
+    d = verdict.diagnosis if verdict is not None else {}
+    culprits = remedies.culprits_text(d)
     summary = report.sections.filter(key="summary").values_list("body", flat=True).first() or d.get(
         "summary", ""
     )
