@@ -9,40 +9,61 @@ Prometheus rejects (HTTP 400/422) is never retried and carries Prometheus's own 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import math
 import random
 import re
-import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
+from . import prometheus_range
 from .budget import BudgetTimeout
+from .prometheus_types import (
+    MAX_POINTS,
+    ClientStats,
+    InstantSample,
+    PrometheusBadResponse,
+    PrometheusError,
+    PrometheusForbidden,
+    PrometheusQueryError,
+    PrometheusTimeout,
+    PrometheusUnreachable,
+    Series,
+    _as_float,
+    _fmt_time,
+    _point_value,
+    _transport_reason,
+    choose_step,
+    parse_duration,
+)
+
+__all__ = [
+    "MAX_POINTS",
+    "ClientStats",
+    "InstantSample",
+    "PrometheusBadResponse",
+    "PrometheusClient",
+    "PrometheusError",
+    "PrometheusForbidden",
+    "PrometheusQueryError",
+    "PrometheusTimeout",
+    "PrometheusUnreachable",
+    "Series",
+    "choose_step",
+    "parse_duration",
+    "set_gate_factory",
+]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# Prometheus rejects a range query whose (end - start) / step exceeds 11,000.
-MAX_POINTS = 11000
-
 # Long PromQL goes in a POST form body so that proxy and server URL limits (often 4-8 KiB) never bite.
 _POST_THRESHOLD = 2000
-
-# Selects every series; used in instant queries and in range queries of at most 49 steps.
-_ALL_SERIES = '{__name__=~".+"}'
-# Raw samples of every series in a short window: their own timestamps, with no name dropped. (timestamp()
-# drops the metric name, so series that differ only by name would collide: "vector cannot contain
-# metrics with the same labelset".)
-_RAW_WINDOW = "2s"
 
 _READ_PATHS = frozenset(
     {
@@ -63,217 +84,7 @@ _READ_PATHS = frozenset(
 _POSTABLE_PATHS = frozenset({"/api/v1/query", "/api/v1/query_range", "/api/v1/series", "/api/v1/labels"})
 _LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _LABEL_VALUES_PATH = re.compile(r"^/api/v1/label/[A-Za-z_][A-Za-z0-9_]*/values$")
-
-# "Nice" steps in seconds: sub-second decades, then the usual dashboard steps up to a day.
-_NICE_STEPS = (
-    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5,
-    1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400,
-)  # fmt: skip
-_DAY = 86400.0
-
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
-_DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
-
-# Binary searches over /api/v1/labels stop at this width (seconds); see data_time_range().
-_SEARCH_RESOLUTION = 1.0
-_DEFAULT_LOOKBACK = 300.0
-_SCAN_POINTS = 48
-_SCAN_WINDOWS = 4
 _MAX_BACKOFF = 10.0
-
-
-class PrometheusError(Exception):
-    """Base of every error the client raises; str() is one line a user can read."""
-
-
-class PrometheusUnreachable(PrometheusError):
-    """Connection refused, DNS failure or connection reset, after all attempts."""
-
-
-class PrometheusTimeout(PrometheusError):
-    """A request (or the query on the server) timed out, after all attempts."""
-
-
-class PrometheusQueryError(PrometheusError):
-    """Prometheus rejected the request (HTTP 400/422, e.g. errorType bad_data or execution).
-
-    Attributes:
-        error_type: Prometheus's errorType, e.g. "bad_data", "execution".
-        message: Prometheus's own error text, verbatim.
-        query: The PromQL (or matchers) that was sent.
-    """
-
-    def __init__(self, error_type: str, message: str, query: str) -> None:
-        self.error_type = error_type
-        self.message = message
-        self.query = query
-        one_line = " ".join(message.split())
-        super().__init__(f"Prometheus rejected the query ({error_type}): {one_line}")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keep the attributes when pickled (Celery results, multiprocessing).
-        return (type(self), (self.error_type, self.message, self.query))
-
-
-class PrometheusBadResponse(PrometheusError):
-    """Non-JSON body, status other than success, unexpected shape, or HTTP 5xx after all attempts.
-
-    Attributes:
-        status: The HTTP status of the response (None when unknown). Bodies are never quoted: the
-            server may be anything the allow-list admits, and its body no business of the user.
-    """
-
-    def __init__(self, message: str, *, status: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_bad_response, (str(self), self.status))
-
-
-def _bad_response(message: str, status: int | None) -> PrometheusBadResponse:
-    return PrometheusBadResponse(message, status=status)
-
-
-class PrometheusForbidden(PrometheusError):
-    """The path or method is not one of the read-only endpoints; raised before any I/O."""
-
-
-@dataclass(frozen=True)
-class InstantSample:
-    """One sample of an instant query.
-
-    Attributes:
-        labels: The series labels ({} for a scalar or string result).
-        timestamp: Unix seconds.
-        value: The sample value (NaN for a string result that is not a number).
-    """
-
-    labels: dict[str, str]
-    timestamp: float
-    value: float
-
-
-@dataclass(frozen=True)
-class Series:
-    """One series of a range query.
-
-    Attributes:
-        labels: The series labels.
-        timestamps: Unix seconds, ascending.
-        values: One value per timestamp.
-    """
-
-    labels: dict[str, str]
-    timestamps: tuple[float, ...]
-    values: tuple[float, ...]
-
-
-@dataclass
-class ClientStats:
-    """Cumulative request statistics, safe to update from several threads.
-
-    Attributes:
-        requests: HTTP requests sent, retries included.
-        seconds: Time spent waiting on Prometheus, summed over requests (parallel requests add up).
-        queued: Requests that had to queue for the source's budget (`gate`).
-        queued_seconds: Time they spent queued, summed.
-    """
-
-    requests: int = 0
-    seconds: float = 0.0
-    queued: int = 0
-    queued_seconds: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
-
-    def record(self, seconds: float) -> None:
-        """Count one request that took `seconds`."""
-        with self._lock:
-            self.requests += 1
-            self.seconds += seconds
-
-    def record_queued(self, seconds: float) -> None:
-        """Count one request that waited `seconds` for a slot of the source's budget (`gate`)."""
-        with self._lock:
-            self.queued += 1
-            self.queued_seconds += seconds
-
-
-def choose_step(start: float, end: float, *, min_step: float = 1.0, max_points: int = MAX_POINTS) -> float:
-    """Return the smallest nice step >= min_step giving at most max_points points over [start, end].
-
-    Nice steps are 1-2-5 below a second, then 1, 2, 5, 10, 15, 30 s, 1, 2, 5, 10, 15, 30 min,
-    1, 2, 3, 6, 12 h, then whole days.
-    """
-    if end < start:
-        raise ValueError(f"end ({end}) is before start ({start})")
-    if min_step <= 0 or max_points < 2:
-        raise ValueError("min_step must be > 0 and max_points >= 2")
-    needed = max(min_step, (end - start) / (max_points - 1))
-    for step in _NICE_STEPS:
-        if step >= needed and (end - start) / step + 1 <= max_points:
-            return float(step)
-    return math.ceil(needed / _DAY) * _DAY
-
-
-def parse_duration(text: str) -> float:
-    """Return the seconds of a Prometheus duration such as "15m" or "1h30m"."""
-    parts = _DURATION_PART.findall(text.strip())
-    if not parts or "".join(n + u for n, u in parts) != text.strip():
-        raise ValueError(f"not a Prometheus duration: {text!r}")
-    return sum(float(n) * _DURATION_SECONDS[u] for n, u in parts)
-
-
-def _fmt_time(t: float) -> str:
-    return f"{float(t):.3f}"
-
-
-def _as_float(raw: Any) -> float:
-    try:
-        return float(raw)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def _point_value(point: Mapping[str, Any]) -> tuple[float, float]:
-    # Native histograms carry "histogram": [ts, {...}] instead of "value"; their count is the value.
-    if "value" in point:
-        ts, raw = point["value"]
-        return float(ts), _as_float(raw)
-    ts, hist = point["histogram"]
-    return float(ts), _as_float(hist.get("count"))
-
-
-def _transport_reason(exc: BaseException) -> str:
-    """Return a short human reason ("connection refused", ...) for a transport exception."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, socket.gaierror):
-            return "name resolution failed"
-        if isinstance(cur, OSError) and cur.errno is not None:
-            return {
-                errno.ECONNREFUSED: "connection refused",
-                errno.ECONNRESET: "connection reset",
-                errno.EHOSTUNREACH: "host unreachable",
-                errno.ENETUNREACH: "network unreachable",
-                errno.ECONNABORTED: "connection aborted",
-                errno.EPIPE: "connection closed",
-            }.get(cur.errno, cur.strerror or type(cur).__name__)
-        cur = cur.__cause__ or cur.__context__
-    text = str(exc).lower()
-    for needle, reason in (
-        ("connection refused", "connection refused"),
-        ("name or service not known", "name resolution failed"),
-        ("nodename nor servname", "name resolution failed"),
-        ("temporary failure in name resolution", "name resolution failed"),
-        ("reset", "connection reset"),
-        ("disconnected", "server closed the connection"),
-    ):
-        if needle in text:
-            return reason
-    return str(exc) or type(exc).__name__
 
 
 #: Returns the budget a client's queries go through (a context manager factory whose context value is
@@ -488,142 +299,9 @@ class PrometheusClient:
     def data_time_range(self) -> tuple[float, float] | None:
         """Return the (first, last) sample times in unix seconds of all data served, None if there is none.
 
-        /api/v1/status/tsdb only covers the in-memory head, so the range is derived from the data with
-        read APIs only, on any Prometheus-compatible server:
-
-        1. /status/tsdb: the head's maxTime, when the head holds series (Prometheus only).
-        2. /status/flags: the lookback delta (5 m when the server does not say).
-        3. /labels over [0, now + 1 y]: no label names means no data, return None.
-        4. Earliest: binary search with /labels?start=0&end=m (an index lookup: a block or the head
-           overlaps the window) down to 1 s. A Prometheus block's minTime is its first sample.
-        5. Refine with the raw samples of {__name__=~".+"}[2s] at the found time. If the
-           index boundary was not a sample (blocks aligned to 2 h, other backends), scan forward with
-           range queries at lookback steps, then zoom in twice (precision lookback/2,304).
-        6. Latest: the head's maxTime checked with the raw samples at that time; otherwise the mirror
-           image of 4 and 5 with /labels?start=m&end=far.
-
-        Requests: 3 + about 31 + 1 for the earliest, + 1 for the latest with a non-empty head (about
-        36), or + about 31 + 1 without one (about 67); at most 6 more per end when a scan is needed.
-        Every request is an index lookup or a query over at most 49 steps.
+        Read APIs only, on any Prometheus-compatible server: `playbooks.prometheus_range.data_time_range`.
         """
-        head_max = self._head_max_time()
-        lookback = self._lookback()
-        far = max(time.time(), head_max or 0.0) + 366 * _DAY
-        if not self.label_names(start=0.0, end=far):
-            return None
-
-        # Earliest: smallest m such that the index holds data in [0, m].
-        lo, hi = 0.0, far
-        if head_max is not None:
-            hi = head_max
-        lo, hi = self._bisect(lambda m: bool(self.label_names(start=0.0, end=m)), lo, hi)
-        first = self._instant_time("min", hi)
-        if first is None:
-            first = self._scan(hi, forward=True, lookback=lookback)
-        if first is None:
-            log.warning("%s: no sample found after index start %s; using it", self.base_url, hi)
-            first = hi
-
-        last: float | None = None
-        if head_max is not None:
-            last = self._instant_time("max", head_max)
-            if last is not None and abs(last - head_max) > 0.001:
-                last = None
-        if last is None:
-            # Latest: largest m such that the index holds data in [m, far].
-            lo, hi = self._bisect(lambda m: not self.label_names(start=m, end=far), first, far)
-            last = self._instant_time("max", hi)
-            if last is None:
-                last = self._scan(hi, forward=False, lookback=lookback)
-            if last is None:
-                log.warning("%s: no sample found before index end %s; using it", self.base_url, lo)
-                last = lo
-        return (first, max(first, last))
-
-    def _head_max_time(self) -> float | None:
-        try:
-            head = self.tsdb_status().get("headStats") or {}
-        except PrometheusError:
-            return None
-        # An empty head reports numSeries 0 with minTime == maxTime == the newest block's maxTime,
-        # or the int64 sentinels when there are no blocks either.
-        try:
-            if int(head.get("numSeries", 0)) <= 0:
-                return None
-            max_ms, min_ms = int(head["maxTime"]), int(head["minTime"])
-        except (KeyError, TypeError, ValueError):
-            return None
-        if max_ms < min_ms or max_ms >= 2**63 - 1 or max_ms <= -(2**63):
-            return None
-        return max_ms / 1000.0
-
-    def _lookback(self) -> float:
-        try:
-            return parse_duration(str(self.flags().get("query.lookback-delta", "5m")))
-        except (PrometheusError, ValueError):
-            return _DEFAULT_LOOKBACK
-
-    @staticmethod
-    def _bisect(pred: Callable[[float], bool], lo: float, hi: float) -> tuple[float, float]:
-        """Return (lo, hi) with hi - lo <= 1 s, pred(lo) False and pred(hi) True, given pred is monotone."""
-        while hi - lo > _SEARCH_RESOLUTION:
-            mid = math.floor((lo + hi) / 2 * 1000) / 1000
-            if mid <= lo or mid >= hi:
-                break
-            if pred(mid):
-                hi = mid
-            else:
-                lo = mid
-        return lo, hi
-
-    def _instant_time(self, agg: str, at: float) -> float | None:
-        """Return the min/max timestamp of the raw samples in the short window ending at `at`."""
-        samples = self.query(f"{_ALL_SERIES}[{_RAW_WINDOW}]", at=at)
-        times = [s.timestamp for s in samples]
-        if not times:
-            return None
-        return min(times) if agg == "min" else max(times)
-
-    def _scan(self, origin: float, *, forward: bool, lookback: float) -> float | None:
-        """Return the first (forward) or last sample time next to `origin`, scanning window by window.
-
-        Each range query samples every `lookback` seconds, so no sample falls between two steps; a hit
-        is then zoomed into twice with 48 finer steps.
-        """
-        agg = "min" if forward else "max"
-        expr = f"{agg}(timestamp({_ALL_SERIES}))"
-        width = lookback * _SCAN_POINTS
-        for k in range(_SCAN_WINDOWS):
-            start = origin + k * width if forward else origin - (k + 1) * width
-            try:
-                hit = self._first_point(expr, start, start + width, lookback, forward)
-            except PrometheusQueryError:
-                # metrics sharing a label set make timestamp() ambiguous; the index boundary must do
-                return None
-            if hit is None:
-                continue
-            if not forward:
-                # The last step with data sees every series' latest sample: its max is exact.
-                return hit[1]
-            step = lookback
-            for _ in range(2):
-                sub = step / _SCAN_POINTS
-                lo = hit[0] - step
-                refined = self._first_point(expr, max(lo, 0.0), lo + step, sub, forward)
-                if refined is None:
-                    break
-                hit, step = refined, sub
-            return hit[1]
-        return None
-
-    def _first_point(
-        self, expr: str, start: float, end: float, step: float, forward: bool
-    ) -> tuple[float, float] | None:
-        series = self.query_range(expr, start, end, step)
-        points = [(t, v) for s in series for t, v in zip(s.timestamps, s.values, strict=True)]
-        if not points:
-            return None
-        return min(points) if forward else max(points, key=lambda p: p[1])
+        return prometheus_range.data_time_range(self)
 
     # -- concurrency -----------------------------------------------------------------------------
 
