@@ -1,0 +1,110 @@
+"""The public entry points: triage a log or a job directory, find a job's log, expand a node list."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from playbooks.confine import OutsideRoots, open_inside, resolved_roots
+
+from ._model import _RANK, Match, Triage, TriageError
+from ._patterns import _int
+from ._read import _iter_lines
+from ._scan import _scan
+
+
+def find_job_log(job_dir: str | os.PathLike[str]) -> Path | None:
+    """Return the log of a job directory: DIR/job.log, the DIR/log symlink, or the sibling <DIR>*.log/.out."""
+    d = Path(job_dir)
+    for cand in (d / "job.log", d / "log"):
+        if cand.is_file():
+            return cand
+    parent = d.parent
+    for ext in (".log", ".out"):
+        sib = parent / f"{d.name}{ext}"
+        if sib.is_file():
+            return sib
+    for ext in (".log", ".out"):
+        hits = sorted(parent.glob(f"{d.name}*{ext}"))
+        if hits:
+            return hits[0]
+    m = re.match(r"^(k8s-\d+-\d+-[0-9a-f]+|local_[\d_]+[0-9a-f]+|\d+)-", d.name)
+    if m:
+        hits = sorted(parent.glob(f"{m.group(1)}-*.log")) + sorted(parent.glob(f"{m.group(1)}-*.out"))
+        if hits:
+            return hits[0]
+    return None
+
+
+def triage_log(
+    source: str | os.PathLike[str] | Iterable[str],
+    *,
+    now: float | None = None,
+    slurm_state: str | None = None,
+    roots: Iterable[str | os.PathLike[str]] | None = None,
+) -> Triage:
+    """Return the triage of a log file (or of an iterable of lines).
+
+    `now` (unix seconds) is used to tell running from dead jobs without a summary; `slurm_state`
+    ("RUNNING", "PENDING", ...) when the scheduler could be asked. With `roots`, the file actually
+    opened must lie inside one of them (a symlink leading out is refused). Raises TriageError only when
+    a path cannot be opened; bad content is reported in `unreadable`.
+    """
+    out = Triage()
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        try:
+            fh = open(path, "rb") if roots is None else open_inside(path, resolved_roots(roots))  # noqa: SIM115
+        except OutsideRoots as exc:
+            raise TriageError(f"{path} is not read: it leads outside the job roots") from exc
+        except FileNotFoundError as exc:
+            raise TriageError(f"log not found: {path}") from exc
+        except IsADirectoryError as exc:
+            raise TriageError(f"{path} is a directory, not a log") from exc
+        except OSError as exc:
+            raise TriageError(f"cannot read {path}: {exc.strerror}") from exc
+        with fh:
+            _scan(_iter_lines(fh, out), out, now, slurm_state)
+            if out.details.get("lines", 0) == 0:
+                out.unreadable.append("the log is empty")
+    else:
+        _scan(((i + 1, ln.rstrip("\r\n")) for i, ln in enumerate(source)), out, now, slurm_state)
+    return out
+
+
+def triage_job(
+    job_dir: str | os.PathLike[str],
+    *,
+    now: float | None = None,
+    slurm_state: str | None = None,
+    roots: Iterable[str | os.PathLike[str]] | None = None,
+) -> Triage:
+    """Return the triage of a job directory: its primary log plus, for k8s jobs, every rank-N.log.
+
+    With `roots`, every log opened must lie inside one of them: the primary log is refused otherwise,
+    a rank log leading out is skipped and listed under `unreadable`. Raises TriageError when the
+    directory has no log.
+    """
+    roots = list(roots) if roots is not None else None
+    d = Path(job_dir)
+    if not d.is_dir():
+        raise TriageError(f"job directory not found: {d}")
+    log = find_job_log(d)
+    if log is None:
+        raise TriageError(f"no log in {d} (looked for job.log, the log symlink and a sibling {d.name}.log)")
+    out = triage_log(log, now=now, slurm_state=slurm_state, roots=roots)
+    extra: list[Match] = []
+    for rank_log in sorted(d.glob("rank-*.log"), key=lambda p: _int(p.stem.split("-")[-1]) or 0):
+        try:
+            sub = triage_log(rank_log, now=now, roots=roots)
+        except TriageError as exc:
+            out.unreadable.append(f"{rank_log.name}: {exc}")
+            continue
+        extra += [Match(m.klass, m.line, f"[{rank_log.name}] {m.text}") for m in sub.matches if m.line > 0]
+        out.unreadable += [f"{rank_log.name}: {u}" for u in sub.unreadable if "completed step" not in u]
+    if extra:
+        out.matches = sorted(out.matches + extra, key=lambda m: (_RANK[m.klass], m.line))
+        out.triage_class = out.matches[0].klass
+    return out

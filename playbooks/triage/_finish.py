@@ -1,0 +1,225 @@
+"""After the scan: progress figures, status, timing and the classes no single line shows."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from ._model import _RANK, CLASS_ORDER, Triage
+from ._patterns import _int, _split_args, _start_time, _year_hint, expand_nodelist
+from ._state import _add, _State
+
+# The training failures that end a job by themselves (a stall before them is their effect, not a hang):
+# the seed table's training classes but the hang itself and NCCL timeouts, which a hang causes.
+FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-hw-error"] + 1]) - {
+    "nccl-timeout"
+}
+
+
+def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
+    _finish_config(st, out)
+    steps = sorted(st.steps)
+    out.first_step = steps[0] if steps else None
+    out.last_step = steps[-1] if steps else None
+    prog, last_ts = _progress(st, out, steps)
+    status = _status(st, out, prog, last_ts, now, slurm_state)
+    out.status = status
+    prog["lost_steps"] = None
+    if out.last_step is not None and status not in ("completed", "soft-success", "running"):
+        last_ckpt = prog["last_checkpoint_step"]
+        base = last_ckpt if last_ckpt is not None else ((out.first_step or 0) - 1)
+        prog["lost_steps"] = out.last_step - base
+    elif status in ("completed", "soft-success"):
+        prog["lost_steps"] = 0
+    out.progress = prog
+    stall, end_time = _timing(st, out, steps, last_ts, prog["step_time_s"], now)
+    _computed_classes(st, out, stall, prog["step_time_s"], prog["tgs_trend_pct"])
+    ordered = sorted((m for lst in st.matches.values() for m in lst), key=lambda m: (_RANK[m.klass], m.line))
+    out.matches = ordered
+    out.triage_class = ordered[0].klass if ordered else None
+    if st.accused_tasks:
+        hosts = []
+        for task in dict.fromkeys(st.accused_tasks):
+            node = task // st.procs_per_node
+            hosts.append(out.nodes[node] if node < len(out.nodes) else f"task:{task}")
+        out.heartbeat_accused = hosts
+    crash = st.first_fatal_time
+    if crash is None and status in ("failed", "cancelled", "unknown-death"):
+        crash = st.cancel_time or end_time
+    out.crash_time = crash
+    if not steps and out.details.get("lines"):
+        out.unreadable.append("no 'completed step:' lines found")
+
+
+def _finish_config(st: _State, out: Triage) -> None:
+    """Fill the job id, PASSTHROUGH_ARGS items and the node list from what the scan read."""
+    cfg = out.config
+    out.job_id = cfg.get("JOB_ID")
+    if st.year is None and out.job_id:
+        st.year = _year_hint(out.job_id)
+    for item in _split_args(cfg.get("PASSTHROUGH_ARGS", "")):
+        k, _, v = item.partition("=")
+        if k and v:
+            cfg.setdefault(k, v)
+    if cfg.get("JOB_NODELIST"):
+        out.nodes = expand_nodelist(cfg["JOB_NODELIST"])
+    if not out.nodes and st.node_exits:
+        out.nodes = list(dict.fromkeys(h.split(".")[0] for h, _, _ in st.node_exits))
+
+
+def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any], float | None]:
+    """Return (the progress figures but lost steps, the last step's time)."""
+    cfg = out.config
+    total = _int(cfg.get("steps"))
+    prog: dict[str, Any] = {"steps_total": total}
+    restored = (
+        st.restored
+        if st.restored is not None
+        else (out.first_step - 1 if out.first_step and out.first_step > 0 else None)
+    )
+    prog["restored_from"] = restored
+    period = _int(cfg.get("checkpoint_period"))
+    ckpt_on = cfg.get("enable_checkpointing", "").lower() in ("true", "1", "yes")
+    if ckpt_on and period is None:
+        period = 200  # the seed skill's assumption (MaxText's own default is 10000)
+    ckpt_steps = set(st.saved) | ({s for s in steps if period and s % period == 0} if ckpt_on else set())
+    steady = [st.steps[s][0] for s in steps[5:] if not ({s - 1, s - 2} & ckpt_steps)]
+    step_time = None
+    if steady:
+        med = statistics.median(steady)
+        kept = [x for x in steady if x <= 3 * med]
+        step_time = round(sum(kept) / len(kept), 3)
+    prog["step_time_s"] = step_time
+    last_ts = st.steps[out.last_step][3] if steps else None
+    if last_ts is None and steps and st.barrier_time is not None:
+        # print-style step lines carry no time: training start + the steps' own seconds
+        last_ts = st.barrier_time + sum(st.steps[s][0] for s in steps)
+        out.details["last_step_time_estimated"] = True
+    prog["last_step_time"] = round(last_ts, 3) if last_ts is not None else None
+    last_ckpt = None
+    if ckpt_on and out.last_step is not None:
+        if st.saved:
+            last_ckpt = (
+                max(s for s in st.saved if s <= out.last_step)
+                if any(s <= out.last_step for s in st.saved)
+                else None
+            )
+        elif period:
+            c = (out.last_step // period) * period
+            last_ckpt = c if c >= (out.first_step or 0) or restored is not None else None
+    prog["last_checkpoint_step"] = last_ckpt
+    prog["tgs_trend_pct"] = _tgs_trend(st, out, steps)
+    return prog, last_ts
+
+
+def _tgs_trend(st: _State, out: Triage, steps: list[int]) -> float | None:
+    """Return the TGS change (%) from steps first+5..first+15 to the last ten, with 20 or more TGS figures."""
+    tgs = [(s, st.steps[s][1]) for s in steps if st.steps[s][1] is not None]
+    if len(tgs) < 20 or out.first_step is None:
+        return None
+    early = [v for s, v in tgs if out.first_step + 5 <= s <= out.first_step + 15]
+    late = [v for _, v in tgs[-10:]]
+    if not (early and late):
+        return None
+    e, lt = sum(early) / len(early), sum(late) / len(late)
+    out.details.update(tgs_early=round(e, 3), tgs_late=round(lt, 3))
+    return round((lt - e) / e * 100.0, 2)
+
+
+def _status(
+    st: _State,
+    out: Triage,
+    prog: dict[str, Any],
+    last_ts: float | None,
+    now: float | None,
+    slurm_state: str | None,
+) -> str:
+    """Return the job's status from its summary, else from its progress and the clock."""
+    total = prog["steps_total"]
+    summ = st.summary_status
+    complete = total is not None and out.last_step is not None and out.last_step >= total - 1
+    if summ is not None:
+        word, rc, reason = summ
+        out.details.update(exit_code=rc, summary_reason=reason)
+        if word == "SUCCESS" and rc == 0:
+            return "completed"
+        if complete:
+            return "soft-success"
+        return "cancelled" if rc in (130, 143) else "failed"
+    if st.summary_seen or complete:
+        return "completed"
+    step_time = prog["step_time_s"]
+    if now is not None and last_ts is not None and step_time and now - last_ts <= max(5 * step_time, 900.0):
+        return "running"
+    if (slurm_state or "").upper() == "RUNNING":
+        return "hanging"
+    return "unknown-death"
+
+
+def _timing(
+    st: _State,
+    out: Triage,
+    steps: list[int],
+    last_ts: float | None,
+    step_time: float | None,
+    now: float | None,
+) -> tuple[float | None, float | None]:
+    """Record training time vs wall time and the stall after the last step; return (stall, end time)."""
+    secs = [st.steps[s][0] for s in steps]
+    train_s = sum(secs) if secs else 0.0
+    out.details.update(
+        training_time_s=round(train_s, 1),
+        wall_s=st.wall_s,
+        steps_logged=len(steps),
+        checkpoints_saved=sorted(st.saved),
+    )
+    start_hint = st.start_time if st.start_time is not None else _start_time(out.config)
+    end_time = st.cancel_time or (start_hint + st.wall_s if start_hint is not None and st.wall_s else None)
+    stall = None
+    if last_ts is not None and end_time is not None:
+        stall = end_time - last_ts
+    elif st.wall_s is not None and secs:
+        stall = st.wall_s - train_s - 1800.0  # minus a generous setup + compile allowance
+    if stall is not None:
+        out.details["stall_after_last_step_s"] = round(stall, 1)
+    if last_ts is not None and step_time and now is not None and out.status == "running":
+        out.details["expected_step_now"] = int(out.last_step + (now - last_ts) / step_time)
+    return stall, end_time
+
+
+def _computed_classes(
+    st: _State, out: Triage, stall: float | None, step_time: float | None, trend: float | None
+) -> None:
+    """Add the classes no single line shows: hang, TGS degradation, cancelled, node failure, unknown death."""
+    status = out.status
+    summ = st.summary_status
+    stalled = stall is not None and step_time is not None and stall > max(5 * step_time, 600.0)
+    if status == "hanging" or (
+        status in ("cancelled", "unknown-death") and stalled and not (FATAL_TRAINING & set(st.matches))
+    ):
+        _add(
+            st,
+            "hang",
+            0,
+            f"steps stopped at {out.last_step}"
+            + (f"; no progress for {stall / 60:.0f} min before the end" if stall else ""),
+        )
+    if trend is not None and trend < -10.0:
+        _add(
+            st,
+            "tgs-degradation",
+            0,
+            f"TGS {out.details['tgs_early']:.0f} -> {out.details['tgs_late']:.0f} "
+            f"({trend:+.1f} %) between steps {out.first_step + 5}-{out.first_step + 15} and the last 10",
+        )
+    if status == "cancelled":
+        _add(st, "cancelled", 0, f"cancelled (exit {summ[1] if summ else '?'})")
+    bad_exits = [(h, rc, n) for h, rc, n in st.node_exits if rc != 0]
+    if bad_exits and not all(rc == 143 for _, rc, _ in bad_exits):
+        first_suspect = next(((h, rc, n) for h, rc, n in bad_exits if rc != 143), bad_exits[0])
+        _add(st, "node-fail", first_suspect[2], f"NODE_EXIT host={first_suspect[0]} exit={first_suspect[1]}")
+        out.details["node_exits"] = [{"host": h, "exit": rc} for h, rc, _ in bad_exits]
+    if status == "unknown-death":
+        _add(st, "unknown-death", 0, "no JOB SUMMARY and no step progress")
+    if status == "soft-success":
+        _add(st, "soft-success", 0, f"last step {out.last_step} = steps-1 although the job exited non-zero")

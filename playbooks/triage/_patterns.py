@@ -1,0 +1,186 @@
+"""What the triage recognises in a line: failure signatures, harmless lines, the line grammar, small parsers."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+# (class, substrings any of which match). Checked in this order per line; one class per line.
+SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("container-pull-fail", ("[ERROR] Pull failed for", "[ERROR] Authenticated pull failed")),
+    ("container-load-fail", ("[ERROR] Unable to determine image name or ID from docker load output",)),
+    ("no-gpu", ("WARNING: No GPU devices detected",)),
+    ("nccl-nic-fail", ("Failed to auto-detect NCCL_SOCKET_IFNAME",)),
+    (
+        "port-fail",
+        (
+            "FATAL: Could not find a free port for JAX coordinator",
+            "FATAL: Could not find a free port for Ray",
+        ),
+    ),
+    ("model-not-found", ("!!! Unknown model:", "!!! Model name resolution failed")),
+    ("patch-branch-fail", ("[FAIL] Failed to check out",)),
+    (
+        "ray-start-fail",
+        ("[Ray] HEAD failed to start", "[Ray] HEAD timeout", "[Ray] WORKER failed", "[!] Ray cluster failed"),
+    ),
+    (
+        "heartbeat-timeout",
+        (
+            "UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats)",
+            "Terminating process because the JAX distributed service detected fatal errors",
+            "Polled error from coordination service",
+        ),
+    ),
+    ("oom-gpu", ("RESOURCE_EXHAUSTED", "ResourceExhausted", "OUT_OF_MEMORY", "XLA_ERROR", "out of memory")),
+    ("oom-host", ("Killed", "oom-kill", "Out of memory")),
+    ("nccl-timeout", ("NCCL WARN Timeout", "NCCL error", "Timeout waiting for", "ncclSystemError")),
+    ("xla-compile-fail", ("INTERNAL: Failed to compile", "XLA compilation failed")),
+    ("python-exception", ("Traceback (most recent call last):",)),
+    ("signal-kill", ("Training subprocess killed by",)),
+    ("subprocess-fail", ("Training subprocess exited with code",)),
+    ("actor-fail", ("Actor failed:",)),
+    ("checkpoint-fs-error", ("Training stopped: Checkpointing failed", "manifest.ocdbt.__lock")),
+    ("gpu-hw-error", ("HSA_STATUS_ERROR", "rocdevice.cpp", "uncorrectable ECC error")),
+)
+
+# Known-harmless lines, filtered BEFORE matching (§3.2).
+HARMLESS = (
+    "Failed call to cuInit: UNKNOWN ERROR (303)",
+    "INTERNAL: CUDA error",
+    "NCCL WARN MSCCL++",
+    "Token indices sequence length is longer",
+    "OCI runtime exec failed",
+    "docker exec failed",
+    "[cgroup] Sent SIGKILL to 0/0 processes",
+    "Cannot read CPU core",
+    "No hardware is found. Using default TPU",
+    "No device identifiers found",
+    "Enabling PjRt/TPU event dependency logging",
+    "Fiber init: default domain",
+    "Error response from daemon: cannot remove container",
+)
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\x1b\(B")
+_LABEL = re.compile(r"^\s*(\d+): ")
+_RAY = re.compile(r"^\((\w+) pid=\d+(?:, ip=[^)]*)?\) ")
+_ABSL = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+[^\]\s]+\] ")
+_STEP = re.compile(
+    r"completed step: (\d+), seconds: ([0-9.]+)(?:.*?Tokens/s/device: ([0-9.]+))?"
+    r"(?:.*?loss: ([-+0-9.eEnaif]+))?"
+)
+_CONFIG = re.compile(r"^Config param ([A-Za-z0-9_.]+): ?(.*)$")
+_HEADER = re.compile(
+    r"^(JOB_ID|JOB_NAME|NNODES|JOB_NODELIST|JAX_COORDINATOR_PORT|RAY_PORT|PASSTHROUGH_ARGS|"
+    r"MODEL_NAME|MODEL_NAME_ALIAS|EXP_TAG|SLURM_JOB_ID|SLURM_JOB_NAME|SLURM_JOB_NUM_NODES|"
+    r"SLURM_JOB_NODELIST|HOSTNAME)=(.*)$"
+)
+_TUNNEL = re.compile(r"ssh\s+(?:-J\s+\S+\s+)?((?:-L\s+\S+\s+)+)(\S+@)?(\S+)\s*$")
+_FWD = re.compile(r"-L\s+(\d+):localhost:(\d+)")
+_TASK = re.compile(r"/job:[\w_]+/replica:\d+/task:(\d+)")
+_NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(-?\d+)")
+_STAGE = re.compile(r"^== (.+?) (BEGIN|END|FAILED|TIMEOUT)\b(.*)==\s*$")
+_SUMMARY_STATUS = re.compile(r"Status:\s*(SUCCESS|FAILED)\s*\(exit\s+(\d+)\)(?:\s*\u2014\s*(.*))?")
+_WALL = re.compile(r"^\s*Wall:\s*(?:(\d+)h\s*)?(?:(\d+)m\s*)?(\d+)s")
+_SAVED = re.compile(r"Saved a checkpoint at step (\d+)")
+_RESTORE = re.compile(r"restoring from this run's directory step (\d+)")
+_PROCS = re.compile(r"Launching (\d+) processes per node")
+_CANCELLED_AT = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+_STAMP = re.compile(r"artifact_(\d{8})_(\d{6})|^k8s-(\d{8})-(\d{6})|^local_(\d{8})_(\d{6})")
+
+
+def _classify(msg: str, training: bool) -> str | None:
+    for klass, pats in SIGNATURES:
+        if any(p in msg for p in pats):
+            return klass
+    if training and "NCCL WARN" in msg:
+        return "nccl-timeout"
+    if "HloModule" in msg and "error" in msg.lower():
+        return "xla-compile-fail"
+    return None
+
+
+def _clean(raw: str) -> tuple[int | None, str]:
+    """Return (srun task label, message) with label, ANSI, Ray prefix and absl header left in the message."""
+    line = _ANSI.sub("", raw) if "\x1b" in raw else raw
+    m = _LABEL.match(line)
+    rank = None
+    if m:
+        rank = int(m.group(1))
+        line = line[m.end() :]
+    r = _RAY.match(line)
+    if r:
+        line = line[r.end() :]
+    return rank, line
+
+
+def _year_hint(value: str) -> tuple[int, int] | None:
+    m = _STAMP.search(value)
+    if not m:
+        return None
+    digits = next(g for g in m.groups() if g and len(g) == 8)
+    return int(digits[:4]), int(digits[4:6])
+
+
+def _float(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(str(text).strip()) if text not in (None, "") else None
+    except ValueError:
+        return None
+
+
+def _split_args(text: str) -> list[str]:
+    return [a for a in text.split() if a]
+
+
+def _start_time(cfg: dict[str, str]) -> float | None:
+    m = re.match(r"^(?:k8s-|local_)(\d{8})[-_](\d{6})", cfg.get("JOB_ID", ""))
+    return _parse_stamp(m.group(1), m.group(2)) if m else None
+
+
+def _parse_stamp(d: str, t: str) -> float | None:
+    try:
+        return dt.datetime.strptime(d + t, "%Y%m%d%H%M%S").replace(tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """Return the hosts of a Slurm compressed node list: ``gpu-[101-103,105],login1`` -> 4 hosts."""
+    hosts: list[str] = []
+    depth, token = 0, ""
+    parts = []
+    for ch in text.strip():
+        if ch == "," and depth == 0:
+            parts.append(token)
+            token = ""
+            continue
+        depth += ch == "["
+        depth -= ch == "]"
+        token += ch
+    if token:
+        parts.append(token)
+    for part in parts:
+        m = re.fullmatch(r"([^\[]*)\[([^\]]+)\](.*)", part)
+        if not m:
+            if part:
+                hosts.append(part)
+            continue
+        prefix, body, suffix = m.groups()
+        for rng in body.split(","):
+            if "-" in rng:
+                a, b = rng.split("-", 1)
+                if a.isdigit() and b.isdigit():
+                    hosts.extend(f"{prefix}{n:0{len(a)}d}{suffix}" for n in range(int(a), int(b) + 1))
+                    continue
+            hosts.append(f"{prefix}{rng}{suffix}")
+    return hosts

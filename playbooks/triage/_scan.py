@@ -1,0 +1,231 @@
+"""The line-by-line scan: header, steps, progress lines, stages, the summary and failure signatures."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+from collections.abc import Iterable
+
+from ._finish import _finish
+from ._model import Triage
+from ._patterns import (
+    _ABSL,
+    _CANCELLED_AT,
+    _CONFIG,
+    _FWD,
+    _HEADER,
+    _NODE_EXIT,
+    _PROCS,
+    _RESTORE,
+    _SAVED,
+    _STAGE,
+    _STEP,
+    _SUMMARY_STATUS,
+    _TASK,
+    _TUNNEL,
+    _WALL,
+    HARMLESS,
+    _classify,
+    _clean,
+    _float,
+    _parse_stamp,
+    _year_hint,
+)
+from ._state import _abs_time, _add, _State
+
+
+def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slurm_state: str | None) -> None:
+    st = _State()
+    for n, raw in lines:
+        if "completed step: " in raw and _step_seen(st, raw):
+            continue  # most lines of a big log: another rank's copy of a step already read
+        rank, msg = _clean(raw)
+        ts = None
+        a = _ABSL.match(msg)
+        if a:
+            ts = _abs_time(
+                st,
+                int(a.group(2)),
+                int(a.group(3)),
+                int(a.group(4)),
+                int(a.group(5)),
+                int(a.group(6)),
+                a.group(7),
+            )
+            msg = msg[a.end() :]
+            if ts is not None:
+                st.last_time = ts
+        if rank is None and not st.header_done and _scan_header(st, out, msg):
+            continue
+        if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
+            continue
+        if _scan_progress(st, out, n, ts, msg):
+            continue
+        _scan_failure(st, n, ts, msg)
+    _finish(st, out, now, slurm_state)
+
+
+_SECONDS_START = frozenset("0123456789.")
+
+
+def _step_seen(st: _State, raw: str) -> bool:
+    """Return True for a labelled step line whose step a lower (or the same) rank already gave.
+
+    Cheap string checks only; anything unusual (no srun label, ANSI codes, a malformed step line) is
+    left to the full parse, so the outcome is exactly what `_scan_step` would decide.
+    """
+    k = raw.find(": ")
+    label = raw[:k].lstrip()  # the srun label: `^\s*(\d+): `
+    if k < 0 or not label.isdecimal() or "\x1b" in raw:
+        return False
+    i = raw.find("completed step: ") + 16
+    j = raw.find(", seconds: ", i)
+    num = raw[i:j]
+    if j < 0 or not num.isdecimal() or raw[j + 11 : j + 12] not in _SECONDS_START:
+        return False
+    prev = st.step_rank.get(int(num))
+    return prev is not None and int(label) >= prev
+
+
+def _scan_header(st: _State, out: Triage, msg: str) -> bool:
+    """Read a header line (JOB_ID=..., the artifact stamp); return True when it was a KEY=value line."""
+    h = _HEADER.match(msg)
+    if h:
+        key, val = h.group(1), h.group(2).strip()
+        key = {
+            "SLURM_JOB_ID": "JOB_ID",
+            "SLURM_JOB_NAME": "JOB_NAME",
+            "SLURM_JOB_NUM_NODES": "NNODES",
+            "SLURM_JOB_NODELIST": "JOB_NODELIST",
+        }.get(key, key)
+        out.config.setdefault(key, val.strip('"'))
+        if key == "JOB_ID":
+            st.year = st.year or _year_hint(val)
+        return True
+    if "artifact_" in msg:
+        st.year = _year_hint(msg) or st.year
+        am = re.search(r"artifact_(\d{8})_(\d{6})", msg)
+        if am:
+            st.start_time = _parse_stamp(am.group(1), am.group(2))
+    return False
+
+
+def _scan_step(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -> bool:
+    """Record a `completed step:` line (one rank's values per step, rank 0 / unlabelled preferred)."""
+    m = _STEP.search(msg)
+    if not m:
+        return False
+    step = int(m.group(1))
+    st.training_started = True
+    prev_rank = st.step_rank.get(step)
+    if prev_rank is None or (rank or 0) < prev_rank:
+        loss = _float(m.group(4))
+        st.steps[step] = (float(m.group(2)), _float(m.group(3)), loss, ts, n)
+        st.step_rank[step] = rank or 0
+    return True
+
+
+def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) -> bool:
+    """Read config, tunnel, stage, summary, node exit, cancel, checkpoint and restore lines; return True
+    when the line is fully read (it cannot also be a failure signature)."""
+    if msg.startswith("Config param "):
+        c = _CONFIG.match(msg)
+        if c:
+            out.config.setdefault(c.group(1), c.group(2).strip())
+        return True
+    if "ssh " in msg and "-L " in msg and out.tunnel is None:
+        t = _TUNNEL.search(msg.strip())
+        if t:
+            fwd = [(int(x), int(y)) for x, y in _FWD.findall(t.group(1))]
+            ports = [x for x, y in fwd if x not in (8265, 6006)]
+            out.tunnel = msg.strip()
+            out.head = t.group(3)
+            out.port = ports[0] if ports else None
+        return True
+    if msg.startswith("== ") and _scan_stage(st, n, msg):
+        return True
+    if "JOB SUMMARY" in msg:
+        st.summary_seen = True
+        return True
+    if st.summary_seen and _scan_summary(st, msg):
+        return True
+    if "NODE_EXIT" in msg:
+        e = _NODE_EXIT.search(msg)
+        if e:
+            st.node_exits.append((e.group(1), int(e.group(2)), n))
+        return True
+    if "CANCELLED AT" in msg:
+        c2 = _CANCELLED_AT.search(msg)
+        if c2:
+            with contextlib.suppress(ValueError):
+                st.cancel_time = dt.datetime.fromisoformat(c2.group(1)).replace(tzinfo=dt.UTC).timestamp()
+    if "Saved a checkpoint at step" in msg:
+        s3 = _SAVED.search(msg)
+        if s3:
+            st.saved.append(int(s3.group(1)))
+        return True
+    if "restoring from this run's directory step" in msg:
+        r = _RESTORE.search(msg)
+        if r:
+            st.restored = int(r.group(1))
+        return True
+    if "processes per node" in msg:
+        p = _PROCS.search(msg)
+        if p:
+            st.procs_per_node = max(1, int(p.group(1)))
+    if "BARRIER PASSED" in msg:
+        st.training_started = True
+        st.barrier_time = ts if ts is not None else st.barrier_time
+    return False
+
+
+def _scan_stage(st: _State, n: int, msg: str) -> bool:
+    s = _STAGE.match(msg.strip())
+    if not s:
+        return False
+    st.stages.append((s.group(1), s.group(2), s.group(3).strip(), n))
+    st.header_done = True
+    if s.group(2) == "TIMEOUT":
+        stage = s.group(1).lower()
+        klass = {
+            "preflight": "preflight-timeout",
+            "docker pull": "pull-timeout",
+            "ecc check": "ecc-timeout",
+            "training": "train-timeout",
+        }.get(stage, "train-timeout")
+        _add(st, klass, n, msg)
+    elif s.group(2) == "FAILED":
+        _add(st, "stage-fail", n, msg)
+    return True
+
+
+def _scan_summary(st: _State, msg: str) -> bool:
+    s2 = _SUMMARY_STATUS.search(msg)
+    if s2:
+        st.summary_status = (s2.group(1), int(s2.group(2)), (s2.group(3) or "").strip() or None)
+        return True
+    w = _WALL.match(msg)
+    if w:
+        st.wall_s = sum(int(x or 0) * k for x, k in zip(w.groups(), (3600, 60, 1), strict=True))
+        return True
+    return False
+
+
+def _scan_failure(st: _State, n: int, ts: float | None, msg: str) -> None:
+    """Read heartbeat-accused tasks and failure signatures (harmless lines filtered first)."""
+    if st.in_heartbeat:
+        tk = _TASK.search(msg)
+        if tk:
+            st.accused_tasks.append(int(tk.group(1)))
+            return
+        st.in_heartbeat = False
+    if any(h in msg for h in HARMLESS):
+        return
+    klass = _classify(msg, st.training_started)
+    if klass:
+        _add(st, klass, n, msg)
+        if klass == "heartbeat-timeout" and "stopped sending heartbeats" in msg:
+            st.in_heartbeat = True
+        if ts is not None and (st.first_fatal_time is None or ts < st.first_fatal_time):
+            st.first_fatal_time = ts

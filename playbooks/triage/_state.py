@@ -1,0 +1,52 @@
+"""The scan's working state and its two small helpers (dating an absl header, recording a match)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from ._model import MAX_MATCHES_PER_CLASS, Match
+
+
+@dataclass
+class _State:
+    steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
+        default_factory=dict
+    )
+    step_rank: dict[int, int] = field(default_factory=dict)
+    matches: dict[str, list[Match]] = field(default_factory=dict)
+    node_exits: list[tuple[str, int, int]] = field(default_factory=list)
+    stages: list[tuple[str, str, str, int]] = field(default_factory=list)
+    summary_status: tuple[str, int, str | None] | None = None
+    summary_seen: bool = False
+    wall_s: float | None = None
+    saved: list[int] = field(default_factory=list)
+    restored: int | None = None
+    accused_tasks: list[int] = field(default_factory=list)
+    in_heartbeat: bool = False
+    procs_per_node: int = 1
+    training_started: bool = False
+    year: tuple[int, int] | None = None
+    cancel_time: float | None = None
+    first_fatal_time: float | None = None
+    last_time: float | None = None
+    header_done: bool = False
+    start_time: float | None = None
+    barrier_time: float | None = None
+
+
+def _abs_time(st: _State, month: int, day: int, hh: int, mm: int, ss: int, frac: str | None) -> float | None:
+    year = st.year[0] if st.year else dt.datetime.now(dt.UTC).year
+    if st.year and month < st.year[1]:
+        year += 1  # the job crossed New Year
+    try:
+        t = dt.datetime(year, month, day, hh, mm, ss, tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
+    return t + (float("0." + frac) if frac else 0.0)
+
+
+def _add(st: _State, klass: str, n: int, text: str) -> None:
+    lst = st.matches.setdefault(klass, [])
+    if len(lst) < MAX_MATCHES_PER_CLASS:
+        lst.append(Match(klass, n, text.strip()[:500]))
