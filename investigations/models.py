@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
 
+from .crypto import EncryptedTextField
+
 
 class TaskStatus(models.TextChoices):
     """The life of any background piece of work whose row a worker claims."""
@@ -215,12 +217,14 @@ class DataSourceCredential(models.Model):
     """Basic-auth credentials of a URL data source, kept apart from its address.
 
     The address (shown to every user, written into messages and logs) never holds them; the client
-    gets them as httpx auth. Pages show the user name and a mask, the admin shows no password.
+    gets them as httpx auth. Pages show the user name and a mask, the admin shows no password, and the
+    database holds the password encrypted.
     """
 
     datasource = models.OneToOneField(DataSource, on_delete=models.CASCADE, related_name="credential")
     username = models.CharField(max_length=255)
-    password = models.CharField(max_length=1024, blank=True)
+    # Encrypted at rest (investigations/crypto.py): the column holds a Fernet token, never the password.
+    password = EncryptedTextField(blank=True)
 
     def __str__(self) -> str:
         return f"credentials of data source {self.datasource_id}"
@@ -254,6 +258,8 @@ class QueryRun(_RunProgress, models.Model):
     progress_done = models.PositiveIntegerField(default=0)
     progress_total = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
+    # 1, then 2 once a worker died under it and it was run again (services/deadruns.py).
+    attempt = models.PositiveSmallIntegerField(default=1)
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
@@ -340,6 +346,8 @@ class DiagnosisRun(_RunProgress, models.Model):
     progress_total = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
     result = models.JSONField(default=dict, blank=True)
+    # 1, then 2 once a worker died under it and it was run again (services/deadruns.py).
+    attempt = models.PositiveSmallIntegerField(default=1)
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)

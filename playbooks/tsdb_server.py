@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import PlaybooksError
 from .prometheus import PrometheusClient, PrometheusError
 from .tsdb_copy import copy_tsdb, inventory
 
@@ -63,7 +64,7 @@ global:
 """
 
 
-class TSDBServerError(Exception):
+class TSDBServerError(PlaybooksError):
     """Serving a TSDB failed; str() is one line a user can read.
 
     Attributes:

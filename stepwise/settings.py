@@ -14,6 +14,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
@@ -237,6 +238,17 @@ AUTH_PASSWORD_VALIDATORS = [
 # and sets X-Forwarded-Proto). Cookies are then only sent over HTTPS and browsers pinned to it.
 # Off by default because the demo is plain HTTP on loopback, where secure cookies would never be sent.
 STEPWISE_TLS = envbool("STEPWISE_TLS", False)
+# Fernet keys (comma-separated, newest first) that encrypt stored source passwords; empty: keys derived
+# from SECRET_KEY and SECRET_KEY_FALLBACKS (investigations/crypto.py tells how to rotate them).
+STEPWISE_CREDENTIALS_KEY = envlist("STEPWISE_CREDENTIALS_KEY", "")
+for _key in STEPWISE_CREDENTIALS_KEY:
+    try:
+        Fernet(_key)
+    except ValueError:
+        raise ImproperlyConfigured(
+            "STEPWISE_CREDENTIALS_KEY holds a key that is not a Fernet key (32 url-safe base64-encoded "
+            "bytes, as `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'` prints)"
+        ) from None
 SESSION_COOKIE_SECURE = STEPWISE_TLS
 CSRF_COOKIE_SECURE = STEPWISE_TLS
 SESSION_COOKIE_HTTPONLY = True

@@ -45,16 +45,70 @@ def _beat(run_id: int, age_s: float, kind: str = RunHeartbeat.Kind.DIAGNOSIS, ta
                                 beat=timezone.now() - dt.timedelta(seconds=age_s))  # fmt: skip
 
 
-def test_a_stale_heartbeat_fails_the_run_and_its_running_playbooks(running: DiagnosisRun, settings) -> None:
+@pytest.fixture
+def sent(monkeypatch) -> list[tuple[str, tuple]]:
+    """The tasks the reaper sends, recorded instead of queued."""
+    from investigations import tasks
+
+    out: list[tuple[str, tuple]] = []
+    for task in (tasks.diagnosis_plan_task, tasks.comparison_execute_task, tasks.queryrun_execute_task):
+        monkeypatch.setattr(task, "delay", lambda *args, _name=task.name: out.append((_name, args)))
+    return out
+
+
+def test_a_first_death_runs_the_run_again_from_its_first_task(
+    running: DiagnosisRun, settings, sent, django_capture_on_commit_callbacks
+) -> None:
     settings.STEPWISE_RUN_DEAD_AFTER_SECONDS = 60
     _beat(running.pk, 120)
-    assert deadruns.dead_runs_reap() == [("diagnosis", running.pk)]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert deadruns.dead_runs_reap() == [("diagnosis", running.pk, "rerun")]
     running.refresh_from_db()
-    assert running.status == TaskStatus.FAILED and running.finished is not None
+    assert running.status == TaskStatus.QUEUED and running.attempt == 2 and running.finished is None
     assert "The worker running it stopped: playbook_execute_task on w1 (pid 4242)" in running.error
+    assert "Running it again (attempt 2 of 2)" in running.error
+    assert not running.executions.exists()  # the plan makes them again
+    assert sent == [("investigations.tasks.diagnosis_plan_task", (running.pk,))]
+    assert not RunHeartbeat.objects.exists()
+    assert deadruns.dead_runs_reap() == []  # handled once
+
+
+def test_a_second_death_fails_the_run_and_its_running_playbooks(
+    running: DiagnosisRun, settings, sent, django_capture_on_commit_callbacks
+) -> None:
+    settings.STEPWISE_RUN_DEAD_AFTER_SECONDS = 60
+    DiagnosisRun.objects.filter(pk=running.pk).update(attempt=2)
+    _beat(running.pk, 120)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert deadruns.dead_runs_reap() == [("diagnosis", running.pk, "failed")]
+    running.refresh_from_db()
+    assert running.status == TaskStatus.FAILED and running.finished is not None and running.attempt == 2
+    assert "The worker running it stopped: playbook_execute_task on w1 (pid 4242)" in running.error
+    assert "already been run again once" in running.error
     statuses = dict(running.executions.values_list("playbook", "status"))
     assert statuses == {"hang": TaskStatus.FAILED, "gpu-health": TaskStatus.DONE}
-    assert not RunHeartbeat.objects.exists()
+    assert sent == [] and not RunHeartbeat.objects.exists()
+
+
+def test_a_dead_comparison_is_run_again_as_a_comparison(
+    running: DiagnosisRun, settings, sent, django_capture_on_commit_callbacks
+) -> None:
+    settings.STEPWISE_RUN_DEAD_AFTER_SECONDS = 60
+    DiagnosisRun.objects.filter(pk=running.pk).update(kind=DiagnosisRun.Kind.COMPARISON)
+    _beat(running.pk, 120)
+    with django_capture_on_commit_callbacks(execute=True):
+        deadruns.dead_runs_reap()
+    assert sent == [("investigations.tasks.comparison_execute_task", (running.pk,))]
+
+
+def test_a_dead_task_waits_while_other_tasks_of_its_run_live(running: DiagnosisRun, settings, sent) -> None:
+    settings.STEPWISE_RUN_DEAD_AFTER_SECONDS = 60
+    _beat(running.pk, 120, task="dead")
+    _beat(running.pk, 5, task="alive")
+    assert deadruns.dead_runs_reap() == []
+    assert RunHeartbeat.objects.filter(task_id="dead").exists()  # looked at again once the other ends
+    RunHeartbeat.objects.filter(task_id="alive").delete()
+    assert deadruns.dead_runs_reap() == [("diagnosis", running.pk, "rerun")]
 
 
 def test_fresh_beats_and_runs_without_a_beat_are_left_alone(running: DiagnosisRun, settings) -> None:
@@ -67,18 +121,49 @@ def test_fresh_beats_and_runs_without_a_beat_are_left_alone(running: DiagnosisRu
     assert running.status == TaskStatus.RUNNING
 
 
-def test_a_dead_query_run_is_failed_too(db, settings) -> None:
+def test_a_dead_query_run_is_run_again_then_failed(
+    db, settings, sent, django_capture_on_commit_callbacks
+) -> None:
     source = DataSource.objects.create(kind="url", address="http://127.0.0.1:9090")
     run = QueryRun.objects.create(datasource=source, status=QueryRun.Status.RUNNING, queries=[])
     _beat(run.pk, 600, kind=RunHeartbeat.Kind.QUERY)
-    assert deadruns.dead_runs_reap() == [("query", run.pk)]
+    with django_capture_on_commit_callbacks(execute=True):
+        assert deadruns.dead_runs_reap() == [("query", run.pk, "rerun")]
+    run.refresh_from_db()
+    assert run.status == QueryRun.Status.QUEUED and run.attempt == 2
+    assert sent == [("investigations.tasks.queryrun_execute_task", (run.pk,))]
+    QueryRun.objects.filter(pk=run.pk).update(status=QueryRun.Status.RUNNING)  # the new attempt claimed it
+    _beat(run.pk, 600, kind=RunHeartbeat.Kind.QUERY, task="t2")
+    assert deadruns.dead_runs_reap() == [("query", run.pk, "failed")]
     run.refresh_from_db()
     assert run.status == QueryRun.Status.FAILED and "stopped" in run.error
 
 
-def test_a_new_diagnosis_is_accepted_once_the_dead_one_is_reaped(running: DiagnosisRun, settings) -> None:
+def test_a_rerun_that_cannot_be_sent_fails_instead_of_waiting(
+    running: DiagnosisRun, settings, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    from kombu.exceptions import OperationalError
+
+    from investigations import tasks
+
+    def broker_down(*_args):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(tasks.diagnosis_plan_task, "delay", broker_down)
+    settings.STEPWISE_RUN_DEAD_AFTER_SECONDS = 60
+    _beat(running.pk, 120)
+    with django_capture_on_commit_callbacks(execute=True):
+        deadruns.dead_runs_reap()
+    running.refresh_from_db()
+    assert running.status == TaskStatus.FAILED and "Could not reach the task broker" in running.error
+
+
+def test_a_new_diagnosis_is_accepted_once_the_dead_one_is_reaped(
+    running: DiagnosisRun, settings, sent
+) -> None:
     """Issue 12 item 11: new diagnoses of the job were refused until someone pressed Cancel."""
     settings.STEPWISE_RUN_DEAD_AFTER_SECONDS = 60
+    DiagnosisRun.objects.filter(pk=running.pk).update(attempt=2)  # a first death re-runs it instead
     _beat(running.pk, 120)
     new = dx.diagnosis_start(running.investigation, running.job)
     assert new.pk != running.pk and new.status == TaskStatus.QUEUED

@@ -114,6 +114,8 @@ def test_credentials_are_stored_apart_sent_as_auth_and_shown_masked(alice_client
         assert ds.address == base and "s3cr3t" not in ds.address
         cred = DataSourceCredential.objects.get(datasource=ds)
         assert (cred.username, cred.password) == ("alice", "s3cr3t-pw")
+        column = _password_column(cred.pk)
+        assert "s3cr3t" not in column and column.startswith("gAAAAA")  # a Fernet token, never the password
         services.datasource_check(ds)  # later queries send them as basic auth
         ds.refresh_from_db()
         assert ds.state == DataSource.State.UP, ds.state_detail
@@ -121,6 +123,14 @@ def test_credentials_are_stored_apart_sent_as_auth_and_shown_masked(alice_client
         page = alice_client.get(reverse("investigations:sources")).content.decode()
     assert "s3cr3t" not in page and "alice:••••••@127.0.0.1" in page
     assert "s3cr3t" not in ds.state_detail
+
+
+def _password_column(pk: int) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT password FROM investigations_datasourcecredential WHERE id = %s", [pk])
+        return cursor.fetchone()[0]
 
 
 def test_wrong_credentials_are_named_not_echoed(alice_client, settings) -> None:
