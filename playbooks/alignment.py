@@ -23,13 +23,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import PlaybooksError
+
 __all__ = ["AlignmentError", "Gap", "Piece", "Restore", "StepAxis", "step_axis_from_series"]
 
 #: A hole between two samples longer than this many median sample spacings is a gap.
 GAP_FACTOR = 4.0
 
 
-class AlignmentError(Exception):
+class AlignmentError(PlaybooksError):
     """The step samples cannot be aligned (mismatched arrays, unknown occurrence rule)."""
 
 

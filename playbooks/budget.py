@@ -27,13 +27,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .errors import PlaybooksError
+
 __all__ = ["BudgetTimeout", "SourceBudget"]
 
 #: How often a queued query looks for a free slot.
 POLL_S = 0.02
 
 
-class BudgetTimeout(Exception):
+class BudgetTimeout(PlaybooksError):
     """Every slot of the source stayed taken for longer than the wait allowed."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import PlaybooksError
 from .model import CLASSES, FAMILIES
 
 __all__ = ["CLASSES_FILE", "ClassError", "ClassSpec", "load_classes", "parse_classes"]
@@ -25,7 +26,7 @@ _KEYS = {"family", "priority", "stops_job", "fallback", "absorbs", "explains", "
 _FIELDS = {"hosts", "onset", "stall", "gpu", "what", "accused", "odd"}
 
 
-class ClassError(Exception):
+class ClassError(PlaybooksError):
     """The class declarations are malformed; str() names the file, the class and what is wrong."""
 
 

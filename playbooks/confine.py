@@ -14,10 +14,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from .errors import PlaybooksError
+
 _FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK
 
 
-class OutsideRoots(PermissionError):
+class OutsideRoots(PlaybooksError, PermissionError):
     """The path leads (through a symlink or `..`) outside every allowed root."""
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from .analysis import Finding, build_context, decide_diagnosis, evaluate
 from .discovery import gpus_per_host, source_hosts, typical_count
+from .errors import PlaybooksError
 from .gpus import choose_gpu_model, gpu_model_named
 from .loader import load_playbooks
 from .model import Playbook, QuerySpec
@@ -47,7 +48,7 @@ FINE_POINTS = 720
 COARSE_POINTS = 120
 
 
-class DiagnosisError(Exception):
+class DiagnosisError(PlaybooksError):
     """The source cannot be diagnosed (no data, no known metric profile)."""
 
 

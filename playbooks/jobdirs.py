@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from .confine import open_inside
+from .errors import PlaybooksError
 
 #: JOB_ID forms: Slurm numeric, Kubernetes `k8s-YYYYMMDD-HHMMSS-<4hex>`, local `local_YYYYMMDD_HHMMSS_<4hex>`,
 #: and whatever else a scheduler uses, limited to characters that are safe in a path.
@@ -30,7 +31,7 @@ HEADER_BYTES = 16384
 _LOG_EXTS = (".log", ".out")
 
 
-class JobIdError(ValueError):
+class JobIdError(PlaybooksError, ValueError):
     """The text is not a job id (empty, too long, or characters a JOB_ID never has)."""
 
 

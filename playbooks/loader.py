@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .detectors import DETECTORS
+from .errors import PlaybooksError
 from .model import CLASSES, ROLES, SEVERITIES, Playbook, QuerySpec, RuleSpec, WindowRule
 from .profiles import SIGNALS
 from .prometheus import parse_duration
@@ -54,7 +55,7 @@ _TRIGGERS = {
 }
 
 
-class PlaybookError(Exception):
+class PlaybookError(PlaybooksError):
     """A playbook declaration is malformed; str() names the file, the item and what is wrong."""
 
 

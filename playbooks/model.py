@@ -2,7 +2,8 @@
 
 A playbook is data: when it applies (trigger), where it looks (window), what it asks Prometheus (queries,
 written against a metric profile's semantic signals) and how it reads the answers (rules, each naming one
-of the generic detectors of `playbooks.anomaly` with its parameters).
+of the detectors registered in `playbooks.detectors.DETECTORS` with its parameters; they build on the
+array statistics of `playbooks.anomaly`).
 """
 
 from __future__ import annotations

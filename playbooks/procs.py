@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .errors import PlaybooksError
+
 log = logging.getLogger(__name__)
 
 # Popen objects of the processes this process started, so that they can be reaped (no zombies).
@@ -39,7 +41,7 @@ _TCP_LISTEN, _TCP_ESTABLISHED = "0A", "01"
 ENTRY_NAME = re.compile(r"\A[A-Za-z0-9._-]{1,60}-[0-9a-f]{12}\Z")
 
 
-class NoFreePort(Exception):
+class NoFreePort(PlaybooksError):
     """No port of the range is free."""
 
 

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import PlaybooksError
+
 # Prometheus rejects a range query whose (end - start) / step exceeds 11,000.
 MAX_POINTS = 11000
 
@@ -29,7 +31,7 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
 _DURATION_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 
 
-class PrometheusError(Exception):
+class PrometheusError(PlaybooksError):
     """Base of every error the client raises; str() is one line a user can read."""
 
 

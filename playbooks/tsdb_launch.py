@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from . import procs
+from .errors import PlaybooksError
 from .fingerprint import tsdb_fingerprint
 from .prometheus import PrometheusClient, PrometheusError
 from .tsdb_copy import copy_tsdb, inventory
@@ -45,7 +46,7 @@ global:
 """
 
 
-class TSDBServerError(Exception):
+class TSDBServerError(PlaybooksError):
     """Serving a TSDB failed; str() is one line a user can read.
 
     Attributes:

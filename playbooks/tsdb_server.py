@@ -91,17 +91,6 @@ __all__ = [
     "stop_idle",
     "tsdb_lock_holder",
 ]
-# Kept importable from here for the SSH tunnels (playbooks/tunnel.py) and the tests.
-_REEXPORTED = (
-    _CHILDREN,
-    _CHILDREN_LOCK,
-    _alive,
-    _can_bind,
-    _listening_ports,
-    _proc_args,
-    _wait_exit,
-    _terminate,  # noqa: F401
-)
 
 log = logging.getLogger(__name__)
 

@@ -45,6 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .errors import PlaybooksError
 from .prometheus import PrometheusClient
 from .tsdb_server import (
     _CHILDREN,
@@ -111,7 +112,7 @@ _IGNORED_OPTIONS = frozenset(
 )  # fmt: skip
 
 
-class TunnelError(Exception):
+class TunnelError(PlaybooksError):
     """A tunnel spec is invalid, or the tunnel could not be opened; str() is a sentence for the user.
 
     Attributes:

@@ -51,6 +51,7 @@
       var script = fig.querySelector('script[type="application/json"]');
       if (!plot || !script || plot.dataset.drawn) return;
       var figure = JSON.parse(script.textContent);
+      TOOLS.stepClock(figure);
       plot.dataset.drawn = "1";
       whenPlotly(function () {
         Plotly.newPlot(plot, figure.data, figure.layout, CONFIG).then(function () {
@@ -132,7 +133,7 @@
     var opacity = plot.data.map(function (t) {
       var m = t.meta || {};
       // Only host and GPU series fade: a job-wide series (step time, loss) and the band stay readable.
-      if (!hosts.length || !m.host || ["min", "median", "max", "compare", "clipped"].indexOf(m.role) >= 0) return 1;
+      if (!hosts.length || !m.host || ["min", "median", "max", "compare", "clipped", "clock"].indexOf(m.role) >= 0) return 1;
       return hosts.indexOf(m.host) >= 0 ? 1 : 0.2;
     });
     var width = plot.data.map(function (t) {
@@ -227,8 +228,9 @@
       return;
     }
     if (plot.dataset.state !== "drawn") plot.innerHTML = "";
-    // On the step axis the hover names a whole step (a step is an integer; the figure's points may not be).
-    if (meta.xmode === "step" && figure.layout.xaxis) figure.layout.xaxis.hoverformat = ",.0f";
+    // On the step axis the hover names a whole step (a step is an integer; the figure's points may not be)
+    // and when the job reached it.
+    TOOLS.stepClock(figure);
     whenPlotly(function () {
       Plotly.react(plot, figure.data, figure.layout, CONFIG).then(function () {
         return TOOLS.layoutLabels(plot);

@@ -7,6 +7,8 @@
  *   spikes (checkpoint saves: ~100 s against a ~10 s step) would otherwise flatten it; the points beyond
  *   it are counted, so the page can say what was clipped and offer the full range.
  * - csv(plot): the panel's series as drawn, one row per point: series, x, y.
+ * - stepClock(figure): on the step axis, the hover names the whole step and when the job reached it, in
+ *   UTC (layout.meta.clock from the server: each drawn step and its time), as an invisible trace.
  */
 (function () {
   "use strict";
@@ -85,8 +87,7 @@
   function steadyRange(plot) {
     var values = [];
     (plot.data || []).forEach(function (t) {
-      var role = (t.meta || {}).role;
-      if (role === "compare" || role === "clipped" || !t.y) return;
+      if ((t.meta || {}).role === "compare" || helper(t) || !t.y) return;
       for (var i = 0; i < t.y.length; i++) {
         var v = t.y[i];
         if (typeof v === "number" && isFinite(v)) values.push(v);
@@ -112,8 +113,7 @@
     // Where the clipped points are, drawn as marks on the edge they cross.
     var marks = { x: [], y: [] };
     (plot.data || []).forEach(function (t) {
-      var role = (t.meta || {}).role;
-      if (role === "compare" || role === "clipped" || !t.y || !t.x) return;
+      if ((t.meta || {}).role === "compare" || helper(t) || !t.y || !t.x) return;
       for (var i = 0; i < t.y.length; i++) {
         var v = t.y[i];
         if (typeof v !== "number" || !isFinite(v) || (v <= hi && v >= lo)) continue;
@@ -124,6 +124,32 @@
     return { range: [lo, hi], above: above, below: below, max: max, min: min, marks: marks };
   }
 
+  /* Return true for the page's own helper traces (clipped-spike marks, the step clock): not data. */
+  function helper(t) {
+    var role = (t.meta || {}).role;
+    return role === "clipped" || role === "clock";
+  }
+
+  function utcText(seconds) {
+    return new Date(seconds * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+  }
+
+  function stepClock(figure) {
+    var meta = figure.layout.meta || {};
+    var clock = meta.clock;
+    if (meta.xmode !== "step" || !clock || !clock.x || !clock.x.length) return;
+    figure.data.push({
+      type: "scatter", mode: "markers", name: "time", x: clock.x, y: clock.x.map(function () { return 0.5; }),
+      yaxis: "y2", customdata: clock.t.map(function (t) { return "reached " + utcText(t); }),
+      hovertemplate: "%{customdata}<extra></extra>", marker: { opacity: 0, size: 1 }, showlegend: false,
+      meta: { role: "clock" },
+    });
+    figure.layout.yaxis2 = { overlaying: "y", visible: false, fixedrange: true, range: [0, 1] };
+    figure.layout.xaxis = Object.assign({}, figure.layout.xaxis, {
+      hoverformat: ",.0f", unifiedhovertitle: { text: "step %{x:,.0f}" },
+    });
+  }
+
   function csvCell(value) {
     var text = value === null || value === undefined ? "" : String(value);
     return /[",\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
@@ -132,7 +158,7 @@
   function csv(plot) {
     var lines = ["series,x,y"];
     (plot.data || []).forEach(function (t) {
-      if ((t.meta || {}).role === "clipped" || !t.x) return;
+      if (helper(t) || !t.x) return;
       var name = t.name || (t.meta || {}).host || "";
       for (var i = 0; i < t.x.length; i++) {
         lines.push([csvCell(name), csvCell(t.x[i]), csvCell(t.y ? t.y[i] : "")].join(","));
@@ -191,7 +217,7 @@
   }
 
   window.StepwiseTimelineTools = {
-    layoutLabels: layoutLabels, steadyRange: steadyRange, csv: csv, packRows: packRows,
+    layoutLabels: layoutLabels, steadyRange: steadyRange, csv: csv, packRows: packRows, stepClock: stepClock,
     yRange: yRange, toggleYRange: toggleYRange, downloadCsv: downloadCsv,
   };
 })();

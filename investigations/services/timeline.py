@@ -31,11 +31,11 @@ from .timeline_compare import (
     compare_links,
 )
 from .timeline_session import MAX_CONCURRENCY, TimelineSession, timeline_open
-from .timeline_view import CompareError, TimelineError, TimelineView, timeline_view_parse
+from .timeline_view import TimelineCompareError, TimelineView, TimelineViewError, timeline_view_parse
 
 __all__ = [
-    "CompareError",
-    "TimelineError",
+    "TimelineCompareError",
+    "TimelineViewError",
     "TimelineSession",
     "TimelineView",
     "chart_pin",
@@ -152,7 +152,7 @@ def timeline_figures(
         try:
             keys = tl.parse_panels(panels if panels is not None else view.panels, ctx.profile)
         except tl.TimelineError as exc:
-            raise TimelineError(str(exc)) from exc
+            raise TimelineViewError(str(exc)) from exc
         cache_keys = _panel_keys(session, keys, max_lines, view.hosts)
         cached = panel_cache.get_many(list(cache_keys.values()))
         missing = [k for k in keys if cache_keys[k] not in cached]
@@ -230,7 +230,7 @@ def _figures(
 def timeline_panels(ds: DataSource | None) -> dict[str, Any]:
     """Return what the timeline region lists: {"profile", "domains": [(domain, [(key, title)])], "range"}.
 
-    Raises TimelineError when the data source cannot be reached.
+    Raises TimelineViewError when the data source cannot be reached.
     """
     session = timeline_open(ds, TimelineView())
     try:
@@ -272,7 +272,7 @@ def chart_pin(
     at the same place; the figure renders without the data source.
     """
     if panel not in tl.PANELS:
-        raise TimelineError(f"Unknown panel {panel!r}.")
+        raise TimelineViewError(f"Unknown panel {panel!r}.")
     built = timeline_figures(investigation, job, ds, view, panels=[panel])
     figure = built["figures"][panel]
     frozen_view = view.to_dict() | {"panels": [panel], "start": built["start"], "end": built["end"]}

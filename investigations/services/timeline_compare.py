@@ -19,7 +19,7 @@ from .timeline_session import (
     _context_cached,
     _profile_hint,
 )
-from .timeline_view import CompareError, TimelineError, TimelineView
+from .timeline_view import TimelineCompareError, TimelineView, TimelineViewError
 
 
 def compare_choices(investigation: Investigation, job: Job | None) -> list[InvestigationJob]:
@@ -33,15 +33,17 @@ def compare_choices(investigation: Investigation, job: Job | None) -> list[Inves
 def compare_links(
     investigation: Investigation, job: Job | None, pks: Sequence[int]
 ) -> list[InvestigationJob]:
-    """Return the links of the jobs `pks`, in that order; CompareError for a job shown or not in the investigation."""
+    """Return the links of the jobs `pks`, in that order; TimelineCompareError for a job shown or not in the investigation."""
     if not pks:
         return []
     links = {link.job_id: link for link in compare_choices(investigation, None) if link.job_id in pks}
     for pk in pks:
         if job is not None and pk == job.pk:
-            raise CompareError(f"Job {pk} is the job this timeline shows: compare it with another job.", 400)
+            raise TimelineCompareError(
+                f"Job {pk} is the job this timeline shows: compare it with another job.", 400
+            )
         if pk not in links:
-            raise CompareError(
+            raise TimelineCompareError(
                 f"Job {pk} is not a job of this investigation: add it to the investigation first."
             )
     return [links[pk] for pk in pks]
@@ -130,7 +132,7 @@ def _compare_fetch(
         if item.ctx is None:
             item.ctx = _context_build(item.ds, item.client, item.served)
             item.built_ctx, queries = True, item.ctx.queries
-    except (PrometheusError, TimelineError) as exc:
+    except (PrometheusError, TimelineViewError) as exc:
         return dict.fromkeys(keys, f"{item.label}: its Prometheus did not answer ({exc})."), 0
     job = tl.CompareJob(item.job_id, item.role, item.ctx)
     fetched, sent = tl.compare_fetch(item.client, job, missing, steps, max_concurrency=MAX_CONCURRENCY)

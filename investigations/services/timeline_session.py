@@ -15,7 +15,7 @@ from playbooks.profiles import PROFILES, Profile, ProfileError, resolve_profile
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
 from . import DataSourceError, _datasource_connect, panel_cache
-from .timeline_view import TimelineError, TimelineView
+from .timeline_view import TimelineView, TimelineViewError
 
 #: Panel queries in flight per request; the job's Prometheus shares two CPUs with everything else.
 MAX_CONCURRENCY = 4
@@ -50,7 +50,7 @@ class TimelineSession:
             try:
                 self._client = _datasource_connect(self.ds)[0]
             except DataSourceError as exc:
-                raise TimelineError(str(exc)) from exc
+                raise TimelineViewError(str(exc)) from exc
         return self._client
 
     def close(self) -> None:
@@ -66,7 +66,7 @@ def _profile_of(ds: DataSource, client: PrometheusClient) -> Profile:
         # fitted to this TSDB (host labels, job names), as discovery would
         return resolve_profile(client, client.label_values("__name__"))
     except ProfileError as exc:
-        raise TimelineError(str(exc)) from exc
+        raise TimelineViewError(str(exc)) from exc
 
 
 def _range_of(
@@ -74,7 +74,7 @@ def _range_of(
 ) -> tuple[float, float]:
     found = (ds.discovery or {}).get("time_range") or served or client.data_time_range()
     if not found:
-        raise TimelineError("The job's Prometheus holds no data.")
+        raise TimelineViewError("The job's Prometheus holds no data.")
     return float(found[0]), float(found[1])
 
 
@@ -85,10 +85,10 @@ def _profile_hint(ds: DataSource) -> str:
 def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
     """Return an open session on the data source: cached context, the view's range, a lazy client.
 
-    Raises TimelineError (no data source, unreachable, empty) with a message for the user.
+    Raises TimelineViewError (no data source, unreachable, empty) with a message for the user.
     """
     if ds is None:
-        raise TimelineError("This job has no data source: add its Prometheus to see the timeline.")
+        raise TimelineViewError("This job has no data source: add its Prometheus to see the timeline.")
     identity = panel_cache.files_identity(ds)
     hint = _profile_hint(ds)
     ctx = _context_cached(identity, hint)
@@ -98,7 +98,7 @@ def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
             try:
                 client, served_range = _datasource_connect(ds)
             except DataSourceError as exc:
-                raise TimelineError(str(exc)) from exc
+                raise TimelineViewError(str(exc)) from exc
             if identity is None:
                 identity = panel_cache.live_identity(ds, client)
                 ctx = _context_cached(identity, hint)
@@ -112,7 +112,7 @@ def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
     except PrometheusError as exc:
         if client is not None:
             client.close()
-        raise TimelineError(f"The job's Prometheus did not answer: {exc}") from exc
+        raise TimelineViewError(f"The job's Prometheus did not answer: {exc}") from exc
     except BaseException:
         if client is not None:
             client.close()
@@ -149,5 +149,5 @@ def _view_range(view: TimelineView, ctx: tl.TimelineContext) -> tuple[float, flo
     start = ctx.start if start is None else max(ctx.start, start)
     end = ctx.end if end is None else min(ctx.end, end)
     if not end > start:
-        raise TimelineError("The range holds no data of this job.")
+        raise TimelineViewError("The range holds no data of this job.")
     return start, end

@@ -15,11 +15,11 @@ from playbooks.textclean import printable
 MAX_COMPARE = 4
 
 
-class TimelineError(Exception):
+class TimelineViewError(Exception):
     """The timeline cannot be shown: no data source, no data, or a bad view. The message is for the user."""
 
 
-class CompareError(TimelineError):
+class TimelineCompareError(TimelineViewError):
     """A job asked for in `compare=` is not another job of this investigation (`status`: 404, or 400 for itself)."""
 
     def __init__(self, message: str, status: int = 404) -> None:
@@ -66,19 +66,21 @@ def _float(params: Mapping[str, Any], name: str) -> float | None:
     try:
         value = float(raw)
     except (TypeError, ValueError):
-        raise TimelineError(f"{name} must be a number, got {raw!r}.") from None
+        raise TimelineViewError(f"{name} must be a number, got {raw!r}.") from None
     if not math.isfinite(value):
-        raise TimelineError(f"{name} must be a finite number, got {raw!r}.")
+        raise TimelineViewError(f"{name} must be a finite number, got {raw!r}.")
     return value
 
 
 def _compare_ids(raw: Any) -> tuple[int, ...]:
     items = [c.strip() for c in str(raw or "").split(",") if c.strip()]
     if not all(c.isdigit() for c in items):
-        raise TimelineError(f"compare lists job ids of this investigation (e.g. compare=12,14), not {raw!r}.")
+        raise TimelineViewError(
+            f"compare lists job ids of this investigation (e.g. compare=12,14), not {raw!r}."
+        )
     ids = tuple(dict.fromkeys(int(c) for c in items))
     if len(ids) > MAX_COMPARE:
-        raise TimelineError(f"At most {MAX_COMPARE} jobs can be compared on one timeline.")
+        raise TimelineViewError(f"At most {MAX_COMPARE} jobs can be compared on one timeline.")
     return ids
 
 
@@ -86,26 +88,26 @@ def timeline_view_parse(params: Mapping[str, Any]) -> TimelineView:
     """Return the view of a query string: panels, start, end, x, tz, hosts, sfrom, sto, compare (all optional)."""
     xmode = str(params.get("x") or "step")
     if xmode not in tl.XMODES:
-        raise TimelineError(f"x must be one of {', '.join(tl.XMODES)}, not {xmode!r}.")
+        raise TimelineViewError(f"x must be one of {', '.join(tl.XMODES)}, not {xmode!r}.")
     panels_raw = params.get("panels")
     panels = None
     if panels_raw:
         panels = tuple(p.strip() for p in str(panels_raw).split(",") if p.strip())
         unknown = [p for p in panels if p not in tl.PANELS]
         if unknown:
-            raise TimelineError(f"Unknown panel(s): {', '.join(unknown)}.")
+            raise TimelineViewError(f"Unknown panel(s): {', '.join(unknown)}.")
     hosts = tuple(h.strip() for h in str(params.get("hosts") or "").split(",") if h.strip())
     # Any label value a TSDB can hold is a host (it is escaped where PromQL and Plotly use it): only control
     # characters and absurd lengths are refused (a comma separates hosts in the link).
     bad = [h for h in hosts if printable(h) != h or len(h) > 253]
     if bad:
-        raise TimelineError(f"Not a host name: {bad[0]!r}.")
+        raise TimelineViewError(f"Not a host name: {bad[0]!r}.")
     start, end = _float(params, "start"), _float(params, "end")
     if start is not None and end is not None and not end > start:
-        raise TimelineError("end must be after start.")
+        raise TimelineViewError("end must be after start.")
     tz = _float(params, "tz") or 0.0
     if abs(tz) > 24 * 60:
-        raise TimelineError("tz is the offset from UTC in minutes, within a day.")
+        raise TimelineViewError("tz is the offset from UTC in minutes, within a day.")
     return TimelineView(
         panels=panels,
         start=start,

@@ -63,7 +63,7 @@ def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     context = _region_context(investigation, job)
     try:
         context["timeline"] = svc.timeline_panels(context["datasource"])
-    except svc.TimelineError as exc:
+    except svc.TimelineViewError as exc:
         context["timeline_error"] = str(exc)
     return render(request, "investigations/_timeline.html#timeline-region", context)
 
@@ -82,16 +82,16 @@ def panel(request: HtmxHttpRequest, investigation_id: int, panel: str) -> JsonRe
         return JsonResponse({"error": f"Unknown panel {panel!r}."}, status=404)
     try:
         view = svc.timeline_view_parse(request.GET)
-    except svc.TimelineError as exc:
+    except svc.TimelineViewError as exc:
         return JsonResponse({"error": str(exc)}, status=400)
     try:
         svc.compare_links(investigation, job, view.compare)
-    except svc.CompareError as exc:
+    except svc.TimelineCompareError as exc:
         return JsonResponse({"error": str(exc)}, status=exc.status)
     try:
         datasource = job.current_datasource() if job else None
         built = svc.timeline_figures(investigation, job, datasource, view, panels=[panel])
-    except svc.TimelineError as exc:
+    except svc.TimelineViewError as exc:
         # The data source is down, empty or the range holds nothing: the panel says so in place.
         return JsonResponse({"error": str(exc)}, status=503)
     body = {
@@ -128,7 +128,7 @@ def pin(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
             user=request.user,
             note=request.POST.get("note", ""),
         )
-    except svc.TimelineError as exc:
+    except svc.TimelineViewError as exc:
         error = str(exc)
     if request.htmx:
         return _pinned_response(request, investigation, error)

@@ -20,10 +20,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from playbooks.errors import PlaybooksError
+
 __all__ = ["DOMAINS", "SIGNALS", "Profile", "ProfileError", "Signal", "signal_info"]
 
 
-class ProfileError(Exception):
+class ProfileError(PlaybooksError):
     """A profile or signal name is unknown, or a signal is used in a way its kind does not allow."""
 
 

@@ -69,11 +69,6 @@ def _tb_series(job: Job, name_map: dict[str, str], labels: dict[str, str]) -> It
         yield metric, labels, ts, per_step[key][src], fmt
 
 
-def _scrape_meta(job: Job, jobname: str, instances: list[str]) -> Iterator[tuple[str, dict, np.ndarray]]:
-    for h, inst in enumerate(instances):
-        yield h, {"instance": inst, "job": jobname}, job.present[h]
-
-
 def amd_series(job: Job) -> Iterator[Item]:
     t = job.t
     K, G = job.nodes, job.gpus

@@ -19,12 +19,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from playbooks.errors import PlaybooksError
 from playbooks.tsdb_server import find_free_port
 
 from ._emit import Item
 
 
-class SynthError(Exception):
+class SynthError(PlaybooksError):
     """A generated job could not be built (missing promtool/prometheus, a failed tool run)."""
 
 

@@ -23,6 +23,8 @@ POINTS_PER_TRACE = 800
 POINTS_PER_FIGURE = 12_000
 #: A figure with fewer points is drawn as SVG (faster to start than WebGL below this, no context limit).
 GL_MIN_POINTS = 5_000
+#: Points of the step axis's clock (layout.meta.clock): the hover names the time of the step it shows.
+CLOCK_POINTS = 1_200
 
 _COLORS = {"min": "rgba(90,110,140,0.5)", "median": "#3b4a63", "max": "rgba(90,110,140,0.5)"}
 _OUTLIER_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
@@ -36,6 +38,7 @@ _MARK_COLORS = {
     "hang-start": "#ff7f0e",
     "heartbeat-stop": "#9467bd",
     "finding": "#e6550d",
+    "note": "#0b7285",
 }
 
 
@@ -139,13 +142,16 @@ def figure_build(
     if overlays and xmode != "step":
         notes.append(compare_step_note([tr.name.removesuffix(" median") for tr in overlays]))
         overlays = ()
+    clock: list[tuple[np.ndarray, np.ndarray]] = []
     data = _traces_data(
-        panel, ctx, [*panel.traces, *overlays], xmode, tz_offset_s, points_per_trace, points_per_figure
+        panel, ctx, [*panel.traces, *overlays], xmode, tz_offset_s, points_per_trace, points_per_figure, clock
     )
     shapes, texts, marks = _marks_layout(annotations, ctx, xmode, tz_offset_s)
     layout = _layout(panel, xmode, tz_offset_s, x_range)
     layout["shapes"], layout["annotations"] = shapes, texts
     layout["meta"].update(notes=notes, marks=marks)
+    if xmode == "step":
+        layout["meta"]["clock"] = _step_clock(clock, ctx.axis)
     figure = {"data": data, "layout": layout}
     if xmode != "step":
         _dates_as_text(figure)
@@ -160,8 +166,12 @@ def _traces_data(
     tz_offset_s: float,
     points_per_trace: int,
     points_per_figure: int,
+    clock: list[tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Return the Plotly traces of a panel: downsampled, broken across holes, styled by role."""
+    """Return the Plotly traces of a panel: downsampled, broken across holes, styled by role.
+
+    `clock` receives (x, t) of every drawn point of the job's own traces (not a compared job's).
+    """
     budget = max(8, min(points_per_trace, points_per_figure // max(1, len(traces))))
     data: list[dict[str, Any]] = []
     counts = {"outlier": 0, "top": 0, "compare": 0}
@@ -169,7 +179,10 @@ def _traces_data(
         max_dt = max(2.5 * max(tr.step or panel.step, ctx.interval), 3 * ctx.interval)
         holes = _gap_times(tr.t, max_dt)
         t, v = minmax_downsample(tr.t, tr.v, budget)
-        x, y = _break_gaps(_x_of(t, ctx, xmode, tz_offset_s, tr.axis), v, t, holes)
+        xt = _x_of(t, ctx, xmode, tz_offset_s, tr.axis)
+        if clock is not None and tr.axis is None:
+            clock.append((xt, t))
+        x, y = _break_gaps(xt, v, t, holes)
         trace: dict[str, Any] = {
             "type": "scattergl",
             "mode": "lines",
@@ -225,6 +238,32 @@ def _style(trace: dict[str, Any], tr: Trace, nth: int, panel_traces: int) -> Non
         trace["line"] = {"width": 1.2}
         # Many plain lines make a legend taller than the chart: hovering names them instead.
         trace["showlegend"] = panel_traces <= 6
+
+
+def _step_clock(pairs: Sequence[tuple[np.ndarray, np.ndarray]], axis: StepAxis) -> dict[str, list]:
+    """Return {"x": steps as drawn, "t": unix s of the whole step each rounds to} for the hover.
+
+    On the step axis the hover names the whole step under the pointer and when the job reached it
+    (static/timeline.js draws an invisible trace of these points). After a restore a step was reached
+    twice: the time kept is the one of the piece the drawn point belongs to.
+    """
+    if not pairs:
+        return {"x": [], "t": []}
+    x = np.concatenate([p[0] for p in pairs])
+    t = np.concatenate([p[1] for p in pairs])
+    ok = np.isfinite(x) & np.isfinite(t)
+    x, t = x[ok], t[ok]
+    x, first = np.unique(x, return_index=True)
+    t = t[first]
+    if len(x) > CLOCK_POINTS:
+        keep = np.unique(np.linspace(0, len(x) - 1, CLOCK_POINTS).round().astype(int))
+        x, t = x[keep], t[keep]
+    whole = np.floor(x + 0.5)  # as the hover's ",.0f" rounds
+    late = np.asarray(axis.time_at(whole, occurrence="latest"), dtype=float)
+    early = np.asarray(axis.time_at(whole, occurrence="earliest"), dtype=float)
+    at = np.where(np.abs(late - t) <= np.abs(early - t), late, early)
+    at = np.where(np.isfinite(at), at, t)
+    return {"x": _round_list(x, 7), "t": [int(round(float(v))) for v in at]}
 
 
 def _marks_layout(

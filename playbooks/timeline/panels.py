@@ -7,12 +7,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from playbooks.errors import PlaybooksError
 from playbooks.profiles import DOMAINS, Profile, signal_info
 
 XMODES = ("step", "time-utc", "time-local")
 
 
-class TimelineError(Exception):
+class TimelineError(PlaybooksError):
     """A panel or view cannot be built: unknown panel, bad x-axis mode or range."""
 
 

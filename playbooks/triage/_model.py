@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from playbooks.errors import PlaybooksError
+
 MAX_LINE = 64 * 1024  # longer lines are cut (runaway binary logs)
 MAX_MATCHES_PER_CLASS = 50  # a log with 100k NCCL warnings still gives a readable answer
 
 
-class TriageError(Exception):
+class TriageError(PlaybooksError):
     """The log could not be opened at all (missing, a directory, permission denied)."""
 
 

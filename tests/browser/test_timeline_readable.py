@@ -5,7 +5,9 @@ uses the chosen zone, and a panel's data downloads as CSV."""
 
 from __future__ import annotations
 
+import math
 import re
+from datetime import UTC, datetime
 
 import pytest
 from playwright.sync_api import expect
@@ -99,6 +101,30 @@ def test_step_time_follows_the_steady_state_and_the_full_range_is_a_click_away(p
         )
         == ",.0f"
     )  # whole steps on the step axis
+
+
+def test_the_step_axis_hover_names_the_whole_step_and_when_it_was_reached(page, cluster) -> None:
+    ids, _, _ = cluster
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=step_time")
+    drawn(page, "step_time")
+    box = page.locator("#timeline-panel-step_time .nsewdrag").bounding_box()
+    page.mouse.move(0, 0)
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    hover = page.locator("#timeline-panel-step_time .hoverlayer")
+    expect(hover.locator(".legendtitletext")).to_have_text(re.compile(r"^step [\d,]+$"))
+    expect(hover).to_contain_text(re.compile(r"reached \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"))
+    step = int(hover.locator(".legendtitletext").text_content().removeprefix("step ").replace(",", ""))
+    shown = re.search(r"reached (\S+ \S+) UTC", hover.text_content())[1]
+    # The time is the step axis's own for that whole step (the server's clock), not a neighbour's.
+    clock = page.evaluate(
+        "() => document.querySelector('#timeline-panel-step_time .timeline-plot').layout.meta.clock"
+    )
+    times = {
+        datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        for x, t in zip(clock["x"], clock["t"], strict=True)
+        if math.floor(x + 0.5) == step
+    }
+    assert shown in times, (step, shown, sorted(times)[:3])
 
 
 def test_a_selected_finding_fades_only_host_series_and_a_panel_downloads_as_csv(page, cluster) -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from investigations.services.timeline_view import TimelineError, timeline_view_parse
+from investigations.services.timeline_view import TimelineViewError, timeline_view_parse
 from playbooks import timeline as tl
 from playbooks.timeline.promql import _escape, _label_vector
 from tests.playbooks.test_timeline import END, START, TIMES, CannedClient, _ctx, _series
@@ -35,7 +35,7 @@ def test_a_timeline_link_takes_any_host_label(host: str) -> None:
 
 @pytest.mark.parametrize("host", ["a\x00b", "line\nbreak", "x" * 300])
 def test_control_characters_and_absurd_lengths_are_refused(host: str) -> None:
-    with pytest.raises(TimelineError, match="Not a host name"):
+    with pytest.raises(TimelineViewError, match="Not a host name"):
         timeline_view_parse({"hosts": host})
 
 

@@ -61,7 +61,7 @@ def _triage(job_dir) -> dict:
 )
 def test_bad_views_are_refused_with_a_message(params, message) -> None:
     """Each bad query-string value gets its own readable error."""
-    with pytest.raises(svc.TimelineError, match=message.replace("(", r"\(")):
+    with pytest.raises(svc.TimelineViewError, match=message.replace("(", r"\(")):
         svc.timeline_view_parse(params)
 
 
@@ -89,16 +89,16 @@ def test_a_view_round_trips_through_its_query_string() -> None:
 
 
 def test_without_a_data_source_the_timeline_says_so() -> None:
-    """No data source: a TimelineError a page can show."""
+    """No data source: a TimelineViewError a page can show."""
     investigation = Investigation.objects.create(title="no source")
-    with pytest.raises(svc.TimelineError, match="no data source"):
+    with pytest.raises(svc.TimelineViewError, match="no data source"):
         svc.timeline_figures(investigation, None, None, svc.TimelineView())
 
 
 def test_an_unreachable_prometheus_is_reported() -> None:
     """A URL source where nothing listens: the user is told, nothing is raised past the service."""
     ds = DataSource.objects.create(kind=DataSource.Kind.URL, address="http://127.0.0.1:9")
-    with pytest.raises(svc.TimelineError):
+    with pytest.raises(svc.TimelineViewError):
         svc.timeline_panels(ds)
 
 
@@ -182,7 +182,7 @@ def test_pinned_chart_renders_after_its_prometheus_is_stopped(served_case, setti
     html = render_to_string("investigations/_timeline.html", {"investigation": investigation, "job": job})
     assert f'id="pinned-chart-{chart.pk}"' in html
     assert f"{culprit} (outlier)" in html
-    with pytest.raises(svc.TimelineError):
+    with pytest.raises(svc.TimelineViewError):
         svc.timeline_panels(DataSource.objects.create(kind=DataSource.Kind.URL, address="http://127.0.0.1:9"))
 
 
@@ -305,14 +305,14 @@ def test_only_other_jobs_of_the_investigation_can_be_compared(restored_pair) -> 
     """A job of another investigation is a 404-kind error, the job shown itself a 400-kind one; ids must be numbers."""
     investigation, restored, rds, baseline, bds, truth, base_truth = restored_pair
     stranger = Job.objects.create(job_id="77", name="elsewhere")
-    with pytest.raises(svc.CompareError, match="not a job of this investigation") as exc:
+    with pytest.raises(svc.TimelineCompareError, match="not a job of this investigation") as exc:
         svc.compare_links(investigation, restored, [stranger.pk])
     assert exc.value.status == 404
-    with pytest.raises(svc.CompareError, match="is the job this timeline shows") as exc:
+    with pytest.raises(svc.TimelineCompareError, match="is the job this timeline shows") as exc:
         svc.compare_links(investigation, restored, [restored.pk])
     assert exc.value.status == 400
     assert svc.compare_links(investigation, restored, [baseline.pk])[0].role == "baseline"
     assert [link.job for link in svc.compare_choices(investigation, restored)] == [baseline]
-    with pytest.raises(svc.TimelineError, match="compare lists job ids"):
+    with pytest.raises(svc.TimelineViewError, match="compare lists job ids"):
         svc.timeline_view_parse({"compare": "1,abc"})
     assert svc.timeline_view_parse({"compare": "3, 2,3"}).compare == (3, 2)
