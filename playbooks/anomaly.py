@@ -188,24 +188,49 @@ def peer_deviation(
     return dev, np.full(values.shape[1], spread), med
 
 
-def background(rates: np.ndarray, cols: np.ndarray, *, q: float = 95.0) -> tuple[np.ndarray, float]:
-    """Return (each row's own background, the pack's background) of a sparse or steady rate over `cols`.
+def background(
+    rates: np.ndarray,
+    cols: np.ndarray,
+    *,
+    floor: float = 0.0,
+    length: int = 0,
+    q: float = 95.0,
+    min_points: int = 5,
+) -> tuple[np.ndarray, float]:
+    """Return (each row's own background before its change, the pack's background) of a sparse or steady rate.
 
     A row's background is a high quantile (`q`) of its own values over `cols`: for a counter that ticks now
     and then (a few retransmitted packets on one scrape in a hundred) it is the size of a typical tick, not 0,
-    which a median would give. The pack's background is the lower quartile of the rows' backgrounds: hosts in
-    trouble cannot raise it even when they are half of a small job, and a counter that ticks on every host
-    (transmit waits) raises it for all.
-    Rows without data over `cols` get NaN.
+    which a median would give. With `length`, a row whose rate stays above `floor` for most of `length`
+    points has changed there, and its background is taken from its own history before that change (NaN when
+    it has fewer than `min_points` of history: nothing to judge it against but the pack). Without a change,
+    the row's background spans all of `cols`.
+
+    The pack's background is the lower quartile of the rows' backgrounds, each taken before its own change
+    (the whole of `cols` for a row without history): hosts in trouble cannot raise it even when they are most
+    of a small job, and a counter that ticks on every host (transmit waits) raises it for all.
     """
+    n_rows = len(rates)
+    own = np.full(n_rows, np.nan)
+    for_pack = np.full(n_rows, np.nan)
+    idx = np.arange(rates.shape[1]) if rates.ndim == 2 else np.zeros(0, int)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        own = (
-            np.nanpercentile(np.where(cols[None, :], rates, np.nan), q, axis=1)
-            if cols.any()
-            else np.full(len(rates), np.nan)
-        )
-        pack = float(np.nanpercentile(own, 25)) if np.isfinite(own).any() else float("nan")
+        for r in range(n_rows):
+            x = np.where(cols, rates[r], np.nan)
+            if not np.isfinite(x).any():
+                continue
+            whole = float(np.nanpercentile(x, q))
+            i = first_sustained(cols & (rates[r] > floor), length) if length else None
+            if i is None:
+                own[r] = for_pack[r] = whole
+                continue
+            pre = np.where(idx < i, x, np.nan)
+            if int(np.isfinite(pre).sum()) >= min_points:
+                own[r] = for_pack[r] = float(np.nanpercentile(pre, q))
+            else:
+                for_pack[r] = whole
+        pack = float(np.nanpercentile(for_pack, 25)) if np.isfinite(for_pack).any() else float("nan")
     return own, pack
 
 

@@ -70,8 +70,9 @@ def score(ctx: Context, f: Finding, findings: list[Finding]) -> float:
     """Return how strongly a cause candidate explains the job: higher is stronger.
 
     - severity: a critical finding weighs twice a warning;
-    - specificity: a cause on one or two hosts (or a job-level fact) is plausible, one on a quarter of the
-      hosts much less, one on most hosts is no host's fault;
+    - specificity: a cause on one or two hosts (or a job-level fact, such as one fabric event that left
+      every affected host's own history at once) is plausible, one on a quarter of the hosts much less, one
+      on most hosts is no host's fault;
     - strength: how far it stands out (a detector's ratio to its background, 10x -> 0.5, 100x -> 1);
     - corroboration: other findings on the same hosts from other rules, from shortly before to 30 minutes
       after its onset;
@@ -83,7 +84,7 @@ def score(ctx: Context, f: Finding, findings: list[Finding]) -> float:
     k = _n_hosts(ctx)
     total = 1.5 * SEV_RANK[f.severity]
     n = len(f.hosts)
-    if n == 0 or f.extra.get("no_culprits"):
+    if n == 0 or f.extra.get("no_culprits") or f.extra.get("common_event"):
         total += 0.5
     elif n <= max(2, 0.05 * k):
         total += 1.0
@@ -202,7 +203,7 @@ def _culprit_hosts(ctx: Context, klass: str, primary: Finding, findings: list[Fi
                 f.klass == klass
                 and f.role == "cause"
                 and SEV_RANK[f.severity] >= 1
-                and len(f.hosts) <= max(3, 0.25 * k)
+                and (len(f.hosts) <= max(3, 0.25 * k) or f.extra.get("common_event"))
             ):
                 hosts += [h for h in f.hosts if h not in hosts]
         return hosts or list(primary.hosts)

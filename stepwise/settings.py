@@ -416,3 +416,6 @@ DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "stepwise@localhost")
 # --- Reports: exports -------------------------------------------------------------------------------
 # Chromium that kaleido drives to draw pinned charts as SVG for the HTML and PDF exports.
 STEPWISE_CHROMIUM = envstr("STEPWISE_CHROMIUM") or "/usr/bin/chromium"
+# A report's PDF is built by the worker (reports.tasks.report_pdf_task) within this many seconds (its soft
+# limit; the hard one is 30 s later); an export still building after that is failed with the reason.
+STEPWISE_REPORT_PDF_TIME_LIMIT = envint("STEPWISE_REPORT_PDF_TIME_LIMIT", 300, minimum=2)

@@ -110,7 +110,8 @@ def investigation_create(
     """Return a new Investigation with its primary Job, the link and the job's DataSource.
 
     1. Check what needs no database: the URL against the allow-list and that it answers; the job
-       directory inside the roots with a prometheus/ folder; the upload not empty and not too big.
+       directory inside the roots with a prometheus/ folder; the upload not empty and not too big; the
+       SSH tunnel opens and its Prometheus answers through it.
     2. In one transaction: create or update the Job (keyed by cluster and JOB_ID), save an upload to
        Job.log_upload, create the DataSource, the Investigation and its primary InvestigationJob,
        and mark the job's triage queued when it has a log (the caller enqueues it after commit).
@@ -132,6 +133,8 @@ def investigation_create(
         source = replace(source, job_dir=str(_job_dir_with_tsdb(source.job_dir)))
     if source.kind == "upload":
         _upload_check(source.log)
+    if source.kind == "tunnel" and source.tunnel:
+        _tunnel_probe(source.tunnel)  # opens ssh: never inside the transaction
 
     saved_upload: Job | None = None
     try:
@@ -321,6 +324,14 @@ def _mark_up(ds: DataSource) -> None:
     ds.state_detail = "answered when the investigation was opened"
     ds.last_checked = timezone.now()
     ds.save(update_fields=["state", "state_detail", "last_checked"])
+
+
+def _tunnel_probe(spec_or_text: Any) -> None:
+    """Open the tunnel before anything is saved: one that cannot open is the form's error, with its reason."""
+    try:
+        tunnels.tunnel_probe(spec_or_text)
+    except DataSourceError as exc:
+        raise InvestigationError(f"The SSH tunnel did not open: {exc}", "tunnel") from exc
 
 
 def _tunnel_datasource(job: Job, spec_or_text: Any) -> DataSource:

@@ -37,16 +37,18 @@ def _rate_window(
 def _det_rate_outlier(
     ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
 ) -> Finding | None:
-    """Hosts whose rate of a counter leaves the pack's background by an order of magnitude, persistently.
+    """Hosts whose rate of a counter leaves their own history and the pack's background, persistently.
 
-    The background is judged over the whole job, not a window: each host's own high quantile (a counter that
-    ticks now and then has a tick-sized background, never 0) and the pack's (the median host's). A host
-    stands out where its rate exceeds `factor` x the larger of the pack's background and its own history
-    before the window, for most of `min_duration` (a change point, not a few close ticks). Only hosts within
-    an order of magnitude of the strongest are named, and an excess on more than `max_share` of the hosts
-    (and more than three) is job-wide, not a host's fault: no finding. With a traffic query (second), only instants where the host's
-    traffic flows are judged. The onset walks back, over the whole data, to where the rate left the
-    background.
+    Each host is judged first against its own history before its change (where its rate first stays above
+    the floor for most of `min_duration`), then against the pack's background: the lower quartile of the
+    hosts' backgrounds, each taken before its own change, so that degraded hosts cannot raise it even when
+    they are most of a small job. A background is a high quantile (a counter that ticks now and then has a
+    tick-sized background, never 0). A host stands out where its rate exceeds `factor` x the larger of the
+    two for most of `min_duration` (a change point, not a few close ticks). Only hosts within an order of
+    magnitude of the strongest are named, and an excess on more than `max_share` of the hosts (and more than
+    three) is job-wide, not a host's fault: no finding. With a traffic query (second), only instants where
+    the host's traffic flows are judged. The onset walks back, over the whole data, to where the rate left
+    the background.
     """
     g = ctx.grid(rule.queries[0])
     tl = ctx.timeline
@@ -57,12 +59,11 @@ def _det_rate_outlier(
     a, b = win
     floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
     job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
-    own, pack = background(g.values, job)
-    before = job & (g.t < a)
-    own_before, _ = (
-        background(g.values, before) if before.sum() >= 5 else (np.full(len(g.labels), np.nan), 0.0)
-    )
-    ref = np.fmax(np.nan_to_num(own_before, nan=0.0), pack if math.isfinite(pack) else 0.0)
+    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
+    length = min(length, max(1, int(g.mask(a, b).sum())))
+    # each host against its own history before its change first, the pack's (before theirs) second
+    own, pack = background(g.values, job, floor=floor, length=length)
+    ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
     exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
     if traffic is not None and len(traffic.t) == len(g.t):
@@ -70,8 +71,6 @@ def _det_rate_outlier(
             tx = traffic.row(host=lab.get("host", ""))
             if tx is not None and np.isfinite(tx[job]).any():
                 exc[r] &= np.nan_to_num(tx, nan=0.0) >= 0.1 * nan_median(tx[job])
-    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    length = min(length, max(1, int(g.mask(a, b).sum())))
     found = []
     for r in range(len(g.labels)):
         i = first_sustained(exc[r], length, float(p.get("min_fraction", 0.8)))
@@ -87,7 +86,10 @@ def _det_rate_outlier(
         return None
     top = max(s for s, *_ in found)
     found = [f for f in found if f[0] >= 0.1 * top]
-    if len(found) > max(3, float(p.get("max_share", 0.25)) * len(g.labels)):
+    common = len(found) > max(3, float(p.get("max_share", 0.25)) * len(g.labels))
+    # a hang's trigger is on one or two hosts; a slow fabric may be most of them at once
+    fabric = "before_stall" not in p and _common_change(found, own, max(length, 4) * g.step)
+    if common and not fabric:
         return None
     hosts, ev = [], []
     for strength, r, t_on, level in sorted(found, key=lambda f: -f[0]):
@@ -104,7 +106,16 @@ def _det_rate_outlier(
             )
         )
     onset = min(f[2] for f in found)
-    return _finding(pb, rule, hosts, [], onset, ev, strength=top)
+    return _finding(
+        pb, rule, hosts, [], onset, ev, strength=top, **({"common_event": True} if common else {})
+    )
+
+
+def _common_change(found: list[tuple[float, int, float, float]], own: np.ndarray, span: float) -> bool:
+    """Whether an excess on many hosts is one fabric event: every host left its own history (it has one),
+    all within `span` seconds. Otherwise an excess on most hosts is the job's background, no one's fault."""
+    onsets = [t for _, _, t, _ in found]
+    return all(np.isfinite(own[r]) for _, r, _, _ in found) and max(onsets) - min(onsets) <= span
 
 
 def _det_counter_increase(

@@ -612,6 +612,8 @@ def simulate(job: Job) -> Job:
         bad = (
             sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_bad, replace=False)}) if K > 1 else [0]
         )
+        if job.variants.get("majority_degraded"):
+            bad = _variants.majority_degraded(job, bad)
         on = t >= onset
         for j, h in enumerate(bad):
             d = int(rng.integers(0, D))

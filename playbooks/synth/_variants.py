@@ -16,6 +16,8 @@ functions change the simulated arrays in place.
 - healthy: a checkpoint writer brushes the memory limit during a save and recovers, without any kill;
 - restore-resource-leak (both runs) and healthy: each host runs its own number of background daemons, drawn
   anew for every run (another allocation), so a host's level differs between a restored run and its baseline;
+- rdma-degradation: a fabric fault (a leaf switch) degrades most of the job's hosts at once, so the pack's
+  level over the job is the degraded one and each host must be judged against its own history;
 - every scenario, half the seeds: one host's exporter comes up a scrape or two late.
 """
 
@@ -52,6 +54,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["staircase"] = float(rng.uniform(0.80, 0.88))
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
+    if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
+        v["majority_degraded"] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v
@@ -65,6 +69,19 @@ def rdma_trickle(job: Any, K: int, D: int, N: int) -> tuple[np.ndarray, np.ndarr
     retx = np.where((rng.random((K, D, N)) < 0.01) & used, rng.integers(3, 41, (K, D, N)), 0)
     ack = np.where((rng.random((K, D, N)) < 0.001) & used, rng.integers(1, 3, (K, D, N)), 0)
     return retx / job.interval, ack / job.interval
+
+
+def majority_degraded(job: Any, bad: list[int]) -> list[int]:
+    """Return the degraded hosts of a fabric fault: most of the job's (never the head: it carries tb_*)."""
+    K = job.nodes
+    if K < 3:
+        return bad
+    rng = stream(job, 7)
+    rng.random()  # the draw that chose the variant
+    n = min(K - 1, K // 2 + 1)
+    out = sorted(int(x) for x in rng.choice(np.arange(1, K), size=n, replace=False))
+    job.notes.append(f"fabric fault: {n} of {K} hosts degraded at once")
+    return out
 
 
 def pre_step_hang(job: Any, util: np.ndarray, power: np.ndarray, hang: np.ndarray, idle_w: float) -> None:
