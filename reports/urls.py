@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .views import conversation, exports, findings, page, sections
+from .views import conversation, exports, findings, page, pdf, sections
 
 app_name = "reports"
 
@@ -26,6 +26,9 @@ urlpatterns = [
     path(_R + "actions/", conversation.action_add, name="action_add"),
     path(_R + "actions/<int:item_id>/done/", conversation.action_done, name="action_done"),
     path(_R + "export.<slug:fmt>", exports.export, name="export"),
+    path(_R + "pdf/", pdf.build, name="pdf_build"),
+    path(_R + "pdf/<int:export_id>/", pdf.status, name="pdf_status"),
+    path(_R + "pdf/<int:export_id>/download/", pdf.download, name="pdf_download"),
     path(_R + "ticket.md", exports.ticket, name="ticket"),
     path(_R + "tickets/", exports.ticket_add, name="ticket_add"),
     path(_R + "tickets/<int:link_id>/remove/", exports.ticket_remove, name="ticket_remove"),
