@@ -9,6 +9,7 @@ from typing import Any
 
 from investigations.models import DiagnosisRun, Finding, Investigation, TaskStatus
 from investigations.services import investigations as inv
+from investigations.services.notes import note_events
 from reports.models import Report
 
 LIMIT = 200
@@ -126,5 +127,6 @@ def activity(report: Report, limit: int = LIMIT) -> list[Event]:
     """Return the investigation's events, newest first (at most `limit`)."""
     investigation = report.investigation
     events = _field_events(investigation) + _report_events(report) + _machine_events(investigation)
+    events += [Event(*e) for e in note_events(investigation)]  # people's notes on the timeline
     events.sort(key=lambda e: e.when, reverse=True)
     return events[:limit]
