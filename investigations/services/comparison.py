@@ -89,7 +89,11 @@ def comparison_links(investigation: Investigation) -> list[tuple[InvestigationJo
     """Return the investigation's jobs in comparison order (baseline, primary, others), each with its source."""
     links = list(InvestigationJob.objects.filter(investigation=investigation).select_related("job"))
     links.sort(key=lambda link: (_ROLE_ORDER.get(link.role, 3), link.position, link.pk))
-    return [(link, link.job.current_datasource()) for link in links]
+    # Each job's current source (Job.current_datasource: the newest), for all the jobs in one query.
+    newest: dict[int, DataSource] = {}
+    for ds in DataSource.objects.filter(job__in=[link.job_id for link in links]).order_by("-created", "-pk"):
+        newest.setdefault(ds.job_id, ds)
+    return [(link, newest.get(link.job_id)) for link in links]
 
 
 def comparison_start(investigation: Investigation, user: Any = None) -> DiagnosisRun:

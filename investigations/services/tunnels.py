@@ -85,7 +85,7 @@ def _job_triage(job: Job) -> Mapping[str, Any]:
     raise DataSourceError("The job has no log to read a tunnel command from; paste the tunnel command.")
 
 
-def _as_spec(job: Job, spec_or_text: TunnelSpec | str | Mapping[str, Any] | None) -> TunnelSpec:
+def _as_spec(job: Job | None, spec_or_text: TunnelSpec | str | Mapping[str, Any] | None) -> TunnelSpec:
     try:
         if isinstance(spec_or_text, TunnelSpec):
             return tunnel_allowed(spec_or_text)
@@ -135,6 +135,26 @@ def tunnel_datasource_create(
         ds.save(update_fields=["tunnel", "address", "served_url", "state", "state_detail"])
     _close_spec(old)
     return ds
+
+
+def tunnel_probe(spec_or_text: TunnelSpec | str | Mapping[str, Any]) -> OpenTunnel:
+    """Return the tunnel of a spec not stored yet, opened (or the healthy one already open for it).
+
+    A new investigation on a tunnel opens it before anything is saved: a refused login, an unknown host
+    key or nothing listening on the Prometheus port is the form's error, not an investigation that cannot
+    be used. The tunnel stays open for the data source about to be created (one tunnel per spec), or is
+    closed by the next prune if nothing needs it. Raises DataSourceError with the reason.
+    """
+    spec = _as_spec(None, spec_or_text)  # a spec or a command: the job's log is not read
+    try:
+        return tunnels.open_tunnel(
+            spec,
+            settings.STEPWISE_TUNNELS_DIR,
+            ssh_bin=settings.STEPWISE_SSH_BIN,
+            timeout=float(settings.STEPWISE_TUNNEL_TIMEOUT),
+        )
+    except TunnelError as exc:
+        raise DataSourceError(str(exc)) from exc
 
 
 def _close_spec(data: Mapping[str, Any]) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from playbooks.confine import OutsideRoots, open_inside, resolved_roots
 
+from ._events import merge_events
 from ._model import _RANK, Match, Triage, TriageError
 from ._patterns import _int
 from ._read import _iter_lines
@@ -103,6 +104,9 @@ def triage_job(
             out.unreadable.append(f"{rank_log.name}: {exc}")
             continue
         extra += [Match(m.klass, m.line, f"[{rank_log.name}] {m.text}") for m in sub.matches if m.line > 0]
+        rank = _int(rank_log.stem.split("-")[-1])
+        node = out.nodes[rank] if rank is not None and 0 <= rank < len(out.nodes) else None
+        merge_events(out.details["host_events"], sub.details["host_events"], node, rank_log.name)
         out.unreadable += [f"{rank_log.name}: {u}" for u in sub.unreadable if "completed step" not in u]
     if extra:
         out.matches = sorted(out.matches + extra, key=lambda m: (_RANK[m.klass], m.line))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from ._events import resolve_events
 from ._model import _RANK, CLASS_ORDER, Triage
 from ._patterns import _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
@@ -23,6 +24,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     out.last_step = steps[-1] if steps else None
     prog, last_ts = _progress(st, out, steps)
     status = _status(st, out, prog, last_ts, now, slurm_state)
+    if st.events.node_failure and status in ("cancelled", "unknown-death"):
+        status = "failed"  # Slurm ended it for a lost node (its state NODE_FAIL), nobody cancelled it
     out.status = status
     prog["lost_steps"] = None
     if out.last_step is not None and status not in ("completed", "soft-success", "running"):
@@ -47,6 +50,7 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     if crash is None and status in ("failed", "cancelled", "unknown-death"):
         crash = st.cancel_time or end_time
     out.crash_time = crash
+    out.details["host_events"] = resolve_events(st.events, out.nodes)
     if not steps and out.details.get("lines"):
         out.unreadable.append("no 'completed step:' lines found")
 

@@ -122,6 +122,20 @@ def _year_hint(value: str) -> tuple[int, int] | None:
     return int(digits[:4]), int(digits[4:6])
 
 
+def _abs_time(
+    year_hint: tuple[int, int] | None, month: int, day: int, hh: int, mm: int, ss: int, frac: str | None
+) -> float | None:
+    """Return the unix time of an absl/syslog date without a year (the year from the job's id or artifact)."""
+    year = year_hint[0] if year_hint else dt.datetime.now(dt.UTC).year
+    if year_hint and month < year_hint[1]:
+        year += 1  # the job crossed New Year
+    try:
+        t = dt.datetime(year, month, day, hh, mm, ss, tzinfo=dt.UTC).timestamp()
+    except ValueError:
+        return None
+    return t + (float("0." + frac) if frac else 0.0)
+
+
 def _float(text: str | None) -> float | None:
     if text is None:
         return None

@@ -7,6 +7,7 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 
+from ._events import event_line
 from ._finish import _finish
 from ._model import Triage
 from ._patterns import (
@@ -26,13 +27,14 @@ from ._patterns import (
     _TUNNEL,
     _WALL,
     HARMLESS,
+    _abs_time,
     _classify,
     _clean,
     _float,
     _parse_stamp,
     _year_hint,
 )
-from ._state import _abs_time, _add, _State
+from ._state import _add, _State
 
 
 def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slurm_state: str | None) -> None:
@@ -45,7 +47,7 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         a = _ABSL.match(msg)
         if a:
             ts = _abs_time(
-                st,
+                st.year,
                 int(a.group(2)),
                 int(a.group(3)),
                 int(a.group(4)),
@@ -60,9 +62,10 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
             continue
         if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
             continue
+        hint = event_line(st.events, n, rank, ts, msg, st.year)
         if _scan_progress(st, out, n, ts, msg):
             continue
-        _scan_failure(st, n, ts, msg)
+        _scan_failure(st, n, ts, msg, hint)
     _finish(st, out, now, slurm_state)
 
 
@@ -212,8 +215,9 @@ def _scan_summary(st: _State, msg: str) -> bool:
     return False
 
 
-def _scan_failure(st: _State, n: int, ts: float | None, msg: str) -> None:
-    """Read heartbeat-accused tasks and failure signatures (harmless lines filtered first)."""
+def _scan_failure(st: _State, n: int, ts: float | None, msg: str, hint: str | None = None) -> None:
+    """Read heartbeat-accused tasks and failure signatures (harmless lines filtered first); `hint` is the
+    class the line's host event stands for (a Slurm node failure, a kernel OOM kill, ...)."""
     if st.in_heartbeat:
         tk = _TASK.search(msg)
         if tk:
@@ -222,7 +226,7 @@ def _scan_failure(st: _State, n: int, ts: float | None, msg: str) -> None:
         st.in_heartbeat = False
     if any(h in msg for h in HARMLESS):
         return
-    klass = _classify(msg, st.training_started)
+    klass = hint or _classify(msg, st.training_started)
     if klass:
         _add(st, klass, n, msg)
         if klass == "heartbeat-timeout" and "stopped sending heartbeats" in msg:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, field
 
+from ._events import EventScan
 from ._model import MAX_MATCHES_PER_CLASS, Match
 
 
@@ -33,17 +33,7 @@ class _State:
     header_done: bool = False
     start_time: float | None = None
     barrier_time: float | None = None
-
-
-def _abs_time(st: _State, month: int, day: int, hh: int, mm: int, ss: int, frac: str | None) -> float | None:
-    year = st.year[0] if st.year else dt.datetime.now(dt.UTC).year
-    if st.year and month < st.year[1]:
-        year += 1  # the job crossed New Year
-    try:
-        t = dt.datetime(year, month, day, hh, mm, ss, tzinfo=dt.UTC).timestamp()
-    except ValueError:
-        return None
-    return t + (float("0." + frac) if frac else 0.0)
+    events: EventScan = field(default_factory=EventScan)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -12,6 +12,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 
 from investigations.models import Investigation
+from investigations.services.verdict import investigation_verdict
 from reports.models import Report
 
 from . import activity, autofill, charts, conversation, findings, remedies
@@ -201,7 +202,7 @@ def ticket_block(report: Report, *, base_url: str = "") -> str:
     """Return the "Copy for ticket" Markdown: class, culprits, onset (of the investigation's verdict, the
     diagnosis reconciled with the comparison), summary, permalink."""
     inv: Investigation = report.investigation
-    verdict = autofill.gather(inv).verdict
+    verdict = investigation_verdict(inv)
     d = verdict.diagnosis if verdict is not None else {}
     culprits = remedies.culprits_text(d)
     summary = report.sections.filter(key="summary").values_list("body", flat=True).first() or d.get(

@@ -185,32 +185,33 @@ def test_the_head_node_user_and_port_fields_open_the_same_way(
     ],
     ids=["login-refused", "nothing-listening"],
 )
-def test_a_tunnel_that_cannot_open_shows_why_and_keeps_the_investigation(
+def test_a_tunnel_that_cannot_open_is_a_form_error_and_creates_nothing(
     page: Page, stepwise_app, served_job, ssh_home: Path, alias: str, dead_port: bool, reason: str
 ) -> None:
     client, _truth, _job_dir = served_job("healthy")
     port = tsdb_server.find_free_port(24000, 24999) if dead_port else _port(client)
     reason = reason.format(port=port)
     title = f"Tunnel refused ({alias}, {port})"
-    pk = _open_from_log_command(page, title, alias, port, team="training-infra")
-    expect(page.get_by_test_id("source-state")).to_have_text("Error")
-    expect(page.locator("#source-state")).to_contain_text(reason)
-    expect(page.get_by_test_id("discovery-error")).to_contain_text(reason)
-    _assert_no_reload(page)
+    command = f"ssh -L {port}:localhost:{port} {USER}@{alias}"
+    _start(page, title)
+    page.get_by_label("Team").fill("training-infra")
+    page.get_by_label("Tunnel command from the log").fill(command)
+    page.get_by_role("button", name="Open investigation").click()
+    expect(page.get_by_role("alert").filter(has_text="The SSH tunnel did not open")).to_contain_text(reason)
+    # Nothing the user typed is lost, and nothing was saved: no investigation, no job, no tunnel.
+    expect(page.get_by_label("Title")).to_have_value(title)
+    expect(page.get_by_label("Team")).to_have_value("training-infra")
+    expect(page.get_by_label("Tunnel command from the log")).to_have_value(command)
+    assert stepwise_app.rows(
+        "SELECT count(*) FROM investigations_investigation WHERE title = ?", (title,)
+    ) == [(0,)]
+    assert stepwise_app.rows(
+        "SELECT count(*) FROM investigations_datasource WHERE json_extract(tunnel, '$.host') = ?"
+        " AND json_extract(tunnel, '$.remote_port') = ?",
+        (alias, port),
+    ) == [(0,)]
     assert not [t for t in tunnels.list_tunnels(stepwise_app.data_dir / "tunnels") if t.spec.host == alias
                 and t.spec.remote_port == port]  # fmt: skip
-    # What was saved stays: the investigation, its team, and the tunnel to retry.
-    page.reload()
-    expect(page.get_by_role("heading", name=title)).to_be_visible()
-    expect(page.locator("#investigation-header").get_by_label("Team")).to_have_value("training-infra")
-    expect(page.locator("#source-state")).to_contain_text(f"tunnel to {alias}")
-    assert stepwise_app.rows(
-        "SELECT i.title, i.status, d.kind, d.state, json_extract(d.tunnel, '$.host'),"
-        " json_extract(d.tunnel, '$.remote_port') FROM investigations_investigation i"
-        " JOIN investigations_investigationjob l ON l.investigation_id = i.id"
-        " JOIN investigations_datasource d ON d.job_id = l.job_id WHERE i.id = ?",
-        (pk,),
-    ) == [(title, "open", "ssh_tunnel", "error", alias, port)]
 
 
 def test_an_unknown_host_key_is_refused_until_the_operator_adds_it(
@@ -218,23 +219,22 @@ def test_an_unknown_host_key_is_refused_until_the_operator_adds_it(
 ) -> None:
     client, truth, _job_dir = served_job("healthy")
     port = _port(client)
-    _open_from_log_command(page, "Head node with a new host key", STRANGER, port)
-    expect(page.get_by_test_id("source-state")).to_have_text("Error")
+    title = "Head node with a new host key"
+    _start(page, title)
+    page.get_by_label("Tunnel command from the log").fill(f"ssh -L {port}:localhost:{port} {USER}@{STRANGER}")
+    page.get_by_role("button", name="Open investigation").click()
     reason = f"the host key of {STRANGER} (or a jump host) is unknown or has changed"
-    expect(page.locator("#source-state")).to_contain_text(reason)
-    expect(page.locator("#source-state")).to_contain_text("Host key verification failed")
-    expect(page.get_by_test_id("discovery-error")).to_contain_text(reason)
-    # The operator checks the key and adds it; the saved tunnel is retried as it is, nothing retyped.
+    alert = page.get_by_role("alert").filter(has_text="The SSH tunnel did not open")
+    expect(alert).to_contain_text(reason)
+    expect(alert).to_contain_text("Host key verification failed")
+    assert stepwise_app.rows(
+        "SELECT count(*) FROM investigations_investigation WHERE title = ?", (title,)
+    ) == [(0,)]
+    # The operator checks the key and adds it; the form still holds the command: submit it again as it is.
     (ssh_home / "known_hosts_stranger").write_text(sshd.known_hosts.read_text())
-    _press(page, "#discovery-status", page.get_by_test_id("discovery-start"))
-    expect(page.get_by_test_id("discovery-hosts")).to_have_text(
-        f"{len(truth['hosts'])} × {truth['gpus_per_host']}"
-    )
-    # the discovery's responses refresh the source card: no "Check now" needed
-    expect(page.get_by_test_id("source-state")).to_have_text("Up")
-    expect(page.locator("#source-state")).not_to_contain_text("Host key verification failed")
-    _assert_no_reload(page)
-    assert _running(_open_tunnel(stepwise_app, STRANGER, port).pid)
+    _submit(page)
+    opened = _expect_up_and_discovered(page, stepwise_app, STRANGER, port, truth)
+    assert _running(opened.pid)
 
 
 def test_a_command_that_smuggles_an_option_is_refused_on_the_form(page: Page, stepwise_app) -> None:

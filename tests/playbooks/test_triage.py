@@ -73,14 +73,18 @@ def test_oom_cascade_lists_all_matches_primary_first(job_factory):
     assert any(truth["culprits"][0]["host"] in m.text for m in t.matches if m.klass == "node-fail")
 
 
-def test_k8s_rank_logs_are_read(job_factory):
-    """For a k8s job the OOM lives only in another rank's rank-N.log and is still found."""
+def k8s_host_oom(job_factory):
+    """Return (job_dir, truth) of the first generated k8s host-oom job (its kill is in a rank-N.log)."""
     for seed in range(1, 12):
         job_dir, truth = job_factory("host-oom", seed=seed, profile="nvidia")
         if truth["job_id"].startswith("k8s-"):
-            break
-    else:
-        pytest.skip("no k8s job among the seeds")  # pragma: no cover - seeds 1..11 include k8s ids
+            return job_dir, truth
+    pytest.skip("no k8s job among the seeds")  # pragma: no cover - seeds 1..11 include k8s ids
+
+
+def test_k8s_rank_logs_are_read(job_factory):
+    """For a k8s job the OOM lives only in another rank's rank-N.log and is still found."""
+    job_dir, _ = k8s_host_oom(job_factory)
     assert "Killed" not in (job_dir / "log").read_text()
     assert triage_job(job_dir).triage_class == "oom-host"
 

@@ -332,21 +332,20 @@ def _closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def test_it_opens_one_on_an_ssh_tunnel_without_opening_it_yet(roots) -> None:
+def test_a_tunnel_that_does_not_open_creates_nothing(roots, settings, tmp_path) -> None:
+    """The tunnel is opened before anything is saved (tests/investigations/services/test_tunnel_create.py
+    has the real sshd): a head node that cannot be reached is the form's error on the tunnel field."""
     from playbooks.tunnel import parse_tunnel_command
 
-    spec = parse_tunnel_command(
-        "ssh -J alice@login01.example.org -L 8265:localhost:8265 -L 9192:localhost:9192 root@gpu-101"
-    )
-    investigation = inv.investigation_create(
-        title="tunnel", source=inv.SourceRequest(kind="tunnel", tunnel=spec, job_id="81234", cluster="east")
-    )
-    job = inv.investigation_primary_job(investigation)
-    assert job is not None and (job.cluster, job.job_id) == ("east", "81234")
-    ds = job.current_datasource()
-    assert ds is not None and ds.kind == DataSource.Kind.SSH_TUNNEL
-    assert (ds.tunnel["host"], ds.tunnel["remote_port"], ds.discovery_status) == ("gpu-101", 9192, "queued")
-    assert ds.state == DataSource.State.UNKNOWN
+    settings.STEPWISE_TUNNELS_DIR = tmp_path / "tunnels"
+    spec = parse_tunnel_command("ssh -p 1 -L 9192:localhost:9192 root@127.0.0.1")
+    with pytest.raises(inv.InvestigationError, match="The SSH tunnel did not open") as caught:
+        inv.investigation_create(
+            title="tunnel",
+            source=inv.SourceRequest(kind="tunnel", tunnel=spec, job_id="81234", cluster="east"),
+        )
+    assert caught.value.field == "tunnel"
+    _nothing_saved()
 
 
 def test_a_tunnel_without_a_spec_is_refused(roots) -> None:

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from investigations import services
 from investigations.models import DataSource, Investigation, InvestigationJob, Job, QueryRun
+from investigations.services import investigations as inv_svc
 from investigations.services import tunnels as tunnel_services
 from investigations.services.discovery import discovery_execute
 from investigations.tasks import tunnel_check_task, tunnel_open_task, tunnels_prune_task
@@ -315,3 +316,37 @@ def test_discovery_through_a_tunnel_says_so(source: DataSource) -> None:
     assert ds.state_detail.startswith("discovered: amd profile")
     assert f"through the SSH tunnel at {ds.served_url}" in ds.state_detail
     assert "read-only copy" not in ds.state_detail
+
+
+def _create_on_tunnel(spec) -> Investigation:
+    """Return a new investigation on the tunnel (issue 13: the tunnel opens first, or nothing is saved)."""
+    return inv_svc.investigation_create(
+        title="tunnel",
+        source=inv_svc.SourceRequest(kind="tunnel", tunnel=spec, job_id="81234", cluster="east"),
+    )
+
+
+def test_a_tunnel_that_opens_gives_an_investigation_whose_tunnel_is_already_open(
+    sshd: SSHServer, prom_port: int, tunnels_dir: Path
+) -> None:
+    investigation = _create_on_tunnel(sshd.spec(prom_port))
+    ds = inv_svc.investigation_primary_job(investigation).current_datasource()
+    assert ds is not None and ds.kind == DataSource.Kind.SSH_TUNNEL
+    opened = tunnels.find_tunnel(tunnel_services.tunnel_spec(ds), tunnels_dir)
+    assert opened is not None and tunnels.tunnel_problem(opened) is None
+    # The worker's open reuses it: the same ssh.
+    assert tunnel_services.tunnel_open(ds).pid == opened.pid
+
+
+def test_a_tunnel_that_cannot_open_is_refused_with_its_reason_and_nothing_is_saved(
+    sshd: SSHServer, tunnels_dir: Path
+) -> None:
+    dead = tsdb_server.find_free_port(24000, 24999)
+    with pytest.raises(
+        inv_svc.InvestigationError, match="The SSH tunnel did not open: .*nothing accepts"
+    ) as caught:
+        _create_on_tunnel(sshd.spec(dead))
+    assert caught.value.field == "tunnel"
+    assert not Investigation.objects.exists() and not InvestigationJob.objects.exists()
+    assert not Job.objects.exists() and not DataSource.objects.exists()
+    assert tunnels.list_tunnels(tunnels_dir) == []

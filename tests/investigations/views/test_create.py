@@ -3,11 +3,18 @@ commit; bad input re-renders the form with a message on the field and saves noth
 
 from __future__ import annotations
 
+import getpass
+from pathlib import Path
+from urllib.parse import urlsplit
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from investigations.models import DataSource, DiagnosisRun, Investigation, Job
+from playbooks import tsdb_server
+from playbooks import tunnel as tunnels
+from tests.support.sshd import SSHServer, sshd_fixture  # noqa: F401 (registers the `sshd` fixture)
 
 from .investigation_helpers import (
     assert_login_required,
@@ -18,6 +25,10 @@ from .investigation_helpers import (
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("roots")]
 URL = reverse("investigations:create")
+
+
+def sshd_user() -> str:
+    return getpass.getuser()  # the test sshd authorizes its client key for the user running the tests
 
 
 def _post(client, captured, **data):
@@ -163,29 +174,63 @@ def test_a_down_prometheus_is_a_clear_message(alice_client, django_capture_on_co
     assert not Investigation.objects.exists()
 
 
+@pytest.fixture
+def head_alias(sshd: SSHServer, served_job, settings, tmp_path: Path, monkeypatch) -> int:
+    """Return the port of a real Prometheus behind the head node `gpu-101`: a Host alias of ~/.ssh/config
+    (HOME is a private folder, as the service user's) naming the test sshd. The form opens the tunnel."""
+    client, _truth, _job_dir = served_job("healthy")
+    dot_ssh = tmp_path / "home" / ".ssh"
+    dot_ssh.mkdir(parents=True, mode=0o700)
+    (dot_ssh / "config").write_text(
+        f"Host gpu-101\n    HostName 127.0.0.1\n    Port {sshd.port}\n    User {sshd.user}\n"
+        f"    IdentityFile {sshd.client_key}\n    IdentitiesOnly yes\n    UserKnownHostsFile {sshd.known_hosts}\n"
+    )
+    (dot_ssh / "config").chmod(0o600)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    settings.STEPWISE_TUNNELS_DIR = tmp_path / "tunnels"
+    yield int(urlsplit(client.base_url).port or 0)
+    tunnels.reap_leftover_tunnels(tmp_path / "tunnels")
+
+
 def test_a_pasted_tunnel_command_opens_and_enqueues_discovery(
-    alice_client, django_capture_on_commit_callbacks
+    alice_client, django_capture_on_commit_callbacks, head_alias: int
 ) -> None:
-    command = "ssh -J alice@login01.example.org -L 6006:localhost:6006 -L 9192:localhost:9192 root@gpu-101"
+    command = f"ssh -L 6006:localhost:6006 -L {head_alias}:localhost:{head_alias} {sshd_user()}@gpu-101"
     response, callbacks = _post(
         alice_client, django_capture_on_commit_callbacks, source="tunnel", tunnel_command=command
     )
     assert response.status_code == 302
     ds = DataSource.objects.get()
-    assert (ds.kind, ds.tunnel["host"], ds.tunnel["remote_port"]) == ("ssh_tunnel", "gpu-101", 9192)
-    # discovery, which opens the tunnel through the data source's client, and the diagnosis
+    assert (ds.kind, ds.tunnel["host"], ds.tunnel["remote_port"]) == ("ssh_tunnel", "gpu-101", head_alias)
+    # discovery, through the tunnel the form opened, and the diagnosis
     assert _tasks(callbacks) == ["datasource_discover_task", "diagnosis_plan_task"]
 
 
-def test_tunnel_fields_open_one(alice_client, django_capture_on_commit_callbacks) -> None:
+def test_tunnel_fields_open_one(alice_client, django_capture_on_commit_callbacks, head_alias: int) -> None:
     response, _ = _post(
         alice_client,
         django_capture_on_commit_callbacks,
         source="tunnel",
-        head_host="gpu-7",
-        ssh_user="root",
-        jump_host="alice@login01",
-        remote_port="9090",
+        head_host="gpu-101",
+        ssh_user=sshd_user(),
+        remote_port=str(head_alias),
     )
     assert response.status_code == 302
-    assert DataSource.objects.get().tunnel["jump"] == ["alice@login01"]
+    assert DataSource.objects.get().tunnel["host"] == "gpu-101"
+
+
+def test_a_tunnel_that_does_not_open_is_a_message_on_the_form(
+    alice_client, django_capture_on_commit_callbacks, head_alias: int
+) -> None:
+    dead = tsdb_server.find_free_port(24000, 24999)
+    response, callbacks = _post(
+        alice_client, django_capture_on_commit_callbacks, source="tunnel", head_host="gpu-101",
+        ssh_user=sshd_user(), remote_port=str(dead),
+    )  # fmt: skip
+    assert response.status_code == 400 and not callbacks
+    body = response.content.decode()
+    assert (
+        "The SSH tunnel did not open" in body and f"nothing accepts connections on localhost:{dead}" in body
+    )
+    assert 'value="gpu-101"' in body and f'value="{dead}"' in body  # what was typed is kept
+    assert not Investigation.objects.exists() and not DataSource.objects.exists()
