@@ -80,6 +80,35 @@ def test_downsampling_survives_nan() -> None:
     assert 3.0 in dv
 
 
+def _rounded_one_by_one(values, digits: int) -> list:
+    """The statement of the figures' rounding: Python's round() to `digits` significant digits, None for NaN/inf."""
+    out = []
+    for x in values:
+        if not np.isfinite(x):
+            out.append(None)
+        else:
+            out.append(0.0 if x == 0 else round(x, max(0, digits - 1 - int(np.floor(np.log10(abs(x)))))))
+    return out
+
+
+@pytest.mark.parametrize("digits", [5, 7])
+def test_figure_values_round_as_round_does_ties_included(digits) -> None:
+    """The vectorised rounding gives the very doubles round() gives: ties, exact halves, huge and tiny values."""
+    rng = np.random.default_rng(7)
+    values = np.concatenate(
+        [
+            60 + rng.normal(0, 3, 5000),  # temperatures
+            rng.uniform(0, 5000, 5000).round(3),  # steps with three decimals: many exact ties at 5 digits
+            rng.integers(0, 100_000, 2000) / 2.0,  # halves
+            1.773e12 + rng.uniform(0, 1.4e7, 2000),  # milliseconds
+            rng.exponential(1e-25, 200),  # 10**d inexact
+            [np.nan, np.inf, -np.inf, 0.0, -0.0, -5.5, 1e-300, 1e300, 0.285, 2.675],
+        ]
+    )
+    got = tl_figure._round_list(values, digits)
+    assert [repr(x) for x in got] == [repr(x) for x in _rounded_one_by_one(values.tolist(), digits)]
+
+
 # --- queries, band and outliers --------------------------------------------------------------------
 
 
