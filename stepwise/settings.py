@@ -63,6 +63,8 @@ MIDDLEWARE = [
     # Teams and roles (reports.access) on every investigations view that names an investigation.
     "stepwise.security.InvestigationAccessMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A machine at its cap of served TSDB copies answers 503 "busy" (page, htmx fragment or JSON).
+    "stepwise.busy.SourceBusyMiddleware",
     # Records who made each change kept by django-simple-history (reports).
     "simple_history.middleware.HistoryRequestMiddleware",
     # Last, as django-axes asks: answers a locked-out login with the lockout page.
@@ -244,6 +246,11 @@ STEPWISE_PROMETHEUS_BIN = envstr("STEPWISE_PROMETHEUS_BIN") or "prometheus"
 STEPWISE_TSDB_VIEWS = envpath("STEPWISE_TSDB_VIEWS", STEPWISE_DATA_DIR / "tsdb-views")
 # A served TSDB copy unused this long is stopped by the next query run (the worker has no other clock).
 STEPWISE_TSDB_IDLE_SECONDS = envint("STEPWISE_TSDB_IDLE_SECONDS", 1800, minimum=60)
+# One served copy per TSDB per machine, at most this many at a time: past it the least recently used
+# copy unused for STEPWISE_TSDB_BUSY_SECONDS is stopped first, and if every copy is in use the page
+# answers 503 "busy" and tasks retry.
+STEPWISE_TSDB_MAX_COPIES = envint("STEPWISE_TSDB_MAX_COPIES", 4, minimum=1)
+STEPWISE_TSDB_BUSY_SECONDS = envint("STEPWISE_TSDB_BUSY_SECONDS", 60, minimum=0)
 # SSH tunnels Stepwise opens to a job's Prometheus: the ssh client, where each tunnel is recorded, how
 # long opening may take, and how long one may stay unused before tunnels_prune() closes it.
 STEPWISE_SSH_BIN = envstr("STEPWISE_SSH_BIN") or "ssh"
