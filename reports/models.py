@@ -47,6 +47,8 @@ class Membership(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(USER, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.EDITOR)
+    # Who added, changed or removed a member, and when: the team's investigations' activity streams show it.
+    history = HistoricalRecords()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_user")]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .views import conversation, exports, findings, page, pdf, sections
+from .views import conversation, exports, findings, page, pdf, sections, teams
 
 app_name = "reports"
 
@@ -37,6 +37,13 @@ urlpatterns = [
     path(_R + "restrict/", exports.restrict, name="restrict"),
     path(_R + "delete/", exports.delete, name="delete"),
     path("share/<str:token>/", exports.shared, name="shared"),
+    path("teams/", teams.team_list, name="teams"),
+    path("teams/<int:team_id>/", teams.team, name="team"),
+    path("teams/<int:team_id>/members/", teams.member_add, name="member_add"),
+    path("teams/<int:team_id>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
+    path(
+        "teams/<int:team_id>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"
+    ),
     path("inbox/", conversation.inbox, name="inbox"),
     path("inbox/count/", conversation.inbox_count, name="inbox_count"),
 ]
