@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.utils.html import format_html
+from simple_history.admin import SimpleHistoryAdmin
 
 from .models import (
     DataSource,
@@ -21,6 +22,7 @@ from .models import (
     QueryResult,
     QueryRun,
     RunHeartbeat,
+    TimelineNote,
 )
 
 
@@ -256,3 +258,25 @@ class PinnedChartAdmin(admin.ModelAdmin):
     readonly_fields = ["view_json", "figure_json"]
     view_json = _json_display("view")
     figure_json = _json_display("figure")
+
+
+@admin.register(TimelineNote)
+class TimelineNoteAdmin(SimpleHistoryAdmin):
+    """People's notes on timelines; the history says who added and deleted which."""
+
+    list_display = ["text", "investigation", "step", "at", "created_by", "created"]
+    search_fields = ["text", "investigation__title"]
+    raw_id_fields = ["investigation", "job", "created_by"]
+
+
+@admin.register(TimelineNote.history.model)
+class TimelineNoteHistoryAdmin(admin.ModelAdmin):
+    """Every note added, changed or deleted (read-only: a record)."""
+
+    list_display = ["text", "investigation", "history_type", "history_user", "history_date"]
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import F, Q
+from simple_history.models import HistoricalRecords
 
 from .crypto import EncryptedTextField
 
@@ -489,3 +490,28 @@ class RunHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_name} on {self.kind} run {self.run_id} (pid {self.pid})"
+
+
+class TimelineNote(models.Model):
+    """A person's note on an investigation's timeline, at a time (and the step the job was at then).
+
+    Drawn as a mark on every panel of the job's timeline for everyone who can view the investigation;
+    editors add and delete them. The history keeps who added or deleted which (the activity stream).
+    """
+
+    investigation = models.ForeignKey(Investigation, on_delete=models.CASCADE, related_name="timeline_notes")
+    job = models.ForeignKey(Job, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    at = models.FloatField(help_text="unix seconds")
+    step = models.FloatField(null=True, blank=True, help_text="the training step then, when the job has one")
+    text = models.CharField(max_length=500)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    history = HistoricalRecords()
+
+    class Meta:
+        ordering = ["at", "pk"]
+
+    def __str__(self) -> str:
+        return self.text[:60]

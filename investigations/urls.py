@@ -5,7 +5,7 @@ from django.urls import path
 from .views import comparison as comparison_views
 from .views import diagnosis as diagnosis_views
 from .views import discovery as discovery_views
-from .views import investigations, lifecycle, sources
+from .views import investigations, lifecycle, sources, timeline_notes
 from .views import timeline as timeline_views
 
 app_name = "investigations"
@@ -64,6 +64,20 @@ urlpatterns = [
         "investigations/<int:investigation_id>/timeline/pinned/<int:chart_id>/delete/",
         timeline_views.unpin,
         name="timeline_unpin",
+    ),
+    # People's notes on the timeline.
+    path(
+        "investigations/<int:investigation_id>/timeline/notes/", timeline_notes.notes, name="timeline_notes"
+    ),
+    path(
+        "investigations/<int:investigation_id>/timeline/notes/add/",
+        timeline_notes.note_add,
+        name="timeline_note_add",
+    ),
+    path(
+        "investigations/<int:investigation_id>/timeline/notes/<int:note_id>/delete/",
+        timeline_notes.note_delete,
+        name="timeline_note_delete",
     ),
     # Diagnosis of one job of an investigation (?job=<pk>, default the primary job).
     path("investigations/<int:investigation_id>/diagnosis/", diagnosis_views.region, name="diagnosis"),

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .tunnel import TunnelError, TunnelSpec, _split_hop
+from ._tunnel_spec import TunnelError, TunnelSpec, split_hop
 
 DEFAULT_SSH_PORT = 22
 
@@ -101,7 +101,7 @@ class TunnelPolicy:
         self._host(spec.host, "Head node")
         self._ssh_port(spec.ssh_port, f"head node {spec.host}")
         for hop in spec.jump:
-            _user, host, port = _split_hop(hop, "Jump host")
+            _user, host, port = split_hop(hop, "Jump host")
             self._host(host, "Jump host")
             self._ssh_port(port, f"jump host {host}")
         if spec.remote_port not in self.remote_ports:

@@ -47,6 +47,8 @@ class Membership(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
     user = models.ForeignKey(USER, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.EDITOR)
+    # Who added, changed or removed a member, and when: the team's investigations' activity streams show it.
+    history = HistoricalRecords()
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_unique_user")]
@@ -247,3 +249,36 @@ class TicketLink(models.Model):
     class Meta:
         ordering = ["created", "pk"]
         constraints = [models.UniqueConstraint(fields=["investigation", "url"], name="ticketlink_unique_url")]
+
+
+class PdfExport(models.Model):
+    """A PDF of one revision of a report, built by the worker (`reports.tasks.report_pdf_task`).
+
+    One row per (report, revision): asking again for an unchanged report reuses the row (and its PDF)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        BUILDING = "building", "Building"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="pdf_exports")
+    revision = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    base_url = models.CharField(max_length=300, blank=True)
+    pdf = models.BinaryField(null=True, blank=True, editable=False)
+    size = models.PositiveIntegerField(default=0)
+    requested_by = models.ForeignKey(USER, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["report", "revision"], name="pdfexport_unique_revision")
+        ]
+
+    @property
+    def active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.BUILDING)

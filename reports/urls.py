@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from .views import conversation, exports, findings, page, sections
+from .views import conversation, exports, findings, page, pdf, sections, teams
 
 app_name = "reports"
 
@@ -26,6 +26,9 @@ urlpatterns = [
     path(_R + "actions/", conversation.action_add, name="action_add"),
     path(_R + "actions/<int:item_id>/done/", conversation.action_done, name="action_done"),
     path(_R + "export.<slug:fmt>", exports.export, name="export"),
+    path(_R + "pdf/", pdf.build, name="pdf_build"),
+    path(_R + "pdf/<int:export_id>/", pdf.status, name="pdf_status"),
+    path(_R + "pdf/<int:export_id>/download/", pdf.download, name="pdf_download"),
     path(_R + "ticket.md", exports.ticket, name="ticket"),
     path(_R + "tickets/", exports.ticket_add, name="ticket_add"),
     path(_R + "tickets/<int:link_id>/remove/", exports.ticket_remove, name="ticket_remove"),
@@ -34,6 +37,13 @@ urlpatterns = [
     path(_R + "restrict/", exports.restrict, name="restrict"),
     path(_R + "delete/", exports.delete, name="delete"),
     path("share/<str:token>/", exports.shared, name="shared"),
+    path("teams/", teams.team_list, name="teams"),
+    path("teams/<int:team_id>/", teams.team, name="team"),
+    path("teams/<int:team_id>/members/", teams.member_add, name="member_add"),
+    path("teams/<int:team_id>/members/<int:membership_id>/role/", teams.member_role, name="member_role"),
+    path(
+        "teams/<int:team_id>/members/<int:membership_id>/remove/", teams.member_remove, name="member_remove"
+    ),
     path("inbox/", conversation.inbox, name="inbox"),
     path("inbox/count/", conversation.inbox_count, name="inbox_count"),
 ]

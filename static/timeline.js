@@ -202,6 +202,9 @@
         reloadAll(region, st);
       }
     });
+    plot.on("plotly_click", function (ev) {
+      if (ev.points && ev.points.length) pickPlace(region, st, ev.points[0].x);
+    });
     plot.on("plotly_clickannotation", function (ev) {
       var marks = (plot.layout.meta && plot.layout.meta.marks) || [];
       var mark = marks[ev.index];
@@ -313,6 +316,28 @@
       d.hidden = !d.querySelector(".timeline-panel:not([hidden])");
     });
   }
+
+  /* ---- notes: a click on a chart picks the note's place; the panels redraw when the list changes ---- */
+
+  function pickPlace(region, st, x) {
+    var input = region.querySelector(".timeline-note-where");
+    if (!input || x === undefined || x === null) return;
+    if (st.x === "step") {
+      input.value = "step " + Math.round(x);
+    } else {
+      // The axis shows UTC or the viewer's zone; the note's place is written in UTC.
+      var shift = st.x === "time-local" ? tzMinutes() * 60000 : 0;
+      input.value = new Date(toMs(x) - shift).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+    }
+    var box = input.closest("details");
+    if (box) box.open = true;
+  }
+
+  document.addEventListener("htmx:afterSwap", function (ev) {
+    var target = ev.detail && ev.detail.target;
+    if (!current || !target || target.id !== "timeline-notes" || !ev.detail.xhr || ev.detail.xhr.status !== 200) return;
+    reloadAll(current.region, current.st);
+  });
 
   /* ---- findings: select one to highlight its hosts; an onset mark opens it ---- */
 

@@ -1,6 +1,6 @@
 """Django settings for Stepwise.
 
-Every knob is read from the environment through the small typed helpers below. Each helper raises
+Every knob is read from the environment through the typed helpers of `stepwise.env`. Each helper raises
 ImproperlyConfigured with the variable's name and the accepted values when a value is wrong, and
 accepts NAME_FILE (a path whose contents are the value) wherever NAME is accepted, for Docker
 secrets. Defaults suit a developer machine and pytest: SQLite and an embedded broker under the data
@@ -10,124 +10,13 @@ directory, loopback binding, login required everywhere.
 from __future__ import annotations
 
 import os
-import secrets
-from pathlib import Path
 
 import dj_database_url
 from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
-
-
-def envstr(name: str, default: str | None = None) -> str | None:
-    """Return NAME, else the contents of the file named by NAME_FILE, else `default`."""
-    if name in os.environ:
-        return os.environ[name]
-    file_name = os.environ.get(f"{name}_FILE")
-    if file_name:
-        try:
-            return Path(file_name).read_text().rstrip("\r\n")
-        except OSError as exc:
-            raise ImproperlyConfigured(
-                f"{name}_FILE={file_name!r} cannot be read: {exc.strerror or exc}"
-            ) from exc
-    return default
-
-
-def envbool(name: str, default: bool) -> bool:
-    """Return NAME as a boolean (1/0, true/false, yes/no, on/off)."""
-    value = envstr(name)
-    if value is None:
-        return default
-    folded = value.strip().lower()
-    if folded in _TRUE:
-        return True
-    if folded in _FALSE:
-        return False
-    raise ImproperlyConfigured(
-        f"{name}={value!r} is not a boolean: use 1 or 0 (or true/false, yes/no, on/off)"
-    )
-
-
-def envint(name: str, default: int, *, minimum: int | None = None, maximum: int | None = None) -> int:
-    """Return NAME as an integer within [minimum, maximum]."""
-    value = envstr(name)
-    if value is None or value.strip() == "":
-        return default
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from None
-    if minimum is not None and number < minimum:
-        raise ImproperlyConfigured(f"{name}={number} is below the minimum of {minimum}")
-    if maximum is not None and number > maximum:
-        raise ImproperlyConfigured(f"{name}={number} is above the maximum of {maximum}")
-    return number
-
-
-def envlist(name: str, default: str, *, sep: str = ",") -> list[str]:
-    """Return NAME split on `sep`, items stripped, empty items dropped."""
-    value = envstr(name)
-    if value is None:
-        value = default
-    return [item.strip() for item in value.split(sep) if item.strip()]
-
-
-def envpath(name: str, default: Path) -> Path:
-    """Return NAME as an absolute path (~ expanded); relative paths are taken from the repository."""
-    value = envstr(name)
-    if value is None or value.strip() == "":
-        return default
-    return _abspath(value)
-
-
-def _abspath(value: str) -> Path:
-    path = Path(value.strip()).expanduser()
-    return path if path.is_absolute() else (BASE_DIR / path)
-
-
-def envsecret(name: str, generated_file: Path) -> str:
-    """Return NAME (or NAME_FILE), else a random value generated once into `generated_file`.
-
-    The generated file is written with mode 0600 through a temporary file and a hard link, so that
-    the web server and the worker starting at the same moment agree on one value.
-    """
-    value = envstr(name)
-    if value is not None:
-        if len(value) < 32:
-            raise ImproperlyConfigured(f"{name} is too short ({len(value)} characters): use at least 32")
-        return value
-    try:
-        return generated_file.read_text().strip()
-    except FileNotFoundError:
-        pass
-    generated_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = generated_file.with_name(f".{generated_file.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_urlsafe(50) + "\n")
-    try:
-        os.link(tmp, generated_file)
-    except FileExistsError:
-        pass  # another process won the race; use its value
-    finally:
-        tmp.unlink(missing_ok=True)
-    return generated_file.read_text().strip()
-
-
-def _bind(name: str, default: str) -> str:
-    """Return NAME as HOST:PORT (IPv6 hosts in brackets)."""
-    value = (envstr(name) or default).strip()
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ImproperlyConfigured(f"{name}={value!r} is not HOST:PORT (for example 127.0.0.1:8000)")
-    return value
-
+from stepwise.env import BASE_DIR, abspath, envbind, envbool, envint, envlist, envpath, envsecret, envstr
 
 # --- Paths --------------------------------------------------------------------------------------
 
@@ -174,6 +63,8 @@ MIDDLEWARE = [
     # Teams and roles (reports.access) on every investigations view that names an investigation.
     "stepwise.security.InvestigationAccessMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A machine at its cap of served TSDB copies answers 503 "busy" (page, htmx fragment or JSON).
+    "stepwise.busy.SourceBusyMiddleware",
     # Records who made each change kept by django-simple-history (reports).
     "simple_history.middleware.HistoryRequestMiddleware",
     # Last, as django-axes asks: answers a locked-out login with the lockout page.
@@ -336,7 +227,7 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 
 # --- Stepwise -------------------------------------------------------------------------------------
 
-STEPWISE_BIND = _bind("STEPWISE_BIND", "127.0.0.1:8000")
+STEPWISE_BIND = envbind("STEPWISE_BIND", "127.0.0.1:8000")
 # Prometheus servers the app may query: host, host:port, host:first-last, [v6]:port or a CIDR. Hostnames
 # are compared literally and never resolved (no DNS rebinding). stepwise.E002 reports entries that do not
 # parse. Default: loopback on the Prometheus ports 9090-9199 and the ranges the app's own served TSDB
@@ -349,12 +240,17 @@ STEPWISE_ALLOWED_PROMETHEUS = envlist(
 STEPWISE_DEMO_JOBS = STEPWISE_DATA_DIR / "demo-jobs"
 # Folders whose job directories may be read (os.pathsep-separated); anything else is refused.
 STEPWISE_JOB_ROOTS = [
-    _abspath(p) for p in envlist("STEPWISE_JOB_ROOTS", str(STEPWISE_DEMO_JOBS), sep=os.pathsep)
+    abspath(p) for p in envlist("STEPWISE_JOB_ROOTS", str(STEPWISE_DEMO_JOBS), sep=os.pathsep)
 ]
 STEPWISE_PROMETHEUS_BIN = envstr("STEPWISE_PROMETHEUS_BIN") or "prometheus"
 STEPWISE_TSDB_VIEWS = envpath("STEPWISE_TSDB_VIEWS", STEPWISE_DATA_DIR / "tsdb-views")
 # A served TSDB copy unused this long is stopped by the next query run (the worker has no other clock).
 STEPWISE_TSDB_IDLE_SECONDS = envint("STEPWISE_TSDB_IDLE_SECONDS", 1800, minimum=60)
+# One served copy per TSDB per machine, at most this many at a time: past it the least recently used
+# copy unused for STEPWISE_TSDB_BUSY_SECONDS is stopped first, and if every copy is in use the page
+# answers 503 "busy" and tasks retry.
+STEPWISE_TSDB_MAX_COPIES = envint("STEPWISE_TSDB_MAX_COPIES", 4, minimum=1)
+STEPWISE_TSDB_BUSY_SECONDS = envint("STEPWISE_TSDB_BUSY_SECONDS", 60, minimum=0)
 # SSH tunnels Stepwise opens to a job's Prometheus: the ssh client, where each tunnel is recorded, how
 # long opening may take, and how long one may stay unused before tunnels_prune() closes it.
 STEPWISE_SSH_BIN = envstr("STEPWISE_SSH_BIN") or "ssh"
@@ -527,3 +423,6 @@ DEFAULT_FROM_EMAIL = envstr("DEFAULT_FROM_EMAIL", "stepwise@localhost")
 # --- Reports: exports -------------------------------------------------------------------------------
 # Chromium that kaleido drives to draw pinned charts as SVG for the HTML and PDF exports.
 STEPWISE_CHROMIUM = envstr("STEPWISE_CHROMIUM") or "/usr/bin/chromium"
+# A report's PDF is built by the worker (reports.tasks.report_pdf_task) within this many seconds (its soft
+# limit; the hard one is 30 s later); an export still building after that is failed with the reason.
+STEPWISE_REPORT_PDF_TIME_LIMIT = envint("STEPWISE_REPORT_PDF_TIME_LIMIT", 300, minimum=2)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from .datasources import (
     TRANSIENT_ERRORS,
     DataSourceError,
+    SourceBusy,
     _datasource_connect,
     _datasource_mark,
     _inside_job_roots,
@@ -47,6 +48,7 @@ __all__ = [
     "DataSourceError",
     "QUERY_KINDS",
     "SAMPLE_QUERIES",
+    "SourceBusy",
     "TRANSIENT_ERRORS",
     "_datasource_connect",
     "_datasource_mark",

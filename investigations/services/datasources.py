@@ -3,7 +3,8 @@ TSDB as a read-only copy or open its tunnel, and hand out clients.
 
 Which process does what: a served TSDB copy or an SSH tunnel is started by whichever process first
 needs a client for the source, normally the worker (query runs, discovery, diagnosis, comparison);
-the web process does it too when a page asks for data at once (the timeline's panels, Check now).
+the web process does it too when a page asks for data at once (the timeline's panels, Check now). Every
+process of a machine shares the one live copy of a TSDB (recorded under STEPWISE_TSDB_VIEWS).
 """
 
 from __future__ import annotations
@@ -30,8 +31,18 @@ from stepwise.checks import allow_rules
 
 logger = logging.getLogger(__name__)
 
-#: Errors worth retrying: the server may come back (a restarting served TSDB, a dropped tunnel).
-TRANSIENT_ERRORS: tuple[type[PrometheusError], ...] = (PrometheusUnreachable, PrometheusTimeout)
+
+class SourceBusy(Exception):
+    """This machine already serves its cap of TSDB copies (STEPWISE_TSDB_MAX_COPIES), all of them in use.
+
+    Not the source's fault, and gone in a moment: pages answer 503 with the message (stepwise/busy.py),
+    tasks retry it like a transient error. The message is written for the user.
+    """
+
+
+#: Errors worth retrying: the server may come back (a restarting served TSDB, a dropped tunnel), or the
+#: machine has room for one more served copy.
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (PrometheusUnreachable, PrometheusTimeout, SourceBusy)
 
 # JOB_ID forms of the seed system: Slurm numeric, k8s-YYYYMMDD-HHMMSS-xxxx, local_YYYYMMDD_HHMMSS_xxxx.
 _JOB_DIR_RE = re.compile(r"\A(k8s-\d+-\d+-[0-9a-f]+|local_[\d_]+[0-9a-f]+|\d+)-(.+)\Z")
@@ -176,11 +187,17 @@ def _datasource_serve(ds: DataSource) -> tsdb_server.ServedTSDB:
             ds, DataSource.State.STARTING, "starting a read-only Prometheus on a copy of the TSDB"
         )
     try:
+        # One copy per TSDB per machine, shared by the web server and the workers (the work root is the
+        # registry), refreshed when the job's files changed, within the machine's cap of copies.
         served = tsdb_server.ensure_served(
             tsdb,
             work_root=settings.STEPWISE_TSDB_VIEWS,
             prometheus_bin=settings.STEPWISE_PROMETHEUS_BIN,
+            max_copies=settings.STEPWISE_TSDB_MAX_COPIES,
+            idle_after=float(settings.STEPWISE_TSDB_BUSY_SECONDS),
         )
+    except tsdb_server.TSDBBusy as exc:
+        raise SourceBusy(str(exc)) from exc
     except tsdb_server.TSDBServerError as exc:
         _datasource_mark(ds, DataSource.State.ERROR, str(exc))
         raise DataSourceError(f"Cannot serve the TSDB of {job_dir}: {exc}") from exc

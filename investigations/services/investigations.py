@@ -1,4 +1,5 @@
-"""Open investigations, add jobs to them, browse the job roots, and triage a job's log.
+"""Open investigations, add jobs to them, change them. Browsing the job roots (`job_roots.py`) and the
+triage of a job's log (`job_triage.py`) live apart; their names are re-exported here for the callers.
 
 Glue only: rows in and out, playbooks.triage for the log. Views enqueue the tasks (triage, then
 discovery); nothing here imports a task. `investigation_create` saves everything in one transaction,
@@ -12,9 +13,7 @@ import hashlib
 import logging
 import re
 import secrets
-import time
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,18 +25,32 @@ from django.db.models import Max
 from django.utils import timezone
 
 from investigations.models import DataSource, Investigation, InvestigationJob, Job, TaskStatus
-from playbooks import triage as triage_lib
 from playbooks.jobdirs import JobIdError, find_job_dirs, looks_like_job_id
-from playbooks.textclean import printable, scrub
+from playbooks.textclean import printable
 
 from . import (
     DataSourceError,
-    _inside_job_roots,
-    _job_roots,
     discovery,
     job_dir_validate,
     job_register,
     tunnels,
+)
+from .job_roots import (  # noqa: F401 (re-exported for the callers of this module)
+    BROWSE_MAX_ENTRIES,
+    FolderEntry,
+    FolderListing,
+    job_dir_browse,
+    job_root_of,
+)
+from .job_triage import (  # noqa: F401 (re-exported for the callers of this module)
+    TRIAGE_FINISHED,
+    TRIAGE_PENDING,
+    job_has_log,
+    job_triage,
+    job_triage_claim,
+    job_triage_fail,
+    job_triage_queue,
+    triage_stalled,
 )
 from .sources import SourceURL, url_source_probe, url_source_store
 
@@ -47,14 +60,9 @@ SOURCE_KINDS = ("job_dir", "upload", "url", "tunnel")
 #: Lines (and at most bytes) of an uploaded log read for its JOB_ID / JOB_NAME header.
 HEADER_LINES = 200
 HEADER_BYTES = 64 * 1024
-#: A folder listing shows at most this many entries (a root with 10,000 jobs stays a usable page).
-BROWSE_MAX_ENTRIES = 500
 
 # The header of a seed log, possibly behind an `srun -l` task label.
 _HEADER_RE = re.compile(rb"\A(?:\d+: )?(JOB_ID|JOB_NAME)=(\S+)")
-
-TRIAGE_PENDING = ("queued", "running")
-TRIAGE_FINISHED = ("done", "failed", "none")
 
 
 class InvestigationError(Exception):
@@ -446,268 +454,3 @@ def discovery_pending(job: Job | None) -> list[int]:
     if job is None:
         return []
     return list(job.datasources.filter(discovery_status=TaskStatus.QUEUED).values_list("pk", flat=True))
-
-
-# --- Browsing the job roots ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FolderEntry:
-    """One folder of a listing.
-
-    Attributes:
-        name: its name in the listed folder.
-        path: its resolved absolute path (inside a root).
-        has_tsdb: it holds a prometheus/ folder.
-        has_log: it has a log (job.log, the log link, or a sibling NAME.log / NAME.out).
-    """
-
-    name: str
-    path: str
-    has_tsdb: bool = False
-    has_log: bool = False
-
-    @property
-    def is_job(self) -> bool:
-        return self.has_tsdb or self.has_log
-
-
-@dataclass(frozen=True)
-class FolderListing:
-    """What the directory browser shows.
-
-    Attributes:
-        path: the listed folder, or "" for the list of roots.
-        parent: the folder one level up while still inside a root, else "" (back to the roots).
-        entries: sub-folders, sorted by name.
-        truncated: more entries exist than BROWSE_MAX_ENTRIES.
-        error: why the asked-for path was refused ("" when it was not); the roots are listed instead.
-        current: the listed folder's own entry (is it a job directory?), None for the roots.
-    """
-
-    path: str
-    parent: str
-    entries: list[FolderEntry] = field(default_factory=list)
-    truncated: bool = False
-    error: str = ""
-    current: FolderEntry | None = None
-
-
-def job_root_of(path: str) -> Path | None:
-    """Return the job root that `path` is itself (symlinks resolved), or None: typing the root where a
-    job directory belongs is a common slip, answered with the browser open on that root."""
-    text = path.strip()
-    if not text.startswith("/") or ".." in Path(text).parts:
-        return None
-    resolved = Path(text).resolve()
-    return next((root for root in _job_roots() if resolved == root), None)
-
-
-def job_dir_browse(path: str = "") -> FolderListing:
-    """Return the sub-folders of `path` (or the job roots when empty), never anything outside the roots.
-
-    Paths with `..` are refused outright; symlinks are resolved and a folder leading outside the
-    roots is refused (when asked for) or left out (when listed).
-    """
-    roots = _job_roots()
-    path = path.strip()
-    if not path:
-        return FolderListing(path="", parent="", entries=[_entry(r, str(r)) for r in roots if r.is_dir()])
-    if ".." in Path(path).parts:
-        return _refused(roots, f"{path} contains '..': give a path inside a job root.")
-    candidate = Path(path)
-    if not candidate.is_absolute():
-        return _refused(roots, f"{path} is not an absolute path.")
-    resolved = candidate.resolve()
-    if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
-        return _refused(roots, f"{path} is outside the allowed job roots.")
-    if not resolved.is_dir():
-        return _refused(roots, f"{path} is not a folder.")
-    parent = "" if resolved in roots else str(resolved.parent)
-    entries, truncated = _children(resolved, roots)
-    current = None
-    if resolved not in roots:
-        logs = {f"{resolved.name}{ext}" for ext in (".log", ".out")}
-        siblings = {name for name in logs if (resolved.parent / name).is_file()}
-        current = _entry(resolved, resolved.name, siblings)
-    return FolderListing(
-        path=str(resolved), parent=parent, entries=entries, truncated=truncated, current=current
-    )
-
-
-def _refused(roots: list[Path], error: str) -> FolderListing:
-    return FolderListing(
-        path="", parent="", entries=[_entry(r, str(r)) for r in roots if r.is_dir()], error=error
-    )
-
-
-def _children(folder: Path, roots: list[Path]) -> tuple[list[FolderEntry], bool]:
-    try:
-        names = sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
-    except OSError as exc:
-        logger.warning("cannot list %s: %s", folder, exc)
-        return [], False
-    logs = {n for n in names if n.endswith((".log", ".out"))}
-    entries: list[FolderEntry] = []
-    for name in names:
-        child = folder / name
-        try:
-            if not child.is_dir():
-                continue
-            resolved = child.resolve()
-        except OSError:
-            continue
-        if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
-            continue  # a symlink leading out of the roots is not shown
-        entries.append(_entry(child, name, logs))
-        if len(entries) >= BROWSE_MAX_ENTRIES:
-            return entries, True
-    return entries, False
-
-
-def _entry(folder: Path, name: str, sibling_logs: set[str] | None = None) -> FolderEntry:
-    resolved = folder.resolve()
-    try:
-        has_tsdb = (resolved / "prometheus").is_dir()
-        has_log = (
-            (resolved / "job.log").is_file()
-            or (resolved / "log").is_file()
-            or bool(sibling_logs and ({f"{folder.name}.log", f"{folder.name}.out"} & sibling_logs))
-        )
-    except OSError:
-        has_tsdb = has_log = False
-    return FolderEntry(name=name, path=str(resolved), has_tsdb=has_tsdb, has_log=has_log)
-
-
-# --- Triage --------------------------------------------------------------------------------------
-
-
-def job_has_log(job: Job) -> bool:
-    return bool(job.job_dir or job.log_path or job.log_upload)
-
-
-def triage_stalled(triage: dict[str, Any] | None) -> bool:
-    """Return True if a queued or running triage is older than the task's hard time limit (plus a minute).
-
-    Its worker died or its message was lost: the page stops waiting and offers to run it again.
-    """
-    triage = triage or {}
-    if triage.get("state") not in TRIAGE_PENDING:
-        return False
-    stamp = triage.get("started") or triage.get("queued")
-    try:
-        since = datetime.fromisoformat(stamp)
-    except (TypeError, ValueError):
-        return False
-    return (timezone.now() - since).total_seconds() > settings.CELERY_TASK_TIME_LIMIT + 60
-
-
-def _last_good(job: Job) -> dict[str, Any]:
-    """Return {"last_good": the job's last good triage} to carry into a re-run's state, or {} if none."""
-    found = job.finished_triage()
-    return {"last_good": found} if found is not None else {}
-
-
-def job_triage_queue(job: Job) -> bool:
-    """Mark the job's triage queued (the caller enqueues job_triage_task after commit).
-
-    Return False, marking it "none", when the job has no log to triage; a triage already queued or
-    running is left alone (True). The last good triage is kept (under "last_good") until a new one is done.
-    """
-    state = (job.triage or {}).get("state")
-    if state in TRIAGE_PENDING and not triage_stalled(job.triage):
-        return True
-    if not job_has_log(job):
-        job.triage = {"state": "none", "error": "This job has no log: upload it to triage it."}
-        job.triage |= _last_good(job)
-        job.save(update_fields=["triage", "updated"])
-        return False
-    job.triage = {"state": "queued", "queued": timezone.now().isoformat()} | _last_good(job)
-    job.save(update_fields=["triage", "updated"])
-    return True
-
-
-def job_triage_claim(job_id: int) -> bool:
-    """Return True if this caller moved the job's triage from queued to running (another got it: False)."""
-    job = Job.objects.filter(pk=job_id, triage__state="queued").first()
-    if job is None:
-        return False
-    # Compare and swap on the queued stamp: only one caller moves this queued triage to running.
-    rows = Job.objects.filter(pk=job_id, triage__state="queued")
-    if stamp := job.triage.get("queued"):
-        rows = rows.filter(triage__queued=stamp)
-    claimed = rows.update(
-        triage={"state": "running", "started": timezone.now().isoformat()} | _last_good(job),
-        updated=timezone.now(),
-    )
-    return claimed == 1
-
-
-def job_triage_fail(job_id: int, error: str) -> None:
-    """Record a failed triage on the job (the page shows `error` beside the last good triage, if any)."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().filter(pk=job_id).first()
-        if job is None:
-            return
-        job.triage = {
-            "state": "failed",
-            "error": error[:2000],
-            "finished": timezone.now().isoformat(),
-        } | _last_good(job)
-        job.save(update_fields=["triage", "updated"])
-
-
-def _log_source(job: Job) -> tuple[str, Path]:
-    """Return ("dir" | "file", path) of the job's log, checked against the job roots.
-
-    An upload wins: a user who uploads a log wants that file read.
-    """
-    if job.log_upload:
-        return "file", Path(job.log_upload.path)
-    if job.job_dir:
-        try:
-            return "dir", job_dir_validate(job.job_dir)
-        except DataSourceError as exc:
-            raise triage_lib.TriageError(str(exc)) from exc
-    if job.log_path:
-        try:
-            # The file itself must lie inside a root (a job's sibling DIR.log sits at a root's top level).
-            return "file", _inside_job_roots(Path(job.log_path), job.log_path)
-        except DataSourceError as exc:
-            raise triage_lib.TriageError(str(exc)) from exc
-    raise triage_lib.TriageError("this job has no log (no job directory, log path or upload)")
-
-
-def job_triage(job_id: int, *, now: float | None = None) -> Job:
-    """Return the job with its log triaged: Job.triage holds the contract's triage JSON, Job.config the config.
-
-    1. Find the log: the job directory (its log and, for k8s jobs, every rank-N.log), a log path
-       inside the roots, or the upload. Each is streamed (bounded memory) by playbooks.triage.
-    2. Store Job.triage = the contract dict plus {"state": "done", "finished": ...}, Job.config.
-    3. Set incident_class of the investigations whose primary job this is, unless a finished
-       diagnosis already set it.
-    Raises playbooks.triage.TriageError when the log cannot be opened at all.
-    """
-    job = Job.objects.get(pk=job_id)
-    kind, path = _log_source(job)
-    began = time.monotonic()
-    now = time.time() if now is None else now
-    roots = None if job.log_upload else settings.STEPWISE_JOB_ROOTS  # every log read must lie inside them
-    if kind == "dir":
-        result = triage_lib.triage_job(path, now=now, roots=roots)
-    else:
-        result = triage_lib.triage_log(path, now=now, roots=roots)
-    contract = scrub(result.to_dict())  # what a log holds is data: no NUL or control byte is stored
-    contract.update(
-        state="done",
-        finished=timezone.now().isoformat(),
-        duration_s=round(time.monotonic() - began, 3),
-        log=job.log_upload.name if job.log_upload else str(path),
-    )
-    job.triage = contract
-    job.config = scrub(dict(result.config))
-    job.save(update_fields=["triage", "config", "updated"])
-    Investigation.objects.filter(job_links__job=job, job_links__role=InvestigationJob.Role.PRIMARY).exclude(
-        diagnosis_runs__status=TaskStatus.DONE
-    ).update(incident_class=result.triage_class or "")
-    return job

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from investigations.models import DiagnosisRun, Job, PlaybookExecution, TaskStatus
 
-from .investigations import TRIAGE_PENDING, triage_stalled
+from .job_triage import TRIAGE_PENDING, triage_stalled
 
 logger = logging.getLogger(__name__)
 

@@ -20,6 +20,7 @@ from django.db.models import Q
 from investigations.models import DataSource, Finding, Investigation, Job, PinnedChart
 from playbooks import timeline as tl
 
+from . import notes as timeline_notes
 from . import panel_cache
 from .timeline_compare import (
     _compare_fetch,
@@ -205,6 +206,7 @@ def _figures(
     """Return {panel: its Plotly figure} with the job's marks, the compared jobs' traces and notes."""
     ctx = session.ctx
     marks = tl.annotations_build(ctx, _triage(job), _findings(investigation, job))
+    marks += timeline_notes.note_marks(investigation, job)  # people's notes, never cached: drawn at once
     tz_offset_s = view.tz_offset_min * 60
     # A window (zoom, deep link) pins every panel's axis to it; the whole job autoranges.
     zoomed = (view.start is not None and view.end is not None) or (

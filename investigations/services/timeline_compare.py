@@ -11,7 +11,7 @@ from investigations.models import DataSource, Investigation, InvestigationJob, J
 from playbooks import timeline as tl
 from playbooks.prometheus import PrometheusClient, PrometheusError
 
-from . import DataSourceError, _datasource_connect, panel_cache
+from . import DataSourceError, SourceBusy, _datasource_connect, panel_cache
 from .timeline_session import (
     MAX_CONCURRENCY,
     TimelineSession,
@@ -97,7 +97,7 @@ def _compare_open(
             continue
         try:
             item.client, item.served = _datasource_connect(item.ds)
-        except DataSourceError as exc:
+        except (DataSourceError, SourceBusy) as exc:  # busy: a note on the panel, the primary still draws
             item.error = f"{item.label}: {exc}"
             continue
         if item.identity is None:

@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from investigations.models import Job
-from investigations.services.investigations import TRIAGE_FINISHED, TRIAGE_PENDING, triage_stalled
+from investigations.services.job_triage import TRIAGE_FINISHED, TRIAGE_PENDING, triage_stalled
 from investigations.times import utc
 
 #: Matches shown per class before "n more".

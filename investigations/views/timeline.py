@@ -22,6 +22,7 @@ from investigations.services import timeline as svc
 from playbooks import timeline as tl
 
 from ._common import HtmxHttpRequest, investigation_job_or_404
+from .timeline_notes import notes_context
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def region(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     """Return the timeline region: toolbar and one empty slot per panel of the job's profile."""
     investigation = get_investigation_or_404(request.user, investigation_id)
     job = investigation_job_or_404(investigation, request.GET.get("job"))
-    context = _region_context(investigation, job)
+    context = _region_context(investigation, job) | notes_context(request, investigation, job)
     try:
         context["timeline"] = svc.timeline_panels(context["datasource"])
     except svc.TimelineViewError as exc:

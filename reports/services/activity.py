@@ -9,7 +9,8 @@ from typing import Any
 
 from investigations.models import DiagnosisRun, Finding, Investigation, TaskStatus
 from investigations.services import investigations as inv
-from reports.models import Report
+from investigations.services.notes import note_events
+from reports.models import Membership, Report, Team
 
 LIMIT = 200
 _FIELDS = ("title", "status", "severity", "owner", "team")
@@ -122,9 +123,30 @@ def _machine_events(investigation: Investigation) -> list[Event]:
     return events
 
 
+_MEMBER_VERBS = {"+": "added a member to", "~": "changed a member's role in", "-": "removed a member from"}
+
+
+def _team_events(investigation: Investigation) -> list[Event]:
+    """Membership changes of the investigation's team since it was opened (who may read and edit it)."""
+    team = Team.objects.filter(name=investigation.team).first() if investigation.team else None
+    if team is None:
+        return []
+    records = Membership.history.filter(team_id=team.pk, history_date__gte=investigation.created)
+    return [
+        Event(
+            r.history_date,
+            _user(r),
+            r.history_change_reason or f"{_MEMBER_VERBS.get(r.history_type, 'changed')} team {team.name}",
+        )
+        for r in records.select_related("history_user")
+    ]
+
+
 def activity(report: Report, limit: int = LIMIT) -> list[Event]:
     """Return the investigation's events, newest first (at most `limit`)."""
     investigation = report.investigation
     events = _field_events(investigation) + _report_events(report) + _machine_events(investigation)
+    events += _team_events(investigation)
+    events += [Event(*e) for e in note_events(investigation)]  # people's notes on the timeline
     events.sort(key=lambda e: e.when, reverse=True)
     return events[:limit]

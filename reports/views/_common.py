@@ -14,7 +14,7 @@ from investigations.models import Investigation
 from investigations.services import investigations as inv
 from reports import access
 from reports.models import Report
-from reports.services import conversation, findings, sections
+from reports.services import conversation, findings, pdf, sections
 
 
 def investigation_for(
@@ -84,4 +84,5 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
         "tickets": list(investigation.ticket_links.all()),
         "tokens": tokens(report),
         "statuses": Report.Status.choices,
+        "pdf_export": pdf.pdf_current(report),
     }

@@ -20,8 +20,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from investigations.views._common import HtmxHttpRequest
 from reports import access
-from reports.models import Report, TicketLink
-from reports.services import exports
+from reports.models import PdfExport, Report, TicketLink
+from reports.services import exports, pdf
 
 from ._common import page_context, report_of
 
@@ -32,11 +32,11 @@ def _base(request) -> str:
     return request.build_absolute_uri("/").rstrip("/")
 
 
-def _name(report: Report, ext: str) -> str:
+def download_name(report: Report, ext: str) -> str:
     return f"stepwise-{report.investigation_id}-{slugify(report.investigation.title)[:40] or 'report'}.{ext}"
 
 
-def _download(body, content_type: str, filename: str, *, attachment: bool = True) -> HttpResponse:
+def download_response(body, content_type: str, filename: str, *, attachment: bool = True) -> HttpResponse:
     response = HttpResponse(body, content_type=content_type)
     response["Content-Disposition"] = f'{"attachment" if attachment else "inline"}; filename="{filename}"'
     return response
@@ -48,20 +48,28 @@ def export(request: HtmxHttpRequest, investigation_id: int, fmt: str) -> HttpRes
     report, _ = report_of(request, investigation_id)
     base = _base(request)
     if fmt == "md":
-        return _download(
+        return download_response(
             exports.report_markdown(report, base_url=base),
             "text/markdown; charset=utf-8",
-            _name(report, "md"),
+            download_name(report, "md"),
         )
     if fmt == "json":
         body = json.dumps(exports.report_json(report, base_url=base), indent=2, default=str)
-        return _download(body, "application/json", _name(report, "json"))
+        return download_response(body, "application/json", download_name(report, "json"))
     if fmt == "html":
-        return _download(
-            exports.report_html(report, base_url=base), "text/html; charset=utf-8", _name(report, "html")
+        return download_response(
+            exports.report_html(report, base_url=base),
+            "text/html; charset=utf-8",
+            download_name(report, "html"),
         )
-    if fmt == "pdf":
-        return _download(exports.report_pdf(report, base_url=base), "application/pdf", _name(report, "pdf"))
+    if (
+        fmt == "pdf"
+    ):  # built by the worker (views/pdf.py): served once built, else the page offers to build it
+        built = pdf.pdf_current(report)
+        if built is None or built.status != built.Status.DONE:
+            return redirect(reverse("reports:page", args=[investigation_id]) + "#pdf-export")
+        built = PdfExport.objects.get(pk=built.pk)
+        return download_response(bytes(built.pdf), "application/pdf", download_name(report, "pdf"))
     raise Http404("Unknown export format.")
 
 

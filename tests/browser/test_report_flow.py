@@ -161,10 +161,21 @@ PinnedChart.objects.create(investigation_id={inv}, title="GPU temperature, hotte
     "layout": {{"title": {{"text": "GPU temperature"}}}}}})
 """)
     alice.goto(f"/investigations/{inv}/report/")
+    alice.get_by_test_id("export-pdf").click()  # the worker builds it; the region polls until it is ready
+    expect(alice.get_by_test_id("pdf-export")).to_have_attribute(
+        "data-status", re.compile("queued|building|done")
+    )
+    (export_id,) = stepwise_app.rows(
+        "SELECT e.id FROM reports_pdfexport e JOIN reports_report r ON r.id = e.report_id"
+        " WHERE r.investigation_id = ?",
+        (inv,),
+    )[0]
     with alice.expect_download(timeout=120_000) as download:
-        alice.get_by_test_id("export-pdf").click()
+        alice.get_by_test_id("pdf-download").click()
     path = tmp_path / "report.pdf"
     download.value.save_as(path)
+    built = stepwise_app.rows("SELECT status, size FROM reports_pdfexport WHERE id = ?", (export_id,))
+    assert built == [("done", path.stat().st_size)]  # the worker's PDF, stored on its export row
     pdf = PdfReader(io.BytesIO(path.read_bytes()))
     text = "".join(p.extract_text() for p in pdf.pages)
     assert "Thermal straggler" in text and "Recommended next steps" in text

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from playbooks import tsdb_server
+from playbooks import tsdb_launch, tsdb_server
 from playbooks.prometheus import PrometheusClient
 from playbooks.tsdb_server import (
     PrometheusNotInstalled,
@@ -333,7 +333,7 @@ def test_a_taken_port_makes_it_try_another(blocks_dir: Path, tmp_path: Path, mon
         calls.append(start)
         return busy if len(calls) == 1 else real(start=start, end=end, host=host)
 
-    monkeypatch.setattr(tsdb_server, "find_free_port", racy)
+    monkeypatch.setattr(tsdb_launch, "find_free_port", racy)
     try:
         with served(blocks_dir, tmp_path / "work") as server:
             assert server.port != busy
@@ -354,7 +354,7 @@ def test_a_port_answered_by_another_prometheus_is_never_taken_for_ours(
             calls.append(start)
             return other.port if len(calls) == 1 else real(start=start, end=end, host=host)
 
-        monkeypatch.setattr(tsdb_server, "find_free_port", racy)
+        monkeypatch.setattr(tsdb_launch, "find_free_port", racy)
         with served(blocks_dir, tmp_path / "work") as server:
             assert server.port != other.port
             with PrometheusClient(server.url) as client:

@@ -20,6 +20,7 @@ from investigations.models import (
     QueryResult,
     QueryRun,
     RunHeartbeat,
+    TimelineNote,
 )
 
 from .investigation_helpers import make_investigation
@@ -64,6 +65,7 @@ def _one_of_each_model() -> None:
         title="GPU 0 runs hot",
     )
     PinnedChart.objects.create(investigation=investigation, job=job, finding=finding, title="temp", figure={})
+    TimelineNote.objects.create(investigation=investigation, job=job, at=1.0, step=1.0, text="a note")
     RunHeartbeat.objects.create(
         kind=RunHeartbeat.Kind.DIAGNOSIS, run_id=run.pk, task_id="t-1", task_name="plan", beat=timezone.now()
     )

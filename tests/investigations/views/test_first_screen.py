@@ -265,14 +265,17 @@ def test_a_retried_run_shows_when_it_began_and_a_cancel_says_who(alice_client) -
         investigation=investigation, job=job, status="running", playbooks=["network"]
     )
     began = run.created.strftime("%Y-%m-%d %H:%M:%S")
-    # a retry claims the run again: its `started` moves, the time it began does not
+    # a retry claims the run again: its `started` moves, the time it began does not; a run whose worker
+    # died is run again as attempt 2 (services/deadruns.py), and the page counts attempts apart
     DiagnosisRun.objects.filter(pk=run.pk).update(
         started=run.created + timezone.timedelta(minutes=7),
+        attempt=2,
         error="Attempt 1 failed: timed out (retrying in 4 s)",
     )
     url = reverse("investigations:diagnosis", args=[investigation.pk])
     body = alice_client.get(url, {"job": job.pk}, **HTMX).content.decode()
     assert f'began <span data-testid="run-began">{began}</span> UTC' in body
     assert "this attempt since" in body and "Attempt 1 failed" in body
+    assert 'attempt <span data-testid="run-attempt">2</span>' in body
     cancel = reverse("investigations:diagnosis_cancel", args=[investigation.pk, run.pk])
     assert "Cancelled by alice." in alice_client.post(cancel, **HTMX).content.decode()
