@@ -250,19 +250,7 @@ def check_identity(
             **base,
         )
     compared = min(log_last, tsdb_last)
-    if diff < 0:
-        notes.append(
-            f"The TSDB's {metric} ends {-diff} step(s) before the log's last step: within the exporter "
-            f"lag (up to {slack} steps, about {EXPORTER_LAG_S:.0f} s), so the job probably died before "
-            "its last steps were exported."
-        )
-    elif diff > 0 and running:
-        notes.append(f"The job is running: this Prometheus is {diff} step(s) ahead of the log as read.")
-    elif diff > 0:
-        notes.append(
-            f"The TSDB has {diff} step(s) past the log's last step: the log may have stopped early "
-            "(Ray's log forwarding loses its buffer at exit)."
-        )
+    notes += _lag_notes(diff, running, slack, metric)
     step_ts: float | None = None
     tsdb_loss: float | None = None
     try:
@@ -289,6 +277,24 @@ def check_identity(
             "log's time for it: check the log's year and the clock."
         )
     return _loss_verdict(compared, log_last, tsdb_last, metric, log_loss, tsdb_loss, notes, fields)
+
+
+def _lag_notes(diff: int, running: bool, slack: int, metric: str) -> list[str]:
+    """Return the note on a TSDB that ends before the log (exporter lag) or after it (running, or a log cut)."""
+    if diff < 0:
+        return [
+            f"The TSDB's {metric} ends {-diff} step(s) before the log's last step: within the exporter "
+            f"lag (up to {slack} steps, about {EXPORTER_LAG_S:.0f} s), so the job probably died before "
+            "its last steps were exported."
+        ]
+    if diff > 0 and running:
+        return [f"The job is running: this Prometheus is {diff} step(s) ahead of the log as read."]
+    if diff > 0:
+        return [
+            f"The TSDB has {diff} step(s) past the log's last step: the log may have stopped early "
+            "(Ray's log forwarding loses its buffer at exit)."
+        ]
+    return []
 
 
 def _node_notes(nodes: list[str], hosts: list[str]) -> list[str]:

@@ -242,19 +242,7 @@ def discover(
     parts = Parts()
     now = time.time()
 
-    def _range() -> tuple[float, float] | None:
-        return time_range if time_range is not None else client.data_time_range()
-
-    rng, status, targets_api = client.run_parallel(
-        [safe(_range), safe(client.tsdb_status), safe(client.targets)], max_concurrency=3
-    )
-    rng = parts.value("time_range", rng)
-    status = parts.value("tsdb_status", status) or {}
-    targets_api = parts.value("targets", targets_api)
-    # Both small status calls failing to connect (or timing out) means the server is not there.
-    unreachable = all(
-        issubclass(parts.kinds.get(p, type(None)), _TRANSIENT) for p in ("tsdb_status", "targets")
-    )
+    rng, status, targets_api, unreachable = _status(client, time_range, parts)
     if rng is None and "time_range" not in parts.errors:
         parts.errors["time_range"] = "this Prometheus holds no samples"
     scope = (max(rng[0], rng[1] - max_window), rng[1]) if rng is not None else None
@@ -304,6 +292,26 @@ def discover(
         requests=client.stats.requests - requests_before,
         seconds=round(time.monotonic() - began, 3),
     )
+
+
+def _status(
+    client: PrometheusClient, time_range: tuple[float, float] | None, parts: Parts
+) -> tuple[tuple[float, float] | None, dict[str, Any], dict[str, Any] | None, bool]:
+    """Return the data's time range, /status/tsdb, /targets (asked in parallel, step 1) and whether the
+    server is unreachable: both small status calls failed to connect or timed out."""
+
+    def _range() -> tuple[float, float] | None:
+        return time_range if time_range is not None else client.data_time_range()
+
+    rng, status, targets_api = client.run_parallel(
+        [safe(_range), safe(client.tsdb_status), safe(client.targets)], max_concurrency=3
+    )
+    unreachable_parts = ("tsdb_status", "targets")
+    rng = parts.value("time_range", rng)
+    status = parts.value("tsdb_status", status) or {}
+    targets_api = parts.value("targets", targets_api)
+    unreachable = all(issubclass(parts.kinds.get(p, type(None)), _TRANSIENT) for p in unreachable_parts)
+    return rng, status, targets_api, unreachable
 
 
 def _metric_names(

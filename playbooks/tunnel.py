@@ -29,11 +29,9 @@ Layout of one entry (the web server and every Celery worker share one tunnel per
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -41,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import procs
 from ._tunnel_parse import parse_tunnel_command, spec_from_triage
 from ._tunnel_spec import (
     HOST_KEY_POLICIES,
@@ -52,20 +51,8 @@ from ._tunnel_spec import (
     ssh_command,
     ssh_config_text,
 )
+from .procs import ENTRY_NAME, EntryStore
 from .prometheus import PrometheusClient
-from .tsdb_server import (
-    _CHILDREN,
-    _CHILDREN_LOCK,
-    EntryStore,
-    TSDBServerError,
-    _alive,
-    _entry_lock,
-    _proc_args,
-    _reap_children,
-    _wait_exit,
-    find_executable,
-    find_free_port,
-)
 
 __all__ = [
     "HOST_KEY_POLICIES",
@@ -94,7 +81,6 @@ log = logging.getLogger(__name__)
 
 #: Loopback ports tried for the local end (the TSDB copies use 19190-19989).
 LOCAL_PORTS = (20190, 20990)
-_ENTRY = re.compile(r"\A[A-Za-z0-9._-]{1,60}-[0-9a-f]{12}\Z")
 _MARKER = ".stepwise-ssh-tunnel"
 _RECORD = "tunnel.json"
 _CONFIG = "ssh_config"
@@ -139,7 +125,7 @@ def _entry_dir(work_root: str | os.PathLike[str], spec: TunnelSpec) -> Path:
     return Path(work_root).resolve() / f"{slug}-{spec.key()}"
 
 
-_STORE = EntryStore(_ENTRY, _MARKER, _RECORD, "SSH tunnel entry")
+_STORE = EntryStore(ENTRY_NAME, _MARKER, _RECORD, "SSH tunnel entry")
 _entries, _read_record, _write_record, _remove_entry = (
     _STORE.entries,
     _STORE.read,
@@ -188,7 +174,7 @@ def _is_ours(t: OpenTunnel) -> bool:
     """
     if t.pid <= 0:
         return False
-    args = _proc_args(t.pid)  # a zombie has an empty cmdline, so an exited ssh never matches
+    args = procs.proc_args(t.pid)  # a zombie has an empty cmdline, so an exited ssh never matches
     if not args or tuple(args) != t.cmdline:
         return False
     config = os.path.join(os.path.realpath(t.entry_dir), _CONFIG)
@@ -209,49 +195,24 @@ def _follows(args: list[str], flag: str, value: str) -> bool:
 
 def _terminate(t: OpenTunnel, grace: float = _STOP_GRACE) -> bool:
     """Return True after stopping t.pid, if and only if it is our ssh for t (checked on a pinned pid)."""
-    try:
-        pidfd: int | None = os.pidfd_open(t.pid)
-    except ProcessLookupError:
-        return False
-    except (OSError, AttributeError):
-        pidfd = None
-    try:
-        if not _is_ours(t):
-            return False
-
-        def send(sig: int) -> None:
-            with contextlib.suppress(ProcessLookupError):
-                if pidfd is not None:
-                    signal.pidfd_send_signal(pidfd, sig)
-                else:
-                    os.kill(t.pid, sig)
-
-        send(signal.SIGTERM)
-        if not _wait_exit(t.pid, pidfd, grace):
-            log.warning("ssh pid %s ignored SIGTERM for %.0f s; sending SIGKILL", t.pid, grace)
-            send(signal.SIGKILL)
-            _wait_exit(t.pid, pidfd, 10.0)
-        return True
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
+    return procs.terminate(t.pid, lambda _pid: _is_ours(t), grace, "ssh")
 
 
 def _close_locked(entry: Path, rec: Mapping[str, Any] | None) -> bool:
     t = _tunnel_from(entry, rec) if rec is not None else None
     stopped = _terminate(t) if t is not None else False
-    if t is not None and not stopped and t.pid > 0 and _alive(t.pid):
+    if t is not None and not stopped and t.pid > 0 and procs.alive(t.pid):
         # The pid was recycled, or the record was edited: that process is not ours to signal.
         log.warning(
             "not signalling pid %s: it is not the ssh tunnel recorded in %s (cmdline: %s); removing the record",
-            t.pid, entry, " ".join(_proc_args(t.pid))[:200] or "unreadable",
+            t.pid, entry, " ".join(procs.proc_args(t.pid))[:200] or "unreadable",
         )  # fmt: skip
     _remove_entry(entry)
     return stopped
 
 
 def _find_ssh(ssh_bin: str) -> str:
-    found = find_executable(ssh_bin)
+    found = procs.find_executable(ssh_bin)
     if not found:
         raise TunnelError(
             f"The ssh client {ssh_bin!r} is not installed (Debian: apt install openssh-client), "
@@ -340,8 +301,8 @@ def _start(spec: TunnelSpec, binary: str, entry: Path, timeout: float) -> dict[s
     config = entry / _CONFIG
     for attempt in range(_PORT_ATTEMPTS):
         try:
-            port = find_free_port(*LOCAL_PORTS)
-        except TSDBServerError as exc:
+            port = procs.free_port(*LOCAL_PORTS)
+        except procs.NoFreePort as exc:
             raise TunnelError(f"No free local port for the tunnel: {exc}.") from None
         argv = ssh_command(spec, port, ssh_bin=binary, config_file=config)
         url = f"http://127.0.0.1:{port}"
@@ -352,8 +313,7 @@ def _start(spec: TunnelSpec, binary: str, entry: Path, timeout: float) -> dict[s
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=logf,
                 cwd=entry, start_new_session=True, close_fds=True,
             )  # fmt: skip
-        with _CHILDREN_LOCK:
-            _CHILDREN[proc.pid] = proc
+        procs.child_add(proc)
         rec = {
             "pid": proc.pid,
             "pid_start": _pid_start(proc.pid) or 0,
@@ -377,7 +337,7 @@ def _start(spec: TunnelSpec, binary: str, entry: Path, timeout: float) -> dict[s
             return rec
         if why != "exited":
             _terminate(t, 2.0)
-        _reap_children()
+        procs.reap_children()
         tail = _stderr_tail(entry)
         if why == "exited" and "Address already in use" in tail and attempt + 1 < _PORT_ATTEMPTS:
             # Port race: another program bound the port between our check and ssh's bind.
@@ -421,8 +381,8 @@ def open_tunnel(
     """
     binary = _find_ssh(ssh_bin)
     entry = _entry_dir(work_root, spec)
-    _reap_children()
-    with _entry_lock(entry):
+    procs.reap_children()
+    with procs.entry_lock(entry):
         rec = _read_record(entry)
         if rec is not None:
             t = _tunnel_from(entry, rec)
@@ -486,7 +446,7 @@ def close_tunnel(t: OpenTunnel | TunnelSpec, work_root: str | os.PathLike[str] |
     signalled (SIGTERM, SIGKILL after 5 s), and only after checking on a pinned pid that it is the ssh
     started for this entry (same argv and start time, this entry's ssh_config and forward).
     """
-    _reap_children()
+    procs.reap_children()
     if isinstance(t, TunnelSpec):
         if work_root is None:
             raise TunnelError("close_tunnel(spec) needs the work_root.")
@@ -495,7 +455,7 @@ def close_tunnel(t: OpenTunnel | TunnelSpec, work_root: str | os.PathLike[str] |
         entry = Path(t.entry_dir)
     if not entry.exists():
         return False
-    with _entry_lock(entry):
+    with procs.entry_lock(entry):
         return _close_locked(entry, _read_record(entry))
 
 
@@ -505,12 +465,12 @@ def close_idle_tunnels(work_root: str | os.PathLike[str], idle_seconds: float) -
     Entries whose ssh is gone are removed too; an entry whose lock is held (being opened or reused right
     now) is skipped.
     """
-    _reap_children()
+    procs.reap_children()
     closed = []
     now = time.time()
     for entry in _entries(work_root):
         try:
-            with _entry_lock(entry, blocking=False):
+            with procs.entry_lock(entry, blocking=False):
                 rec = _read_record(entry)
                 t = _tunnel_from(entry, rec) if rec is not None else None
                 if t is not None and _is_ours(t) and now - t.last_used < idle_seconds:
@@ -527,10 +487,10 @@ def reap_leftover_tunnels(work_root: str | os.PathLike[str]) -> list[int]:
 
     Each recorded ssh is stopped only if verified ours; every entry directory is deleted.
     """
-    _reap_children()
+    procs.reap_children()
     closed = []
     for entry in _entries(work_root):
-        with _entry_lock(entry):
+        with procs.entry_lock(entry):
             rec = _read_record(entry)
             t = _tunnel_from(entry, rec) if rec is not None else None
             if _close_locked(entry, rec) and t is not None:
@@ -540,7 +500,7 @@ def reap_leftover_tunnels(work_root: str | os.PathLike[str]) -> list[int]:
 
 def list_tunnels(work_root: str | os.PathLike[str]) -> list[OpenTunnel]:
     """Return the tunnels recorded in work_root whose ssh is alive and ours (not probed through)."""
-    _reap_children()
+    procs.reap_children()
     out = []
     for entry in _entries(work_root):
         rec = _read_record(entry)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prepare this machine for Stepwise, idempotently:
-#   1. find a Python >= 3.12 and create .venv with the project installed (pip install -e '.[dev]');
+#   1. find a Python >= 3.12 and create .venv with the project and its dev group installed
+#      (pip >= 25.1, then pip install -e . --group dev);
 #   2. install Prometheus (prometheus + promtool) and the ssh client from Debian's packages when missing,
 #      and with --tests (make test) Chromium and sshd for the browser and tunnel tests;
 #   3. migrate the database (SQLite under data/ unless DATABASE_URL says otherwise).
@@ -60,7 +61,11 @@ stamp=.venv/.stepwise-installed
 want=$(sha256sum pyproject.toml | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "Installing Stepwise and its dependencies into .venv"
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  # Dependency groups ([dependency-groups] dev in pyproject.toml) need pip >= 25.1.
+  if ! .venv/bin/python -c 'import sys, pip; sys.exit(tuple(map(int, pip.__version__.split(".")[:2])) < (25, 1))' 2>/dev/null; then
+    .venv/bin/python -m pip install -q 'pip>=25.1'
+  fi
+  .venv/bin/python -m pip install -q -e . --group dev
   echo "$want" > "$stamp"
 fi
 

@@ -10,8 +10,9 @@ Each panel aggregates in Prometheus, never in Python:
   most from the median of the others are named as outliers;
 - with many, the panel draws a cluster band (min / median / max across hosts or GPUs) and only the
   top-k outlier series, ranked by their largest deviation from the median over the whole window
-  (`topk(k, max_over_time(abs(x - scalar(quantile(0.5, x)))[window:step] @ end()))`, one query whose
-  selection Prometheus evaluates once), so one hot GPU among 1,024 is drawn and named.
+  (`max_over_time(abs(x - scalar(quantile(0.5, x)))[window:step])` at the end: one number a series,
+  the deviation evaluated once; the top-k and the typical score are taken from it), so one hot GPU
+  among 1,024 is drawn and named. The band's three lines are one range query.
 
 Other jobs of an investigation (a baseline, a run to compare) are drawn over a panel by training step:
 one trace per job computed by its own Prometheus (the series for job-scope signals, else

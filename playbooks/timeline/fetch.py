@@ -58,9 +58,14 @@ def panels_fetch(
     second: list[tuple[int, str, Callable[[], Any]]] = []
     for i, plan in enumerate(plans):
         scored = per_panel[i].get("score")
-        if plan.mode != "band" or isinstance(scored, PrometheusError) or not _scored(scored or [])[0]:
+        top = (
+            []
+            if plan.mode != "band" or isinstance(scored, PrometheusError)
+            else _scored(scored or [], 0.0, topk)[0]
+        )
+        if not top:
             continue
-        rows = [{n: s.labels.get(n, "") for n in plan.labels} for s in _scored(scored)[0]]
+        rows = [{n: s.labels.get(n, "") for n in plan.labels} for s in top]
         if plan.bare:
             sig = ctx.profile.signal(plan.spec.signal)
             fn = plan.spec.fn if sig.is_counter else None

@@ -14,8 +14,10 @@ from .promql import _bare_ok, _device_expr, _fmt_seconds, _is_selector, _label_v
 #: Above this many series a panel draws a band plus outliers instead of one line per series.
 DEFAULT_MAX_LINES = 16
 DEFAULT_TOPK = 3
-#: Points per series asked of Prometheus; zooming in lowers the step down to the scrape interval.
-QUERY_POINTS = 720
+#: Points per series asked of Prometheus, matched to the pixels drawn: a panel's plot is about 1,080 px
+#: wide (the page's 1,200 px column less its padding and the y-axis), one point per 2 px; zooming in
+#: lowers the step down to the scrape interval.
+QUERY_POINTS = 540
 #: Points of the grid the outlier score is computed on.
 SCORE_POINTS = 150
 
@@ -50,7 +52,8 @@ class PanelPlan:
         mode: "single", "lines", "band" or "unavailable".
         queries: role -> PromQL. Range queries: "line" (every series), "band" (min, median and max joined
             by a `stat` label), "hosts" (every series of the selected hosts). Instant query at the range's
-            end: "score" (the top-k series by their largest deviation from the median over the range).
+            end: "score" (every series' largest deviation from the median over the range: one number a
+            series, from which the top-k and the typical score are taken in Python).
         step: the range queries' step in seconds.
         expr: the PromQL the outliers are fetched from, by label.
         labels: the labels of its series: normalised ("host", "gpu"), or in band mode the exporter's own
@@ -126,9 +129,9 @@ def panel_queries(
     )
     res = choose_step(start, end, min_step=step, max_points=SCORE_POINTS)
     span = _fmt_seconds(end - start)
-    dev = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{span}:{_fmt_seconds(res)}])"
-    # The typical series' score comes along, labelled stat="median": an outlier must stand out from it.
-    score = f'topk({int(topk)}, {dev}) or label_replace(quantile(0.5, {dev}), "stat", "median", "", "")'
+    # One number a series (1,024 at most a panel): the top-k and the typical score (which an outlier must
+    # stand out from) are both taken from it in Python, so Prometheus evaluates the deviation once.
+    score = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{span}:{_fmt_seconds(res)}])"
     queries = {"band": band, "score": score}
     if hosts:
         normalised = profile.expr(spec.signal, fn, window=window)

@@ -174,7 +174,7 @@ def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> 
                 tr = _to_trace(by_stat[stat], stat)
                 tr.name = stat
                 panel.traces.append(tr)
-        scored, bar = _scored(results.get("score") or [], plan.spec.min_outlier)
+        scored, bar = _scored(results.get("score") or [], plan.spec.min_outlier, topk)
         scores = {_key(s.labels, plan.labels): s.value for s in scored}
         outliers = []
         for s in results.get("outliers") or []:
@@ -202,15 +202,16 @@ def _key(labels: Mapping[str, str], names: Sequence[str]) -> tuple[str, ...]:
     return tuple(labels.get(n, "") for n in names)
 
 
-def _scored(samples: Sequence[Any], floor: float = 0.0) -> tuple[list[Any], float]:
-    """Return (the top-k scored series that deviate at all, the outlier bar from the typical score).
+def _scored(samples: Sequence[Any], floor: float = 0.0, topk: int = 3) -> tuple[list[Any], float]:
+    """Return (the top-k scored series that deviate at all, largest first; the outlier bar).
 
-    The score query returns the top-k series and the typical (stat="median") score: the top-k are
-    drawn, and those above the bar are named as outliers.
+    The score query returns every series' score: the top-k are drawn, and those above the bar (from the
+    typical score, the median of all, as Prometheus's quantile(0.5) takes it) are named as outliers.
     """
-    typical = [s.value for s in samples if s.labels.get("stat") == "median" and math.isfinite(s.value)]
-    bar = _outlier_bar(typical[0] if typical else 0.0, floor)
-    return [s for s in samples if "stat" not in s.labels and math.isfinite(s.value) and s.value > 0], bar
+    finite = [s for s in samples if math.isfinite(s.value)]
+    typical = float(np.median([s.value for s in finite])) if finite else 0.0
+    top = sorted((s for s in finite if s.value > 0), key=lambda s: -s.value)[: max(0, int(topk))]
+    return top, _outlier_bar(typical, floor)
 
 
 def _gpu_order(gpu: str) -> tuple[int, int, str]:

@@ -49,6 +49,13 @@ class CannedClient(PrometheusClient):
         return self.instant
 
 
+def _pack(score: float, labels: dict[str, str] | None = None, n: int = 5) -> list[InstantSample]:
+    """Return the scores of `n` typical series (GPUs 0..n-1 of a host): what the score query returns besides
+    the outliers."""
+    base = labels or {"host": "n99"}
+    return [InstantSample({**base, "gpu": str(i)}, END, score) for i in range(n)]
+
+
 def _gpu(host: str, gpu: int, base: float, bump: float = 0.0) -> Series:
     values = np.full(len(TIMES), float(base))
     values[150:] += bump
@@ -129,7 +136,8 @@ def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, mode, roles) -> 
     assert set(plan.queries) == roles
     assert plan.step >= 15.0
     if mode == "band":
-        assert "quantile(0.5" in plan.queries["band"] and plan.queries["score"].startswith("topk(3,")
+        assert "quantile(0.5" in plan.queries["band"] and plan.queries["score"].startswith("max_over_time(")
+        assert "topk" not in plan.queries["score"]  # every series' score once; the top-k are taken in Python
         assert 'label_replace(vector(1), "host", "h1"' in plan.queries["hosts"]
 
 
@@ -164,7 +172,7 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
         InstantSample({"host": "n12", "gpu": "5"}, END, 30.0),
         InstantSample({"host": "n07", "gpu": "3"}, END, 9.0),
         InstantSample({"host": "n01", "gpu": "0"}, END, 1.5),
-        InstantSample({"stat": "median"}, END, 1.0),
+        *_pack(1.0),  # the typical score is the median of every series' score: 1.0
     ]
     (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
     assert panel.mode == "band"
@@ -181,7 +189,7 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
 def test_band_mode_names_no_outlier_when_nothing_deviates() -> None:
     """Every series equal (an idle counter): the score is 0 everywhere and no outlier is fetched."""
     client = CannedClient(lambda q: [_series({"stat": "median"}, [0] * 241)])
-    client.instant = [InstantSample({"host": "n1"}, END, 0.0), InstantSample({"stat": "median"}, END, 0.0)]
+    client.instant = [InstantSample({"host": "n1"}, END, 0.0), *_pack(0.0)]
     (panel,) = tl.panels_fetch(client, _ctx(hosts=128), ["oom_kills"], START, END)
     assert panel.outliers == [] and len(client.asked) == 2
 
@@ -344,6 +352,37 @@ def test_thermal_stragglers_hot_gpu_is_the_named_outlier(served_job, max_lines) 
         assert any(f"{culprit['host']} GPU {culprit['gpu']} (outlier)" == d["name"] for d in fig["data"])
 
 
+def test_a_band_panel_sends_its_band_as_one_query_and_scores_every_series_once(
+    served_job, monkeypatch
+) -> None:
+    """At a real Prometheus: min, median and max come back from one range query; the score query returns one
+    number a series (no topk branch evaluating the deviation a second time); then the top-k by label."""
+    client, truth, _ = served_job("thermal-straggler", profile="amd")
+    start, end = truth["data_range"]
+    ctx = tl.context_build(client, PROFILES["amd"], start, end)
+    sent: list[tuple[str, str, int]] = []
+    api = client._api
+
+    def logged(path, params, *, query):
+        data = api(path, params, query=query)
+        if path in ("/api/v1/query", "/api/v1/query_range"):
+            sent.append((path, params["query"], len(data["result"])))
+        return data
+
+    monkeypatch.setattr(client, "_api", logged)
+    (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], start, end, max_lines=4)
+    assert panel.mode == "band"
+    # The band and the score run in parallel (either may be sent first); the top-k by label come after both.
+    assert sorted((p, n) for p, _, n in sent[:2]) == [
+        ("/api/v1/query", ctx.gpu_series),  # every GPU's score, once
+        ("/api/v1/query_range", 3),  # min, median, max: one query
+    ], sent
+    assert [(p, n) for p, _, n in sent[2:]] == [("/api/v1/query_range", 3)], sent  # the top-k, by label
+    assert all("topk" not in q for _, q, _ in sent)
+    (culprit,) = truth["culprits"]
+    assert (panel.outliers[0]["host"], panel.outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
+
+
 @pytest.mark.parametrize(
     ("profile", "panel"), [("amd", "rdma_retransmits"), ("nvidia", "rdma_transmit_wait")]
 )
@@ -413,7 +452,7 @@ def test_band_mode_groups_by_the_exporters_labels_and_renames_the_outliers() -> 
     )
     client.instant = [
         InstantSample({"Hostname": "n12", "gpu": "5"}, END, 40.0),
-        InstantSample({"stat": "median"}, END, 1.0),
+        *_pack(0.0, {"Hostname": "n01"}),
     ]
     (panel,) = tl.panels_fetch(client, _ctx("nvidia", gpus=1024), ["gpu_temp"], START, END)
     assert "by (Hostname, gpu)" in client.asked[0] and '"host"' not in client.asked[0]
@@ -454,7 +493,7 @@ def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> 
     )
     client.instant = [
         InstantSample({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, END, 40.0),
-        InstantSample({"stat": "median"}, END, 1.0),
+        *_pack(0.0, {"Hostname": "n01", "instance": "n01:9400"}),
     ]
     (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], START, END)
     assert all(" by (" not in q for q in client.asked), client.asked
@@ -530,9 +569,8 @@ def test_a_host_stuck_in_io_with_many_blocked_processes_is_named():
 
 
 def test_the_score_query_bar_keeps_the_panel_floor():
-    """_scored (the band path, from Prometheus' typical score) applies the same floor."""
-    typical = InstantSample({"stat": "median"}, 0.0, 0.0)
-    _, bar = tl_traces._scored([typical], tl.PANELS["procs_running"].min_outlier)
+    """_scored (the band path, from every series' score) applies the same floor."""
+    _, bar = tl_traces._scored(_pack(0.0), tl.PANELS["procs_running"].min_outlier)
     assert bar == 2.0
 
 
