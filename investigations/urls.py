@@ -59,6 +59,11 @@ urlpatterns = [
         timeline_views.panel,
         name="timeline_panel",
     ),
+    path(
+        "investigations/<int:investigation_id>/timeline/promql/",
+        timeline_views.promql,
+        name="timeline_promql",
+    ),
     path("investigations/<int:investigation_id>/timeline/pin/", timeline_views.pin, name="timeline_pin"),
     path(
         "investigations/<int:investigation_id>/timeline/pinned/<int:chart_id>/delete/",
