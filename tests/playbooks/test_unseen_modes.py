@@ -85,3 +85,18 @@ def test_a_lagging_step_gauge_without_the_log_is_no_stall_while_gpus_train(serve
     result = run_diagnosis(client, triage=None)
     assert result["diagnosis"]["class"] == "thermal-straggler"
     assert not [f for f in result["findings"] if "stopped advancing" in f["title"]]
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_an_uncorrectable_error_in_the_last_seconds_of_data_is_seen(served_job, profile):
+    """Mode 10: the uncorrectable error comes 12 s before the data ends (the trainer aborts, the capture
+    stops): grids end at the data's end and the error is dated on the fine grid, on its GPU."""
+    result, truth = _diagnose(served_job, "gpu-hardware-fault", 16, profile)
+    assert truth["variants"]["error_at_end"] < 60
+    assert truth["data_range"][1] - truth["onset"] < 60
+    diag = result["diagnosis"]
+    assert diag["class"] == "gpu-hardware-fault"
+    assert [(c["host"], c["gpu"]) for c in diag["culprits"]] == [
+        (c["host"], c["gpu"]) for c in truth["culprits"]
+    ]
+    assert _scrapes(result, truth) <= 3
