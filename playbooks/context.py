@@ -51,6 +51,7 @@ class Timeline:
     checkpoints: list[tuple[float, float]] = field(default_factory=list)
     steady: tuple[float, float] | None = None
     restored: bool = False
+    gauge_lag_s: float = 0.0  # how far the step gauge's last advance lags the log's last step
 
     def in_checkpoint(self, t: np.ndarray) -> np.ndarray:
         m = np.zeros(len(t), bool)
@@ -90,6 +91,7 @@ class Timeline:
             "checkpoints": len(self.checkpoints),
             "steady": self.steady,
             "restored": self.restored,
+            "gauge_lag_s": self.gauge_lag_s,
         }
 
 
@@ -238,6 +240,7 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         and tl.start <= logged <= tl.end + 60
         and logged > tl.last_advance + max(60.0, 2 * step.step, 2 * float(tl.step_s or 0.0))
     ):
+        tl.gauge_lag_s = float(logged) - tl.last_advance
         tl.last_advance = float(logged)
     if tl.step_s is None or not math.isfinite(tl.step_s):
         smin = float(s[i0])

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis import Finding, build_context, decide_diagnosis, evaluate
+from .context import Timeline
 from .discovery import gpus_per_host, source_hosts, typical_count
 from .errors import PlaybooksError
 from .gpus import choose_gpu_model, gpu_model_named
@@ -612,7 +613,7 @@ def decide(source: SourceInfo, outputs: Sequence[PlaybookOutput], *, triage: dic
         ctx = build_context(source, outputs, triage)
         findings = evaluate(ctx, ran)
         diagnosis = decide_diagnosis(ctx, findings)
-    mismatch = _source_mismatch(source, ctx.timeline.last_step, triage)
+    mismatch = _source_mismatch(source, ctx.timeline, triage)
     if mismatch:
         # The seeds' pitfall: querying another job's Prometheus. Say so before anything else.
         diagnosis["summary"] = f"Check the data source first: {mismatch} " + diagnosis["summary"]
@@ -652,12 +653,14 @@ def decide(source: SourceInfo, outputs: Sequence[PlaybookOutput], *, triage: dic
     }
 
 
-def _source_mismatch(
-    source: SourceInfo, tsdb_last_step: float | None, triage: Mapping[str, Any] | None
-) -> str:
-    """Return why the TSDB may not be this job's (hosts or last step disagree with the log), or ""."""
+def _source_mismatch(source: SourceInfo, tl: Timeline, triage: Mapping[str, Any] | None) -> str:
+    """Return why the TSDB may not be this job's (hosts or last step disagree with the log), or "".
+
+    A step gauge that lags the log (refreshed less often than steps complete) is behind by the steps its lag
+    covers: that is no mismatch."""
     if not triage:
         return ""
+    tsdb_last_step = tl.last_step
     nodes = [str(n) for n in triage.get("nodes") or []]
     hosts = list(source.hosts)
     if nodes and hosts:
@@ -689,7 +692,7 @@ def _source_mismatch(
     if (
         last is not None
         and tsdb_last_step is not None
-        and abs(float(last) - tsdb_last_step) > max(50, 0.2 * last)
+        and abs(float(last) - tsdb_last_step) > max(50, 0.2 * last) + tl.gauge_lag_s / (tl.step_s or 1e9)
     ):
         return (
             f"the log's last step is {last} but the TSDB's is {tsdb_last_step:.0f}: this may be another job's "

@@ -74,6 +74,7 @@
       end: q.get("end") || "",
       x: XMODES.indexOf(q.get("x")) >= 0 ? q.get("x") : "step",
       hosts: list(q.get("hosts")),
+      promql: q.get("q") || "", // a free PromQL panel's expression
       // Other jobs of the investigation drawn over the panels by step: only those the toolbar offers.
       compare: list(q.get("compare")).filter(function (c) { return compareChoices(region).indexOf(c) >= 0; }),
     };
@@ -99,6 +100,7 @@
     set("x", st.x);
     set("hosts", st.hosts.join(","));
     set("compare", st.compare.join(","));
+    set("q", st.promql);
     var qs = q.toString();
     history.replaceState(null, "", location.pathname + (qs ? "?" + qs : "") + location.hash);
   }
@@ -203,7 +205,7 @@
       }
     });
     plot.on("plotly_click", function (ev) {
-      if (ev.points && ev.points.length) pickPlace(region, st, ev.points[0].x);
+      if (ev.points && ev.points.length) TOOLS.pickPlace(region, st.x, ev.points[0].x, tzMinutes());
     });
     plot.on("plotly_clickannotation", function (ev) {
       var marks = (plot.layout.meta && plot.layout.meta.marks) || [];
@@ -256,7 +258,9 @@
     var gen = (el._gen || 0) + 1;
     el._gen = gen;
     el.dataset.loading = "1";
-    var url = region.dataset.panelUrl.replace("PANEL", el.dataset.panel) + "?" + params(region, st, extra);
+    var url = el.dataset.panel === "promql"
+      ? region.dataset.promqlUrl + "?" + params(region, st, Object.assign({ q: st.promql }, extra || {}))
+      : region.dataset.panelUrl.replace("PANEL", el.dataset.panel) + "?" + params(region, st, extra);
     return fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (r) {
         return r.json().then(function (body) {
@@ -310,28 +314,14 @@
 
   function applyPanels(region, st) {
     region.querySelectorAll(".timeline-panel").forEach(function (el) {
-      el.hidden = st.panels.indexOf(el.dataset.panel) < 0;
+      el.hidden = el.dataset.panel === "promql" ? !st.promql : st.panels.indexOf(el.dataset.panel) < 0;
     });
-    region.querySelectorAll(".timeline-domain").forEach(function (d) {
+    region.querySelectorAll(".timeline-domain:not(.timeline-promql)").forEach(function (d) {
       d.hidden = !d.querySelector(".timeline-panel:not([hidden])");
     });
   }
 
   /* ---- notes: a click on a chart picks the note's place; the panels redraw when the list changes ---- */
-
-  function pickPlace(region, st, x) {
-    var input = region.querySelector(".timeline-note-where");
-    if (!input || x === undefined || x === null) return;
-    if (st.x === "step") {
-      input.value = "step " + Math.round(x);
-    } else {
-      // The axis shows UTC or the viewer's zone; the note's place is written in UTC.
-      var shift = st.x === "time-local" ? tzMinutes() * 60000 : 0;
-      input.value = new Date(toMs(x) - shift).toISOString().replace("T", " ").slice(0, 19) + " UTC";
-    }
-    var box = input.closest("details");
-    if (box) box.open = true;
-  }
 
   document.addEventListener("htmx:afterSwap", function (ev) {
     var target = ev.detail && ev.detail.target;
@@ -445,6 +435,12 @@
         }
         reloadAll(region, st);
       });
+    });
+    // A free PromQL panel: the expression runs against the job's own source, on the same axis.
+    TOOLS.promqlForm(region, st, function (el) {
+      applyPanels(region, st);
+      writeState(st);
+      if (st.promql) loadPanel(region, st, el);
     });
     var reset = region.querySelector(".timeline-reset");
     if (reset) reset.addEventListener("click", function () {

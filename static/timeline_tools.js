@@ -9,6 +9,8 @@
  * - csv(plot): the panel's series as drawn, one row per point: series, x, y.
  * - stepClock(figure): on the step axis, the hover names the whole step and when the job reached it, in
  *   UTC (layout.meta.clock from the server: each drawn step and its time), as an invisible trace.
+ * - pickPlace(...): a click on a chart writes its step or UTC time into the note form's place.
+ * - promqlForm(region, st, redraw): the free PromQL panel's form (the expression is st.promql, q= in the URL).
  */
 (function () {
   "use strict";
@@ -216,7 +218,48 @@
     setTimeout(function () { URL.revokeObjectURL(link.href); link.remove(); }, 0);
   }
 
+  /* ---- notes: a click on a chart picks the note's place (a step, or the time in UTC) ---- */
+
+  function pickPlace(region, xmode, x, tzMinutes) {
+    var input = region.querySelector(".timeline-note-where");
+    if (!input || x === undefined || x === null) return;
+    if (xmode === "step") {
+      input.value = "step " + Math.round(x);
+    } else {
+      // The axis shows UTC or the viewer's zone as zone-less date strings; the place is written in UTC.
+      var shift = xmode === "time-local" ? tzMinutes * 60000 : 0;
+      var ms = typeof x === "number" ? x : new Date(String(x).replace(" ", "T") + "Z").getTime();
+      input.value = new Date(ms - shift).toISOString().replace("T", " ").slice(0, 19) + " UTC";
+    }
+    var box = input.closest("details");
+    if (box) box.open = true;
+  }
+
+  /* ---- the free PromQL panel's form: Enter (or Draw) runs it; shift-Enter is a new line ---- */
+
+  function promqlForm(region, st, redraw) {
+    var form = region.querySelector(".timeline-promql-form");
+    var el = region.querySelector("#timeline-panel-promql");
+    if (!form || !el) return;
+    var input = form.querySelector("textarea");
+    var title = el.querySelector(".timeline-panel-title");
+    input.value = title.textContent = st.promql;
+    form.addEventListener("submit", function (ev) {
+      ev.preventDefault();
+      st.promql = input.value.trim();
+      title.textContent = st.promql;
+      redraw(el);
+    });
+    input.addEventListener("keydown", function (ev) {
+      if (ev.key === "Enter" && !ev.shiftKey) {
+        ev.preventDefault();
+        form.requestSubmit();
+      }
+    });
+  }
+
   window.StepwiseTimelineTools = {
+    pickPlace: pickPlace, promqlForm: promqlForm,
     layoutLabels: layoutLabels, steadyRange: steadyRange, csv: csv, packRows: packRows, stepClock: stepClock,
     yRange: yRange, toggleYRange: toggleYRange, downloadCsv: downloadCsv,
   };

@@ -31,10 +31,12 @@ from .timeline_compare import (
     compare_choices,
     compare_links,
 )
+from .timeline_promql import PromqlError, promql_panel
 from .timeline_session import MAX_CONCURRENCY, TimelineSession, timeline_open
 from .timeline_view import TimelineCompareError, TimelineView, TimelineViewError, timeline_view_parse
 
 __all__ = [
+    "PromqlError",
     "TimelineCompareError",
     "TimelineViewError",
     "TimelineSession",
@@ -44,6 +46,7 @@ __all__ = [
     "compare_choices",
     "compare_links",
     "pinned_chart_list",
+    "promql_figure",
     "timeline_figures",
     "timeline_open",
     "timeline_panels",
@@ -192,6 +195,21 @@ def timeline_figures(
         for item in compared:
             if item.client is not None:
                 item.client.close()
+
+
+def promql_figure(
+    investigation: Investigation, job: Job | None, ds: DataSource | None, view: TimelineView, expr: str
+) -> dict[str, Any]:
+    """Return {"figure", "start", "end", "queries"}: a free PromQL expression drawn as a panel of its own
+    on the view's axis, with the job's marks (`timeline_promql`). Raises PromqlError for the expression,
+    TimelineViewError for the source."""
+    session = timeline_open(ds, view)
+    try:
+        panel = promql_panel(session, expr)
+        figure = _figures(investigation, job, view, session, [panel], [], [])[panel.spec.key]
+        return {"figure": figure, "start": session.start, "end": session.end, "queries": session.queries}
+    finally:
+        session.close()
 
 
 def _figures(

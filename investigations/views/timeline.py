@@ -104,6 +104,30 @@ def panel(request: HtmxHttpRequest, investigation_id: int, panel: str) -> JsonRe
     return JsonResponse(body, json_dumps_params={"separators": (",", ":"), "allow_nan": False})
 
 
+@require_GET
+@never_cache
+def promql(request: HtmxHttpRequest, investigation_id: int) -> JsonResponse:
+    """Return a free PromQL expression (`q`) drawn as a panel for the view of the query string.
+
+    The expression only ever becomes the `query` of one range query against the job's own source, through
+    the read-only, budgeted client; a bad expression is a 400 with Prometheus's message.
+    """
+    investigation = get_investigation_or_404(request.user, investigation_id)
+    job = investigation_job_or_404(investigation, request.GET.get("job"))
+    try:
+        view = svc.timeline_view_parse(request.GET)
+    except svc.TimelineViewError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    try:
+        datasource = job.current_datasource() if job else None
+        built = svc.promql_figure(investigation, job, datasource, view, request.GET.get("q", ""))
+    except svc.PromqlError as exc:
+        return JsonResponse({"error": str(exc)}, status=400)
+    except svc.TimelineViewError as exc:
+        return JsonResponse({"error": str(exc)}, status=503)
+    return JsonResponse(built, json_dumps_params={"separators": (",", ":"), "allow_nan": False})
+
+
 def _pinned_response(request: HtmxHttpRequest, investigation: Investigation, error: str = "") -> HttpResponse:
     context = {"investigation": investigation, "pin_error": error}
     return render(

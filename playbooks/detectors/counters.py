@@ -61,8 +61,10 @@ def _det_rate_outlier(
     job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
     length = min(length, max(1, int(g.mask(a, b).sum())))
-    # each host against its own history before its change first, the pack's (before theirs) second
-    own, pack = background(g.values, job, floor=floor, length=length)
+    # each host against its own history before its change first, the pack's (before theirs) second; the
+    # history must be training (before it, traffic and its counters had not started): with no step data, the
+    # pack's background over the whole data alone
+    own, pack = background(g.values, job, floor=floor, length=length if tl.train_start is not None else 0)
     ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
     exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
@@ -79,7 +81,8 @@ def _det_rate_outlier(
         x = g.values[r]
         level = nan_median(x[exc[r]])
         strength = level / max(ref[r], floor, 1e-12)
-        j = walk_back(x, i, max(floor, ref[r]))
+        # back to where it clearly left its background (a few points just above a 95th percentile are noise)
+        j = walk_back(x, i, max(floor, 3.0 * ref[r]))
         t_on = float(g.t[j]) - min(ctx.window_s(rule.queries[0]), g.step) / 2
         found.append((strength, r, t_on, level))
     if not found:

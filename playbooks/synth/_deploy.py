@@ -4,7 +4,8 @@
 node_exporter scraped by address, a stale Xid, remapped-row fields instead of ECC counters, node_exporter
 >= 1.11 RDMA counters, DCGM's 30 s collection under a 15 s scrape, an exporter that comes up late, a
 restarted exporter pod that renames its host, background counter noise, relabelled hosts, AMD's
-device-metrics-exporter with its field prefix). `Exporters.random(seed)` draws one; `Exporters.named(...)`
+device-metrics-exporter with its field prefix, a trainer whose step gauge is refreshed less often than
+steps complete). `Exporters.random(seed)` draws one; `Exporters.named(...)`
 gives a perturbation of the robustness bench by name.
 """
 
@@ -42,6 +43,8 @@ class Exporters:
             scrapes per NIC, on every host.
         host_domain: relabelled hosts: every host name gets this DNS suffix (log, TSDB and truth alike).
         prefix: AMD device-metrics-exporter field prefix ("amd_").
+        step_poll_s: the trainer's exporter refreshes its training_* gauges only every this many seconds
+            (slower than steps complete), so the step gauge stops up to this long before the log's last step.
     """
 
     gpu: str = "dcgm"
@@ -59,6 +62,7 @@ class Exporters:
     counter_noise: bool = False
     host_domain: str = ""
     prefix: str = ""
+    step_poll_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "amd-dme", "none"):
@@ -106,6 +110,7 @@ class Exporters:
             gpu_late_scrapes=int(rng.choice([0, 0, 1])),
             counter_noise=True,
             prefix=str(rng.choice(["", "amd_"])) if gpu == "amd-dme" else "",
+            step_poll_s=float(rng.choice([0.0, 0.0, 300.0, 600.0])),
         )
 
     @classmethod
@@ -133,6 +138,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "counter-noise": {"counter_noise": True},
     "late-exporter": {"gpu_late_scrapes": 1},
     "dcgm-30s": {"gpu_collect_s": 30.0},
+    "lagging-gauge": {"step_poll_s": 600.0},
 }
 
 

@@ -326,6 +326,9 @@ def simulate(job: Job) -> Job:
         job.stall_time = job.crash_time
     if job.crash_time is not None:
         job.job_end = job.crash_time + float(rng.uniform(60, 180))
+    if "error_at_end" in job.variants:
+        job.crash_time = job.stall_time = onset + min(15.0, 0.5 * job.variants["error_at_end"])
+        job.job_end = onset + job.variants["error_at_end"]
 
     if sc.name == "thermal-straggler":
         slow.update(t0=onset, factor=float(rng.uniform(1.08, 1.16)), ramp=float(rng.uniform(600, 1200)))

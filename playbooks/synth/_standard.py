@@ -300,10 +300,15 @@ def _targets(lay: _Layout) -> Iterator[Item]:
         yield "scrape_duration_seconds", lay.gpu_target(h), t, gdur, "f4"
 
 
-def _training(job: Job) -> Iterator[Item]:
-    # training gauges scraped from rank 0's exporter: value of the last completed step at each scrape
+def _training(job: Job, poll_s: float = 0.0) -> Iterator[Item]:
+    # training gauges scraped from rank 0's exporter: value of the last completed step at each scrape, or,
+    # when the trainer refreshes them every `poll_s` seconds only, at its last refresh before the scrape
     t = job.t
-    idx = np.searchsorted(job.step_end, t, side="right") - 1
+    seen = t
+    if poll_s > 0:
+        phase = job.train_start + float(np.random.default_rng([job.seed, 778]).uniform(0, poll_s))
+        seen = np.where(t >= phase, phase + np.floor((t - phase) / poll_s) * poll_s, job.train_start)
+    idx = np.searchsorted(job.step_end, seen, side="right") - 1
     valid = idx >= 0
     ii = np.clip(idx, 0, None)
     up = job.t <= (job.crash_time if job.crash_time is not None else job.job_end)
@@ -329,4 +334,4 @@ def standard_series(job: Job, ex: Exporters) -> Iterator[Item]:
         yield from (_dcgm(lay) if ex.gpu == "dcgm" else _dme(lay))
     yield from _node(lay)
     yield from _targets(lay)
-    yield from _training(job)
+    yield from _training(job, ex.step_poll_s)

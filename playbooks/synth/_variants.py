@@ -18,6 +18,8 @@ functions change the simulated arrays in place.
   anew for every run (another allocation), so a host's level differs between a restored run and its baseline;
 - rdma-degradation: a fabric fault (a leaf switch) degrades most of the job's hosts at once, so the pack's
   level over the job is the degraded one and each host must be judged against its own history;
+- gpu-hardware-fault: the uncorrectable error comes in the last minute of the data (the trainer aborts
+  seconds later and the capture ends soon after), so a grid anchored at the data's start may miss it;
 - every scenario, half the seeds: one host's exporter comes up a scrape or two late.
 """
 
@@ -56,6 +58,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
         v["majority_degraded"] = True
+    if name == "gpu-hardware-fault" and stream(job, 8).random() < 0.3:
+        v["error_at_end"] = float(stream(job, 8).uniform(5.0, 50.0, 2)[1])  # data after the error, seconds
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v

@@ -47,3 +47,56 @@ def test_one_fabric_event_on_most_hosts_of_a_larger_job_is_rdma_degradation(serv
     assert diag["class"] == "rdma-degradation"
     assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
     assert _scrapes(result, truth) <= 3
+
+
+def _gauge_last_step(client, truth):
+    """The last step the trainer's training_step gauge ever showed (the TSDB's, not the log's)."""
+    at = truth["data_range"][1]
+    span = int(at - truth["data_range"][0]) + 60
+    return max(s.value for s in client.query(f"max_over_time(training_step[{span}s])", at=at))
+
+
+@pytest.mark.parametrize("scenario", ["collective-hang", "heartbeat-false-positive"])
+def test_a_step_gauge_refreshed_less_often_than_steps_lags_the_log(served_job, scenario):
+    """Mode 8: the trainer refreshes its gauges every 10 min, so the gauge stops well before the log's last
+    step (a crash) or shows the last step only at its next refresh (a hang); the stall time comes from the
+    most advanced source and the gauge's lag is no sign of another job's Prometheus."""
+    client, truth, job_dir = served_job(scenario, 1, "nvidia", exporters="lagging-gauge")
+    if truth["crash_time"] is not None:
+        assert _gauge_last_step(client, truth) < truth["last_step"]
+    result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
+    diag = result["diagnosis"]
+    assert diag["class"] == truth["class"]
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert _scrapes(result, truth) <= 3
+    assert not diag["summary"].startswith("Check the data source first")
+
+
+def test_a_lagging_step_gauge_without_the_log_is_no_stall_while_gpus_train(served_job):
+    """Mode 8 without a log: the gauge stops before the data ends while the GPUs stay at training power;
+    the stall needs corroboration, so no hang is reported and the job's own fault is found."""
+    client, truth, _ = served_job("thermal-straggler", 8, "nvidia", exporters="lagging-gauge")
+    assert _gauge_last_step(client, truth) < truth["last_step"]
+    at = truth["data_range"][1]
+    (stamp,) = client.query(
+        f"max_over_time(training_last_step_timestamp_seconds[{int(at - truth['data_range'][0])}s])", at=at
+    )
+    assert at - stamp.value >= 300  # the gauge's last step is older than a stall needs, without a log
+    result = run_diagnosis(client, triage=None)
+    assert result["diagnosis"]["class"] == "thermal-straggler"
+    assert not [f for f in result["findings"] if "stopped advancing" in f["title"]]
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_an_uncorrectable_error_in_the_last_seconds_of_data_is_seen(served_job, profile):
+    """Mode 10: the uncorrectable error comes 12 s before the data ends (the trainer aborts, the capture
+    stops): grids end at the data's end and the error is dated on the fine grid, on its GPU."""
+    result, truth = _diagnose(served_job, "gpu-hardware-fault", 16, profile)
+    assert truth["variants"]["error_at_end"] < 60
+    assert truth["data_range"][1] - truth["onset"] < 60
+    diag = result["diagnosis"]
+    assert diag["class"] == "gpu-hardware-fault"
+    assert [(c["host"], c["gpu"]) for c in diag["culprits"]] == [
+        (c["host"], c["gpu"]) for c in truth["culprits"]
+    ]
+    assert _scrapes(result, truth) <= 3

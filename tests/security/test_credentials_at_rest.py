@@ -43,15 +43,16 @@ def test_the_migration_encrypts_rows_stored_in_clear() -> None:
         cursor.execute(
             "INSERT INTO investigations_datasource (kind, address, tunnel, state, state_detail, served_url, "
             "discovery_status, discovery, discovery_error, created) "
-            "VALUES ('url', 'http://127.0.0.1:9092', '{}', 'unknown', '', '', '', '{}', '', CURRENT_TIMESTAMP)"
+            "VALUES ('url', 'http://127.0.0.1:9092', '{}', 'unknown', '', '', '', '{}', '', CURRENT_TIMESTAMP) "
+            "RETURNING id"
         )
-        ds_id = cursor.lastrowid
+        ds_id = cursor.fetchone()[0]
         cursor.execute(
             "INSERT INTO investigations_datasourcecredential (datasource_id, username, password) "
-            "VALUES (%s, 'carol', %s)",
+            "VALUES (%s, 'carol', %s) RETURNING id",
             [ds_id, CLEAR],
         )
-        pk = cursor.lastrowid
+        pk = cursor.fetchone()[0]
     assert _column(pk) == CLEAR
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
