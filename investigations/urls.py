@@ -3,9 +3,9 @@ from __future__ import annotations
 from django.urls import path
 
 from .views import comparison as comparison_views
+from .views import comparison_grid, investigations, lifecycle, sources, timeline_notes
 from .views import diagnosis as diagnosis_views
 from .views import discovery as discovery_views
-from .views import investigations, lifecycle, sources, timeline_notes
 from .views import timeline as timeline_views
 
 app_name = "investigations"
@@ -113,6 +113,11 @@ urlpatterns = [
     ),
     # Multi-job comparison of an investigation's jobs.
     path("investigations/<int:investigation_id>/comparison/", comparison_views.region, name="comparison"),
+    path(
+        "investigations/<int:investigation_id>/comparison/side-by-side/",
+        comparison_grid.grid,
+        name="comparison_grid",
+    ),
     path(
         "investigations/<int:investigation_id>/comparison/start/",
         comparison_views.start,

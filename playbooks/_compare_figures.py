@@ -6,6 +6,7 @@ Prometheus), plus the per-host and per-GPU figures a verdict asks for. Used by `
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -268,7 +269,7 @@ def _run(job: Job, calls: Sequence[Callable[[], Any]], concurrency: int) -> list
     return job.client.run_parallel(calls, max_concurrency=concurrency)
 
 
-def cluster_rows(jobs: Sequence[Job], lo: int, hi: int, concurrency: int) -> tuple[list[Row], list[str]]:
+def cluster_rows(jobs: Sequence[Job], lo: float, hi: float, concurrency: int) -> tuple[list[Row], list[str]]:
     """Return the metric rows over each job's steady window, and the metrics no job pair could compare."""
     plan: list[tuple[Metric, str]] = []
     skipped: list[str] = []
@@ -296,7 +297,8 @@ def cluster_rows(jobs: Sequence[Job], lo: int, hi: int, concurrency: int) -> tup
             figures.append(
                 None if isinstance(got, PrometheusError) else _series_figures(job, got, lo, hi, m.stat)
             )
-        if any(f is None for f in figures):
+        known = [f for f in figures if f is not None]
+        if len(known) < len(figures):
             skipped.append(m.name)
             continue
         rows.append(
@@ -304,10 +306,10 @@ def cluster_rows(jobs: Sequence[Job], lo: int, hi: int, concurrency: int) -> tup
                 m,
                 sig,
                 [_agg_expr(j.profile, sig, m.agg) for j in jobs],
-                [f[0] for f in figures],
-                [f[1] for f in figures],
+                [f[0] for f in known],
+                [f[1] for f in known],
             )
-        )  # type: ignore[index]
+        )
     return rows, skipped
 
 
@@ -345,8 +347,9 @@ def per_host(job: Job, signal: str, stats: Sequence[str], concurrency: int) -> l
     res = choose_step(a, b, max_points=_MAX_POINTS)
     rng = f"({job.profile.expr(signal)})[{max(int(b - a), int(res))}s:{int(res)}s]"
     exprs = [f"avg_over_time({rng})" if st == "mean" else f"quantile_over_time({st}, {rng})" for st in stats]
-    out = []
-    for got in _run(job, [(lambda e=e: job.client.query(e, b)) for e in exprs], concurrency):
+    out: list[dict[str, float]] = []
+    calls: list[Callable[[], Any]] = [functools.partial(job.client.query, e, b) for e in exprs]
+    for got in _run(job, calls, concurrency):
         if isinstance(got, PrometheusError):
             out.append({})
         else:

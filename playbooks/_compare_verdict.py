@@ -236,7 +236,7 @@ def _thermal_verdict(p: _Pair) -> Verdict | None:
             and slow_o - slow_b > rows["gpu_clock_min"].metric.rel_floor
         ):
             hot = extreme_gpus(o, rows["gpu_temp_max"].signal, True, concurrency)
-            culprits = [{"host": h, "gpu": g} for h, g, _ in hot[:1]]
+            culprits: list[dict[str, str | None]] = [{"host": h, "gpu": g} for h, g, _ in hot[:1]]
             return Verdict(
                 "thermal-straggler",
                 "thermal",
@@ -381,7 +381,7 @@ def likely_cause(
         )
         return f"faster despite {verdict.differentiator.replace('_', ' ')}: {elsewhere} differs"
     overall = {"gpu_temp_max": "gpu_temp", "gpu_clock_min": "gpu_clock"}.get(name)
-    if overall in rows:
+    if overall is not None and overall in rows:
         # The extreme moved as much as the typical GPU: the whole fleet differs, not one straggler.
         ref = rows[overall]
         gap_b, gap_o = row.values[base] - ref.values[base], row.values[other] - ref.values[other]

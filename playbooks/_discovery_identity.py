@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -225,29 +225,29 @@ def check_identity(
     notes = _node_notes(facts.get("nodes") or [], hosts)
     step_time = facts.get("step_time")
     slack = DEFAULT_STEP_SLACK if not step_time else max(2, min(1000, math.ceil(EXPORTER_LAG_S / step_time)))
-    base = {
-        "step_metric": metric,
-        "log_last_step": log_last,
-        "tsdb_last_step": tsdb_last,
-        "log_step_time": facts.get("last_step_time"),
-        "slack": slack,
-    }
+    base = Identity(
+        step_metric=metric,
+        log_last_step=log_last,
+        tsdb_last_step=tsdb_last,
+        log_step_time=facts.get("last_step_time"),
+        slack=slack,
+    )
     unknown = _unknown_reason(facts, profile, metric, tsdb_last, parts.errors.get("step"))
     if unknown is not None:
-        return Identity(status="unknown", message=unknown, notes=tuple(notes), **base)
+        return replace(base, status="unknown", message=unknown, notes=tuple(notes))
     assert log_last is not None and tsdb_last is not None and profile is not None
 
     running = facts.get("status") == "running"
     diff = tsdb_last - log_last
     if (diff > slack and not running) or diff < -slack:
-        return Identity(
+        return replace(
+            base,
             status="mismatch",
             message=(
                 f"The log's last step is {_fmt(log_last)} but this Prometheus's {metric} ends at "
                 f"{_fmt(tsdb_last)}: this is probably the wrong Prometheus."
             ),
             notes=tuple(notes),
-            **base,
         )
     compared = min(log_last, tsdb_last)
     notes += _lag_notes(diff, running, slack, metric)
@@ -262,7 +262,7 @@ def check_identity(
     losses = dict(facts.get("losses") or {})
     losses.update({int(k): float(v) for k, v in (log_losses or {}).items()})
     log_loss = losses.get(compared)
-    fields = dict(
+    fields = replace(
         base, compared_step=compared, tsdb_step_time=step_ts, log_loss=log_loss, tsdb_loss=tsdb_loss
     )
     log_time = facts.get("last_step_time")
@@ -343,19 +343,19 @@ def _loss_verdict(
     log_loss: float | None,
     tsdb_loss: float | None,
     notes: list[str],
-    fields: dict[str, Any],
+    fields: Identity,
 ) -> Identity:
     """Return the identity once the steps agree: a mismatch if both losses exist and differ, else a match."""
     if log_loss is not None and tsdb_loss is not None:
         if abs(log_loss - tsdb_loss) > LOSS_TOLERANCE + 1e-6 * abs(log_loss):
-            return Identity(
+            return replace(
+                fields,
                 status="mismatch",
                 message=(
                     f"Step {_fmt(compared)} is in both, but the log's loss there is {log_loss:.3f} and this "
                     f"Prometheus's is {tsdb_loss:.4f}: this is probably the wrong Prometheus."
                 ),
                 notes=tuple(notes),
-                **fields,
             )
         message = (
             f"The log's last step {_fmt(log_last)} and its loss {log_loss:.3f} match this Prometheus's "
@@ -367,4 +367,4 @@ def _loss_verdict(
         message = (
             f"The log's last step {_fmt(log_last)} matches this Prometheus's {metric} ({_fmt(tsdb_last)})."
         )
-    return Identity(status="match", message=message, notes=tuple(notes), **fields)
+    return replace(fields, status="match", message=message, notes=tuple(notes))

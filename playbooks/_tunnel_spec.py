@@ -76,7 +76,7 @@ def check_port(value: object, what: str) -> int:
     if isinstance(value, bool):
         raise TunnelError(f"{what} {value!r} is not a port number.")
     try:
-        port = int(value)  # type: ignore[call-overload]
+        port = int(str(value))
     except (TypeError, ValueError):
         raise TunnelError(f"{what} {value!r} is not a port number.") from None
     if not 1 <= port <= 65535 or str(port) != str(value).strip():
@@ -167,7 +167,8 @@ class TunnelSpec:
                 raise TunnelError(f"Jump host {hop!r} is not user@host[:port].")
             jump.append(_hop_text(*split_hop(hop.strip(), "Jump host")))
         put("jump", tuple(jump))
-        put("ssh_port", None if self.ssh_port in (None, "") else check_port(self.ssh_port, "SSH port"))
+        raw_port: object = self.ssh_port  # a form gives "" for no port
+        put("ssh_port", None if raw_port in (None, "") else check_port(raw_port, "SSH port"))
         for name, what in (("identity_file", "Identity file"), ("known_hosts_file", "Known hosts file")):
             value = getattr(self, name)
             put(name, None if value in (None, "") else check_path(value, what))

@@ -142,7 +142,7 @@ def _source_dict(job: Job) -> dict[str, Any]:
     }
 
 
-def compare_jobs(jobs: Sequence[CompareJob | tuple], *, concurrency: int = 8) -> dict[str, Any]:
+def compare_jobs(jobs: Sequence[CompareJob | tuple[Any, ...]], *, concurrency: int = 8) -> dict[str, Any]:
     """Return the contract's `compare` object for two or more jobs.
 
     1. Discover each job's profile, hosts, data range and step gauge (in parallel).

@@ -7,6 +7,7 @@ from typing import Any
 
 from .classes import load_classes
 from .context import Context, Finding, _r
+from .log_evidence import apply_log_evidence
 from .report import fmt_time
 
 __all__ = ["decide_diagnosis", "score"]
@@ -22,6 +23,7 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
     only breaks ties.
     """
     tl = ctx.timeline
+    apply_log_evidence(ctx, findings)  # the log's kills, node failures and Xids, mapped to hosts
     _demote_unsupported(ctx, findings)
     cands = [f for f in findings if f.role == "cause" and SEV_RANK[f.severity] >= 1 and f.klass != "healthy"]
     if not cands:

@@ -166,7 +166,8 @@ class Discovery:
         out["time_range"] = list(self.time_range) if self.time_range is not None else None
         out["window"] = list(self.window) if self.window is not None else None
         out["unavailable"] = [list(u) for u in self.unavailable]
-        return _jsonable(out)
+        jsonable: dict[str, Any] = _jsonable(out)
+        return jsonable
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Discovery:
@@ -246,17 +247,14 @@ def discover(
     if rng is None and "time_range" not in parts.errors:
         parts.errors["time_range"] = "this Prometheus holds no samples"
     scope = (max(rng[0], rng[1] - max_window), rng[1]) if rng is not None else None
-    live = scope is not None and not unreachable
-    names, series_total, families, profile = (
-        _metric_names(client, scope, parts) if live else ([], None, [], None)
-    )
+    asked = None if unreachable else scope  # an unreachable server is asked nothing more
+    names, series_total, families, profile = _metric_names(client, asked, parts)
     src = _Source()
     if targets_api and targets_api.get("activeTargets"):
         from_api = call_part(parts, "targets", lambda: targets_from_api(targets_api))
         if from_api is not None:
             src.targets, src.targets_source = from_api, "api"
-    if live:
-        _source_parts(client, profile, rng, scope, parts, src, max_concurrency)
+    _source_parts(client, profile, rng, asked, parts, src, max_concurrency)
     counts_gpu = list(src.gpus.values())
     typical = typical_count(counts_gpu)
     hosts = src.hosts
@@ -315,9 +313,12 @@ def _status(
 
 
 def _metric_names(
-    client: PrometheusClient, scope: tuple[float, float], parts: Parts
+    client: PrometheusClient, scope: tuple[float, float] | None, parts: Parts
 ) -> tuple[list[str], int | None, list[Family], Profile | None]:
-    """Return the metric names, their series total, their families and the profile they make (step 2)."""
+    """Return the metric names, their series total, their families and the profile they make (step 2);
+    nothing without a scope (no data, or an unreachable server)."""
+    if scope is None:
+        return [], None, [], None
     counts = call_part(parts, "families", lambda: family_counts(client, scope, parts))
     if counts is None:
         return [], None, [], None
@@ -345,14 +346,16 @@ class _Source:
 def _source_parts(
     client: PrometheusClient,
     profile: Profile | None,
-    rng: tuple[float, float],
-    scope: tuple[float, float],
+    rng: tuple[float, float] | None,
+    scope: tuple[float, float] | None,
     parts: Parts,
     src: _Source,
     max_concurrency: int,
 ) -> None:
     """Fill `src` in parallel (step 3): hosts, GPUs, GPU models, the step signal, and the targets from the
-    `up` series when the server has no configured targets."""
+    `up` series when the server has no configured targets. Nothing without a scope."""
+    if rng is None or scope is None:
+        return
     win = window(scope)
     calls: list[tuple[str, Callable[[], Any]]] = []
     if profile is not None:

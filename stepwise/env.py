@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -17,6 +18,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+@overload
+def envstr(name: str) -> str | None: ...
+@overload
+def envstr(name: str, default: str) -> str: ...
+@overload
+def envstr(name: str, default: None) -> str | None: ...
 
 
 def envstr(name: str, default: str | None = None) -> str | None:

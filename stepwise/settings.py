@@ -10,6 +10,7 @@ directory, loopback binding, login required everywhere.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import dj_database_url
 from cryptography.fernet import Fernet
@@ -310,6 +311,7 @@ else:
 # valid) are shared by every web process and worker: Redis when REDIS_URL is set, else a database table
 # (created by the investigations migration 0003). A live source's entries expire after
 # STEPWISE_TIMELINE_LIVE_TTL seconds.
+CACHES: dict[str, dict[str, Any]]
 if REDIS_URL:
     CACHES = {
         "default": {

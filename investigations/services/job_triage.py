@@ -38,7 +38,7 @@ def triage_stalled(triage: dict[str, Any] | None) -> bool:
         return False
     stamp = triage.get("started") or triage.get("queued")
     try:
-        since = datetime.fromisoformat(stamp)
+        since = datetime.fromisoformat(str(stamp))
     except (TypeError, ValueError):
         return False
     return (timezone.now() - since).total_seconds() > settings.CELERY_TASK_TIME_LIMIT + 60

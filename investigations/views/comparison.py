@@ -168,33 +168,49 @@ def _region_context(investigation: Investigation, **extra: Any) -> dict[str, Any
             "diagnosis": diagnosis or None,
             "timings": result.get("timings") or {},
             "timeline_url": _timeline_url(investigation, decided, result),
+            "grid_url": _grid_url(investigation, decided, result),
         },
         **extra,
     }
 
 
-def _timeline_url(investigation: Investigation, decided: DiagnosisRun | None, result: dict[str, Any]) -> str:
-    """Return the timeline that draws the compared jobs by step over the primary's: step time and every
-    metric the comparison judged beyond noise ("" without a finished comparison)."""
+def _compared_view(decided: DiagnosisRun | None, result: dict[str, Any]) -> tuple[int, list[int], list[str]]:
+    """Return (primary job pk, the other jobs' pks, panels) a finished comparison draws: step time and every
+    metric it judged beyond noise; (0, [], []) without one."""
     if decided is None or not result:
-        return ""
+        return 0, [], []
     jobs = [int(pk) for pk in (decided.request or {}).get("jobs") or []]
     others = [pk for pk in jobs if pk != decided.job_id]
-    if not others:
-        return ""
     wanted = {"step_time"} | {
         signal
         for m in (result.get("comparison") or {}).get("metrics") or []
         if (m.get("likely_cause") or WITHIN_NOISE) != WITHIN_NOISE
         for signal in metric_signals(str(m.get("name") or ""))
     }
+    return decided.job_id, others, [k for k in PANELS if k in wanted]
+
+
+def _timeline_url(investigation: Investigation, decided: DiagnosisRun | None, result: dict[str, Any]) -> str:
+    """Return the timeline that draws the compared jobs by step over the primary's ("" without any)."""
+    primary, others, panels = _compared_view(decided, result)
+    if not others:
+        return ""
     query = {
-        "job": str(decided.job_id),
+        "job": str(primary),
         "x": "step",
-        "compare": ",".join(str(pk) for pk in others),
-        "panels": ",".join(k for k in PANELS if k in wanted),
+        "compare": ",".join(map(str, others)),
+        "panels": ",".join(panels),
     }
     return reverse("investigations:timeline", args=[investigation.pk]) + "?" + urlencode(query)
+
+
+def _grid_url(investigation: Investigation, decided: DiagnosisRun | None, result: dict[str, Any]) -> str:
+    """Return the small multiples of the same jobs and panels: one column per job ("" without any)."""
+    primary, others, panels = _compared_view(decided, result)
+    if not others:
+        return ""
+    query = {"jobs": ",".join(map(str, [primary, *others])), "panels": ",".join(panels)}
+    return reverse("investigations:comparison_grid", args=[investigation.pk]) + "?" + urlencode(query)
 
 
 def _region(request: HtmxHttpRequest, investigation: Investigation, **extra: Any) -> HttpResponse:

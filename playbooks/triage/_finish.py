@@ -94,7 +94,7 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
         kept = [x for x in steady if x <= 3 * med]
         step_time = round(sum(kept) / len(kept), 3)
     prog["step_time_s"] = step_time
-    last_ts = st.steps[out.last_step][3] if steps else None
+    last_ts = st.steps[steps[-1]][3] if steps else None
     if last_ts is None and steps and st.barrier_time is not None:
         # print-style step lines carry no time: training start + the steps' own seconds
         last_ts = st.barrier_time + sum(st.steps[s][0] for s in steps)
@@ -118,7 +118,7 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
 
 def _tgs_trend(st: _State, out: Triage, steps: list[int]) -> float | None:
     """Return the TGS change (%) from steps first+5..first+15 to the last ten, with 20 or more TGS figures."""
-    tgs = [(s, st.steps[s][1]) for s in steps if st.steps[s][1] is not None]
+    tgs = [(s, v) for s in steps if (v := st.steps[s][1]) is not None]
     if len(tgs) < 20 or out.first_step is None:
         return None
     early = [v for s, v in tgs if out.first_step + 5 <= s <= out.first_step + 15]
@@ -186,8 +186,8 @@ def _timing(
         stall = st.wall_s - train_s - 1800.0  # minus a generous setup + compile allowance
     if stall is not None:
         out.details["stall_after_last_step_s"] = round(stall, 1)
-    if last_ts is not None and step_time and now is not None and out.status == "running":
-        out.details["expected_step_now"] = int(out.last_step + (now - last_ts) / step_time)
+    if last_ts is not None and step_time and now is not None and out.status == "running" and steps:
+        out.details["expected_step_now"] = int(steps[-1] + (now - last_ts) / step_time)
     return stall, end_time
 
 
@@ -208,7 +208,7 @@ def _computed_classes(
             f"steps stopped at {out.last_step}"
             + (f"; no progress for {stall / 60:.0f} min before the end" if stall else ""),
         )
-    if trend is not None and trend < -10.0:
+    if trend is not None and trend < -10.0 and out.first_step is not None:
         _add(
             st,
             "tgs-degradation",

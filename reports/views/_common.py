@@ -14,7 +14,7 @@ from investigations.models import Investigation
 from investigations.services import investigations as inv
 from reports import access
 from reports.models import Report
-from reports.services import conversation, findings, pdf, sections
+from reports.services import conversation, findings, pdf, sections, steps
 
 
 def investigation_for(
@@ -61,6 +61,8 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
         findings.human_finding_freeze(h)
     section_rows = list(report.sections.select_related("updated_by"))
     finding_rows = findings.report_findings(report)
+    lookup = steps.StepLookup()
+    charts = list(investigation.pinned_charts.all())
     anchors = [("report", "the report")] + [(f"section:{s.key}", s.title) for s in section_rows]
     anchors += [(f"finding:{findings.finding_key(f)}", f"finding: {f.title[:60]}") for f, _ in finding_rows]
     anchors += [(f"human:{h.pk}", f"finding: {h.title[:60]}") for h in humans]
@@ -74,7 +76,10 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
         "sections": section_rows,
         "findings": finding_rows,
         "human_findings": humans,
-        "charts": list(investigation.pinned_charts.all()),
+        "charts": charts,
+        # Where each finding's and pinned chart's permalink points: absolute time and training step.
+        "moments": {f.pk: steps.finding_moment(investigation.pk, f, lookup) for f, _ in finding_rows},
+        "chart_moments": {c.pk: steps.chart_moments(investigation.pk, c, lookup) for c in charts},
         "log_matches": ((job.triage or {}).get("matches") or [])[:200] if job is not None else [],
         "action_items": list(report.action_items.select_related("owner")),
         "users": get_user_model().objects.filter(is_active=True).order_by("username"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
@@ -27,8 +29,21 @@ def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     context = page_context(report, role, request.user) | {
         "base_url": base,
         "ticket_text": exports.ticket_block(report, base_url=base),
+        "link_moment": _link_moment(request.GET),
     }
     return render(request, "reports/report.html", context)
+
+
+_AT = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}(:\d{2})?( ?UTC|Z|[+-]00:?00)?")
+
+
+def _link_moment(params) -> str:
+    """Return where a permalink points, for its preview ("step 1200, 2026-05-13 00:30:15 UTC"), or ""."""
+    at, step = params.get("at", "").strip(), params.get("step", "").strip()
+    parts = [f"step {step}"] if step.isdigit() and len(step) <= 12 else []
+    if _AT.fullmatch(at):
+        parts.append(at if "UTC" in at else f"{at} UTC")
+    return ", ".join(parts)
 
 
 @require_GET

@@ -205,6 +205,11 @@ def test_a_poll_that_finds_it_done_gets_the_result_side_by_side_without_the_trig
     baseline = next(link.job_id for link in investigation.job_links.all() if link.job_id != restored.pk)
     assert query == {"job": str(restored.pk), "x": "step", "compare": str(baseline),
                      "panels": "step_time,procs_running"}  # fmt: skip
+    # ... and the same jobs and panels side by side, one column per job
+    grid = urlsplit(html.unescape(re.search(r'href="([^"]+)" data-testid="comparison-grid"', body)[1]))
+    assert grid.path == reverse("investigations:comparison_grid", args=[investigation.pk])
+    assert {k: v[0] for k, v in parse_qs(grid.query).items()} == {
+        "jobs": f"{restored.pk},{baseline}", "panels": "step_time,procs_running"}  # fmt: skip
 
 
 def test_the_investigation_page_loads_the_region_and_the_diagnosis_ignores_comparisons(

@@ -1,0 +1,186 @@
+"""The job log's host events as corroboration for the diagnosis (the triage's `details.host_events`).
+
+What the TSDB cannot show, the log can: a kill in the last scrape, a node Slurm lost, an Xid the exporter
+never sampled. Each event is weighed as a diagnostician would:
+
+- host-oom needs a kill: a kernel/cgroup OOM kill on a host, or a SIGKILL (exit 137) on a host whose memory
+  reached its limit, corroborates the OOM-kill counter on that host, or stands as the kill where the counter
+  saw none (onset: the final rise to the limit when the memory rule found it, else the kill);
+- node-death prefers the host Slurm named: a silent-host finding is narrowed to the hosts Slurm reported
+  failed, and a host Slurm reported failed that the data never saw go silent is still a dead node;
+- a hardware Xid (48, 79, 94, ...) mapped to a host corroborates a GPU fault on that host, is a GPU fault
+  by itself where the data shows none, and is the onset of a node death when that host then went silent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .context import Context, Finding, triage_get
+from .triage import HW_XIDS
+
+__all__ = ["apply_log_evidence"]
+
+_LOOKBACK_S = 1800.0  # errors this long before a node went silent are its onset (as the decision's own)
+
+
+def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
+    """Add the log's host events to `findings`: evidence on findings they corroborate, new findings for what
+    the data missed."""
+    events = [e for e in triage_get(ctx.triage, "details", "host_events") or [] if isinstance(e, Mapping)]
+    if not events:
+        return
+    known = tuple(getattr(ctx.source, "hosts", ()) or ())
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for e in events:
+        if e.get("host"):
+            by_kind.setdefault(str(e.get("kind")), []).append(
+                {**e, "host": _tsdb_host(str(e["host"]), known)}
+            )
+    _node_failures(ctx, findings, by_kind.get("node-failure", []))
+    _kills(findings, by_kind.get("oom-kill", []), by_kind.get("killed", []))
+    _xids(ctx, findings, [e for e in by_kind.get("xid", []) if e.get("code") in HW_XIDS])
+
+
+def _tsdb_host(host: str, known: Sequence[str]) -> str:
+    """Return the TSDB's name of a log's host (the same name, or the same short name), else the log's."""
+    if host in known:
+        return host
+    short = host.split(".")[0]
+    return next((h for h in known if h.split(".")[0] == short), host)
+
+
+def _evidence(e: Mapping[str, Any], meaning: str) -> dict[str, Any]:
+    return {
+        "query": f"job log, line {e.get('line')}",
+        "labels": {"host": str(e["host"])},
+        "value": str(e.get("text") or "")[:300],
+        "interpretation": meaning,
+    }
+
+
+def _cause(
+    playbook: str,
+    rule: str,
+    klass: str,
+    hosts: list[str],
+    onset: float | None,
+    title: str,
+    ev: list[dict[str, Any]],
+) -> Finding:
+    """Return a critical cause finding the log alone gives (the data did not show it)."""
+    return Finding(playbook, rule, klass, "critical", "cause", hosts, [], onset, title, ev, {"source": "log"})
+
+
+def _active(findings: list[Finding], rule: str | None = None, klass: str | None = None) -> list[Finding]:
+    return [
+        f
+        for f in findings
+        if f.severity != "info" and (rule is None or f.rule == rule) and (klass is None or f.klass == klass)
+    ]
+
+
+def _node_failures(ctx: Context, findings: list[Finding], events: list[dict[str, Any]]) -> None:
+    if not events:
+        return
+    failed = list(dict.fromkeys(e["host"] for e in events))
+    meaning = "Slurm reported this node failed (slurmctld lost it) and ended the job for it."
+    silent = _active(findings, rule="host_silent")
+    for f in silent:
+        named = [h for h in f.hosts if h in failed]
+        if named:
+            f.hosts = named  # the node Slurm lost, not the peers that went quiet with the job
+            f.evidence += [_evidence(e, meaning) for e in events if e["host"] in named]
+    seen = {h for f in silent for h in f.hosts}
+    missed = [h for h in failed if h not in seen]
+    if not missed:
+        return
+    tl = ctx.timeline
+    times = [e["time"] for e in events if e["host"] in missed and e.get("time") is not None]
+    onset = min(times) if times else None
+    if tl.stalled and tl.last_advance is not None and (onset is None or tl.last_advance <= onset):
+        onset = tl.last_advance  # the job stopped when the node did; Slurm noticed minutes later
+    findings.append(
+        _cause(
+            "node",
+            "host_silent",
+            "node-death",
+            missed,
+            onset,
+            f"Slurm reported node failure on {', '.join(missed)} (job log)",
+            [_evidence(e, meaning) for e in events if e["host"] in missed],
+        )
+    )
+
+
+def _kills(findings: list[Finding], ooms: list[dict[str, Any]], killed: list[dict[str, Any]]) -> None:
+    near = {h: f for f in findings if f.rule == "memory_exhausted" for h in f.hosts}
+    kills = ooms + [e for e in killed if e.get("code") == 137 and e["host"] in near]
+    if not kills:
+        return
+    meaning = {
+        True: "The kernel's OOM killer (or the job's memory cgroup) killed a process on this host.",
+        False: "A task was killed (SIGKILL, exit 137) on this host while its memory was at the limit.",
+    }
+    counted = _active(findings, rule="oom_kill")
+    for f in counted:
+        f.evidence += [_evidence(e, meaning[e["kind"] == "oom-kill"]) for e in kills if e["host"] in f.hosts]
+    hosts = list(dict.fromkeys(e["host"] for e in kills if not any(e["host"] in f.hosts for f in counted)))
+    if not hosts:
+        return
+    rises = [t for t in (near[h].onset for h in hosts if h in near) if t is not None]
+    times = [e["time"] for e in kills if e["host"] in hosts and e.get("time") is not None]
+    findings.append(
+        _cause(
+            "host_oom",
+            "oom_kill_log",
+            "host-oom",
+            hosts,
+            min(rises) if rises else min(times) if times else None,
+            f"OOM kill on {', '.join(hosts)} (job log)",
+            [_evidence(e, meaning[e["kind"] == "oom-kill"]) for e in kills if e["host"] in hosts],
+        )
+    )
+
+
+def _xids(ctx: Context, findings: list[Finding], events: list[dict[str, Any]]) -> None:
+    if not events:
+        return
+    dead = _active(findings, klass="node-death")
+    faults = _active(findings, klass="gpu-hardware-fault")
+    lone: list[dict[str, Any]] = []
+    for e in events:
+        meaning = f"The NVIDIA driver reported Xid {e.get('code')}, a GPU hardware fault, on this host."
+        d = next((f for f in dead if e["host"] in f.hosts), None)
+        if d is not None:
+            d.evidence.append(
+                _evidence(e, meaning + " The host then went silent: it is where the death began.")
+            )
+            t = e.get("time")
+            if t is not None and (d.onset is None or d.onset - _LOOKBACK_S <= t < d.onset):
+                d.onset = t
+            continue
+        g = next((f for f in faults if e["host"] in f.hosts), None)
+        if g is not None:
+            g.evidence.append(_evidence(e, meaning))
+        else:
+            lone.append(e)
+    for host in dict.fromkeys(e["host"] for e in lone):
+        mine = [e for e in lone if e["host"] == host]
+        times = [e["time"] for e in mine if e.get("time") is not None]
+        tl = ctx.timeline
+        onset = min(times) if times else tl.last_advance if tl.stalled else tl.crash_time
+        codes = ", ".join(str(c) for c in dict.fromkeys(e.get("code") for e in mine))
+        ev = [_evidence(e, f"The NVIDIA driver reported Xid {e.get('code')} on this host.") for e in mine]
+        findings.append(
+            _cause(
+                "gpu_health",
+                "xid_log",
+                "gpu-hardware-fault",
+                [host],
+                onset,
+                f"Xid {codes} on {host} (job log)",
+                ev,
+            )
+        )

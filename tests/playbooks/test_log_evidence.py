@@ -1,0 +1,187 @@
+"""The log's host events as the diagnosis's corroboration (issue 10 modes 5, 10, 11), end to end: a generated
+job served by a real Prometheus, its log with lines appended in the test, triaged and diagnosed.
+
+healthy 1 brushes the memory limit on one host during a save without a kill (the generator's
+`near_limit_save` variant); collective-hang 1 hangs with every host reporting to the end.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from playbooks.context import Context, Finding, Timeline
+from playbooks.decision import decide_diagnosis
+from playbooks.diagnose import run_diagnosis
+from playbooks.triage import find_job_log, triage_log
+
+NEAR = "Host memory reached its limit"  # the title of host_oom.memory_exhausted (findings carry no rule id)
+
+
+def _diagnose(served_job, scenario, seed, profile, extra):
+    """Diagnose the job with `extra(truth, near_host)` lines added before its log's last stage line."""
+    client, truth, job_dir = served_job(scenario, seed, profile)
+    lines = find_job_log(job_dir).read_text().splitlines()
+    base = run_diagnosis(client, triage=triage_log(lines).to_dict())
+    near = [f["hosts"][0] for f in base["findings"] if f["title"].startswith(NEAR)]
+    cut = next((i for i, ln in enumerate(lines) if ln.startswith("== Training")), len(lines))
+    added = extra(truth, near[0] if near else None)
+    triage = triage_log(lines[:cut] + added + lines[cut:]).to_dict()
+    return base, run_diagnosis(client, triage=triage), truth, triage
+
+
+def _syslog(t: float) -> str:
+    d = dt.datetime.fromtimestamp(t, dt.UTC)
+    return f"{d:%b} {d.day:2d} {d:%H:%M:%S}"
+
+
+def _hosts(result) -> list[str]:
+    return [c["host"] for c in result["diagnosis"]["culprits"]]
+
+
+@pytest.mark.parametrize("profile", ["amd", "nvidia"])
+def test_near_limit_memory_with_a_sigkill_on_that_host_is_host_oom(served_job, profile):
+    """Mode 11: memory at the limit is a note; the same host's task killed with exit 137 makes it the OOM,
+    and the onset is the rise to the limit, not the kill."""
+    base, result, truth, _ = _diagnose(
+        served_job,
+        "healthy",
+        1,
+        profile,
+        lambda tr, near: [f"srun: error: {near}: task 1: Exited with exit code 137"],
+    )
+    assert base["diagnosis"]["class"] == "healthy"
+    near = next(f for f in base["findings"] if f["title"].startswith(NEAR))
+    assert result["diagnosis"]["class"] == "host-oom"
+    assert _hosts(result) == near["hosts"]
+    assert result["diagnosis"]["onset"] == near["onset"]
+    (log,) = [f for f in result["findings"] if f["title"].endswith("(job log)")]
+    assert log["evidence"][0]["query"].startswith("job log, line ") and "137" in log["evidence"][0]["value"]
+
+
+def test_a_sigkill_on_a_host_whose_memory_was_fine_is_no_oom(served_job):
+    """Mode 11's control: exit 137 alone (a host far from its limit) is a kill by someone, not an OOM."""
+    _, result, truth, triage = _diagnose(
+        served_job,
+        "healthy",
+        1,
+        "amd",
+        lambda tr, near: [
+            f"srun: error: {h}: task {i}: Exited with exit code 137"
+            for i, h in enumerate(tr["hosts"])
+            if h != near
+        ],
+    )
+    assert len([e for e in triage["details"]["host_events"] if e["code"] == 137]) == len(truth["hosts"]) - 1
+    assert result["diagnosis"]["class"] == "healthy"
+
+
+def test_a_kernel_oom_kill_in_the_log_is_host_oom_on_that_host(served_job):
+    """Mode 10: the kill fell after the last scrape (no counter growth); the kernel's line names the host
+    and dates the kill."""
+
+    def extra(tr, near):
+        t = tr["data_range"][1] - 20
+        return [
+            f"{_syslog(t)} {tr['hosts'][2]} kernel: Out of memory: Killed process 4242 (python3) total-vm:9kB"
+        ]
+
+    _, result, truth, _ = _diagnose(served_job, "healthy", 1, "nvidia", extra)
+    assert result["diagnosis"]["class"] == "host-oom"
+    assert _hosts(result) == [truth["hosts"][2]]
+    assert result["diagnosis"]["onset"] == pytest.approx(int(truth["data_range"][1] - 20), abs=1)
+
+
+def test_a_node_slurm_reports_failed_is_node_death_on_that_host(served_job):
+    """Modes 5 and 10: the node died in the last scrape, so the TSDB shows only the hang; Slurm's line names
+    the dead node, which becomes the culprit instead of the hang's odd host."""
+    base, result, truth, _ = _diagnose(
+        served_job,
+        "collective-hang",
+        1,
+        "amd",
+        lambda tr, near: [f"srun: error: Node failure on {tr['hosts'][2]}"],
+    )
+    assert base["diagnosis"]["class"] == "collective-hang"
+    assert _hosts(base) != [truth["hosts"][2]]
+    assert result["diagnosis"]["class"] == "node-death"
+    assert _hosts(result) == [truth["hosts"][2]]
+    assert result["diagnosis"]["onset"] == base["diagnosis"]["onset"]  # when the steps stopped
+
+
+@pytest.mark.parametrize(("code", "klass"), [(79, "gpu-hardware-fault"), (13, "healthy")])
+def test_a_hardware_xid_in_the_last_minute_is_a_gpu_fault_on_its_host(served_job, code, klass):
+    """Mode 10: an Xid 79 30 s before the data ends, which no scrape saw, names its host and its time; Xid 13
+    (the program's own fault) does not."""
+
+    def extra(tr, near):
+        t = tr["data_range"][1] - 30
+        return [
+            f"{_syslog(t)} {tr['hosts'][1]} kernel: NVRM: Xid (PCI:0000:3b:00): {code}, pid=1, name=python3"
+        ]
+
+    _, result, truth, _ = _diagnose(served_job, "healthy", 1, "nvidia", extra)
+    assert result["diagnosis"]["class"] == klass
+    if klass != "healthy":
+        assert _hosts(result) == [truth["hosts"][1]]
+        assert result["diagnosis"]["onset"] == pytest.approx(int(truth["data_range"][1] - 30), abs=1)
+
+
+# ------------------------------------------------------------------------------ the weighing, hand-made findings
+
+
+class _Source:
+    hosts = ("h00", "h01", "h02", "h03")
+
+
+def _ctx(events, stalled=True, last_advance=5000.0):
+    tl = Timeline(
+        start=0.0, end=10_000.0, train_start=100.0, stalled=stalled, last_advance=last_advance, step_s=10.0
+    )
+    triage = {"job": {}, "details": {"host_events": events}}
+    return Context(results={}, meta={}, timeline=tl, triage=triage, source=_Source(), gpu=None)
+
+
+def _ev(kind, host, time=None, code=None, line=900):
+    return {"kind": kind, "host": host, "time": time, "line": line, "code": code, "text": f"{kind} {host}"}
+
+
+def _f(rule, klass, sev, hosts, onset, role="cause"):
+    return Finding("p", rule, klass, sev, role, list(hosts), [], onset, rule, [])
+
+
+def test_silence_on_several_hosts_narrows_to_the_host_slurm_named():
+    """Two hosts went quiet (the dead one and a peer whose exporter stopped with the job): Slurm's line says
+    which one died."""
+    silent = _f("host_silent", "node-death", "critical", ["h01", "h02"], 5010.0)
+    d = decide_diagnosis(_ctx([_ev("node-failure", "h02.cluster.example", 5300.0)]), [silent])
+    assert d["class"] == "node-death" and [c["host"] for c in d["culprits"]] == ["h02"]
+    assert silent.evidence[0]["query"] == "job log, line 900" and silent.evidence[0]["labels"] == {
+        "host": "h02"
+    }
+
+
+def test_an_xid_before_the_silence_is_the_node_deaths_onset_and_after_it_is_not():
+    silent = _f("host_silent", "node-death", "critical", ["h01"], 5000.0)
+    d = decide_diagnosis(_ctx([_ev("xid", "h01", 4700.0, 79)]), [silent])
+    assert d["class"] == "node-death" and d["onset"] == 4700.0
+    silent = _f("host_silent", "node-death", "critical", ["h01"], 5000.0)
+    d = decide_diagnosis(_ctx([_ev("xid", "h01", 9000.0, 79), _ev("xid", "h01", 1000.0, 48)]), [silent])
+    assert d["onset"] == 5000.0  # one after the silence, one far beyond the lookback: neither moves it
+
+
+def test_a_kill_where_the_counter_already_grew_is_evidence_not_a_second_cause():
+    counter = _f("oom_kill", "host-oom", "critical", ["h03"], 4000.0)
+    near = _f("memory_exhausted", "host-oom", "info", ["h03"], 3900.0, role="symptom")
+    findings = [counter, near]
+    d = decide_diagnosis(_ctx([_ev("killed", "h03", code=137), _ev("killed", "h01", code=143)]), findings)
+    assert d["class"] == "host-oom" and [c["host"] for c in d["culprits"]] == ["h03"]
+    assert len(findings) == 2 and [e["labels"]["host"] for e in counter.evidence] == ["h03"]
+
+
+def test_without_host_events_the_decision_is_unchanged():
+    """The control: the same findings without a log (or with events naming no host) decide as before."""
+    silent = _f("host_silent", "node-death", "critical", ["h01", "h02"], 5010.0)
+    d = decide_diagnosis(_ctx([_ev("node-failure", None, 5300.0)]), [silent])
+    assert [c["host"] for c in d["culprits"]] == ["h01", "h02"] and silent.evidence == []
