@@ -149,10 +149,13 @@ def _det_counter_increase(
             row = mg.row(host=h)
             if row is not None:
                 k = mg.index(float(g.t[i]))
-                seg = row[: k + 1]
+                # the rise that reached the limit ends shortly before the kill: its highest sample there
+                # (with coarse scrapes an earlier save's bump may be higher than what was seen of it)
+                k0 = mg.index(float(g.t[i]) - max(600.0, 4 * mg.step))
+                seg = row[k0 : k + 1]
                 if np.isfinite(seg).any():
                     # the start of the final rise before the kill (earlier saves' plateaus are not it)
-                    j = _final_rise(ctx, mg, row, int(np.nanargmax(seg)))
+                    j = _final_rise(ctx, mg, row, k0 + int(np.nanargmax(seg)))
                     t_on = min(t_on, float(mg.t[j]) - mg.step / 2)
         onset = t_on if onset is None else min(onset, t_on)
         hosts.append(h)

@@ -131,3 +131,15 @@ def test_a_gradient_jump_during_a_checkpoint_save_is_dated_when_it_starts():
     )
     (found,) = [f for f in evaluate(ctx, [load_playbooks()["training"]]) if f.rule == "grad_norm_jump"]
     assert abs(found.onset - 2000) <= 20
+
+
+@pytest.mark.parametrize("seed", [1, 42])
+def test_staircase_memory_onset_holds_with_one_minute_scrapes(served_job, seed):
+    """Mode 2 at a 60 s scrape: the fatal save's rise is barely sampled and an earlier save's bump may be
+    the highest sample; the onset is still the start of the rise that ended at the kill."""
+    result, truth = _diagnose(served_job, "host-oom", seed, "nvidia", interval=60.0, hours=1.5)
+    assert "staircase" in truth["variants"]
+    diag = result["diagnosis"]
+    assert diag["class"] == "host-oom"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert _scrapes(result, truth) <= 2
