@@ -100,3 +100,34 @@ def test_an_uncorrectable_error_in_the_last_seconds_of_data_is_seen(served_job, 
         (c["host"], c["gpu"]) for c in truth["culprits"]
     ]
     assert _scrapes(result, truth) <= 3
+
+
+def test_a_gradient_jump_during_a_checkpoint_save_is_dated_when_it_starts():
+    """A training-level series is what each step computed: a checkpoint save does not move it, so a jump
+    that starts during a save's window is dated then, not when the window ends."""
+    import numpy as np
+
+    from playbooks.anomaly import Grid
+    from playbooks.context import Context, Timeline
+    from playbooks.detectors import evaluate
+    from playbooks.loader import load_playbooks
+
+    t = np.arange(0.0, 3600.0, 10.0)
+    grad = 0.6 + np.random.default_rng(3).normal(0, 0.03, len(t))
+    grad[t >= 2000] *= 8.0
+    tl = Timeline(start=0.0, end=float(t[-1]), train_start=0.0, step_s=10.0, warm_end=200.0)
+    tl.checkpoints = [(1950.0, 2150.0)]
+
+    class _Src:
+        hosts = ("h0",)
+
+    ctx = Context(
+        results={"grad_norm": Grid(t=t, labels=[{}], values=grad[None, :])},
+        meta={},
+        timeline=tl,
+        triage=None,
+        source=_Src(),
+        gpu=None,
+    )
+    (found,) = [f for f in evaluate(ctx, [load_playbooks()["training"]]) if f.rule == "grad_norm_jump"]
+    assert abs(found.onset - 2000) <= 20
