@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from ._events import resolve_events
-from ._model import _RANK, CLASS_ORDER, Triage
+from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
 
@@ -37,7 +37,7 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     out.progress = prog
     stall, end_time = _timing(st, out, steps, last_ts, prog["step_time_s"], now)
     _computed_classes(st, out, stall, prog["step_time_s"], prog["tgs_trend_pct"])
-    ordered = sorted((m for lst in st.matches.values() for m in lst), key=lambda m: (_RANK[m.klass], m.line))
+    ordered = _ordered(st)
     out.matches = ordered
     out.triage_class = ordered[0].klass if ordered else None
     if st.accused_tasks:
@@ -53,6 +53,20 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     out.details["host_events"] = resolve_events(st.events, out.nodes)
     if not steps and out.details.get("lines"):
         out.unreadable.append("no 'completed step:' lines found")
+
+
+def _ordered(st: _State) -> list[Match]:
+    """Return the matches, primary first: the seed table's priority, then the line. After a Slurm node failure
+    the training failures logged later (survivors killed, their collectives timing out) are its effects and
+    rank with it, after it; what came before it (a heartbeat timeout naming the lost node) keeps its rank."""
+    lost = min((r.line for r in st.events.raw if r.kind == "node-failure"), default=None)
+
+    def key(m: Match) -> tuple[int, int]:
+        if lost is not None and m.line > lost and _RANK["hang"] <= _RANK[m.klass] < _RANK["tgs-degradation"]:
+            return _RANK["node-fail"], m.line
+        return _RANK[m.klass], m.line
+
+    return sorted((m for lst in st.matches.values() for m in lst), key=key)
 
 
 def _finish_config(st: _State, out: Triage) -> None:
