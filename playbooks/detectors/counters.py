@@ -40,10 +40,11 @@ def _det_rate_outlier(
     """Hosts whose rate of a counter leaves their own history and the pack's background, persistently.
 
     Each host is judged first against its own history before its change (where its rate first stays above
-    the floor for most of `min_duration`), then against the pack's background: the lower quartile of the
-    hosts' backgrounds, each taken before its own change, so that degraded hosts cannot raise it even when
-    they are most of a small job. A background is a high quantile (a counter that ticks now and then has a
-    tick-sized background, never 0). A host stands out where its rate exceeds `factor` x the larger of the
+    the floor for most of `min_duration`), then against the pack's background: the median of the hosts'
+    backgrounds, each taken before its own change, so that degraded hosts cannot raise it even when they are
+    most of a small job. A background is a high quantile of a host's non-zero values (a counter that ticks
+    now and then has a tick-sized background, never 0); a single tick spread by rate() over its window is
+    never sustained. A host stands out where its rate exceeds `factor` x the larger of the
     two for most of `min_duration` (a change point, not a few close ticks). Only hosts within an order of
     magnitude of the strongest are named, and an excess on more than `max_share` of the hosts (and more than
     three) is job-wide, not a host's fault: no finding. With a traffic query (second), only instants where
@@ -60,11 +61,19 @@ def _det_rate_outlier(
     floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
     job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
+    # rate() spreads one increment over its window: a single tick is never "sustained"
+    length = max(length, int(math.ceil(ctx.window_s(rule.queries[0]) / max(g.step, 1e-9))) + 2)
     length = min(length, max(1, int(g.mask(a, b).sum())))
     # each host against its own history before its change first, the pack's (before theirs) second; the
     # history must be training (before it, traffic and its counters had not started): with no step data, the
     # pack's background over the whole data alone
-    own, pack = background(g.values, job, floor=floor, length=length if tl.train_start is not None else 0)
+    own, pack = background(
+        g.values,
+        job,
+        floor=floor,
+        length=length if tl.train_start is not None else 0,
+        min_points=max(20, 2 * length),
+    )
     ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
     exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None

@@ -143,3 +143,14 @@ def test_staircase_memory_onset_holds_with_one_minute_scrapes(served_job, seed):
     assert diag["class"] == "host-oom"
     assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
     assert _scrapes(result, truth) <= 2
+
+
+def test_two_close_trickle_ticks_in_a_short_job_are_no_burst_before_the_hang(served_job):
+    """Mode 1: 17 min of training, then a clean hang; one host's trickle has two large ticks close together
+    half an hour before (2 min above the floor once rate() spreads them). Judged against the pack's ticks,
+    that is no network event: a collective hang."""
+    result, truth = _diagnose(served_job, "collective-hang", 60, "amd", nodes=8, hours=1.2)
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert not [f for f in result["findings"] if f["class"] == "network-hang" and f["severity"] != "info"]
