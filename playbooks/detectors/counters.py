@@ -43,11 +43,12 @@ def _det_rate_outlier(
     the floor for most of `min_duration`), then against the pack's background: the median of the hosts'
     backgrounds, each taken before its own change, so that degraded hosts cannot raise it even when they are
     most of a small job. A background is a high quantile of a host's non-zero values (a counter that ticks
-    now and then has a tick-sized background, never 0); a single tick spread by rate() over its window is
-    never sustained. A host stands out where its rate exceeds `factor` x the larger of the
+    now and then has the size of its larger ticks as background, never 0: a tick or two that rate() spreads
+    over its window stay within it). A host stands out where its rate exceeds `factor` x the larger of the
     two for most of `min_duration` (a change point, not a few close ticks). Only hosts within an order of
     magnitude of the strongest are named, and an excess on more than `max_share` of the hosts (and more than
-    three) is job-wide, not a host's fault: no finding. With a traffic query (second), only instants where
+    three) is job-wide, not a host's fault: no finding, unless every one of them left its own history at
+    the same time (one fabric event: a finding on all of them; never for a hang's trigger). With a traffic query (second), only instants where
     the host's traffic flows are judged. The onset walks back, over the whole data, to where the rate left
     the background.
     """
@@ -61,8 +62,6 @@ def _det_rate_outlier(
     floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
     job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    # rate() spreads one increment over its window: a single tick is never "sustained"
-    length = max(length, int(math.ceil(ctx.window_s(rule.queries[0]) / max(g.step, 1e-9))) + 2)
     length = min(length, max(1, int(g.mask(a, b).sum())))
     # each host against its own history before its change first, the pack's (before theirs) second; the
     # history must be training (before it, traffic and its counters had not started): with no step data, the
