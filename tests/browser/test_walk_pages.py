@@ -1,5 +1,7 @@
 """Pages a first-time user reaches from the home page, walked at 1440x900 and on a 390 px phone: a finding's
-evidence whose value is a long list of names wraps inside the page instead of widening it."""
+evidence whose value is a long list of names wraps inside the page instead of widening it; on a phone, a
+report whose sections hold wide tables (the timeline of events, metric evidence) fits the screen, the
+tables scrolling sideways inside their section."""
 
 from __future__ import annotations
 
@@ -65,3 +67,30 @@ def test_a_long_evidence_value_wraps_inside_the_page(sized, long_value_finding) 
         assert box["x"] + box["width"] <= card["x"] + card["width"] + 1
         query = page.locator(".finding-query").bounding_box()
         assert query["width"] >= 150  # the query stays readable, not a column of four letters
+
+
+_WIDE_SECTION = """
+from investigations.models import Investigation
+from reports.models import Section
+from reports.services.sections import report_for
+inv = Investigation.objects.get(pk={inv})
+report = report_for(inv)
+rows = "\\n".join(f"| 2026-03-11 02:{{i:02d}}:19 UTC | GPU 3 on tx-hpc-0242 runs hot against its peers, {{i}} | hw_gpu_temperature_celsius:max_by_host_gpu:tx-hpc-0242:gpu3 |"
+                 for i in range(5))
+body = "| Time (UTC) | Event | Series |\\n|---|---|---|\\n" + rows
+Section.objects.filter(report=report, key="timeline").update(body=body)
+print(Section.objects.filter(report=report, key="timeline").count())
+"""
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_a_report_with_wide_tables_fits_a_phone(sized, stepwise_app, long_value_finding) -> None:
+    page = sized
+    inv = long_value_finding["inv"]
+    page.goto(f"/investigations/{inv}/report/")  # the report is made on first view
+    assert stepwise_app.shell(_WIDE_SECTION.format(inv=inv)).strip().splitlines()[-1] == "1"
+    page.reload()
+    table = page.locator("#section-timeline .md table")
+    expect(table).to_contain_text("runs hot against its peers, 4")
+    _fits(page)
+    assert page.evaluate("(t) => t.scrollWidth > t.clientWidth", table.element_handle())  # it scrolls inside
