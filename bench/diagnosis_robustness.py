@@ -1,6 +1,6 @@
 """Diagnosis robustness: the same jobs under deployment perturbations must keep their verdicts (prints figures).
 
-Usage: .venv/bin/python bench/diagnosis_robustness.py [--seeds 1] [--nodes 4] [--gpus 4] [--hours 1.0]
+Usage: .venv/bin/python bench/diagnosis_robustness.py [--seeds 1] [--seed-from 1] [--nodes 4] [--gpus 4] [--hours 1.0]
        [--profile nvidia] [--scenarios a,b] [--perturbations plain,kubernetes,...] [--out DIR] [--json FILE]
 
 1. For every scenario x seed, the generator builds the same job (same hosts, faults, timing: the seed
@@ -149,6 +149,19 @@ def report(rows: list[dict[str, Any]], summary: dict[str, dict[str, Any]]) -> No
             )
 
 
+def _row(scenario: str, seed: int, name: str, truth: dict, got: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "scenario": scenario,
+        "seed": seed,
+        "perturbation": name,
+        "truth_class": truth["class"],
+        "interval": truth["interval_s"],
+        "truth_culprits": sorted({c["host"] for c in truth["culprits"]}),
+        "truth_onset": truth["onset"],
+        **got,
+    }
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = Path(args.out or tempfile.mkdtemp(prefix="stepwise-robustness-"))
     work_root = out / "views"
@@ -157,10 +170,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     perturbations = args.perturbations.split(",")
     try:
         for scenario in args.scenarios.split(","):
-            for seed in range(1, args.seeds + 1):
+            for seed in range(args.seed_from, args.seed_from + args.seeds):
                 for name in perturbations:
                     job_dir = out / f"{scenario}-s{seed}-{name}"
                     t0 = time.monotonic()
+                    if args.reuse and (job_dir / "truth.json").exists():
+                        truth = json.loads((job_dir / "truth.json").read_text())
+                        rows.append(_row(scenario, seed, name, truth, judge(job_dir, work_root)))
+                        continue
                     try:
                         built = generate_job(
                             scenario,
@@ -176,20 +193,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     except SynthError as exc:
                         print(f"  {job_dir.name}: build failed: {exc}", file=sys.stderr)
                         continue
-                    truth = built.truth
                     got = judge(job_dir, work_root)
-                    rows.append(
-                        {
-                            "scenario": scenario,
-                            "seed": seed,
-                            "perturbation": name,
-                            "truth_class": truth["class"],
-                            "interval": truth["interval_s"],
-                            "truth_culprits": sorted({c["host"] for c in truth["culprits"]}),
-                            "truth_onset": truth["onset"],
-                            **got,
-                        }
-                    )
+                    rows.append(_row(scenario, seed, name, built.truth, got))
                     print(
                         f"  {job_dir.name}: {got['predicted']} ({time.monotonic() - t0:.1f} s)",
                         file=sys.stderr,
@@ -207,6 +212,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument(
+        "--seed-from", type=int, default=1, help="first seed (a range the engine was not tried on)"
+    )
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--gpus", type=int, default=4)
     ap.add_argument("--hours", type=float, default=1.0)
@@ -216,6 +224,9 @@ def main() -> None:
     ap.add_argument("--perturbations", default=",".join([*PERTURBATIONS, "random"]))
     ap.add_argument("--out", default="", help="build jobs here (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated jobs")
+    ap.add_argument(
+        "--reuse", action="store_true", help="judge jobs already built under --out (e.g. with another engine)"
+    )
     ap.add_argument("--json", default="", help="also write rows and summary to this file")
     args = ap.parse_args()
     t0 = time.monotonic()

@@ -137,8 +137,10 @@ def main() -> None:
         for seconds, series, promql in sorted(client.log, reverse=True)[:8]:
             flag = "  <- one series per GPU" if series >= gpus > 16 else ""
             print(f"  {seconds:6.2f} {series:>6}  {promql[:110]}{flag}")
-        per_gpu = sum(1 for _, series, _ in client.log if series >= gpus > 16)
-        print(f"queries returning one series per GPU: {per_gpu} of {len(client.log)}")
+        per_gpu = [(series, promql) for _, series, promql in client.log if series >= gpus > 16]
+        print(f"queries returning one series per GPU: {len(per_gpu)} of {len(client.log)}")
+        for series, promql in per_gpu:
+            print(f"  {series:>6}  {promql[:140]}")
         d = result["diagnosis"]
         truth = json.loads((job / "truth.json").read_text())
         err = None if d["onset"] is None or truth.get("onset") is None else d["onset"] - truth["onset"]

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
 
 __all__ = [
     "Grid",
@@ -199,16 +198,17 @@ def background(
 ) -> tuple[np.ndarray, float]:
     """Return (each row's own background before its change, the pack's background) of a sparse or steady rate.
 
-    A row's background is a high quantile (`q`) of its own values over `cols`: for a counter that ticks now
-    and then (a few retransmitted packets on one scrape in a hundred) it is the size of a typical tick, not 0,
-    which a median would give. With `length`, a row whose rate stays above `floor` for most of `length`
+    A row's background is a high quantile (`q`) of its own non-zero values over `cols`: for a counter that
+    ticks now and then (a few retransmitted packets on one scrape in a hundred) it is the size of its larger
+    ticks, not 0, which a median or a quantile over mostly idle scrapes would give. With `length`, a row whose rate stays above `floor` for most of `length`
     points has changed there, and its background is taken from its own history before that change (NaN when
     it has fewer than `min_points` of history: nothing to judge it against but the pack). Without a change,
     the row's background spans all of `cols`.
 
-    The pack's background is the lower quartile of the rows' backgrounds, each taken before its own change
-    (the whole of `cols` for a row without history): hosts in trouble cannot raise it even when they are most
-    of a small job, and a counter that ticks on every host (transmit waits) raises it for all.
+    The pack's background is the median of the rows' backgrounds, each taken before its own change (the
+    whole of `cols` for a row without history): hosts in trouble cannot raise it even when they are most of a
+    small job (their history comes before it), a host whose larger ticks fell outside a short job still
+    meets the pack's, and a counter that ticks on every host (transmit waits) raises it for all.
     """
     n_rows = len(rates)
     own = np.full(n_rows, np.nan)
@@ -220,18 +220,27 @@ def background(
             x = np.where(cols, rates[r], np.nan)
             if not np.isfinite(x).any():
                 continue
-            whole = float(np.nanpercentile(x, q))
+            whole = _level(x, q)
             i = first_sustained(cols & (rates[r] > floor), length) if length else None
             if i is None:
                 own[r] = for_pack[r] = whole
                 continue
             pre = np.where(idx < i, x, np.nan)
             if int(np.isfinite(pre).sum()) >= min_points:
-                own[r] = for_pack[r] = float(np.nanpercentile(pre, q))
+                own[r] = for_pack[r] = _level(pre, q)
             else:
                 for_pack[r] = whole
-        pack = float(np.nanpercentile(for_pack, 25)) if np.isfinite(for_pack).any() else float("nan")
+        pack = float(np.nanmedian(for_pack)) if np.isfinite(for_pack).any() else float("nan")
     return own, pack
+
+
+def _level(x: np.ndarray, q: float) -> float:
+    """Return a row's background: the `q` quantile of its non-zero values (0 without any). A counter that
+    ticks now and then (a few packets on one scrape in a hundred) has the size of its larger ticks, not the 0
+    that a median or a quantile over mostly idle scrapes would give; a counter that ticks all along, its
+    high quantile."""
+    ticks = x[np.isfinite(x) & (x > 0)]
+    return float(np.percentile(ticks, q)) if len(ticks) else 0.0
 
 
 def rate_excess(rates: np.ndarray, reference: np.ndarray, *, floor: float, factor: float) -> np.ndarray:
@@ -310,5 +319,7 @@ def distribution_shift(base: Sequence[float], other: Sequence[float]) -> Shift |
     # the interval's ranks from the normal approximation of the Mann-Whitney statistic
     k = int(np.floor(n * m / 2 - 1.96 * np.sqrt(n * m * (n + m + 1) / 12.0)))
     k = min(max(k, 0), len(diffs) - 1)
+    from scipy import stats  # only the comparison needs it; importing it costs a diagnosis ~1 s of start-up
+
     p = float(stats.mannwhitneyu(b, a, alternative="greater").pvalue)
     return Shift(float(np.median(diffs)), float(diffs[k]), float(diffs[len(diffs) - 1 - k]), p)

@@ -129,7 +129,7 @@ def _kills(findings: list[Finding], ooms: list[dict[str, Any]], killed: list[dic
     hosts = list(dict.fromkeys(e["host"] for e in kills if not any(e["host"] in f.hosts for f in counted)))
     if not hosts:
         return
-    rises = [near[h].onset for h in hosts if h in near and near[h].onset is not None]
+    rises = [t for t in (near[h].onset for h in hosts if h in near) if t is not None]
     times = [e["time"] for e in kills if e["host"] in hosts and e.get("time") is not None]
     findings.append(
         _cause(

@@ -311,11 +311,13 @@ class PrometheusClient:
         """Return the results of `calls` in order, running at most max_concurrency at a time.
 
         A call that raises PrometheusError yields that exception in its slot and the others still
-        complete. Any other exception is a bug: it is re-raised once every call has finished.
+        complete. Any other exception is a bug: it is re-raised once every call has finished. Never
+        more run at a time than the source's budget has slots (the gate's): a caller alone does not
+        queue behind its own queries.
         """
         if not calls:
             return []
-        workers = max(1, min(max_concurrency, len(calls)))
+        workers = max(1, min(max_concurrency, len(calls), self._gate_slots() or len(calls)))
         results: list[Any] = [None] * len(calls)
         bug: BaseException | None = None
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prometheus") as pool:
@@ -331,6 +333,11 @@ class PrometheusClient:
         if bug is not None:
             raise bug
         return results
+
+    def _gate_slots(self) -> int | None:
+        """Return the slots of the source's budget when the gate is one (`SourceBudget.slot`), else None."""
+        slots = getattr(getattr(self._gate, "__self__", None), "slots", None)
+        return slots if isinstance(slots, int) and slots > 0 else None
 
     # -- transport -------------------------------------------------------------------------------
 

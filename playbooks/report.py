@@ -55,6 +55,7 @@ def triage_markdown(d: dict[str, Any]) -> str:
         lines.append("No failure signature.")
     if d["heartbeat_accused"]:
         lines += ["", f"**Heartbeat accused:** {', '.join(d['heartbeat_accused'])}"]
+    lines += _host_events_md(d.get("details", {}).get("host_events") or [])
     lines += [
         "",
         "### Live dashboards",
@@ -79,6 +80,32 @@ def triage_markdown(d: dict[str, Any]) -> str:
     if d["unreadable"]:
         lines += ["", "### Could not read", "", *[f"- {u}" for u in d["unreadable"]]]
     return "\n".join(lines) + "\n"
+
+
+#: Host events listed in the Markdown before "n more" (the JSON keeps them all).
+HOST_EVENTS_LISTED = 40
+
+
+def _host_events_md(events: list[dict[str, Any]]) -> list[str]:
+    """Return the `### Host events` lines: kind, host, time, line and code of each event the log mapped."""
+    if not events:
+        return []
+    out = [
+        "",
+        "### Host events",
+        "",
+        "| kind | host | time | line | code | text |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in events[:HOST_EVENTS_LISTED]:
+        text = _cell((e.get("text") or "")[:160])
+        out.append(
+            f"| {e.get('kind')} | {_cell(e.get('host'))} | {fmt_time(e.get('time'))} "
+            f"| {e.get('line') or '\u2014'} | {_cell(e.get('code'))} | `{text}` |"
+        )
+    if len(events) > HOST_EVENTS_LISTED:
+        out += ["", f"and {len(events) - HOST_EVENTS_LISTED} more"]
+    return out
 
 
 _ANALYSIS_TYPE = {

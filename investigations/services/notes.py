@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from django.db.models import Q
+
 from investigations.models import Investigation, Job, TimelineNote
 from investigations.times import parse_time, utc
 from playbooks import timeline as tl
@@ -108,7 +110,7 @@ def notes_of(investigation: Investigation, job: Job | None) -> list[TimelineNote
     """Return the notes on this job's timeline (and those of no job), in time order."""
     rows = TimelineNote.objects.filter(investigation=investigation).select_related("created_by")
     if job is not None:
-        rows = rows.filter(job__in=[job]) | rows.filter(job__isnull=True)
+        rows = rows.filter(Q(job=job) | Q(job__isnull=True))
     return list(rows.order_by("at", "pk"))
 
 

@@ -9,7 +9,8 @@ The identity of a source (`SourceIdentity`):
 
 - a job TSDB: the fingerprint of its `prometheus/` folder (block ULIDs + WAL state,
   `playbooks.fingerprint`), read from the files without serving it, so a cached view starts no
-  Prometheus at all;
+  Prometheus at all; a job TSDB that a running Prometheus still writes (it holds the TSDB's lock or
+  serves the folder) is live, and its entries get the live expiry below;
 - a Prometheus URL or an SSH tunnel: its address and what its head holds now (series, first and last
   sample time, from /api/v1/status/tsdb: a status read, no query evaluated). A source that ingested a
   sample in the last LIVE_WINDOW_S is live: its entries expire after STEPWISE_TIMELINE_LIVE_TTL
@@ -32,6 +33,7 @@ from django.core.cache import cache
 from investigations.models import DataSource
 from playbooks.fingerprint import tsdb_fingerprint
 from playbooks.prometheus import PrometheusClient, PrometheusError
+from playbooks.tsdb_lock import tsdb_lock_holder
 
 from . import DataSourceError, _inside_job_roots, job_dir_validate
 
@@ -77,7 +79,8 @@ def files_identity(ds: DataSource) -> SourceIdentity | None:
         fingerprint = tsdb_fingerprint(tsdb)
     except (DataSourceError, OSError):
         return None  # the caller connects, which reports the problem to the user
-    return SourceIdentity(_digest("tsdb", str(tsdb), fingerprint), live=False)
+    live = tsdb_lock_holder(tsdb) is not None  # a served copy of it may lag the files: expire soon
+    return SourceIdentity(_digest("tsdb", str(tsdb), fingerprint), live=live)
 
 
 def live_identity(ds: DataSource, client: PrometheusClient) -> SourceIdentity:

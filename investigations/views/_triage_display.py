@@ -11,6 +11,16 @@ from investigations.times import utc
 
 #: Matches shown per class before "n more".
 MATCHES_SHOWN = 5
+#: Host events shown before "n more" (the triage keeps one per kind, host and code, up to 2,000).
+HOST_EVENTS_SHOWN = 25
+#: How each kind of host event reads in the table.
+EVENT_KINDS = {
+    "node-failure": "node failure",
+    "oom-kill": "OOM kill",
+    "killed": "killed",
+    "xid": "Xid",
+    "nccl-timeout": "NCCL timeout",
+}
 
 
 def duration(seconds: Any) -> str:
@@ -75,6 +85,32 @@ def _grouped_matches(t: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _event_code(kind: str, code: Any) -> str:
+    """Return what an event's code means: "SIGKILL (137)" for a kill, "Xid 79" for an Xid, else ""."""
+    if code is None:
+        return ""
+    if kind == "killed":
+        return {137: "SIGKILL (137)", 143: "SIGTERM (143)"}.get(code, f"exit {code}")
+    return f"Xid {code}" if kind == "xid" else str(code)
+
+
+def _host_events(t: dict[str, Any]) -> dict[str, Any]:
+    """Return the triage's host events (`details.host_events`) as table rows, in log order."""
+    events = [e for e in (t.get("details") or {}).get("host_events") or [] if isinstance(e, dict)]
+    rows = [
+        {
+            "kind": EVENT_KINDS.get(str(e.get("kind")), str(e.get("kind"))),
+            "code": _event_code(str(e.get("kind")), e.get("code")),
+            "host": e.get("host") or "",
+            "time": utc(e.get("time")),
+            "line": e.get("line"),
+            "text": e.get("text") or "",
+        }
+        for e in events[:HOST_EVENTS_SHOWN]
+    ]
+    return {"rows": rows, "count": len(events), "more": max(len(events) - HOST_EVENTS_SHOWN, 0)}
+
+
 def _iso_utc(stamp: Any) -> str:
     """Return an ISO 8601 stamp as "YYYY-MM-DD HH:MM:SS UTC" ("" for None or garbage)."""
     try:
@@ -131,5 +167,6 @@ def triage_context(job: Job | None) -> dict[str, Any]:
         log=t.get("log", ""),
         finished_at=t.get("finished", ""),
         lines=(t.get("details") or {}).get("lines"),
+        host_events=_host_events(t),
     )
     return context

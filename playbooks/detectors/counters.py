@@ -40,13 +40,15 @@ def _det_rate_outlier(
     """Hosts whose rate of a counter leaves their own history and the pack's background, persistently.
 
     Each host is judged first against its own history before its change (where its rate first stays above
-    the floor for most of `min_duration`), then against the pack's background: the lower quartile of the
-    hosts' backgrounds, each taken before its own change, so that degraded hosts cannot raise it even when
-    they are most of a small job. A background is a high quantile (a counter that ticks now and then has a
-    tick-sized background, never 0). A host stands out where its rate exceeds `factor` x the larger of the
+    the floor for most of `min_duration`), then against the pack's background: the median of the hosts'
+    backgrounds, each taken before its own change, so that degraded hosts cannot raise it even when they are
+    most of a small job. A background is a high quantile of a host's non-zero values (a counter that ticks
+    now and then has the size of its larger ticks as background, never 0: a tick or two that rate() spreads
+    over its window stay within it). A host stands out where its rate exceeds `factor` x the larger of the
     two for most of `min_duration` (a change point, not a few close ticks). Only hosts within an order of
     magnitude of the strongest are named, and an excess on more than `max_share` of the hosts (and more than
-    three) is job-wide, not a host's fault: no finding. With a traffic query (second), only instants where
+    three) is job-wide, not a host's fault: no finding, unless every one of them left its own history at
+    the same time (one fabric event: a finding on all of them; never for a hang's trigger). With a traffic query (second), only instants where
     the host's traffic flows are judged. The onset walks back, over the whole data, to where the rate left
     the background.
     """
@@ -64,7 +66,13 @@ def _det_rate_outlier(
     # each host against its own history before its change first, the pack's (before theirs) second; the
     # history must be training (before it, traffic and its counters had not started): with no step data, the
     # pack's background over the whole data alone
-    own, pack = background(g.values, job, floor=floor, length=length if tl.train_start is not None else 0)
+    own, pack = background(
+        g.values,
+        job,
+        floor=floor,
+        length=length if tl.train_start is not None else 0,
+        min_points=max(20, 2 * length),
+    )
     ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
     exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
@@ -149,10 +157,13 @@ def _det_counter_increase(
             row = mg.row(host=h)
             if row is not None:
                 k = mg.index(float(g.t[i]))
-                seg = row[: k + 1]
+                # the rise that reached the limit ends shortly before the kill: its highest sample there
+                # (with coarse scrapes an earlier save's bump may be higher than what was seen of it)
+                k0 = mg.index(float(g.t[i]) - max(600.0, 4 * mg.step))
+                seg = row[k0 : k + 1]
                 if np.isfinite(seg).any():
                     # the start of the final rise before the kill (earlier saves' plateaus are not it)
-                    j = _final_rise(ctx, mg, row, int(np.nanargmax(seg)))
+                    j = _final_rise(ctx, mg, row, k0 + int(np.nanargmax(seg)))
                     t_on = min(t_on, float(mg.t[j]) - mg.step / 2)
         onset = t_on if onset is None else min(onset, t_on)
         hosts.append(h)

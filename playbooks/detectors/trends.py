@@ -23,7 +23,11 @@ def _det_change_point(
         return None
     x = g.single()
     tl = ctx.timeline
-    valid = tl.valid_training(g.t) & g.mask(*focus)
+    # a training-level series (loss, grad norm) is what each step computed: a checkpoint save does not move
+    # it, so only warm-up is left out (an instability that starts during a save is dated when it starts)
+    valid = tl.training_mask(g.t) & g.mask(*focus)
+    if tl.warm_end is not None:
+        valid &= g.t >= tl.warm_end
     p = rule.params
     idx = change_points(
         x,

@@ -43,6 +43,8 @@ class Exporters:
             scrapes per NIC, on every host.
         host_domain: relabelled hosts: every host name gets this DNS suffix (log, TSDB and truth alike).
         prefix: AMD device-metrics-exporter field prefix ("amd_").
+        noisy_host: one host's NIC retransmits a few packets on one scrape in ten for the whole job: a
+            harmless trickle (no change point, a negligible share of its traffic), stronger than the others'.
         step_poll_s: the trainer's exporter refreshes its training_* gauges only every this many seconds
             (slower than steps complete), so the step gauge stops up to this long before the log's last step.
     """
@@ -63,6 +65,7 @@ class Exporters:
     host_domain: str = ""
     prefix: str = ""
     step_poll_s: float = 0.0
+    noisy_host: bool = False
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "amd-dme", "none"):
@@ -139,6 +142,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "late-exporter": {"gpu_late_scrapes": 1},
     "dcgm-30s": {"gpu_collect_s": 30.0},
     "lagging-gauge": {"step_poll_s": 600.0},
+    "red-herrings": {"stale_xid": True, "counter_noise": True, "noisy_host": True},
 }
 
 
@@ -156,6 +160,11 @@ def apply_to_job(job, ex: Exporters) -> None:
             size = rng.integers(3, 40 if key == "retx" else 6, arr.shape)
             job.nic_sig[key] = arr + np.cumsum(np.where(hits, size, 0), axis=-1)
         job.notes.append("background RDMA retransmit/ACK-timeout noise on ~1 % of scrapes per NIC")
+    if ex.noisy_host:
+        h, arr = int(rng.integers(job.nodes)), job.nic_sig["retx"]
+        hits = rng.random(arr.shape[-1]) < 0.1
+        arr[h, 0] = arr[h, 0] + np.cumsum(np.where(hits, rng.integers(1, 8, arr.shape[-1]), 0))
+        job.red_herrings["retransmit_trickle_host"] = job.hosts[h]
     if ex.stale_xid and "xid" in job.gpu_sig:
         h, g = int(rng.integers(job.nodes)), int(rng.integers(job.gpus))
         xid = job.gpu_sig["xid"]

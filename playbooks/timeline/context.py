@@ -3,6 +3,7 @@ end), read once per view with a handful of parallel queries."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from playbooks.profiles import Profile, signal_info
 from playbooks.prometheus import PrometheusClient, PrometheusError, Series, choose_step
 
 from .panels import PANELS, PanelSpec, TimelineError
-from .promql import _bare_ok, _fmt_seconds
+from .promql import _bare_ok
 
 
 @dataclass(frozen=True)
@@ -71,23 +72,25 @@ def _count_query(profile: Profile, signal: str, by: str) -> str | None:
     return f"count(group by ({by}) ({profile.expr(signal, window='5m')}))"
 
 
-def _unique_query(profile: Profile, keys: Iterable[str], span: float) -> str | None:
-    """Return one instant query: per signal, the most series any one device had over the whole span.
+def _device_labels(profile: Profile, keys: Iterable[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Return {signal: (its raw selector, the exporter's labels naming one device)} of the signals whose
+    band queries could skip the per-device aggregation (`_bare_ok`)."""
+    out = {}
+    for key in dict.fromkeys(keys):
+        if _bare_ok(profile, key):
+            sig = profile.signal(key)
+            out[key] = (
+                sig.selector,
+                tuple(sig.host_from if n == "host" else sig.gpu_from for n in sig.labels),
+            )
+    return out
 
-    present_over_time counts a series replaced during the span (a restarted exporter) as a second one,
-    so such a signal keeps its aggregation.
-    """
-    parts = []
-    for key in keys:
-        if not _bare_ok(profile, key):
-            continue
-        sig = profile.signal(key)
-        raw = ", ".join(sig.host_from if n == "host" else sig.gpu_from for n in sig.labels)
-        parts.append(
-            f"label_replace(max(count by ({raw}) (present_over_time({sig.selector}[{_fmt_seconds(span)}]))), "
-            f'"stepwise_signal", "{key}", "", "")'
-        )
-    return " or ".join(parts) or None
+
+def _is_unique(label_sets: list[dict[str, str]], names: tuple[str, ...]) -> bool:
+    """Return True if no device has more than one series (a series replaced during the span, by a restarted
+    exporter with other labels, is a second one): the raw selector is then the per-device value."""
+    devices = Counter(tuple(labels.get(n, "") for n in names) for labels in label_sets)
+    return bool(devices) and max(devices.values()) == 1
 
 
 def _warmup_end(series: list[Series]) -> float | None:
@@ -106,12 +109,13 @@ def _warmup_end(series: list[Series]) -> float | None:
 def context_build(
     client: PrometheusClient, profile: Profile, start: float, end: float, *, max_concurrency: int = 4
 ) -> TimelineContext:
-    """Return the shared context of a job's timeline over its data range [start, end] (5 queries, in parallel).
+    """Return the shared context of a job's timeline over its data range [start, end] (in parallel).
 
     1. The step signal at the finest legal step: the step axis.
     2. Series counts of a GPU-scope and a host-scope signal: lines or band.
     3. Samples per 10 minutes of a host gauge: the scrape interval.
     4. The learning rate: the end of the warm-up.
+    5. The label sets of each signal that could be read raw (index lookups): one series per device?
     """
     if not end > start:
         raise TimelineError(f"the data range is empty ({start} .. {end})")
@@ -135,9 +139,11 @@ def context_build(
         add("interval", lambda: client.query(f"max(count_over_time({sel}[10m]))", end))
     if profile.has("learning_rate"):
         add("lr", lambda: client.query_range(profile.expr("learning_rate"), start, end, fine))
-    uq = _unique_query(profile, (s.signal for s in PANELS.values()), end - start)
-    if uq:
-        add("unique", lambda: client.query(uq, end))
+    # Which signals have one series per device: the series API reads the index only (no sample is decoded,
+    # where counting with present_over_time over the whole range was the context's costliest query).
+    devices = _device_labels(profile, (s.signal for s in PANELS.values()))
+    for key, (selector, _) in devices.items():
+        add(f"unique:{key}", lambda sel=selector: client.series([sel], start, end))
     results = dict(zip(names, client.run_parallel(calls, max_concurrency=max_concurrency), strict=True))
     # Without the step axis or the series counts every panel would be drawn wrongly (one line per GPU at
     # 1,024 GPUs): fail the whole timeline instead, with Prometheus's own reason.
@@ -165,6 +171,6 @@ def context_build(
         warmup_end=_warmup_end(ok.get("lr") or []),
         queries=len(calls),
         unique=frozenset(
-            s.labels.get("stepwise_signal", "") for s in ok.get("unique") or () if 0 < s.value <= 1
+            key for key, (_, names) in devices.items() if _is_unique(ok.get(f"unique:{key}") or [], names)
         ),
     )

@@ -51,6 +51,8 @@ _TRIGGERS = (
     "exitcode",
     "NCCL",
     "Watchdog caught",
+    "Root Cause",
+    "Failures:",
 )
 _HOST = re.compile(r"[A-Za-z0-9._-]{1,253}")
 _NODE_FAIL = re.compile(r"srun: error: Node failure on ([^\s,;]+)")
@@ -141,7 +143,8 @@ def _prefix(msg: str, year: tuple[int, int] | None) -> tuple[str | None, float |
     """Return (host, time) of a kernel line's syslog or `dmesg -T` prefix."""
     s = _SYSLOG.match(msg)
     if s:
-        t = _abs_time(year, _MONTHS[s.group(1)], int(s.group(2)), *map(int, s.group(3, 4, 5)), None)
+        hh, mm, ss = (int(x) for x in s.group(3, 4, 5))
+        t = _abs_time(year, _MONTHS[s.group(1)], int(s.group(2)), hh, mm, ss, None)
         return _host(s.group(6)), t
     i = _ISO_SYSLOG.match(msg)
     if i:
@@ -162,10 +165,14 @@ def event_line(
     """Record the host event of one line, if any; return the triage class the line stands for, or None."""
     if ev.torch_open >= 0 and ("=====" in msg or n - ev.torch_open > 40):
         ev.torch, ev.torch_open = {}, -1
+    for k in _TRIGGERS:  # most lines hold none of these: a plain loop is the cheapest test
+        if k in msg:
+            break
+    else:
+        if ev.torch_open < 0:
+            return None
     if "Root Cause" in msg or "Failures:" in msg:
         ev.torch, ev.torch_open = {}, n
-        return None
-    if not any(k in msg for k in _TRIGGERS) and ev.torch_open < 0:
         return None
     found = _slurm(msg) or _kernel(msg, year) or _launcher(ev, msg) or _nccl(ev, msg)
     if found is None:

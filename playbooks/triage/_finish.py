@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from ._events import resolve_events
-from ._model import _RANK, CLASS_ORDER, Triage
+from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
 
@@ -37,7 +37,7 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     out.progress = prog
     stall, end_time = _timing(st, out, steps, last_ts, prog["step_time_s"], now)
     _computed_classes(st, out, stall, prog["step_time_s"], prog["tgs_trend_pct"])
-    ordered = sorted((m for lst in st.matches.values() for m in lst), key=lambda m: (_RANK[m.klass], m.line))
+    ordered = _ordered(st)
     out.matches = ordered
     out.triage_class = ordered[0].klass if ordered else None
     if st.accused_tasks:
@@ -53,6 +53,20 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     out.details["host_events"] = resolve_events(st.events, out.nodes)
     if not steps and out.details.get("lines"):
         out.unreadable.append("no 'completed step:' lines found")
+
+
+def _ordered(st: _State) -> list[Match]:
+    """Return the matches, primary first: the seed table's priority, then the line. After a Slurm node failure
+    the training failures logged later (survivors killed, their collectives timing out) are its effects and
+    rank with it, after it; what came before it (a heartbeat timeout naming the lost node) keeps its rank."""
+    lost = min((r.line for r in st.events.raw if r.kind == "node-failure"), default=None)
+
+    def key(m: Match) -> tuple[int, int]:
+        if lost is not None and m.line > lost and _RANK["hang"] <= _RANK[m.klass] < _RANK["tgs-degradation"]:
+            return _RANK["node-fail"], m.line
+        return _RANK[m.klass], m.line
+
+    return sorted((m for lst in st.matches.values() for m in lst), key=key)
 
 
 def _finish_config(st: _State, out: Triage) -> None:
@@ -94,7 +108,7 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
         kept = [x for x in steady if x <= 3 * med]
         step_time = round(sum(kept) / len(kept), 3)
     prog["step_time_s"] = step_time
-    last_ts = st.steps[out.last_step][3] if steps else None
+    last_ts = st.steps[steps[-1]][3] if steps else None
     if last_ts is None and steps and st.barrier_time is not None:
         # print-style step lines carry no time: training start + the steps' own seconds
         last_ts = st.barrier_time + sum(st.steps[s][0] for s in steps)
@@ -118,7 +132,7 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
 
 def _tgs_trend(st: _State, out: Triage, steps: list[int]) -> float | None:
     """Return the TGS change (%) from steps first+5..first+15 to the last ten, with 20 or more TGS figures."""
-    tgs = [(s, st.steps[s][1]) for s in steps if st.steps[s][1] is not None]
+    tgs = [(s, v) for s in steps if (v := st.steps[s][1]) is not None]
     if len(tgs) < 20 or out.first_step is None:
         return None
     early = [v for s, v in tgs if out.first_step + 5 <= s <= out.first_step + 15]
@@ -186,8 +200,8 @@ def _timing(
         stall = st.wall_s - train_s - 1800.0  # minus a generous setup + compile allowance
     if stall is not None:
         out.details["stall_after_last_step_s"] = round(stall, 1)
-    if last_ts is not None and step_time and now is not None and out.status == "running":
-        out.details["expected_step_now"] = int(out.last_step + (now - last_ts) / step_time)
+    if last_ts is not None and step_time and now is not None and out.status == "running" and steps:
+        out.details["expected_step_now"] = int(steps[-1] + (now - last_ts) / step_time)
     return stall, end_time
 
 
@@ -208,7 +222,7 @@ def _computed_classes(
             f"steps stopped at {out.last_step}"
             + (f"; no progress for {stall / 60:.0f} min before the end" if stall else ""),
         )
-    if trend is not None and trend < -10.0:
+    if trend is not None and trend < -10.0 and out.first_step is not None:
         _add(
             st,
             "tgs-degradation",

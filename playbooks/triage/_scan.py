@@ -56,8 +56,6 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
                 a.group(7),
             )
             msg = msg[a.end() :]
-            if ts is not None:
-                st.last_time = ts
         if rank is None and not st.header_done and _scan_header(st, out, msg):
             continue
         if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
@@ -187,7 +185,6 @@ def _scan_stage(st: _State, n: int, msg: str) -> bool:
     s = _STAGE.match(msg.strip())
     if not s:
         return False
-    st.stages.append((s.group(1), s.group(2), s.group(3).strip(), n))
     st.header_done = True
     if s.group(2) == "TIMEOUT":
         stage = s.group(1).lower()

@@ -10,13 +10,26 @@ from ._model import MAX_MATCHES_PER_CLASS, Match
 
 @dataclass
 class _State:
+    """What the scan has read so far.
+
+    Attributes:
+        steps: step -> (seconds, TGS, loss, time, line) of the lowest rank that logged it; step_rank: that rank.
+        matches: signature hits by class; node_exits: (host, exit status, line) of each NODE_EXIT.
+        summary_status: (SUCCESS|FAILED, exit status, reason) of the JOB SUMMARY; summary_seen: it began.
+        wall_s, saved, restored: the summary's wall time, checkpoint steps saved, the step restored from.
+        accused_tasks, in_heartbeat: task ids a heartbeat timeout named, and whether its list is being read.
+        procs_per_node: trainer processes a node (1-GPU-per-process mode); training_started: past the barrier.
+        year: (year, month) the absl dates fall in; start_time, barrier_time, cancel_time: from the log.
+        first_fatal_time: the first dated fatal line; header_done: the KEY=value header has ended.
+        events: the host events gathered (`_events.EventScan`).
+    """
+
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
         default_factory=dict
     )
     step_rank: dict[int, int] = field(default_factory=dict)
     matches: dict[str, list[Match]] = field(default_factory=dict)
     node_exits: list[tuple[str, int, int]] = field(default_factory=list)
-    stages: list[tuple[str, str, str, int]] = field(default_factory=list)
     summary_status: tuple[str, int, str | None] | None = None
     summary_seen: bool = False
     wall_s: float | None = None
@@ -29,7 +42,6 @@ class _State:
     year: tuple[int, int] | None = None
     cancel_time: float | None = None
     first_fatal_time: float | None = None
-    last_time: float | None = None
     header_done: bool = False
     start_time: float | None = None
     barrier_time: float | None = None

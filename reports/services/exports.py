@@ -15,7 +15,7 @@ from investigations.models import Investigation
 from investigations.services.verdict import investigation_verdict
 from reports.models import Report
 
-from . import activity, autofill, charts, conversation, findings, remedies
+from . import activity, autofill, charts, conversation, findings, remedies, steps
 
 SCHEMA = "stepwise.report/1"
 
@@ -55,7 +55,7 @@ def _user(u) -> str | None:
 
 def report_json(report: Report, *, base_url: str = "") -> dict[str, Any]:
     """Return the whole investigation as one JSON object (the README's "Report JSON" schema)."""
-    tz, inv = zone(report), report.investigation
+    tz, inv, lookup = zone(report), report.investigation, steps.StepLookup()
     diagnosis = (autofill.gather(inv).result or {}).get("diagnosis")
     return {
         "schema": SCHEMA,
@@ -91,7 +91,7 @@ def report_json(report: Report, *, base_url: str = "") -> dict[str, Any]:
                 for s in report.sections.select_related("updated_by")
             ],
         },
-        "findings": [_finding_json(f, v, tz) for f, v in findings.report_findings(report)],
+        "findings": [_finding_json(f, v, tz, lookup) for f, v in findings.report_findings(report)],
         "human_findings": [
             {
                 "id": h.pk,
@@ -133,7 +133,7 @@ def report_json(report: Report, *, base_url: str = "") -> dict[str, Any]:
     }
 
 
-def _finding_json(f, v, tz) -> dict[str, Any]:
+def _finding_json(f, v, tz, lookup: steps.StepLookup) -> dict[str, Any]:
     return {
         "key": findings.finding_key(f),
         "playbook": f.playbook,
@@ -145,6 +145,7 @@ def _finding_json(f, v, tz) -> dict[str, Any]:
         "gpus": f.gpus,
         "onset": when(f.onset, tz),
         "onset_unix": f.onset,
+        "onset_step": lookup.at(f.job_id, f.onset),
         "evidence": f.evidence,
         "verdict": {
             "value": v.value,
@@ -174,10 +175,13 @@ def report_markdown(report: Report, *, base_url: str = "") -> str:
     for s in report.sections.all():
         lines += [f"## {s.title}", "", s.body.strip() or "—", ""]
     lines += ["## Findings and verdicts", ""]
+    lookup = steps.StepLookup()
     for f, v in findings.report_findings(report):
         verdict = v.get_value_display() if v else "Not judged"
+        step = lookup.at(f.job_id, f.onset)
         lines.append(
-            f"- **{f.severity}** {f.title} (onset {shown(f.onset, tz)}) — {verdict}"
+            f"- **{f.severity}** {f.title} (onset {'' if step is None else f'step {step}, '}"
+            f"{shown(f.onset, tz)}) — {verdict}"
             + (f": {v.reason}" if v and v.reason else "")
             + (f" — {v.note}" if v and v.note else "")
         )

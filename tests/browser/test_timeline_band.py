@@ -79,8 +79,9 @@ def test_many_gpus_draw_a_band_and_name_only_the_straggler(page, big_case, panel
     gpus = [t for t in fig["traces"] if t["meta"].get("gpu") is not None]
     assert "line" not in roles
     assert 1 <= len(gpus) <= DEFAULT_TOPK < NODES * GPUS
-    # Series only: the markers of spikes clipped by the steady-state y-range are not a line.
-    series = [t for t in fig["traces"] if t["meta"]["role"] != "clipped"]
+    # Series only: the page's helper traces (markers of spikes clipped by the steady-state y-range, the
+    # step axis's invisible clock for the hover) are not lines.
+    series = [t for t in fig["traces"] if t["meta"]["role"] not in ("clipped", "clock")]
     assert len(series) <= 3 + DEFAULT_TOPK <= DEFAULT_MAX_LINES
     assert (gpus[0]["meta"]["host"], gpus[0]["meta"]["gpu"]) == hot
     # Healthy GPUs among the top k are context lines, never named.

@@ -9,6 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from .conftest import EXPECT_TIMEOUT_MS
 from .timeline_helpers import drawn, open_case
 
 
@@ -51,3 +52,22 @@ def test_a_note_picked_on_a_chart_is_drawn_on_every_panel_and_kept(page, stepwis
     page.locator("#timeline-notes .timeline-note").get_by_role("button", name="Delete").click()
     expect(page.locator("#timeline-notes")).to_contain_text("No notes yet")
     expect(_mark(page, "gpu_temp", "✎ NCCL watchdog restarted")).to_have_count(0)
+
+
+def test_the_notes_and_promql_forms_fit_a_phone(browser, stepwise_app, case, _signed_in_state) -> None:
+    context = browser.new_context(
+        base_url=stepwise_app.base_url,
+        storage_state=str(_signed_in_state),
+        viewport={"width": 390, "height": 844},
+    )
+    context.set_default_timeout(EXPECT_TIMEOUT_MS)
+    try:
+        page = context.new_page()
+        page.goto(f"/investigations/{case['inv']}/timeline/?panels=step_time")
+        drawn(page, "step_time")
+        page.locator("#timeline-notes summary").click()
+        expect(page.get_by_role("button", name="Add note")).to_be_visible()
+        expect(page.get_by_label("PromQL expression")).to_be_visible()
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    finally:
+        context.close()

@@ -150,3 +150,26 @@ def test_status_reads_do_not_take_a_slot(tmp_path) -> None:
         with pytest.raises(PrometheusError):  # nothing listens: the query fails, after taking its slot
             client.query("up")
     assert calls == ["slot"]
+
+
+@pytest.mark.parametrize("slots", [2, 1])
+def test_a_clients_parallel_calls_never_exceed_its_sources_slots(tmp_path, slots) -> None:
+    """run_parallel asked for 4 at a time on a source of 2 slots runs 2 at a time: a caller alone never
+    queues behind its own queries (a budget of one slot runs them one by one, never queued)."""
+    budget = SourceBudget(tmp_path, "http://head-node:9090", slots)
+    running, peak, waits, lock = [0], [0], [], threading.Lock()
+
+    def call() -> None:
+        with budget.slot() as waited:
+            waits.append(waited)
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            time.sleep(0.05)
+            with lock:
+                running[0] -= 1
+
+    with PrometheusClient("http://127.0.0.1:9", gate=budget.slot) as client:
+        client.run_parallel([call] * 8, max_concurrency=4)
+    assert peak[0] == slots
+    assert waits == [0.0] * 8  # none queued for a slot

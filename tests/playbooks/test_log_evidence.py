@@ -11,6 +11,8 @@ import datetime as dt
 
 import pytest
 
+from playbooks.context import Context, Finding, Timeline
+from playbooks.decision import decide_diagnosis
 from playbooks.diagnose import run_diagnosis
 from playbooks.triage import find_job_log, triage_log
 
@@ -124,3 +126,62 @@ def test_a_hardware_xid_in_the_last_minute_is_a_gpu_fault_on_its_host(served_job
     if klass != "healthy":
         assert _hosts(result) == [truth["hosts"][1]]
         assert result["diagnosis"]["onset"] == pytest.approx(int(truth["data_range"][1] - 30), abs=1)
+
+
+# ------------------------------------------------------------------------------ the weighing, hand-made findings
+
+
+class _Source:
+    hosts = ("h00", "h01", "h02", "h03")
+
+
+def _ctx(events, stalled=True, last_advance=5000.0):
+    tl = Timeline(
+        start=0.0, end=10_000.0, train_start=100.0, stalled=stalled, last_advance=last_advance, step_s=10.0
+    )
+    triage = {"job": {}, "details": {"host_events": events}}
+    return Context(results={}, meta={}, timeline=tl, triage=triage, source=_Source(), gpu=None)
+
+
+def _ev(kind, host, time=None, code=None, line=900):
+    return {"kind": kind, "host": host, "time": time, "line": line, "code": code, "text": f"{kind} {host}"}
+
+
+def _f(rule, klass, sev, hosts, onset, role="cause"):
+    return Finding("p", rule, klass, sev, role, list(hosts), [], onset, rule, [])
+
+
+def test_silence_on_several_hosts_narrows_to_the_host_slurm_named():
+    """Two hosts went quiet (the dead one and a peer whose exporter stopped with the job): Slurm's line says
+    which one died."""
+    silent = _f("host_silent", "node-death", "critical", ["h01", "h02"], 5010.0)
+    d = decide_diagnosis(_ctx([_ev("node-failure", "h02.cluster.example", 5300.0)]), [silent])
+    assert d["class"] == "node-death" and [c["host"] for c in d["culprits"]] == ["h02"]
+    assert silent.evidence[0]["query"] == "job log, line 900" and silent.evidence[0]["labels"] == {
+        "host": "h02"
+    }
+
+
+def test_an_xid_before_the_silence_is_the_node_deaths_onset_and_after_it_is_not():
+    silent = _f("host_silent", "node-death", "critical", ["h01"], 5000.0)
+    d = decide_diagnosis(_ctx([_ev("xid", "h01", 4700.0, 79)]), [silent])
+    assert d["class"] == "node-death" and d["onset"] == 4700.0
+    silent = _f("host_silent", "node-death", "critical", ["h01"], 5000.0)
+    d = decide_diagnosis(_ctx([_ev("xid", "h01", 9000.0, 79), _ev("xid", "h01", 1000.0, 48)]), [silent])
+    assert d["onset"] == 5000.0  # one after the silence, one far beyond the lookback: neither moves it
+
+
+def test_a_kill_where_the_counter_already_grew_is_evidence_not_a_second_cause():
+    counter = _f("oom_kill", "host-oom", "critical", ["h03"], 4000.0)
+    near = _f("memory_exhausted", "host-oom", "info", ["h03"], 3900.0, role="symptom")
+    findings = [counter, near]
+    d = decide_diagnosis(_ctx([_ev("killed", "h03", code=137), _ev("killed", "h01", code=143)]), findings)
+    assert d["class"] == "host-oom" and [c["host"] for c in d["culprits"]] == ["h03"]
+    assert len(findings) == 2 and [e["labels"]["host"] for e in counter.evidence] == ["h03"]
+
+
+def test_without_host_events_the_decision_is_unchanged():
+    """The control: the same findings without a log (or with events naming no host) decide as before."""
+    silent = _f("host_silent", "node-death", "critical", ["h01", "h02"], 5010.0)
+    d = decide_diagnosis(_ctx([_ev("node-failure", None, 5300.0)]), [silent])
+    assert [c["host"] for c in d["culprits"]] == ["h01", "h02"] and silent.evidence == []

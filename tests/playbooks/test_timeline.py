@@ -48,6 +48,9 @@ class CannedClient(PrometheusClient):
         self.asked.append(promql)
         return self.instant
 
+    def series(self, matchers, start=None, end=None):
+        return []
+
 
 def _pack(score: float, labels: dict[str, str] | None = None, n: int = 5) -> list[InstantSample]:
     """Return the scores of `n` typical series (GPUs 0..n-1 of a host): what the score query returns besides
@@ -506,6 +509,29 @@ def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> 
     assert (
         plan.bare and "sum by" not in plan.queries["band"] and "rate(hw_tcp_retransmits_total[" in plan.expr
     )
+
+
+def test_a_signal_with_two_series_on_one_device_keeps_its_aggregation() -> None:
+    """The series index over the range decides: a GPU whose exporter restarted under another instance has two
+    series, so that signal is not read raw; one series a device is."""
+    from playbooks.timeline import context as tl_context
+
+    one = [{"host": "n1", "gpu": "0", "instance": "n1:1"}, {"host": "n1", "gpu": "1", "instance": "n1:1"}]
+    restarted = [*one, {"host": "n1", "gpu": "0", "instance": "n1:2"}]
+    assert tl_context._is_unique(one, ("host", "gpu"))
+    assert not tl_context._is_unique(restarted, ("host", "gpu"))
+    assert not tl_context._is_unique([], ("host", "gpu"))
+
+    class Indexed(CannedClient):
+        def series(self, matchers, start=None, end=None):
+            self.asked.append(f"series {matchers[0]}")
+            return restarted if matchers[0].startswith("hw_gpu_temperature") else one
+
+    client = Indexed(lambda q: [_series({}, range(241))])
+    client.instant = []
+    ctx = tl.context_build(client, PROFILES["amd"], START, END)
+    assert "gpu_temp" not in ctx.unique and "gpu_power" in ctx.unique, ctx.unique
+    assert not any("present_over_time" in q for q in client.asked)  # no sample decoded to count series
 
 
 @pytest.mark.parametrize("profile", ["amd", "nvidia"])

@@ -196,6 +196,23 @@ def test_a_slurm_node_failure_is_a_node_failure_not_a_stage_failure_or_a_cancel(
     assert survivors == {"gpu-101", "gpu-102", "gpu-103"}
 
 
+def test_kills_and_timeouts_after_the_node_failure_are_its_effects() -> None:
+    """Survivors SIGKILLed or timing out after Slurm lost a node rank after the node failure; a heartbeat
+    timeout logged before it keeps the seed table's priority."""
+    after = ["srun: error: gpu-101: task 0: Killed", "1: gpu-102:5:6 [0] NCCL WARN Timeout waiting for peer"]
+    t = triage_log(HEAD + STEPS + SLURM_NODE_FAILURE[:2] + after + SLURM_NODE_FAILURE[2:])
+    assert t.triage_class == "node-fail" and t.classes == [
+        "node-fail",
+        "oom-host",
+        "nccl-timeout",
+        "stage-fail",
+    ]
+    before = "0: E0301 10:19:00.000000 9 client.cc:84] UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):"
+    t = triage_log(HEAD + STEPS + [before, "/job:jax_worker/replica:0/task:3"] + SLURM_NODE_FAILURE)
+    assert t.triage_class == "heartbeat-timeout" and t.heartbeat_accused == ["gpu-104"]
+    assert t.classes[:2] == ["heartbeat-timeout", "node-fail"]
+
+
 def test_without_the_node_failure_the_same_ending_is_a_cancel() -> None:
     """The control: the same survivors' 143s under an ordinary scancel stay a cancelled job."""
     lines = [

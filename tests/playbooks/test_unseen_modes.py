@@ -100,3 +100,57 @@ def test_an_uncorrectable_error_in_the_last_seconds_of_data_is_seen(served_job, 
         (c["host"], c["gpu"]) for c in truth["culprits"]
     ]
     assert _scrapes(result, truth) <= 3
+
+
+def test_a_gradient_jump_during_a_checkpoint_save_is_dated_when_it_starts():
+    """A training-level series is what each step computed: a checkpoint save does not move it, so a jump
+    that starts during a save's window is dated then, not when the window ends."""
+    import numpy as np
+
+    from playbooks.anomaly import Grid
+    from playbooks.context import Context, Timeline
+    from playbooks.detectors import evaluate
+    from playbooks.loader import load_playbooks
+
+    t = np.arange(0.0, 3600.0, 10.0)
+    grad = 0.6 + np.random.default_rng(3).normal(0, 0.03, len(t))
+    grad[t >= 2000] *= 8.0
+    tl = Timeline(start=0.0, end=float(t[-1]), train_start=0.0, step_s=10.0, warm_end=200.0)
+    tl.checkpoints = [(1950.0, 2150.0)]
+
+    class _Src:
+        hosts = ("h0",)
+
+    ctx = Context(
+        results={"grad_norm": Grid(t=t, labels=[{}], values=grad[None, :])},
+        meta={},
+        timeline=tl,
+        triage=None,
+        source=_Src(),
+        gpu=None,
+    )
+    (found,) = [f for f in evaluate(ctx, [load_playbooks()["training"]]) if f.rule == "grad_norm_jump"]
+    assert abs(found.onset - 2000) <= 20
+
+
+@pytest.mark.parametrize("seed", [1, 42])
+def test_staircase_memory_onset_holds_with_one_minute_scrapes(served_job, seed):
+    """Mode 2 at a 60 s scrape: the fatal save's rise is barely sampled and an earlier save's bump may be
+    the highest sample; the onset is still the start of the rise that ended at the kill."""
+    result, truth = _diagnose(served_job, "host-oom", seed, "nvidia", interval=60.0, hours=1.5)
+    assert "staircase" in truth["variants"]
+    diag = result["diagnosis"]
+    assert diag["class"] == "host-oom"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert _scrapes(result, truth) <= 2
+
+
+def test_two_close_trickle_ticks_in_a_short_job_are_no_burst_before_the_hang(served_job):
+    """Mode 1: 17 min of training, then a clean hang; one host's trickle has two large ticks close together
+    half an hour before (2 min above the floor once rate() spreads them). Judged against the pack's ticks,
+    that is no network event: a collective hang."""
+    result, truth = _diagnose(served_job, "collective-hang", 60, "amd", nodes=8, hours=1.2)
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert not [f for f in result["findings"] if f["class"] == "network-hang" and f["severity"] != "info"]

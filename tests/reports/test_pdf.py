@@ -9,6 +9,7 @@ import datetime as dt
 import io
 
 import pytest
+from celery.exceptions import SoftTimeLimitExceeded
 from django.utils import timezone
 from pypdf import PdfReader
 
@@ -103,6 +104,19 @@ def test_a_failed_build_shows_the_reason_and_can_be_built_again(
     monkeypatch.undo()
     _, callbacks = _ask(alice_client, case, django_capture_on_commit_callbacks)
     assert len(callbacks) == 1 and _built(case).status == PdfExport.Status.DONE
+
+
+def test_a_build_past_its_soft_time_limit_is_failed_with_the_limit(
+    case, alice_client, monkeypatch, django_capture_on_commit_callbacks
+) -> None:
+    def slow(*_args, **_kwargs):  # Celery raises this in the task when the soft limit passes
+        raise SoftTimeLimitExceeded()
+
+    _ask(alice_client, case, django_capture_on_commit_callbacks)
+    monkeypatch.setattr(exports, "report_pdf", slow)
+    export = _built(case)
+    assert export.status == PdfExport.Status.FAILED
+    assert export.error == f"Building the PDF took longer than its time limit of {pdf.time_limit()} s."
 
 
 def test_a_build_whose_worker_stopped_is_failed_not_left_building(

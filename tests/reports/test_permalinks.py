@@ -83,6 +83,12 @@ def test_a_findings_permalink_carries_the_step_at_its_onset_and_opens_the_timeli
     preview = re.search(r'og:description" content="([^"]*)"', linked.content.decode()).group(1)
     assert f"at step {step}, {at}" in html.unescape(preview)
 
+    exported = alice_client.get(reverse("reports:export", args=[investigation.pk, "json"])).json()
+    row = next(f for f in exported["findings"] if f["key"].endswith(f":{finding.playbook}:{finding.rule}"))
+    assert row["onset_step"] == step and row["onset_unix"] == finding.onset
+    markdown = alice_client.get(reverse("reports:export", args=[investigation.pk, "md"])).content.decode()
+    assert f"{finding.title} (onset step {step}, {at})" in markdown
+
 
 def test_a_restricted_investigations_preview_names_no_step(diagnosed, alice, alice_client) -> None:
     investigation, *_ = diagnosed

@@ -133,6 +133,10 @@ def test_another_teams_user_gets_404_and_staff_manage_every_team(
     assert _add(bob_client, red, "bob", "owner").status_code == 404
     assert bob_client.post(reverse("reports:member_remove", args=[red.pk, own.pk])).status_code == 404
     assert (
+        bob_client.post(reverse("reports:member_role", args=[red.pk, own.pk]), {"role": "viewer"}).status_code
+        == 404
+    )
+    assert (
         bob_client.post(reverse("reports:member_remove", args=[blue.pk, own.pk])).status_code == 404
     )  # not blue's
     listing = bob_client.get(reverse("reports:teams")).content.decode()

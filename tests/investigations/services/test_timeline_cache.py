@@ -95,6 +95,19 @@ def test_a_change_to_the_job_tsdb_invalidates_its_panels(own_job, settings) -> N
     assert _view(investigation, job, ds)["queries"] == 0
 
 
+def test_a_job_tsdb_a_running_prometheus_still_writes_expires_soon(own_job, settings) -> None:
+    """A job folder whose TSDB a live Prometheus holds (the job still runs): its identity is live, so its
+    entries get the short expiry (a copy served while the files grow may lag them); once that server is
+    gone it is cached like a finished job."""
+    _investigation, _job, ds, job_dir = own_job
+    assert not panel_cache.files_identity(ds).live
+    with running_prometheus(job_dir / "prometheus"):
+        identity = panel_cache.files_identity(ds)
+        assert identity.live and identity.ttl == settings.STEPWISE_TIMELINE_LIVE_TTL
+    identity = panel_cache.files_identity(ds)
+    assert not identity.live and identity.ttl == panel_cache.FINISHED_TTL_S
+
+
 def _head_max(url: str) -> int:
     with PrometheusClient(url, timeout=5.0) as client:
         return int(client.tsdb_status()["headStats"]["maxTime"])

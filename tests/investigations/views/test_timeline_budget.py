@@ -64,3 +64,13 @@ def test_a_panel_queued_behind_another_users_query_says_so(alice_client, served,
 
     again = alice_client.get(reverse("investigations:timeline_panel", args=[investigation.pk, "gpu_temp"]))
     assert again.json()["queries"] == 0 and not again.json()["figure"]["layout"]["meta"]["notes"]
+
+
+def test_a_user_alone_never_queues_behind_their_own_queries(alice_client, served) -> None:
+    """One slot and nobody else: the view's own queries (the context's, the panel's) run one at a time
+    instead of queueing for the slot, so the panel does not say it queued."""
+    investigation, _ = served
+    resp = alice_client.get(reverse("investigations:timeline_panel", args=[investigation.pk, "gpu_temp"]))
+    assert resp.status_code == 200 and resp.json()["queries"] > 1
+    figure = resp.json()["figure"]
+    assert figure["data"] and not any("Queued" in n for n in figure["layout"]["meta"]["notes"])
