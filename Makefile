@@ -16,6 +16,7 @@ test:
 lint: bootstrap
 	.venv/bin/ruff format --check .
 	.venv/bin/ruff check .
+	.venv/bin/mypy
 
 bootstrap:
 	bash scripts/bootstrap.sh

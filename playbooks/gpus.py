@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["GPU_MODELS", "GpuModel", "choose_gpu_model", "gpu_model_named"]
 
@@ -43,7 +44,7 @@ class GpuModel:
     vram_bytes: float
     names: tuple[str, ...]
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "vendor": self.vendor,

@@ -72,8 +72,7 @@ def find_job_dirs(
                 continue
             if any(_header_names(log, job_id, budget, real_root) for log in _logs_of(d, files)):
                 by_header.append(d)
-    seen: set[Path] = set()
-    return [d for d in sorted(by_name) + sorted(by_header) if not (d in seen or seen.add(d))]
+    return list(dict.fromkeys(sorted(by_name) + sorted(by_header)))  # in order, each once
 
 
 def _listing(root: Path) -> tuple[list[Path], dict[str, Path]] | None:

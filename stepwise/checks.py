@@ -77,7 +77,8 @@ def allow_rule_parse(entry: str) -> AllowRule:
         raise ValueError(f"{entry!r} is not a host, host:port or CIDR (leave out the scheme and path)")
     if "/" in text:
         return AllowRule(entry, None, ipaddress.ip_network(text, strict=False), None)
-    host, ports = text, (None, None)
+    ports: tuple[int | None, int | None] = (None, None)
+    host = text
     if text.startswith("["):
         inner, sep, rest = text[1:].partition("]")
         if not sep or (rest and not rest.startswith(":")):
@@ -152,7 +153,7 @@ def check_broker(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 
 
 def check_allowed_prometheus(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for entry in settings.STEPWISE_ALLOWED_PROMETHEUS:
         try:
             allow_rule_parse(entry)
@@ -222,7 +223,7 @@ def check_not_eager(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 def check_tunnel_ports(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     from playbooks.tunnel_policy import parse_ports
 
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for name in ("STEPWISE_TUNNEL_SSH_PORTS", "STEPWISE_TUNNEL_PROMETHEUS_PORTS"):
         try:
             parse_ports(getattr(settings, name), name)

@@ -23,12 +23,16 @@ import functools
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from playbooks.gpus import GPU_MODELS
 
 from ._declared import ProfileSpec, load_specs, parse_spec
 from ._resolve import build, decode_name, read_facts
 from ._signal import DOMAINS, SIGNALS, Profile, ProfileError, Signal, signal_info
+
+if TYPE_CHECKING:  # the client imports the profiles: only its type is needed here
+    from playbooks.prometheus import PrometheusClient
 
 __all__ = [
     "BUILTIN_DIR",
@@ -149,7 +153,9 @@ def detect_profile(metric_names: Iterable[str], *, prefer: str | None = None) ->
     return PROFILES[_choose(names, prefer).name]
 
 
-def resolve_profile(client, metric_names: Iterable[str], *, prefer: str | None = None) -> Profile:
+def resolve_profile(
+    client: PrometheusClient, metric_names: Iterable[str], *, prefer: str | None = None
+) -> Profile:
     """Return `detect_profile`'s choice fitted to this TSDB (host labels, job names, prefix, metric picks).
 
     Asks the server a few label questions (`client`: a `PrometheusClient`); raises ProfileError as

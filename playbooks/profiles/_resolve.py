@@ -10,12 +10,17 @@ that a task on another worker rebuilds the very same Profile from `PROFILES[name
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
 
 from ._declared import ExporterSpec, ProfileSpec, SignalSpec
 from ._signal import _SIGNAL_INFO, Profile, ProfileError, Signal
+
+if TYPE_CHECKING:  # the client imports the profiles: only its type is needed here
+    from playbooks.prometheus import PrometheusClient
 
 __all__ = ["build", "decode_name", "encode_name", "read_facts"]
 
@@ -101,7 +106,8 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
         metrics = (prefix + chosen,)
         selector = _selector(prefix + chosen, matchers)
     fill = exp.fill_filter if (sig.fill_filter and exp.fill_filter) else ""
-    alias = tuple(tuple(p.split(":", 1)) for p in choices.get(f"{exp.name}.alias", "").split(",") if ":" in p)
+    pairs = [p.split(":", 1) for p in choices.get(f"{exp.name}.alias", "").split(",") if ":" in p]
+    alias = tuple((old, new) for old, new in pairs)
     return Signal(
         sig.name,
         selector,
@@ -213,7 +219,7 @@ def _host_choice(
         choices[f"{exp.name}.host"] = host
 
 
-def read_facts(client, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str]:
+def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str]:
     """Return the choices this TSDB calls for (only those that differ from the declared defaults).
 
     Per exporter: its metric-name prefix; the host labels its series carry (every one present, in the
@@ -231,13 +237,14 @@ def read_facts(client, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str
     asked = [e for e in anchors if spec.exporters[e].scope != "job"]
     metrics = [anchors[e][0] + anchors[e][1] for e in asked]
     want_uname = "node_uname_info" in present and any(spec.exporters[e].join_uname for e in asked)
-    calls = [lambda m=m: client.series([m]) for m in metrics]
+    calls: list[Callable[[], Any]] = [functools.partial(client.series, [m]) for m in metrics]
     if want_uname:
-        calls.append(lambda: client.series(["node_uname_info"]))
-    results = client.run_parallel(calls, max_concurrency=4)
-    for r in results:
+        calls.append(functools.partial(client.series, ["node_uname_info"]))
+    results: list[list[dict[str, str]]] = []
+    for r in client.run_parallel(calls, max_concurrency=4):
         if isinstance(r, Exception):
             raise r
+        results.append(r)
     uname = _uname_addresses(results[-1]) if want_uname else None
     for exp_name, series in zip(asked, results, strict=False):
         exp = spec.exporters[exp_name]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from playbooks.errors import PlaybooksError
 
@@ -351,7 +352,7 @@ class Profile:
     def has(self, name: str) -> bool:
         return name in self.signals
 
-    def expr(self, name: str, fn: str | None = None, **kw) -> str:
+    def expr(self, name: str, fn: str | None = None, **kw: Any) -> str:
         """Return `self.signal(name).expr(fn, **kw)`."""
         return self.signal(name).expr(fn, **kw)
 
