@@ -264,7 +264,12 @@
     return fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (r) {
         return r.json().then(function (body) {
-          if (!r.ok) throw new Error(body.error || r.statusText);
+          if (!r.ok) {
+            var err = new Error(body.error || r.statusText);
+            // The machine serves its cap of TSDB copies: ask again after Retry-After, as the region does.
+            if (body.busy) err.retryAfter = Number(r.headers.get("Retry-After")) || 5;
+            throw err;
+          }
           return body;
         });
       })
@@ -278,8 +283,14 @@
       .catch(function (err) {
         if (gen !== el._gen) return null;
         delete el.dataset.loading;
-        plot.dataset.state = "error";
-        plot.innerHTML = '<p class="alert alert-error">' + esc(err.message) + "</p>";
+        plot.dataset.state = err.retryAfter ? "busy" : "error";
+        plot.innerHTML = '<p class="alert alert-error">' + esc(err.message) +
+          (err.retryAfter ? " Trying again in " + err.retryAfter + " s…" : "") + "</p>";
+        if (err.retryAfter) {
+          setTimeout(function () {
+            if (gen === el._gen) loadPanel(region, st, el, extra);
+          }, err.retryAfter * 1000);
+        }
         return null;
       });
   }

@@ -35,6 +35,6 @@ class SourceBusyMiddleware:
         else:
             fragment = bool(request.headers.get("HX-Request"))
             template = "_busy.html" if fragment else "503.html"
-            response = render(request, template, {"message": message}, status=503)
+            response = render(request, template, {"message": message, "retry_s": RETRY_AFTER_S}, status=503)
         response["Retry-After"] = str(RETRY_AFTER_S)
         return response

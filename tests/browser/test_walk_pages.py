@@ -6,12 +6,15 @@ tables scrolling sideways inside their section."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from playwright.sync_api import Page, expect
+
+from playbooks.tsdb_server import ensure_served, stop
 
 from .conftest import EXPECT_TIMEOUT_MS
 from .test_first_screen import LAPTOP, PHONE, _overflowing
@@ -94,3 +97,37 @@ def test_a_report_with_wide_tables_fits_a_phone(sized, stepwise_app, long_value_
     expect(table).to_contain_text("runs hot against its peers, 4")
     _fits(page)
     assert page.evaluate("(t) => t.scrollWidth > t.clientWidth", table.element_handle())  # it scrolls inside
+
+
+_REGISTER = """
+import json
+from investigations import services
+from investigations.models import Investigation, InvestigationJob
+job, ds = services.job_register({job_dir!r})
+inv = Investigation.objects.create(title="Walk: busy machine")
+InvestigationJob.objects.create(investigation=inv, job=job, role="primary")
+print(json.dumps({{"inv": inv.pk, "job": job.pk}}))
+"""
+
+
+def test_a_timeline_found_busy_loads_by_itself_once_a_copy_is_free(
+    page, stepwise_app, job_factory, tmp_path
+) -> None:
+    """At the cap of served TSDB copies (all in use) the region says busy, then loads without a reload."""
+    job_dir, _truth = job_factory("thermal-straggler", seed=913)
+    ids = json.loads(stepwise_app.shell(_REGISTER.format(job_dir=str(job_dir))).strip().splitlines()[-1])
+    views = stepwise_app.env["STEPWISE_TSDB_VIEWS"]
+    others = [
+        shutil.copytree(job_dir / "prometheus", tmp_path / f"other-{i}" / "prometheus") for i in range(4)
+    ]
+    held = [
+        ensure_served(d, work_root=views, max_copies=8) for d in others
+    ]  # 4 = the app's cap, all just used
+    try:
+        page.goto(f"/investigations/{ids['inv']}/timeline/?job={ids['job']}")
+        expect(page.get_by_test_id("busy")).to_contain_text("Trying again in 5 s")
+    finally:
+        for served in held:
+            stop(served)
+    expect(page.get_by_test_id("busy")).to_have_count(0)
+    expect(page.locator("#timeline-panel-step_time .timeline-plot")).to_have_attribute("data-state", "drawn")
