@@ -12,6 +12,10 @@
      task's retries are spent;
    - waiting for a log triage (`TriagePending`): back to the queue, looked at again every
      TRIAGE_WAIT_S, failed once TRIAGE_WAIT_RETRIES are spent;
+   - the machine serves its cap of TSDB copies, all in use (`SourceBusy`): back to the queue, tried
+     again every BUSY_WAIT_S for up to BUSY_WAIT_RETRIES times (a copy frees up once it has been idle for
+     STEPWISE_TSDB_BUSY_SECONDS, so a burst of runs, such as the demo's start, waits its turn instead of
+     giving up after the short transient backoff);
    - cancelled by a user meanwhile: logged, the row left as the cancel wrote it;
    - a permanent error (bad data, no source, a refused URL): failed with the error's message;
    - the soft time limit: failed with "Timed out after N s";
@@ -43,6 +47,10 @@ RETRY_BACKOFF_CAP_S = 60
 #: times (a stalled triage is not waited for: see `triage_stalled`).
 TRIAGE_WAIT_S = 2
 TRIAGE_WAIT_RETRIES = 300
+#: A run that finds every served TSDB copy of this machine in use waits its turn: BUSY_WAIT_S between
+#: tries, at most BUSY_WAIT_RETRIES tries (15 min), then fails saying the machine stayed busy.
+BUSY_WAIT_S = 10
+BUSY_WAIT_RETRIES = 90
 
 #: Errors that retrying cannot fix, whatever the row: the message is for the user.
 PERMANENT_ERRORS: tuple[type[BaseException], ...] = (services.DataSourceError, PrometheusError)
@@ -99,6 +107,8 @@ def run_claimed[T](task: Task, row: Row, work: Callable[[], T]) -> T | None:
         _wait_for_triage(task, row, exc)
     except row.cancelled as exc:
         logger.info("%s was cancelled: %s", row.name, exc)
+    except services.SourceBusy as exc:
+        _wait_for_copy(task, row, exc)
     except services.TRANSIENT_ERRORS as exc:
         _retry_transient(task, row, exc)
     except PERMANENT_ERRORS + row.permanent as exc:
@@ -126,6 +136,19 @@ def _retry_transient(task: Task, row: Row, exc: Exception) -> None:
     delay = retry_delay(task.request.retries)
     row.requeue(f"Attempt {attempt} failed: {exc} (retrying in {delay} s)")
     raise task.retry(exc=exc, countdown=delay) from exc
+
+
+def _wait_for_copy(task: Task, row: Row, exc: services.SourceBusy) -> None:
+    """Requeue the row until a served TSDB copy frees up, every BUSY_WAIT_S; fail it once that is exhausted."""
+    if task.request.retries >= BUSY_WAIT_RETRIES:
+        row.finish(
+            TaskStatus.FAILED,
+            f"This machine stayed busy for {BUSY_WAIT_S * BUSY_WAIT_RETRIES // 60} min: {exc} "
+            "Run it again, or raise STEPWISE_TSDB_MAX_COPIES.",
+        )
+        return
+    row.requeue(f"Waiting for a free TSDB copy: {exc}")
+    raise task.retry(exc=exc, countdown=BUSY_WAIT_S, max_retries=BUSY_WAIT_RETRIES) from exc
 
 
 def _wait_for_triage(task: Task, row: Row, exc: TriagePending) -> None:

@@ -8,7 +8,7 @@ import pytest
 from celery.exceptions import SoftTimeLimitExceeded
 
 from investigations.models import TaskStatus
-from investigations.services import DataSourceError
+from investigations.services import DataSourceError, SourceBusy
 from investigations.services.runs import TriagePending
 from investigations.tasks import shell
 from playbooks.prometheus import PrometheusQueryError, PrometheusUnreachable
@@ -64,6 +64,23 @@ def test_a_row_not_claimed_is_left_alone() -> None:
     log: list = []
     assert shell.run_claimed(FakeTask(), _row(log, claimed=False), lambda: pytest.fail("worked")) is None
     assert log == []
+
+
+def test_a_busy_machine_makes_the_row_wait_its_turn_well_past_the_transient_retries() -> None:
+    """Every served TSDB copy in use: the row waits (requeued, tried again every BUSY_WAIT_S) long after
+    a transient error would have given up, then fails saying the machine stayed busy."""
+    busy = SourceBusy("Busy: 4 copies of job TSDBs serving on this machine; try again in a moment.")
+    log: list = []
+    task = FakeTask(retries=10, max_retries=3)
+    with pytest.raises(Retried):
+        shell.run_claimed(task, _row(log), _raise(busy))
+    assert log == [("requeue", f"Waiting for a free TSDB copy: {busy}")]
+    assert task.retried["countdown"] == shell.BUSY_WAIT_S
+    assert task.retried["max_retries"] == shell.BUSY_WAIT_RETRIES > 10
+    log.clear()
+    task = FakeTask(retries=shell.BUSY_WAIT_RETRIES)
+    assert shell.run_claimed(task, _row(log), _raise(busy)) is None
+    assert log[0][:2] == ("finish", TaskStatus.FAILED) and "stayed busy" in log[0][2]
 
 
 def test_a_transient_error_requeues_with_capped_backoff_then_gives_up() -> None:
