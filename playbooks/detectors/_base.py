@@ -21,6 +21,15 @@ def _dur(rule: RuleSpec, key: str, default: float) -> float:
     return float(v) if isinstance(v, int | float) else parse_duration(str(v))
 
 
+def finding_title(template: str, hosts: list[str], gpus: list[str], value: str = "") -> str:
+    """Return a rule's title for these hosts and GPUs; with no GPU index known (an exporter without one,
+    an event read from a log), the GPU part is left out rather than shown as "GPU ?"."""
+    host_txt = ", ".join(hosts[:6]) + (f" and {len(hosts) - 6} more" if len(hosts) > 6 else "")
+    if not gpus:
+        template = template.replace(" GPU {gpus}", "").replace("GPU {gpus}", "A GPU")
+    return template.format(hosts=host_txt or "the job", gpus=", ".join(gpus), n=len(hosts), value=value)
+
+
 def _finding(
     pb: Playbook,
     rule: RuleSpec,
@@ -31,10 +40,7 @@ def _finding(
     value: str = "",
     **extra: Any,
 ) -> Finding:
-    host_txt = ", ".join(hosts[:6]) + (f" and {len(hosts) - 6} more" if len(hosts) > 6 else "")
-    title = rule.title.format(
-        hosts=host_txt or "the job", gpus=", ".join(gpus) or "?", n=len(hosts), value=value
-    )
+    title = finding_title(rule.title, hosts, gpus, value)
     if rule.params.get("needs"):
         extra = {**extra, "needs": tuple(rule.params["needs"])}
     return Finding(

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from playbooks.analysis import evaluate
+from playbooks.detectors._base import finding_title
 from tests.playbooks.test_analysis import NOW, STEP, N, _ctx, _grid, _rule, _with_rules
 
 HOSTS = tuple("abcdefgh")
@@ -170,3 +171,25 @@ def test_uniform_elevation_needs_a_restore_and_a_uniform_excess_over_the_prior(l
         _run("uniform_elevation", _procs(levels), "restore-resource-leak", tl={"restored": restored}, **PRIOR)
         == []
     )
+
+
+@pytest.mark.parametrize(
+    ("template", "gpus", "expected"),
+    [
+        ("Xid {value} on {hosts} GPU {gpus}", ["3"], "Xid 79 on node-a GPU 3"),
+        ("Xid {value} on {hosts} GPU {gpus}", [], "Xid 79 on node-a"),
+        (
+            "GPU {gpus} on {hosts} runs hot against its peers",
+            [],
+            "A GPU on node-a runs hot against its peers",
+        ),
+        (
+            "GPU {gpus} on {hosts} runs hot against its peers",
+            ["0", "5"],
+            "GPU 0, 5 on node-a runs hot against its peers",
+        ),
+    ],
+)
+def test_a_title_without_a_known_gpu_index_leaves_the_gpu_out(template, gpus, expected) -> None:
+    """An Xid read without a GPU index (a log line, an exporter without `gpu`) is titled without "GPU ?"."""
+    assert finding_title(template, ["node-a"], gpus, "79") == expected
