@@ -15,6 +15,17 @@ from playbooks.synth import generate_job
 SMALL = {"nodes": 4, "gpus": 4, "interval": 15.0, "hours": 1.3, "wal_tail_minutes": 20}
 
 
+#: Tests open many jobs within a minute, each served by its own TSDB copy: a cap of 4 copies used in the
+#: last 60 s (the production default) would answer "busy" to whichever test comes fifth. The cap itself is
+#: tested where a test sets it (tests/faults/test_served_copies.py, tests/browser/test_walk_pages.py).
+TEST_MAX_COPIES = 12
+
+
+@pytest.fixture(autouse=True)
+def _served_copies_cap(settings) -> None:
+    settings.STEPWISE_TSDB_MAX_COPIES = TEST_MAX_COPIES
+
+
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("jobs")

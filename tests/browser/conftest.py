@@ -43,6 +43,7 @@ from typing import Any
 import pytest
 
 from playbooks import tsdb_server
+from tests.conftest import TEST_MAX_COPIES
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("STEPWISE_TEST_CHROMIUM", "/usr/bin/chromium"))
@@ -236,6 +237,8 @@ def stepwise_app(tmp_path_factory: pytest.TempPathFactory, synth_root: Path) -> 
         STEPWISE_TUNNEL_PROMETHEUS_PORTS="1024-65535",
         # The comparison-cancel test holds its queries at links listening on any loopback port.
         STEPWISE_ALLOWED_PROMETHEUS="127.0.0.1,localhost",
+        # Many jobs are opened within a minute (see tests/conftest.py TEST_MAX_COPIES).
+        STEPWISE_TSDB_MAX_COPIES=str(TEST_MAX_COPIES),
     )
     app = StepwiseApp(
         base_url="",

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, expect
 
-from playbooks.tsdb_server import ensure_served, stop
+from playbooks.tsdb_server import ensure_served, reap_leftovers, stop
 
 from .conftest import EXPECT_TIMEOUT_MS
 from .test_first_screen import LAPTOP, PHONE, _overflowing
@@ -117,12 +117,12 @@ def test_a_timeline_found_busy_loads_by_itself_once_a_copy_is_free(
     job_dir, _truth = job_factory("thermal-straggler", seed=913)
     ids = json.loads(stepwise_app.shell(_REGISTER.format(job_dir=str(job_dir))).strip().splitlines()[-1])
     views = stepwise_app.env["STEPWISE_TSDB_VIEWS"]
+    cap = int(stepwise_app.env["STEPWISE_TSDB_MAX_COPIES"])
     others = [
-        shutil.copytree(job_dir / "prometheus", tmp_path / f"other-{i}" / "prometheus") for i in range(4)
+        shutil.copytree(job_dir / "prometheus", tmp_path / f"other-{i}" / "prometheus") for i in range(cap)
     ]
-    held = [
-        ensure_served(d, work_root=views, max_copies=8) for d in others
-    ]  # 4 = the app's cap, all just used
+    reap_leftovers(views)  # copies earlier tests left: the app's cap is now held by ours alone
+    held = [ensure_served(d, work_root=views, max_copies=cap) for d in others]  # all just used
     try:
         page.goto(f"/investigations/{ids['inv']}/timeline/?job={ids['job']}")
         expect(page.get_by_test_id("busy")).to_contain_text("Trying again in 5 s")
