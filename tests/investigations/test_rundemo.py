@@ -255,3 +255,21 @@ def test_worker_supervisor_backs_off_when_the_worker_keeps_dying(monkeypatch) ->
     now[0] = 60.0
     sup.check()
     assert len(spawned) == 4 and sup.proc is spawned[-1]  # the oldest restart left the window
+
+
+def test_the_demo_lets_every_job_be_served_at_once_unless_the_cap_is_set(monkeypatch, settings) -> None:
+    """Six demo jobs diagnosed as the worker starts would wait on a cap of 4 served copies: the demo raises
+    the cap to the job count plus two for itself and the processes it starts; a cap the user set stays."""
+    from io import StringIO
+
+    from investigations.management.commands.rundemo import Command
+
+    monkeypatch.delenv("STEPWISE_TSDB_MAX_COPIES", raising=False)
+    settings.STEPWISE_TSDB_MAX_COPIES = 4
+    Command(stdout=StringIO())._copies_cap(6)
+    assert os.environ["STEPWISE_TSDB_MAX_COPIES"] == "8" and settings.STEPWISE_TSDB_MAX_COPIES == 8
+
+    monkeypatch.setenv("STEPWISE_TSDB_MAX_COPIES", "3")
+    settings.STEPWISE_TSDB_MAX_COPIES = 3
+    Command(stdout=StringIO())._copies_cap(6)
+    assert os.environ["STEPWISE_TSDB_MAX_COPIES"] == "3" and settings.STEPWISE_TSDB_MAX_COPIES == 3

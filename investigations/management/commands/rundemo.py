@@ -141,6 +141,7 @@ class Command(BaseCommand):
                 raise CommandError(f"{exc} (the demo jobs live in {settings.STEPWISE_DEMO_JOBS})") from exc
             self.stdout.write(f"  registered job {job.job_id} ({job_dir.name})")
         password = self._demo_user()
+        self._copies_cap(len(job_dirs))
         self._demo_investigations(job_dirs)
         try:
             self._serve(opts, password, work_root)
@@ -151,6 +152,17 @@ class Command(BaseCommand):
             closed = tunnel.reap_leftover_tunnels(settings.STEPWISE_TUNNELS_DIR)
             if closed:
                 self.stdout.write(f"Closed {len(closed)} SSH tunnel(s).")
+
+    def _copies_cap(self, jobs: int) -> None:
+        """Let every demo job be served at once (the worker diagnoses them all as it starts, and a visitor
+        opens their timelines meanwhile): raise the cap of served TSDB copies to the job count plus two,
+        for this process and the web server and worker it starts, unless STEPWISE_TSDB_MAX_COPIES is set."""
+        if "STEPWISE_TSDB_MAX_COPIES" in os.environ:
+            return
+        cap = max(int(settings.STEPWISE_TSDB_MAX_COPIES), jobs + 2)
+        os.environ["STEPWISE_TSDB_MAX_COPIES"] = str(cap)
+        settings.STEPWISE_TSDB_MAX_COPIES = cap
+        self.stdout.write(f"  up to {cap} TSDB copies served at once (STEPWISE_TSDB_MAX_COPIES)")
 
     # --- demo data -----------------------------------------------------------------------------
 
