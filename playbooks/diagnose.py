@@ -10,25 +10,29 @@ Usage::
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._diagnose_query import render_query
+from ._diagnose_source import discover_source
+from ._diagnose_types import (
+    DiagnosisError,
+    PlannedQuery,
+    PlaybookOutput,
+    PlaybookPlan,
+    SourceInfo,
+)
 from .analysis import Finding, build_context, decide_diagnosis, evaluate
 from .context import Timeline
-from .discovery import gpus_per_host, source_hosts, typical_count
-from .errors import PlaybooksError
-from .gpus import choose_gpu_model, gpu_model_named
 from .loader import load_playbooks
-from .model import Playbook, QuerySpec
-from .profiles import PROFILES, ProfileError, resolve_profile
-from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series, choose_step
+from .model import Playbook
+from .profiles import PROFILES
+from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series
 
 __all__ = [
     "DiagnosisError",
@@ -40,281 +44,10 @@ __all__ = [
     "discover_source",
     "execute",
     "plan",
+    "render_query",
     "run_diagnosis",
     "serves_copy",
 ]
-
-#: Points of the fine grid every range query shares, and of the coarse grid of per-GPU queries.
-FINE_POINTS = 720
-COARSE_POINTS = 120
-
-
-class DiagnosisError(PlaybooksError):
-    """The source cannot be diagnosed (no data, no known metric profile)."""
-
-
-@dataclass(frozen=True)
-class SourceInfo:
-    """What the data source holds.
-
-    Attributes:
-        url: Prometheus base URL.
-        profile: metric profile name ("amd", "nvidia").
-        metric_names: every metric name in the TSDB.
-        hosts: normalised host names.
-        gpus_per_host: GPUs per host (the most common count), None when no GPU metric.
-        time_range: (first, last) sample time, None when the TSDB is empty.
-        gpu_model: GPU model name (a key of `playbooks.gpus.GPU_MODELS`) or None.
-        interval: scrape interval in seconds (estimated).
-    """
-
-    url: str
-    profile: str
-    metric_names: tuple[str, ...]
-    hosts: tuple[str, ...]
-    gpus_per_host: int | None
-    time_range: tuple[float, float] | None
-    gpu_model: str | None = None
-    interval: float = 15.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "url": self.url,
-            "profile": self.profile,
-            "metric_names": list(self.metric_names),
-            "hosts": list(self.hosts),
-            "gpus_per_host": self.gpus_per_host,
-            "time_range": list(self.time_range) if self.time_range else None,
-            "gpu_model": self.gpu_model,
-            "interval": self.interval,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> SourceInfo:
-        tr = d.get("time_range")
-        return cls(
-            url=d["url"],
-            profile=d["profile"],
-            metric_names=tuple(d.get("metric_names", ())),
-            hosts=tuple(d.get("hosts", ())),
-            gpus_per_host=d.get("gpus_per_host"),
-            time_range=(float(tr[0]), float(tr[1])) if tr else None,
-            gpu_model=d.get("gpu_model"),
-            interval=float(d.get("interval", 15.0)),
-        )
-
-
-@dataclass(frozen=True)
-class PlannedQuery:
-    """One query to run.
-
-    Attributes:
-        name: result key (the playbook declaration's query name).
-        promql: the rendered PromQL.
-        kind: "instant" (evaluated at `end`) or "range".
-        start, end: window (unix seconds).
-        step: range step in seconds (None for instant queries).
-        window_s: the range of the query's function in seconds (0 when none), for the detectors.
-    """
-
-    name: str
-    promql: str
-    kind: str
-    start: float
-    end: float
-    step: float | None
-    window_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "promql": self.promql,
-            "kind": self.kind,
-            "start": self.start,
-            "end": self.end,
-            "step": self.step,
-            "window_s": self.window_s,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PlannedQuery:
-        return cls(
-            name=d["name"],
-            promql=d["promql"],
-            kind=d["kind"],
-            start=float(d["start"]),
-            end=float(d["end"]),
-            step=None if d.get("step") is None else float(d["step"]),
-            window_s=float(d.get("window_s", 0.0)),
-        )
-
-
-@dataclass(frozen=True)
-class PlaybookPlan:
-    """A playbook ready to run.
-
-    Attributes:
-        name, title: the playbook's.
-        queries: its queries, rendered for the source's profile (signals it lacks are left out).
-        window: where its rules look (from the triage; refined from the data when deciding).
-        unavailable: signals it wanted that the source lacks.
-    """
-
-    name: str
-    title: str
-    queries: tuple[PlannedQuery, ...]
-    window: tuple[float, float]
-    unavailable: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "title": self.title,
-            "queries": [q.to_dict() for q in self.queries],
-            "window": list(self.window),
-            "unavailable": list(self.unavailable),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PlaybookPlan:
-        return cls(
-            name=d["name"],
-            title=d["title"],
-            queries=tuple(PlannedQuery.from_dict(q) for q in d["queries"]),
-            window=(float(d["window"][0]), float(d["window"][1])),
-            unavailable=tuple(d.get("unavailable", ())),
-        )
-
-
-@dataclass
-class PlaybookOutput:
-    """What running one playbook's queries gave.
-
-    Attributes:
-        name: playbook name.
-        results: query name -> {"kind", "promql", "window_s", and for range results "start", "step", "n",
-            "series": [{"labels", "values" (null = no value)}], for instant ones "samples": [{"labels", "value"}]}.
-        errors: query name -> error message (results are partial when not empty).
-        prometheus_s: wall time during which at least one of its requests was in flight.
-        queries: number of queries sent.
-    """
-
-    name: str
-    results: dict[str, Any] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    prometheus_s: float = 0.0
-    queries: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "results": self.results,
-            "errors": self.errors,
-            "prometheus_s": self.prometheus_s,
-            "queries": self.queries,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> PlaybookOutput:
-        return cls(
-            name=d["name"],
-            results=dict(d.get("results", {})),
-            errors=dict(d.get("errors", {})),
-            prometheus_s=float(d.get("prometheus_s", 0.0)),
-            queries=int(d.get("queries", 0)),
-        )
-
-
-# ----------------------------------------------------------------------------------------- discovery
-
-
-def discover_source(
-    client: PrometheusClient,
-    *,
-    profile: str = "auto",
-    time_range: tuple[float, float] | None = None,
-    gpu_model: str | None = None,
-) -> SourceInfo:
-    """Return what the source holds: metric names, profile, hosts, GPUs per host, time range, GPU model.
-
-    `time_range` skips the search for the data's first and last samples when the caller knows them (a
-    served TSDB copy reads them from its blocks). `gpu_model` (a name of `playbooks.gpus.GPU_MODELS`; None
-    or "auto": chosen from the data) is the user's word when the labels do not name the GPUs. Raises
-    DiagnosisError when the TSDB is empty, no known profile matches or the GPU model is unknown;
-    PrometheusError when the server cannot be reached.
-    """
-    chosen = None
-    if gpu_model and gpu_model.strip().lower() != "auto":
-        try:
-            chosen = gpu_model_named(gpu_model)
-        except ValueError as exc:
-            raise DiagnosisError(str(exc)) from None
-    names = tuple(sorted(client.label_values("__name__")))
-    try:
-        prof = resolve_profile(client, names, prefer=profile)
-    except ProfileError as exc:
-        raise DiagnosisError(str(exc)) from None
-    tr = time_range or client.data_time_range()
-    if tr is None:
-        raise DiagnosisError("the TSDB holds no samples")
-    start, end = float(tr[0]), float(tr[1])
-    span = f"{max(60, int(end - start) + 60)}s"
-    avail = prof.available(names)
-
-    def q_hosts() -> list[str]:
-        return sorted(source_hosts(client, prof, span, end))
-
-    def q_gpus() -> int | None:
-        return typical_count(list(gpus_per_host(client, prof, span, end).values()))
-
-    def q_interval() -> float:
-        sig = (
-            "up"
-            if avail.get("up")
-            else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
-        )
-        if sig is None:
-            return 15.0
-        w = min(1800.0, max(120.0, (end - start) / 2))
-        expr = prof.expr(sig, "count_over_time", window=f"{int(w)}s", by=("host",), agg="max")
-        res = client.query(f"max({expr})", at=start + w + (end - start - w) / 2)
-        n = max((s.value for s in res if math.isfinite(s.value)), default=0.0)
-        return float(w / n) if n > 1 else 15.0
-
-    def q_model() -> tuple[list[str], float | None, float | None]:
-        model_names: list[str] = []
-        for sig in ("gpu_temp", "gpu_util", "gpu_power"):
-            if prof.gpu_model_label and avail.get(sig):
-                model_names += client.label_values(prof.gpu_model_label, [prof.signal(sig).metrics[0]])
-        vram = power = None
-        if avail.get("gpu_vram_total"):
-            r = client.query(f"max({prof.expr('gpu_vram_total', 'max_over_time', window=span)})", at=end)
-            vram = r[0].value if r else None
-        if avail.get("gpu_power"):
-            r = client.query(f"max({prof.expr('gpu_power', 'max_over_time', window=span)})", at=end)
-            power = r[0].value if r else None
-        return model_names, vram, power
-
-    hosts, gpus, interval, (mnames, vram, power) = client.run_parallel(
-        [q_hosts, q_gpus, q_interval, q_model], max_concurrency=4
-    )  # type: ignore[misc]
-    for r in (hosts, gpus, interval):
-        if isinstance(r, PrometheusError):
-            raise r
-    if isinstance(mnames, PrometheusError):
-        mnames, vram, power = [], None, None
-    model = chosen or choose_gpu_model(names=mnames, vendor=prof.vendor, vram_bytes=vram, max_power_w=power)
-    return SourceInfo(
-        url=client.base_url,
-        profile=prof.name,
-        metric_names=names,
-        hosts=tuple(hosts),
-        gpus_per_host=gpus,
-        time_range=(start, end),
-        gpu_model=model.name if model else None,
-        interval=float(interval),
-    )
-
 
 # -------------------------------------------------------------------------------------------- plan
 
@@ -333,100 +66,6 @@ def select_playbooks(triage: Mapping[str, Any] | None, names: Sequence[str] | No
     # never what is looked at (a job cancelled before step 0, or a node failure triaged as a stage failure,
     # must still be judged for a hang or a dead node).
     return list(every.values())
-
-
-def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: float) -> float:
-    if q.window == "auto":
-        return max(step, 4.0 * interval)
-    if q.window == "job":
-        return max(step, end - start)
-    from .prometheus import parse_duration
-
-    return parse_duration(q.window)
-
-
-def render_query(
-    q: QuerySpec, profile_name: str, *, start: float, end: float, interval: float
-) -> PlannedQuery:
-    """Return the PromQL of a declared query for a profile (raises ProfileError if it lacks a signal)."""
-    prof = PROFILES[profile_name]
-    fine = choose_step(start, end, min_step=max(1.0, interval), max_points=FINE_POINTS)
-    step = fine if q.resolution == "fine" else max(fine, choose_step(start, end, max_points=COARSE_POINTS))
-    w = _window_s(q, step, interval, start, end)
-    wtxt = f"{int(math.ceil(w))}s"
-    if q.signal:
-        sig = prof.signal(q.signal)
-        fn = q.fn or None
-        parts = sig.selector.split(" | ")
-        if len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
-            # Sum each counter by the output labels first, then join the small results: joining every raw
-            # series of several counters with `or` at each step costs ten times more on a large job.
-            by = tuple(q.by if q.by is not None else sig.labels)
-            subs = [
-                dataclasses.replace(sig, selector=part, metrics=(part.split("{")[0],)).expr(
-                    fn, window=wtxt, by=by, agg="sum"
-                )
-                for part in parts
-            ]
-            tagged = " or ".join(
-                f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(subs)
-            )
-            expr = f"sum by ({', '.join(by)}) ({tagged})" if by else f"sum({tagged})"
-        else:
-            expr = _pushdown(sig, fn, wtxt, q.by, q.agg or sig.agg) or (
-                sig.expr(fn, window=wtxt, by=q.by, agg=q.agg or None)
-                if (fn or sig.is_counter)
-                else sig.expr(None, by=q.by, agg=q.agg or None)
-            )
-    else:
-        expr = q.promql.replace("{window}", wtxt)
-        for s in q.signals:
-            expr = expr.replace("{" + s + "}", f"({prof.signal(s).expr(window=wtxt)})")
-    if q.post:
-        expr = f"({expr}) {q.post}"
-    uses_window = bool(q.fn) or (q.signal and prof.signal(q.signal).is_counter)
-    if q.kind == "instant":
-        return PlannedQuery(q.name, expr, "instant", start, end, None, w if uses_window else 0.0)
-    # the grid ends at the data's end, so that an increment in the last scrapes is on its last point (a grid
-    # anchored at the start may stop up to a step short of the end)
-    aligned = end - math.ceil((end - start) / step - 1e-9) * step
-    return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
-
-
-_OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}
-
-
-def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None, agg: str) -> str | None:
-    """Return the signal's PromQL with the aggregation done before the host label is renamed, or None.
-
-    A profile copies `host` from the exporter's own label (DCGM's `Hostname`, `instance`) on every raw
-    series before aggregating; on 1,024 GPUs that label_replace runs over every series at every step.
-    Aggregating by the exporter's own labels first and renaming the (few) results gives the same series
-    for one exporter instance per host, at a fraction of the cost.
-    """
-    if (
-        sig.host_from in ("", "host")
-        or sig.fill_filter
-        or " | " in sig.selector
-        or agg not in _OUTER
-        or sig.host_join
-        or sig.host_alias
-        or "," in sig.host_from
-    ):
-        return None
-    out_by = tuple(by if by is not None else sig.labels)
-    if not set(out_by) <= {"host", "gpu"}:
-        return None
-    raw = {"host": sig.host_from, "gpu": sig.gpu_from or "gpu"}
-    inner = dataclasses.replace(sig, host_from="host", gpu_from="gpu" if sig.scope == "gpu" else "")
-    expr = inner.expr(fn, window=window, by=tuple(raw[b] for b in out_by), agg=agg)
-    if sig.host_from == "instance":
-        expr = f'label_replace({expr}, "host", "$1", "instance", "(.+?)(?::[0-9]+)?")'
-    else:
-        expr = f'label_replace({expr}, "host", "$1", "{sig.host_from}", "(.+)")'
-    if "gpu" in out_by and raw["gpu"] != "gpu":
-        expr = f'label_replace({expr}, "gpu", "$1", "{raw["gpu"]}", "(.+)")'
-    return f"{_OUTER[agg]} by ({', '.join(out_by)}) ({expr})" if out_by else f"{_OUTER[agg]}({expr})"
 
 
 def plan(

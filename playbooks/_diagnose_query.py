@@ -1,0 +1,106 @@
+"""Render a playbook's declared query as PromQL for a metric profile (windows, grids, aggregation push-down)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ._diagnose_types import COARSE_POINTS, FINE_POINTS, PlannedQuery
+from .model import QuerySpec
+from .profiles import PROFILES
+from .prometheus import choose_step
+
+
+def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: float) -> float:
+    if q.window == "auto":
+        return max(step, 4.0 * interval)
+    if q.window == "job":
+        return max(step, end - start)
+    from .prometheus import parse_duration
+
+    return parse_duration(q.window)
+
+
+def render_query(
+    q: QuerySpec, profile_name: str, *, start: float, end: float, interval: float
+) -> PlannedQuery:
+    """Return the PromQL of a declared query for a profile (raises ProfileError if it lacks a signal)."""
+    prof = PROFILES[profile_name]
+    fine = choose_step(start, end, min_step=max(1.0, interval), max_points=FINE_POINTS)
+    step = fine if q.resolution == "fine" else max(fine, choose_step(start, end, max_points=COARSE_POINTS))
+    w = _window_s(q, step, interval, start, end)
+    wtxt = f"{int(math.ceil(w))}s"
+    if q.signal:
+        sig = prof.signal(q.signal)
+        fn = q.fn or None
+        parts = sig.selector.split(" | ")
+        if len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
+            # Sum each counter by the output labels first, then join the small results: joining every raw
+            # series of several counters with `or` at each step costs ten times more on a large job.
+            by = tuple(q.by if q.by is not None else sig.labels)
+            subs = [
+                dataclasses.replace(sig, selector=part, metrics=(part.split("{")[0],)).expr(
+                    fn, window=wtxt, by=by, agg="sum"
+                )
+                for part in parts
+            ]
+            tagged = " or ".join(
+                f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(subs)
+            )
+            expr = f"sum by ({', '.join(by)}) ({tagged})" if by else f"sum({tagged})"
+        else:
+            expr = _pushdown(sig, fn, wtxt, q.by, q.agg or sig.agg) or (
+                sig.expr(fn, window=wtxt, by=q.by, agg=q.agg or None)
+                if (fn or sig.is_counter)
+                else sig.expr(None, by=q.by, agg=q.agg or None)
+            )
+    else:
+        expr = q.promql.replace("{window}", wtxt)
+        for s in q.signals:
+            expr = expr.replace("{" + s + "}", f"({prof.signal(s).expr(window=wtxt)})")
+    if q.post:
+        expr = f"({expr}) {q.post}"
+    uses_window = bool(q.fn) or (q.signal and prof.signal(q.signal).is_counter)
+    if q.kind == "instant":
+        return PlannedQuery(q.name, expr, "instant", start, end, None, w if uses_window else 0.0)
+    # the grid ends at the data's end, so that an increment in the last scrapes is on its last point (a grid
+    # anchored at the start may stop up to a step short of the end)
+    aligned = end - math.ceil((end - start) / step - 1e-9) * step
+    return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
+
+
+_OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}
+
+
+def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None, agg: str) -> str | None:
+    """Return the signal's PromQL with the aggregation done before the host label is renamed, or None.
+
+    A profile copies `host` from the exporter's own label (DCGM's `Hostname`, `instance`) on every raw
+    series before aggregating; on 1,024 GPUs that label_replace runs over every series at every step.
+    Aggregating by the exporter's own labels first and renaming the (few) results gives the same series
+    for one exporter instance per host, at a fraction of the cost.
+    """
+    if (
+        sig.host_from in ("", "host")
+        or sig.fill_filter
+        or " | " in sig.selector
+        or agg not in _OUTER
+        or sig.host_join
+        or sig.host_alias
+        or "," in sig.host_from
+    ):
+        return None
+    out_by = tuple(by if by is not None else sig.labels)
+    if not set(out_by) <= {"host", "gpu"}:
+        return None
+    raw = {"host": sig.host_from, "gpu": sig.gpu_from or "gpu"}
+    inner = dataclasses.replace(sig, host_from="host", gpu_from="gpu" if sig.scope == "gpu" else "")
+    expr = inner.expr(fn, window=window, by=tuple(raw[b] for b in out_by), agg=agg)
+    if sig.host_from == "instance":
+        expr = f'label_replace({expr}, "host", "$1", "instance", "(.+?)(?::[0-9]+)?")'
+    else:
+        expr = f'label_replace({expr}, "host", "$1", "{sig.host_from}", "(.+)")'
+    if "gpu" in out_by and raw["gpu"] != "gpu":
+        expr = f'label_replace({expr}, "gpu", "$1", "{raw["gpu"]}", "(.+)")'
+    return f"{_OUTER[agg]} by ({', '.join(out_by)}) ({expr})" if out_by else f"{_OUTER[agg]}({expr})"

@@ -1,0 +1,99 @@
+"""Diagnosis step one: discover what a Prometheus source holds (profile, hosts, GPUs, range, GPU model)."""
+
+from __future__ import annotations
+
+import math
+
+from ._diagnose_types import DiagnosisError, SourceInfo
+from .discovery import gpus_per_host, source_hosts, typical_count
+from .gpus import choose_gpu_model, gpu_model_named
+from .profiles import ProfileError, resolve_profile
+from .prometheus import PrometheusClient, PrometheusError
+
+
+def discover_source(
+    client: PrometheusClient,
+    *,
+    profile: str = "auto",
+    time_range: tuple[float, float] | None = None,
+    gpu_model: str | None = None,
+) -> SourceInfo:
+    """Return what the source holds: metric names, profile, hosts, GPUs per host, time range, GPU model.
+
+    `time_range` skips the search for the data's first and last samples when the caller knows them (a
+    served TSDB copy reads them from its blocks). `gpu_model` (a name of `playbooks.gpus.GPU_MODELS`; None
+    or "auto": chosen from the data) is the user's word when the labels do not name the GPUs. Raises
+    DiagnosisError when the TSDB is empty, no known profile matches or the GPU model is unknown;
+    PrometheusError when the server cannot be reached.
+    """
+    chosen = None
+    if gpu_model and gpu_model.strip().lower() != "auto":
+        try:
+            chosen = gpu_model_named(gpu_model)
+        except ValueError as exc:
+            raise DiagnosisError(str(exc)) from None
+    names = tuple(sorted(client.label_values("__name__")))
+    try:
+        prof = resolve_profile(client, names, prefer=profile)
+    except ProfileError as exc:
+        raise DiagnosisError(str(exc)) from None
+    tr = time_range or client.data_time_range()
+    if tr is None:
+        raise DiagnosisError("the TSDB holds no samples")
+    start, end = float(tr[0]), float(tr[1])
+    span = f"{max(60, int(end - start) + 60)}s"
+    avail = prof.available(names)
+
+    def q_hosts() -> list[str]:
+        return sorted(source_hosts(client, prof, span, end))
+
+    def q_gpus() -> int | None:
+        return typical_count(list(gpus_per_host(client, prof, span, end).values()))
+
+    def q_interval() -> float:
+        sig = (
+            "up"
+            if avail.get("up")
+            else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
+        )
+        if sig is None:
+            return 15.0
+        w = min(1800.0, max(120.0, (end - start) / 2))
+        expr = prof.expr(sig, "count_over_time", window=f"{int(w)}s", by=("host",), agg="max")
+        res = client.query(f"max({expr})", at=start + w + (end - start - w) / 2)
+        n = max((s.value for s in res if math.isfinite(s.value)), default=0.0)
+        return float(w / n) if n > 1 else 15.0
+
+    def q_model() -> tuple[list[str], float | None, float | None]:
+        model_names: list[str] = []
+        for sig in ("gpu_temp", "gpu_util", "gpu_power"):
+            if prof.gpu_model_label and avail.get(sig):
+                model_names += client.label_values(prof.gpu_model_label, [prof.signal(sig).metrics[0]])
+        vram = power = None
+        if avail.get("gpu_vram_total"):
+            r = client.query(f"max({prof.expr('gpu_vram_total', 'max_over_time', window=span)})", at=end)
+            vram = r[0].value if r else None
+        if avail.get("gpu_power"):
+            r = client.query(f"max({prof.expr('gpu_power', 'max_over_time', window=span)})", at=end)
+            power = r[0].value if r else None
+        return model_names, vram, power
+
+    hosts, gpus, interval, (mnames, vram, power) = client.run_parallel(
+        [q_hosts, q_gpus, q_interval, q_model], max_concurrency=4
+    )  # type: ignore[misc]
+    for r in (hosts, gpus, interval):
+        if isinstance(r, PrometheusError):
+            raise r
+    if isinstance(mnames, PrometheusError):
+        mnames, vram, power = [], None, None
+    model = chosen or choose_gpu_model(names=mnames, vendor=prof.vendor, vram_bytes=vram, max_power_w=power)
+    return SourceInfo(
+        url=client.base_url,
+        profile=prof.name,
+        metric_names=names,
+        hosts=tuple(hosts),
+        gpus_per_host=gpus,
+        time_range=(start, end),
+        gpu_model=model.name if model else None,
+        interval=float(interval),
+    )
