@@ -74,7 +74,9 @@ class Investigation(models.Model):
     # The primary job's incident class, for the list filter: the diagnosis class once a diagnosis ran,
     # else the triage class; empty while unknown.
     incident_class = models.CharField(max_length=40, blank=True, db_index=True)
-    jobs = models.ManyToManyField("Job", through="InvestigationJob", related_name="investigations")
+    jobs: models.ManyToManyField[Job, InvestigationJob] = models.ManyToManyField(
+        "Job", through="InvestigationJob", related_name="investigations"
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 

@@ -19,7 +19,7 @@ from .models import Membership, Restriction, Role, Team
 
 #: What each action needs, lowest role first.
 ACTIONS = {"view": 0, "comment": 0, "edit": 1, "manage": 2}
-_RANK = {Role.VIEWER: 0, Role.EDITOR: 1, Role.OWNER: 2}
+_RANK: dict[str, int] = {Role.VIEWER: 0, Role.EDITOR: 1, Role.OWNER: 2}
 
 
 def role_for(user, investigation: Investigation) -> str | None:

@@ -8,12 +8,17 @@ activity stream (`services.activity`) merges those with comments and the machine
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.conf import settings
 from django.db import models
 from simple_history import register
 from simple_history.models import HistoricalRecords
 
 from investigations.models import Finding, Investigation, PinnedChart
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 # The investigation's status, severity, owner and team keep a history too; the historical model lives in
 # this app so the investigations app's tables stay as they are.
@@ -26,7 +31,9 @@ class Team(models.Model):
     """People who investigate together; an investigation belongs to the team whose name it carries."""
 
     name = models.CharField(max_length=100, unique=True)
-    members = models.ManyToManyField(USER, through="Membership", related_name="teams")
+    members: models.ManyToManyField[User, Membership] = models.ManyToManyField(
+        USER, through="Membership", related_name="teams"
+    )
 
     class Meta:
         ordering = ["name"]

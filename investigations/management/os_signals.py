@@ -18,8 +18,14 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+# What signal.signal() takes and returns (typeshed spells it signal._HANDLER, a private name).
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
 class ExitOnSignal:
@@ -29,7 +35,7 @@ class ExitOnSignal:
         self.command = command
         self.received: int | None = None
         self._raising = False
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, _Handler] = {}
 
     def _handler(self, signum: int, frame) -> None:
         if self.received is None:

@@ -114,6 +114,7 @@ def _series_summary(
 ) -> dict[str, Any]:
     finite = [v for v in values if math.isfinite(v)]
     cap = settings.STEPWISE_RESULT_MAX_POINTS
+    picks: Sequence[int]
     if len(values) > cap:
         # Evenly spaced picks that always include the first and the last point.
         picks = sorted({round(i * (len(values) - 1) / (cap - 1)) for i in range(cap)})

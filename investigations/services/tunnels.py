@@ -93,6 +93,7 @@ def _as_spec(job: Job | None, spec_or_text: TunnelSpec | str | Mapping[str, Any]
             return tunnel_allowed(tunnels.parse_tunnel_command(spec_or_text))
         if isinstance(spec_or_text, Mapping):
             return tunnel_allowed(TunnelSpec.from_dict(spec_or_text))
+        assert job is not None, "only tunnel_datasource_create passes no spec, and always with its job"
         return tunnel_allowed(tunnels.spec_from_triage(_job_triage(job)))
     except TunnelError as exc:
         raise DataSourceError(str(exc)) from exc

@@ -185,7 +185,8 @@ class Command(BaseCommand):
         job_dirs: list[Path] = []
         for index, scenario in enumerate(scenarios):
             # A seed per scenario: demo jobs differ in hosts, GPU model and start time, not only in the incident.
-            params = {"nodes": nodes, "seed": seed + 101 * index, "hours": hours}
+            job_seed = seed + 101 * index
+            params = {"nodes": nodes, "seed": job_seed, "hours": hours}
             built = marker.get(scenario)
             dirs = [root / name for name in built["job_dirs"]] if built else []
             if not rebuild and built and built["params"] == params and all(d.is_dir() for d in dirs):
@@ -197,7 +198,7 @@ class Command(BaseCommand):
             try:
                 generated = synth.generate_job(
                     scenario,
-                    params["seed"],
+                    job_seed,
                     nodes,
                     root / scenario,
                     hours=hours,
