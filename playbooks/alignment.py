@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -181,7 +182,7 @@ class StepAxis:
     def last_step(self) -> float:
         return self.pieces[-1].last_step if self.pieces else float("nan")
 
-    def step_at(self, t: float | Iterable[float] | np.ndarray) -> float | np.ndarray:
+    def step_at(self, t: float | Sequence[float] | np.ndarray) -> float | np.ndarray:
         """Return the (fractional) step at unix time(s) `t`; NaN outside the data and between pieces."""
         scalar = np.ndim(t) == 0
         ts = np.atleast_1d(np.asarray(t, dtype=float))
@@ -193,7 +194,7 @@ class StepAxis:
         return float(out[0]) if scalar else out
 
     def time_at(
-        self, step: float | Iterable[float] | np.ndarray, *, occurrence: str = "latest"
+        self, step: float | Sequence[float] | np.ndarray, *, occurrence: str = "latest"
     ) -> float | np.ndarray:
         """Return the unix time(s) when `step` was first reached; NaN for a step outside the data.
 
@@ -233,7 +234,7 @@ class StepAxis:
         idx = int(np.searchsorted(p.knot_s, p.last_step, side="left"))
         return float(p.knot_t[idx])
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Return a JSON-ready summary: range, steps, gaps and restores."""
         return {
             "start": self.start if self.pieces else None,

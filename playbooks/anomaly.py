@@ -11,6 +11,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ class Grid:
     values: np.ndarray
 
     @classmethod
-    def from_result(cls, data: dict) -> Grid:
+    def from_result(cls, data: dict[str, Any]) -> Grid:
         """Return the grid of a stored range result ({"start", "step", "n", "series": [...]})."""
         n = int(data["n"])
         t = float(data["start"]) + float(data["step"]) * np.arange(n)
@@ -66,7 +67,8 @@ class Grid:
         """Return the first row whose labels include `labels`, or None."""
         for lab, v in zip(self.labels, self.values, strict=True):
             if all(lab.get(k) == val for k, val in labels.items()):
-                return v
+                row: np.ndarray = v  # a row of the 2-D values array
+                return row
         return None
 
     def single(self) -> np.ndarray | None:
@@ -96,7 +98,8 @@ def robust_spread(x: np.ndarray, axis: int = 0) -> np.ndarray:
     """Return MAD x 1.4826 along `axis` (a standard deviation that outliers cannot inflate)."""
     with np.errstate(all="ignore"):
         med = np.nanmedian(x, axis=axis, keepdims=True)
-        return MAD_SCALE * np.nanmedian(np.abs(x - med), axis=axis)
+        spread: np.ndarray = MAD_SCALE * np.nanmedian(np.abs(x - med), axis=axis)
+        return spread
 
 
 def first_sustained(mask: np.ndarray, length: int, fraction: float = 0.8) -> int | None:

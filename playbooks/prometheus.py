@@ -258,19 +258,19 @@ class PrometheusClient:
             raise self._shape_error(path, TypeError(type(data).__name__))
         return [str(v) for v in data]
 
-    def tsdb_status(self) -> dict:
+    def tsdb_status(self) -> dict[str, Any]:
         """Return /api/v1/status/tsdb data (headStats covers the in-memory head only)."""
         return self._api_dict("/api/v1/status/tsdb")
 
-    def buildinfo(self) -> dict:
+    def buildinfo(self) -> dict[str, Any]:
         """Return /api/v1/status/buildinfo data."""
         return self._api_dict("/api/v1/status/buildinfo")
 
-    def flags(self) -> dict:
+    def flags(self) -> dict[str, Any]:
         """Return /api/v1/status/flags data (flag name -> value as text)."""
         return self._api_dict("/api/v1/status/flags")
 
-    def targets(self) -> dict:
+    def targets(self) -> dict[str, Any]:
         """Return /api/v1/targets data (activeTargets, droppedTargets)."""
         return self._api_dict("/api/v1/targets")
 
@@ -364,7 +364,7 @@ class PrometheusClient:
                 "Stepwise only calls the read-only query and status endpoints"
             )
 
-    def _api_dict(self, path: str, params: Mapping[str, Any] | None = None) -> dict:
+    def _api_dict(self, path: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
         data = self._api(path, dict(params or {}), query="")
         if not isinstance(data, dict):
             raise self._shape_error(path, TypeError(type(data).__name__))

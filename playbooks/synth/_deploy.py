@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from ._sim_plan import Job
+
 __all__ = ["PERTURBATIONS", "Exporters", "apply_to_job"]
 
 
@@ -146,7 +148,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
 }
 
 
-def apply_to_job(job, ex: Exporters) -> None:
+def apply_to_job(job: Job, ex: Exporters) -> None:
     """Change the simulated job where the deployment changes what the exporters read (before emitting).
 
     Host names (host_domain) must be applied before simulation by the caller; here: background counter
@@ -162,7 +164,7 @@ def apply_to_job(job, ex: Exporters) -> None:
         job.notes.append("background RDMA retransmit/ACK-timeout noise on ~1 % of scrapes per NIC")
     if ex.noisy_host:
         h, arr = int(rng.integers(job.nodes)), job.nic_sig["retx"]
-        hits = rng.random(arr.shape[-1]) < 0.1
+        hits = rng.random(int(arr.shape[-1])) < 0.1
         arr[h, 0] = arr[h, 0] + np.cumsum(np.where(hits, rng.integers(1, 8, arr.shape[-1]), 0))
         job.red_herrings["retransmit_trickle_host"] = job.hosts[h]
     if ex.stale_xid and "xid" in job.gpu_sig:

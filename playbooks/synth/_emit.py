@@ -122,9 +122,9 @@ def amd_series(job: Job) -> Iterator[Item]:
         ("hw_gpu_user_processes", "gpu_procs", "d"),
         ("hw_scrape_duration_seconds", "scrape", "f3"),
     )
-    for metric, key, fmt in host_metrics:
+    for metric, host_key, fmt in host_metrics:
         for h in range(K):
-            vals = hsig[key][h] if key else np.zeros(len(t))
+            vals = hsig[host_key][h] if host_key else np.zeros(len(t))
             yield (
                 metric,
                 {"host": hosts[h], "instance": hw_inst[h], "job": "node_hw"},

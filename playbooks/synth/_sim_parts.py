@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from ._sim_plan import Job
@@ -9,7 +11,7 @@ from ._sim_plan import Job
 # --------------------------------------------------------------------------------------------- steps
 
 
-def _simulate_steps(job: Job, rng: np.random.Generator, slowdown) -> None:
+def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[float], float]) -> None:
     """Fill the per-step arrays for a run that trains from train_start until job_end (or a stall)."""
     drawn = {
         "base": float(rng.uniform(9.5, 31.0)),

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -110,7 +110,9 @@ class _Layout:
         return [(lab | {key: self.job.hosts[h]}, slice(None))]
 
 
-def _gpu_family(lay: _Layout, name: str, arr: np.ndarray, fmt: str, extra_of) -> Iterator[Item]:
+def _gpu_family(
+    lay: _Layout, name: str, arr: np.ndarray, fmt: str, extra_of: Callable[[int, int], dict[str, str]]
+) -> Iterator[Item]:
     job, ex = lay.job, lay.ex
     t = job.t
     for h in range(job.nodes):
@@ -204,9 +206,11 @@ def _dme(lay: _Layout) -> Iterator[Item]:
     for name, arr, fmt in fams:
         yield from _gpu_family(lay, p + name, arr, fmt, extra)
     for kind, key in (("GPU_CLOCK_TYPE_SYSTEM", "sclk"), ("GPU_CLOCK_TYPE_MEMORY", "mclk")):
-        yield from _gpu_family(
-            lay, p + "gpu_clock", gs[key], "d", lambda h, g, k=kind: extra(h, g) | {"clock_type": k}
-        )
+
+        def clock_extra(h: int, g: int, k: str = kind) -> dict[str, str]:
+            return extra(h, g) | {"clock_type": k}
+
+        yield from _gpu_family(lay, p + "gpu_clock", gs[key], "d", clock_extra)
 
 
 def _node(lay: _Layout) -> Iterator[Item]:

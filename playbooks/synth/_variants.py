@@ -145,7 +145,7 @@ def near_limit_save(job: Any, mem: np.ndarray, rep0: np.ndarray, t: np.ndarray) 
 def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
     """Add each host's own background runnable processes (drawn per run) while the job runs."""
     rng = stream(job, 4)
-    offsets = rng.uniform(0.0, float(job.variants["host_background"]), running.shape[0])
+    offsets = rng.uniform(0.0, float(job.variants["host_background"]), len(running))
     running += np.where(during[None, :], offsets[:, None], 0.0)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -133,7 +134,7 @@ def context_build(
     for name, signal, by in (("gpus", "gpu_temp", "host, gpu"), ("hosts", "procs_running", "host")):
         q = _count_query(profile, signal, by)
         if q:
-            add(name, lambda q=q: client.query_range(q, start, end, coarse))
+            add(name, partial(client.query_range, q, start, end, coarse))
     if profile.has("procs_running"):
         sel = profile.signal("procs_running").selector
         add("interval", lambda: client.query(f"max(count_over_time({sel}[10m]))", end))
@@ -143,7 +144,7 @@ def context_build(
     # where counting with present_over_time over the whole range was the context's costliest query).
     devices = _device_labels(profile, (s.signal for s in PANELS.values()))
     for key, (selector, _) in devices.items():
-        add(f"unique:{key}", lambda sel=selector: client.series([sel], start, end))
+        add(f"unique:{key}", partial(client.series, [selector], start, end))
     results = dict(zip(names, client.run_parallel(calls, max_concurrency=max_concurrency), strict=True))
     # Without the step axis or the series counts every panel would be drawn wrongly (one line per GPU at
     # 1,024 GPUs): fail the whole timeline instead, with Prometheus's own reason.

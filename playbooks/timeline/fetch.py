@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from playbooks.prometheus import PrometheusClient, PrometheusError
@@ -51,9 +52,9 @@ def panels_fetch(
     for i, plan in enumerate(plans):
         for role, promql in plan.queries.items():
             if role == "score":
-                first.append((i, role, lambda q=promql: client.query(q, end)))
+                first.append((i, role, partial(client.query, promql, end)))
             else:
-                first.append((i, role, lambda q=promql, st=plan.step: client.query_range(q, start, end, st)))
+                first.append((i, role, partial(client.query_range, promql, start, end, plan.step)))
     run(first)
     second: list[tuple[int, str, Callable[[], Any]]] = []
     for i, plan in enumerate(plans):
@@ -76,7 +77,7 @@ def panels_fetch(
         else:
             q = f"{plan.expr} and on ({', '.join(plan.labels)}) ({_label_vector(rows)})"
         per_panel[i]["outliers_query"] = q
-        second.append((i, "outliers", lambda q=q, st=plan.step: client.query_range(q, start, end, st)))
+        second.append((i, "outliers", partial(client.query_range, q, start, end, plan.step)))
     run(second)
     out = []
     for plan, res in zip(plans, per_panel, strict=True):

@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
-from playbooks.profiles import Profile
+from playbooks.profiles import Profile, Signal
 
 
 def _fmt_seconds(seconds: float) -> str:
@@ -30,7 +29,7 @@ def _bare_ok(profile: Profile, signal: str) -> bool:
     return sig.scope in ("gpu", "host") and not sig.fill_filter and not mapped and _is_selector(sig.selector)
 
 
-def _device_expr(sig: Any, fn: str | None, window: str, bare: bool) -> str:
+def _device_expr(sig: Signal, fn: str | None, window: str, bare: bool) -> str:
     """Return one series per device (host, or host and GPU) under the exporter's own labels.
 
     One series per device already (`bare`): the raw selector is the per-device value, no aggregation.
@@ -42,7 +41,7 @@ def _device_expr(sig: Any, fn: str | None, window: str, bare: bool) -> str:
     return plain.expr(fn, window=window, by=raw)
 
 
-def _bare_expr(sig: Any, fn: str | None, window: str) -> str:
+def _bare_expr(sig: Signal, fn: str | None, window: str) -> str:
     """Return a signal's per-series PromQL without aggregation (a counter rated, a gauge as is), scaled."""
     if sig.is_counter:
         inner = f"{fn or 'rate'}({sig.selector}[{window}])"
