@@ -26,6 +26,14 @@ class TaskStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class HistoryNote:
+    """What django-simple-history reads from a model instance when it is saved: who changed it (the
+    historical row's history_user) and why (history_change_reason). Set before save(); annotations only."""
+
+    _history_user: Any
+    _change_reason: str
+
+
 class _RunProgress:
     """Progress of a run row with `status`, `FINISHED`, `progress_done` and `progress_total`."""
 
@@ -494,7 +502,7 @@ class RunHeartbeat(models.Model):
         return f"{self.task_name} on {self.kind} run {self.run_id} (pid {self.pid})"
 
 
-class TimelineNote(models.Model):
+class TimelineNote(HistoryNote, models.Model):
     """A person's note on an investigation's timeline, at a time (and the step the job was at then).
 
     Drawn as a mark on every panel of the job's timeline for everyone who can view the investigation;

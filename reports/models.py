@@ -15,7 +15,7 @@ from django.db import models
 from simple_history import register
 from simple_history.models import HistoricalRecords
 
-from investigations.models import Finding, Investigation, PinnedChart
+from investigations.models import Finding, HistoryNote, Investigation, PinnedChart
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -48,7 +48,7 @@ class Role(models.TextChoices):
     VIEWER = "viewer", "Viewer"
 
 
-class Membership(models.Model):
+class Membership(HistoryNote, models.Model):
     """A user's role in a team: owners manage members and delete, editors edit, viewers read and comment."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
@@ -95,7 +95,7 @@ class Report(models.Model):
         return f"report of {self.investigation}"
 
 
-class Section(models.Model):
+class Section(HistoryNote, models.Model):
     """One section of a report, in Markdown; `version` grows with every saved change."""
 
     report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="sections")
@@ -122,7 +122,7 @@ class Section(models.Model):
         return f"{self.title} (v{self.version})"
 
 
-class Verdict(models.Model):
+class Verdict(HistoryNote, models.Model):
     """A person's judgement of a machine finding, keyed by the finding's stable key so re-runs keep it."""
 
     class Value(models.TextChoices):
@@ -178,7 +178,7 @@ class HumanFinding(models.Model):
         ordering = ["created", "pk"]
 
 
-class ActionItem(models.Model):
+class ActionItem(HistoryNote, models.Model):
     report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="action_items")
     text = models.CharField(max_length=500)
     owner = models.ForeignKey(

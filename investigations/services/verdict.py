@@ -99,7 +99,7 @@ def _latest_done(investigation: Investigation, *, comparison: bool) -> Diagnosis
 
 def _opinion(kind: str, run: DiagnosisRun | None) -> Opinion | None:
     diagnosis = ((run.result or {}).get("diagnosis") if run else None) or None
-    if not isinstance(diagnosis, dict) or not diagnosis.get("class"):
+    if run is None or not isinstance(diagnosis, dict) or not diagnosis.get("class"):
         return None
     return Opinion(kind, run, diagnosis)
 
@@ -110,6 +110,7 @@ def reconcile(diagnosis: Opinion | None, comparison: Opinion | None) -> Verdict 
         return None
     if diagnosis is None or comparison is None:
         only = diagnosis or comparison
+        assert only is not None  # one of the two is set (both None returned above)
         return _verdict(only, None, agree=False)
     if diagnosis.klass == comparison.klass:
         lead = comparison if comparison.confidence >= diagnosis.confidence else diagnosis

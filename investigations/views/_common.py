@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django_htmx.middleware import HtmxDetails
@@ -18,6 +19,8 @@ from investigations.services.runs import run_cancel as cancel_run
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+    # LoginRequiredMiddleware: every view but the few marked login_not_required sees a signed-in user.
+    user: User
 
 
 def investigation_job_or_404(investigation: Investigation, raw: str | None) -> Job | None:

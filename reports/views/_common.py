@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -41,8 +42,10 @@ def tokens(report: Report) -> dict[str, str]:
     agg = report.comments.aggregate(n=Max("pk"))
     verdicts = report.verdicts.aggregate(t=Max("updated"))
     items = report.action_items.model.history.filter(report=report).aggregate(t=Max("history_id"))
-    inv_row = Investigation.objects.filter(pk=report.investigation_id).values("updated").first() or {}
-    report_row = Report.objects.filter(pk=report.pk).values("version").first() or {}
+    inv_row: Mapping[str, Any] = (
+        Investigation.objects.filter(pk=report.investigation_id).values("updated").first() or {}
+    )
+    report_row: Mapping[str, Any] = Report.objects.filter(pk=report.pk).values("version").first() or {}
     humans = report.human_findings.model.history.filter(report=report).aggregate(t=Max("history_id"))
     running = report.human_findings.filter(kind="query", evidence__state="running").count()
     return {

@@ -11,7 +11,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.text import slugify
@@ -171,7 +171,7 @@ def export_zone(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse
 @login_not_required
 @require_GET
 @never_cache
-def shared(request: HtmxHttpRequest, token: str) -> HttpResponse:
+def shared(request: HttpRequest, token: str) -> HttpResponse:
     """The report for people without an account: read only, no raw queries; 404 once revoked."""
     if len(token) < 32:
         raise Http404("No such report.")
