@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -50,11 +52,11 @@ class Job:
     stall_time: float | None = None
     crash_time: float | None = None
     onset: float | None = None
-    culprits: list[dict] = field(default_factory=list)
+    culprits: list[dict[str, Any]] = field(default_factory=list)
     accused_tasks: list[int] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    red_herrings: dict = field(default_factory=dict)
-    variants: dict = field(default_factory=dict)
+    red_herrings: dict[str, Any] = field(default_factory=dict)
+    variants: dict[str, Any] = field(default_factory=dict)
     # steps (index i = i-th completed step of this run)
     step_num: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     step_end: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -117,9 +119,7 @@ def _job_identity(rng: np.random.Generator, seed: int, start: float, profile: st
     return str(10_000 + (int(rng.integers(10_000, 99_999)) + salt) % 89_999)
 
 
-def _utc(ts: float):
-    import datetime as _dt
-
+def _utc(ts: float) -> _dt.datetime:
     return _dt.datetime.fromtimestamp(ts, tz=_dt.UTC)
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from playbooks.alignment import StepAxis
 from playbooks.plotly_text import hover_literal, plotly_text
@@ -88,7 +89,9 @@ def _gap_times(t: np.ndarray, max_dt: float) -> np.ndarray:
     return t[:-1][np.diff(t) > max_dt]
 
 
-def _break_gaps(x: np.ndarray, y: np.ndarray, t: np.ndarray, gap_times: np.ndarray) -> tuple[list, list]:
+def _break_gaps(
+    x: np.ndarray, y: np.ndarray, t: np.ndarray, gap_times: np.ndarray
+) -> tuple[list[float | None], list[float | None]]:
     """Return x, y lists with None across holes in the samples and where the x-axis goes back (a restore).
 
     `t` may be downsampled: a break goes between two kept points when a hole of the full data lies
@@ -249,7 +252,7 @@ def _style(trace: dict[str, Any], tr: Trace, nth: int, panel_traces: int) -> Non
         trace["showlegend"] = panel_traces <= 6
 
 
-def _step_clock(pairs: Sequence[tuple[np.ndarray, np.ndarray]], axis: StepAxis) -> dict[str, list]:
+def _step_clock(pairs: Sequence[tuple[np.ndarray, np.ndarray]], axis: StepAxis) -> dict[str, list[Any]]:
     """Return {"x": steps as drawn, "t": unix s of the whole step each rounds to} for the hover.
 
     On the step axis the hover names the whole step under the pointer and when the job reached it
@@ -407,8 +410,9 @@ def _iso_dates(values: Sequence[float | None]) -> list[str | None]:
     out = np.full(len(ms), None, dtype=object)
     if ok.any():
         whole = np.round(ms[ok]).astype(np.int64)
-        unit = "s" if not (whole % 1000).any() else "ms"
-        out[ok] = np.datetime_as_string(whole.astype("datetime64[ms]"), unit=unit)
+        unit: Literal["s", "ms"] = "s" if not (whole % 1000).any() else "ms"
+        stamps = cast("npt.NDArray[np.datetime64]", whole.astype("datetime64[ms]"))
+        out[ok] = np.datetime_as_string(stamps, unit=unit)
     return out.tolist()
 
 
