@@ -56,6 +56,10 @@ class _RunProgress:
 class Investigation(models.Model):
     """An incident being investigated: one or more training jobs, who owns it, how bad it is."""
 
+    # Set outside the model, declared here for the type checker:
+    history: Any  # the historical records manager, registered by reports.models (simple_history.register)
+    culprits_text: str  # set by the list view, for its template
+
     class Status(models.TextChoices):
         OPEN = "open", "Open"
         MONITORING = "monitoring", "Monitoring"
@@ -178,6 +182,8 @@ class DataSource(models.Model):
     running Prometheus. kind=ssh_tunnel: `address` is the local end of a tunnel (a URL), `tunnel`
     describes it (user, host, remote port) for display and re-creation.
     """
+
+    also: list[Job]  # set by views.sources.one_per_address: the other jobs on this address
 
     class Kind(models.TextChoices):
         JOB_TSDB = "job_tsdb", "Job TSDB"
@@ -412,6 +418,10 @@ class Finding(models.Model):
     `evidence` is a list of {query, labels, value, interpretation} rows, as in the contract. Re-running a
     diagnosis replaces a finding with the same (investigation, job, playbook, rule) instead of adding one.
     """
+
+    # Set by the finding detail view, for its template (declared for the type checker):
+    onset_utc: str
+    onset_relative: str
 
     class Severity(models.TextChoices):
         INFO = "info", "Info"

@@ -197,6 +197,8 @@ class ActionItem(HistoryNote, models.Model):
 class Comment(models.Model):
     """A comment on the report, a section (`section:<key>`) or a finding (`finding:<key>`, `human:<id>`)."""
 
+    thread: list[Comment]  # set by services.conversation: the replies, oldest first
+
     report = models.ForeignKey(Report, on_delete=models.CASCADE, related_name="comments")
     anchor = models.CharField(max_length=220, default="report")
     parent = models.ForeignKey(

@@ -73,6 +73,7 @@ def _axis_place(job: Job | None, where: Where) -> tuple[float, float | None]:
             if not math.isfinite(at):
                 raise NoteError(f"Step {where.step:g} is not in this job's data.")
             return at, where.step
+        assert where.at is not None  # where_parse sets either step or at
         step = None if axis.empty else float(axis.step_at(where.at))
         return float(where.at), (round(step, 1) if step is not None and math.isfinite(step) else None)
     finally:

@@ -111,6 +111,7 @@ def _machine_events(investigation: Investigation) -> list[Event]:
     )
     for run in runs.only("pk", "kind", "status", "finished", "result"):
         what = run.kind
+        assert run.finished is not None  # finished__isnull=False
         klass = ((run.result or {}).get("diagnosis") or {}).get("class")
         events.append(
             Event(run.finished, "", f"{what} #{run.pk} {run.status}" + (f": {klass}" if klass else ""))
@@ -118,6 +119,7 @@ def _machine_events(investigation: Investigation) -> list[Event]:
     for f in Finding.objects.filter(investigation=investigation, onset__isnull=False).exclude(
         severity="info"
     ):
+        assert f.onset is not None  # onset__isnull=False
         when = dt.datetime.fromtimestamp(f.onset, tz=dt.UTC)
         events.append(Event(when, "", f"onset: {f.title}", f"finding-{f.job_id or 0}:{f.playbook}:{f.rule}"))
     return events
