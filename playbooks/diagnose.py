@@ -71,7 +71,7 @@ def select_playbooks(triage: Mapping[str, Any] | None, names: Sequence[str] | No
 def plan(
     source: SourceInfo,
     *,
-    triage: dict | None,
+    triage: dict[str, Any] | None,
     playbooks: Sequence[str] | None = None,
     start: float | None = None,
     end: float | None = None,
@@ -166,7 +166,7 @@ def _run_queries(
     concurrency: int,
     should_cancel: Callable[[], bool] | None,
     on_query_done: Callable[[str, bool], None] | None,
-) -> tuple[dict, dict, float]:
+) -> tuple[dict[str, Any], dict[str, str], float]:
     results: dict[str, Any] = {}
     errors: dict[str, str] = {}
     spans: list[tuple[float, float]] = []
@@ -242,7 +242,9 @@ def execute(
 # ------------------------------------------------------------------------------------------ decide
 
 
-def decide(source: SourceInfo, outputs: Sequence[PlaybookOutput], *, triage: dict | None) -> dict:
+def decide(
+    source: SourceInfo, outputs: Sequence[PlaybookOutput], *, triage: dict[str, Any] | None
+) -> dict[str, Any]:
     """Return {"diagnosis": {...}, "findings": [...]} from the playbooks' outputs (each finding has a "rule")."""
     every = load_playbooks()
     ran = [every[o.name] for o in outputs if o.name in every]
@@ -368,15 +370,15 @@ def _job(triage: Mapping[str, Any] | None) -> dict[str, Any]:
 def run_diagnosis(
     client: PrometheusClient,
     *,
-    triage: dict | None = None,
+    triage: dict[str, Any] | None = None,
     profile: str = "auto",
-    start=None,
-    end=None,
-    playbooks=None,
+    start: float | None = None,
+    end: float | None = None,
+    playbooks: Sequence[str] | None = None,
     concurrency: int = 8,
     time_range: tuple[float, float] | None = None,
     gpu_model: str | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Return the contract's whole object (job, source, diagnosis, findings, timings) for one source.
 
     `time_range` is the data's (first, last) sample time when the caller knows it; `gpu_model` the user's
@@ -388,7 +390,7 @@ def run_diagnosis(
     discovery_s = time.monotonic() - t0
     plans = plan(source, triage=triage, playbooks=playbooks, start=start, end=end)
     # one query shared by several playbooks runs once
-    unique: dict[tuple, PlannedQuery] = {}
+    unique: dict[tuple[object, ...], PlannedQuery] = {}
     for p in plans:
         for q in p.queries:
             unique.setdefault((q.name, q.promql, q.kind, q.start, q.end, q.step), q)

@@ -58,7 +58,7 @@ def compress_nodelist(hosts: list[str]) -> str:
         prefix, suffix, width = key
         nums = sorted(groups[key])
         ranges, start, prev = [], nums[0], nums[0]
-        for n in nums[1:] + [None]:  # type: ignore[list-item]
+        for n in nums[1:] + [None]:
             if n is not None and n == prev + 1:
                 prev = n
                 continue
@@ -305,12 +305,13 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
         stamp = _utc(end).strftime("%Y-%m-%dT%H:%M:%S")
         w.add(end - 5, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} ***")
         w.add(end - 4, f"srun: Terminating StepId={job.job_id}.0")
-        for r, h in enumerate(hosts):
-            w.add(end - 3, f"NODE_EXIT host={h} exit=143", r)
-            w.add(end - 2.5, f"srun: error: {h}: task {r}: Exited with exit code 143")
+        for r, host in enumerate(hosts):
+            w.add(end - 3, f"NODE_EXIT host={host} exit=143", r)
+            w.add(end - 2.5, f"srun: error: {host}: task {r}: Exited with exit code 143")
         w.add(end - 2, f"== Training FAILED (exit=143, {int(end - job.train_start)}s) ==")
         _summary(w, end - 1, 143, "CANCELLED (scancel / SIGTERM)")
         return
+    assert job.crash_time is not None, "every ending but complete and hang sets crash_time"
     crash = float(job.crash_time)
     if name == "node-death" and job.variants.get("slurm_node_failure"):
         _slurm_node_failure(job, w, crash)
@@ -347,10 +348,10 @@ def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
         if name == "node-death":
             dead = job.accused_tasks[0]
             w.add(crash + 20, f"srun: error: Node failure on {hosts[dead]}")
-        for r, h in enumerate(hosts):
+        for r, host in enumerate(hosts):
             if name == "node-death" and r in job.accused_tasks:
                 continue
-            w.add(crash + 5, f"NODE_EXIT host={h} exit=1", r)
+            w.add(crash + 5, f"NODE_EXIT host={host} exit=1", r)
         w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
         _summary(w, crash + 40, 1, "Training FAILED (exit=1)")
         return
