@@ -57,11 +57,14 @@ class InvestigationJobInline(admin.TabularInline):
     autocomplete_fields = ["job"]
 
 
+_FINDING_INLINE_FIELDS = ("severity", "incident_class", "title", "playbook", "rule", "job")
+
+
 class FindingInline(admin.TabularInline):
     model = Finding
     extra = 0
-    fields = ["severity", "incident_class", "title", "playbook", "rule", "job"]
-    readonly_fields = fields
+    fields = _FINDING_INLINE_FIELDS
+    readonly_fields = _FINDING_INLINE_FIELDS
     can_delete = False
     show_change_link = True
 
@@ -135,11 +138,14 @@ class RunHeartbeatAdmin(admin.ModelAdmin):
 # --- Query runs ----------------------------------------------------------------------------------
 
 
+_QUERY_RESULT_INLINE_FIELDS = ("name", "kind", "ok", "series_count", "duration_s", "error")
+
+
 class QueryResultInline(admin.TabularInline):
     model = QueryResult
     extra = 0
-    fields = ["name", "kind", "ok", "series_count", "duration_s", "error"]
-    readonly_fields = fields
+    fields = _QUERY_RESULT_INLINE_FIELDS
+    readonly_fields = _QUERY_RESULT_INLINE_FIELDS
     can_delete = False
     show_change_link = True
 
@@ -179,11 +185,14 @@ class QueryResultAdmin(admin.ModelAdmin):
 # --- Diagnosis -----------------------------------------------------------------------------------
 
 
+_PLAYBOOK_EXECUTION_INLINE_FIELDS = ("playbook", "status", "duration_s", "error")
+
+
 class PlaybookExecutionInline(admin.TabularInline):
     model = PlaybookExecution
     extra = 0
-    fields = ["playbook", "status", "duration_s", "error"]
-    readonly_fields = fields
+    fields = _PLAYBOOK_EXECUTION_INLINE_FIELDS
+    readonly_fields = _PLAYBOOK_EXECUTION_INLINE_FIELDS
     can_delete = False
     show_change_link = True
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from investigations.models import DataSource, Investigation, InvestigationJob, Job
 from playbooks import timeline as tl
@@ -153,7 +153,9 @@ def _compare_store(
     panel_cache.set_many(values, item.identity)
 
 
-def _compare_steps(view: TimelineView, session: TimelineSession) -> tuple[float, float] | None | bool:
+def _compare_steps(
+    view: TimelineView, session: TimelineSession
+) -> tuple[float, float] | None | Literal[False]:
     """Return the steps the compared jobs are drawn over: a step zoom's, the primary's over a zoomed time
     range, None for the whole of each compared run, or False when the zoomed range holds no step."""
     if view.step_from is not None and view.step_to is not None:

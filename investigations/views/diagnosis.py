@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import math
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
+from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
@@ -47,6 +48,11 @@ logger = logging.getLogger(__name__)
 
 REGION = "investigations/_diagnosis.html#diagnosis"
 STATUS = "investigations/_diagnosis.html#diagnosis-status"
+
+
+def _choices(name: str) -> Any:
+    """The choices of a ChoiceField of DiagnosisStartForm (both profile and gpu_model are ChoiceFields)."""
+    return cast(forms.ChoiceField, DiagnosisStartForm.base_fields[name]).choices
 
 
 def _get_run(investigation: Investigation, run_id: int) -> DiagnosisRun:
@@ -149,8 +155,8 @@ def _region_context(investigation: Investigation, job: Job | None, **extra: Any)
             "executions": _execution_rows(overview["executions"]),
             "active": overview["run"] is not None and not overview["run"].is_finished,
             "gpu_model": _gpu_model_shown(overview["decided"]),
-            "profile_choices": DiagnosisStartForm.base_fields["profile"].choices,
-            "gpu_model_choices": DiagnosisStartForm.base_fields["gpu_model"].choices,
+            "profile_choices": _choices("profile"),
+            "gpu_model_choices": _choices("gpu_model"),
         },
         **extra,
     }

@@ -82,9 +82,10 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     }
     rows = visible_investigations(request.user, selectors.investigation_list(**filters))
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
+    row: Any  # an Investigation annotated by selectors.investigation_list (verdict_culprits)
     for row in page.object_list:
         row.culprits_text = culprits_text(row.verdict_culprits)
-    query = {k: v for k, v in request.GET.items() if k != "page" and v}
+    query = {k: v for k, v in request.GET.items() if k != "page" and v and isinstance(v, str)}
     context = {
         "page": page,
         "filters": filters,
@@ -145,6 +146,7 @@ def create(request: HtmxHttpRequest) -> HttpResponse:
                 source=form.source_request(),
             )
             job = inv.investigation_primary_job(investigation)
+            assert job is not None  # investigation_create returns the investigation with its primary job
             _enqueue_work(job)
             _diagnose_on_open(investigation, job, request.user)
     except inv.InvestigationError as exc:
@@ -228,7 +230,12 @@ def detail(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 @require_POST
 def update(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     # Only the fields changed on this page are written; a field someone else changed meanwhile is refused.
-    bases = {k.removeprefix("base_"): v for k, v in request.POST.items() if k.startswith("base_")}
+    # a parsed form's values are strings (the stubs allow an empty list, which parsing never gives)
+    bases = {
+        k.removeprefix("base_"): v
+        for k, v in request.POST.items()
+        if k.startswith("base_") and isinstance(v, str)
+    }
     investigation = get_investigation_or_404(
         request.user,
         investigation_id,

@@ -63,8 +63,8 @@ def report_findings(report: Report) -> list[tuple[Finding, Verdict | None]]:
     verdicts = verdicts_by_key(report)
     rows = Finding.objects.filter(investigation=report.investigation).order_by("onset", "pk")
     order = {"critical": 0, "warning": 0, "info": 1}
-    rows = sorted(rows, key=lambda f: (order.get(f.severity, 1), f.onset is None, f.onset or 0, f.pk))
-    return [(f, verdicts.get(finding_key(f))) for f in rows]
+    ordered = sorted(rows, key=lambda f: (order.get(f.severity, 1), f.onset is None, f.onset or 0, f.pk))
+    return [(f, verdicts.get(finding_key(f))) for f in ordered]
 
 
 def _chart_evidence(report: Report, chart_id: Any) -> tuple[PinnedChart, dict[str, Any]]:
@@ -85,6 +85,7 @@ def _log_evidence(report: Report, lines: list[Any]) -> dict[str, Any]:
     ][:MAX_LOG_LINES]
     if not picked:
         raise ReportError("Pick at least one log line from the triage.")
+    assert job is not None  # no job, no triage lines: refused just above
     return {"job": job.job_id, "log": job.log_path or job.log_upload.name, "lines": picked}
 
 
@@ -173,7 +174,8 @@ def human_finding_freeze(finding: HumanFinding) -> bool:
     ev = finding.evidence or {}
     if finding.kind != HumanFinding.Kind.QUERY or ev.get("state") != "running":
         return False
-    run = QueryRun.objects.filter(pk=ev.get("run_id")).first()
+    run_id = ev.get("run_id")  # a pk is never null: no run id finds no run, as filter(pk=None) did
+    run = QueryRun.objects.filter(pk=run_id).first() if run_id is not None else None
     if run is not None and not run.is_finished:
         return False
     result = run.results.filter(name="evidence").first() if run is not None else None

@@ -69,6 +69,7 @@ def export(request: HtmxHttpRequest, investigation_id: int, fmt: str) -> HttpRes
         if built is None or built.status != built.Status.DONE:
             return redirect(reverse("reports:page", args=[investigation_id]) + "#pdf-export")
         built = PdfExport.objects.get(pk=built.pk)
+        assert built.pdf is not None  # a DONE export holds its PDF (services.pdf sets both in one update)
         return download_response(bytes(built.pdf), "application/pdf", download_name(report, "pdf"))
     raise Http404("Unknown export format.")
 

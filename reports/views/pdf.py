@@ -51,4 +51,5 @@ def status(request: HtmxHttpRequest, investigation_id: int, export_id: int) -> H
 def download(request: HtmxHttpRequest, investigation_id: int, export_id: int) -> HttpResponse:
     report, _ = report_of(request, investigation_id)
     export = get_object_or_404(PdfExport, pk=export_id, report=report, status=PdfExport.Status.DONE)
+    assert export.pdf is not None  # a DONE export holds its PDF (services.pdf sets both in one update)
     return download_response(bytes(export.pdf), "application/pdf", download_name(report, "pdf"))
