@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -117,9 +118,8 @@ def _det_rate_outlier(
             )
         )
     onset = min(f[2] for f in found)
-    return _finding(
-        pb, rule, hosts, [], onset, ev, strength=top, **({"common_event": True} if common else {})
-    )
+    extra: dict[str, Any] = {"common_event": True} if common else {}
+    return _finding(pb, rule, hosts, [], onset, ev, strength=top, **extra)
 
 
 def _common_change(found: list[tuple[float, int, float, float]], own: np.ndarray, span: float) -> bool:
@@ -152,8 +152,8 @@ def _det_counter_increase(
         i = int(np.argmax(hit[r]))
         t_on = float(g.t[i]) - g.step / 2
         src = p.get("onset_from")
-        if src and ctx.grid(str(src)) is not None:
-            mg = ctx.grid(str(src))
+        mg = ctx.grid(str(src)) if src else None
+        if mg is not None:
             row = mg.row(host=h)
             if row is not None:
                 k = mg.index(float(g.t[i]))

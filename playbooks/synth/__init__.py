@@ -15,6 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import _emit, _log, _sim, _tsdb
 from ._deploy import PERTURBATIONS, Exporters, apply_to_job
@@ -50,8 +51,8 @@ class GeneratedJob:
     """
 
     job_dirs: list[Path]
-    truth: dict
-    stats: list[dict]
+    truth: dict[str, Any]
+    stats: list[dict[str, Any]]
 
 
 def _config(job: _sim.Job, job_dir_name: str) -> dict[str, str]:
@@ -87,7 +88,7 @@ def _tgs_class(job: _sim.Job, default: str | None) -> str | None:
     return "tgs-degradation" if (late - early) / early < -0.10 else None
 
 
-def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict:
+def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict[str, Any]:
     sc = job.scenario
     return {
         "scenario": sc.name,
@@ -113,7 +114,7 @@ def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict:
         "accused_tasks": job.accused_tasks,
         "accused_hosts": [job.hosts[a] for a in job.accused_tasks],
         "profile": job.profile,
-        "exporters": job.exporters.to_dict() if job.profile != "amd" else None,
+        "exporters": job.exporters.to_dict() if job.profile != "amd" and job.exporters is not None else None,
         "gpu_model": job.gpu.name,
         "nodes": job.nodes,
         "gpus_per_host": job.gpus,
@@ -141,7 +142,7 @@ def _build_one(
     promtool: str,
     prometheus: str,
     keep_openmetrics: bool,
-) -> dict:
+) -> dict[str, Any]:
     t0 = time.monotonic()
     if job_dir.exists():
         shutil.rmtree(job_dir)
@@ -158,7 +159,7 @@ def _build_one(
     # the WAL tail never holds more than half of a job's data, so that blocks always exist too
     tail_s = min(wal_tail_minutes * 60.0, 0.5 * float(job.t[-1] - job.t[0]))
     cut = float(job.t[-1]) - tail_s if wal_tail_minutes > 0 else None
-    if job.profile != "amd":
+    if job.profile != "amd" and job.exporters is not None:
         apply_to_job(job, job.exporters)
     tail, om_stats = _tsdb.write_openmetrics(_emit.series(job), om, cut)
     t_om = time.monotonic()
@@ -233,12 +234,6 @@ def generate_job(
         raise SynthError("nodes, gpus and interval must be positive")
     out = Path(out).resolve()
     tail_min = 30.0 if wal_tail_minutes is None else float(wal_tail_minutes)
-    kw = {
-        "wal_tail_minutes": tail_min,
-        "promtool": promtool,
-        "prometheus": prometheus,
-        "keep_openmetrics": keep_openmetrics,
-    }
     jobs: list[tuple[_sim.Job, Path]] = []
     sim_profile = "amd" if profile == "amd-dme" else profile
 
@@ -282,10 +277,20 @@ def generate_job(
         ]
     for job, _ in jobs:
         job.profile = profile
-        job.exporters = ex  # type: ignore[attr-defined]
+        job.exporters = ex
         tag = "-".join(f"{k}_{v}" for k, v in list(job.passthrough.items())[:2])
         job.job_name = f"JAX-{job.model_name}-{tag}"
-    stats = [_build_one(job, d, **kw) for job, d in jobs]
+    stats = [
+        _build_one(
+            job,
+            d,
+            wal_tail_minutes=tail_min,
+            promtool=promtool,
+            prometheus=prometheus,
+            keep_openmetrics=keep_openmetrics,
+        )
+        for job, d in jobs
+    ]
     truths = [json.loads((d / "truth.json").read_text()) for _, d in jobs]
     if len(jobs) == 2:
         truths[0]["compare_with"] = str(jobs[1][1])

@@ -6,10 +6,12 @@ import datetime as _dt
 import math
 import zlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from ._deploy import Exporters
 from ._models import GPU_MODELS, HOST_SCHEMES, MODEL_NAMES, SCENARIO_TABLE, VENDOR_MODELS, GpuModel, Scenario
 
 NAN = float("nan")
@@ -83,6 +85,7 @@ class Job:
     gpu_present: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) GPU plugin produced data
     frozen_from: dict[int, int] = field(default_factory=dict)  # host index -> grid index
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
+    exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
 
     @property
     def nodes(self) -> int:
