@@ -25,7 +25,7 @@ import math
 import re
 import threading
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -42,6 +42,7 @@ from investigations.models import (
     TaskStatus,
 )
 from playbooks.compare import CompareError, CompareJob, compare_jobs
+from playbooks.prometheus import PrometheusClient
 
 from . import datasource_client
 from .comparison_pairs import compare_pairs
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 PLAYBOOK = "comparison"
 
 # Baseline first (compare_jobs judges every job against the job that did not restore, else the first).
-_ROLE_ORDER = {
+_ROLE_ORDER: dict[str, int] = {
     InvestigationJob.Role.BASELINE: 0,
     InvestigationJob.Role.PRIMARY: 1,
     InvestigationJob.Role.COMPARE: 2,
@@ -92,6 +93,7 @@ def comparison_links(investigation: Investigation) -> list[tuple[InvestigationJo
     # Each job's current source (Job.current_datasource: the newest), for all the jobs in one query.
     newest: dict[int, DataSource] = {}
     for ds in DataSource.objects.filter(job__in=[link.job_id for link in links]).order_by("-created", "-pk"):
+        assert ds.job_id is not None  # job__in: only sources of these jobs
         newest.setdefault(ds.job_id, ds)
     return [(link, newest.get(link.job_id)) for link in links]
 
@@ -184,7 +186,9 @@ def comparison_execute(run_id: int) -> DiagnosisRun:
                     f"Job {job.job_id} has no data source any more; add it again and re-run."
                 )
             client = stack.enter_context(datasource_client(datasource))
-            specs.append(CompareJob(_StoppableClient(client, stop), job.finished_triage()))
+            # the proxy forwards every attribute of the PrometheusClient, so it is used as one
+            stoppable = cast(PrometheusClient, _StoppableClient(client, stop))
+            specs.append(CompareJob(stoppable, job.finished_triage()))
             DiagnosisRun.objects.filter(pk=run_id).update(progress_done=F("progress_done") + 1)
         _checkpoint(run_id, "before comparing")
         roles = dict(

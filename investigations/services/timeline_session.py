@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import cast
 
 from django.conf import settings
 
@@ -61,7 +62,7 @@ class TimelineSession:
 def _profile_of(ds: DataSource, client: PrometheusClient) -> Profile:
     name = (ds.discovery or {}).get("profile")
     if name in PROFILES:
-        return PROFILES[name]
+        return PROFILES[cast(str, name)]  # equal to one of the str keys
     try:
         # fitted to this TSDB (host labels, job names), as discovery would
         return resolve_profile(client, client.label_values("__name__"))
@@ -117,6 +118,7 @@ def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
         if client is not None:
             client.close()
         raise
+    assert identity is not None  # no files identity means no cached context: the live one was taken above
     return TimelineSession(ds, ctx, start, end, identity, queries=queries, _client=client)
 
 
@@ -143,7 +145,9 @@ def _view_range(view: TimelineView, ctx: tl.TimelineContext) -> tuple[float, flo
     if view.step_from is not None and view.step_to is not None and not ctx.axis.empty:
         lo, hi = sorted((view.step_from, view.step_to))
         lo = max(lo, ctx.axis.first_step) if lo < ctx.axis.first_step else lo
-        t0, t1 = ctx.axis.time_at(lo, occurrence="earliest"), ctx.axis.time_at(min(hi, ctx.axis.last_step))
+        # a scalar step gives a float (StepAxis.time_at)
+        t0 = cast(float, ctx.axis.time_at(lo, occurrence="earliest"))
+        t1 = cast(float, ctx.axis.time_at(min(hi, ctx.axis.last_step)))
         if math.isfinite(t0) and math.isfinite(t1) and t1 > t0:
             start, end = t0, t1
     start = ctx.start if start is None else max(ctx.start, start)
