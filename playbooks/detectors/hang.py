@@ -58,7 +58,9 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
     silent: set[str] = set()
     for q in p.get("presence", ()):
         pg = ctx.grid(str(q))
-        for lab, v in zip(pg.labels if pg else [], pg.values if pg else [], strict=True):
+        if pg is None:
+            continue
+        for lab, v in zip(pg.labels, pg.values, strict=True):
             seg = v[pg.mask(a, b)]
             if len(seg) and not (np.nan_to_num(seg, nan=0.0) > 0).all():
                 silent.add(lab.get("host", ""))
@@ -236,13 +238,17 @@ def _det_accused_alive(
     if not math.isfinite(active) or active <= 0:
         return None
     hosts_all = [lab.get("host", "") for lab in power.labels]
-    rows = {name: _match_host(name, hosts_all) for name in accused}
-    if any(h is None for h in rows.values()):
-        return None
+    rows: dict[str, str] = {}
+    for name in accused:
+        matched = _match_host(name, hosts_all)
+        if matched is None:
+            return None
+        rows[name] = matched
 
     def pack(g: Grid) -> np.ndarray:
         peers = [i for i, lab in enumerate(g.labels) if lab.get("host") not in rows.values()]
-        return np.nanmedian(g.values[peers or list(range(len(g.labels)))], axis=0)
+        median: np.ndarray = np.nanmedian(g.values[peers or list(range(len(g.labels)))], axis=0)
+        return median
 
     pack_p = pack(power)
     pack_u = pack(util) if util is not None else None
@@ -265,6 +271,7 @@ def _det_accused_alive(
     for name in accused:
         h = rows[name]
         pr = power.row(host=h)
+        assert pr is not None, "h is one of power's own hosts"
         ur = util.row(host=h) if util is not None else None
         pw = nan_median(pr[judged])
         uu = nan_median(ur[judged]) if ur is not None else float("nan")
@@ -286,7 +293,9 @@ def _det_accused_alive(
             ok = ok and lag <= 0.2 * tail.sum()
         for q in p.get("presence", ()):
             pg = ctx.grid(str(q))
-            prs = pg.row(host=h) if pg is not None else None
+            if pg is None:
+                continue
+            prs = pg.row(host=h)
             if prs is not None:
                 seg = prs[pg.mask(a, crash + pg.step)]
                 if len(seg) and not (np.nan_to_num(seg, nan=0.0) > 0).all():
@@ -307,7 +316,9 @@ def _det_accused_alive(
         )
         for q in [q for q in rule.queries[2:] if q not in p.get("presence", ())]:
             g = ctx.grid(q)
-            r = g.row(host=h) if g is not None else None
+            if g is None:
+                continue
+            r = g.row(host=h)
             if r is not None:
                 ev.append(
                     _ev(
