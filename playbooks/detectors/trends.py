@@ -22,6 +22,7 @@ def _det_change_point(
     if g is None:
         return None
     x = g.single()
+    assert x is not None, "ctx.grid returns only grids with at least one series"
     tl = ctx.timeline
     # a training-level series (loss, grad norm) is what each step computed: a checkpoint save does not move
     # it, so only warm-up is left out (an instability that starts during a save is dated when it starts)
@@ -69,6 +70,7 @@ def _det_level_shift(
     if g is None:
         return None
     x = g.single()
+    assert x is not None, "ctx.grid returns only grids with at least one series"
     tl = ctx.timeline
     valid = tl.valid_training(g.t) & ~np.isnan(x)
     base_m = tl.steady_mask(g.t) & valid
@@ -78,10 +80,10 @@ def _det_level_shift(
     w = max(1, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
     xs = np.where(valid, x, np.nan)
     roll = np.full(len(x), np.nan)
-    for i in range(len(x)):
-        seg = xs[max(0, i - w + 1) : i + 1]
+    for k in range(len(x)):
+        seg = xs[max(0, k - w + 1) : k + 1]
         if np.isfinite(seg).sum() >= max(3, w // 3):
-            roll[i] = np.nanmedian(seg)
+            roll[k] = np.nanmedian(seg)
     shift = roll / base - 1
     hit = shift >= float(rule.params.get("min_rel", 0.08))
     i = first_sustained(hit, w, 0.8)

@@ -24,6 +24,9 @@ from playbooks.tsdb_server import find_free_port
 
 from ._emit import Item
 
+# one series' samples for the WAL tail: (name, labels, timestamps, values)
+TailSeries = tuple[str, dict[str, str], np.ndarray, np.ndarray]
+
 
 class SynthError(PlaybooksError):
     """A generated job could not be built (missing promtool/prometheus, a failed tool run)."""
@@ -40,12 +43,14 @@ def _labels(labels: dict[str, str]) -> str:
     return ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(labels.items()))
 
 
-def write_openmetrics(items: Iterable[Item], path: Path, cut: float | None) -> tuple[list, dict]:
+def write_openmetrics(
+    items: Iterable[Item], path: Path, cut: float | None
+) -> tuple[list[TailSeries], dict[str, int]]:
     """Write samples older than `cut` as OpenMetrics; return (tail series, stats).
 
     Each returned tail entry is (name, labels, timestamps, values) of samples at or after `cut`.
     """
-    tail: list = []
+    tail: list[TailSeries] = []
     ts_cache: dict[int, np.ndarray] = {}
     n_series = n_samples = 0
     with open(path, "w", encoding="ascii", buffering=1 << 22) as fh:
@@ -114,8 +119,8 @@ def _encode_series(labels: list[tuple[str, str]], ts_ms: list[int], vals: list[f
     body = bytearray()
     for k, v in labels:
         body += _field(1, _field(1, k.encode()) + _field(2, v.encode()))
-    for t, v in zip(ts_ms, vals, strict=True):
-        body += _field(2, b"\x09" + struct.pack("<d", v) + b"\x10" + _uvarint(t))
+    for t, val in zip(ts_ms, vals, strict=True):
+        body += _field(2, b"\x09" + struct.pack("<d", val) + b"\x10" + _uvarint(t))
     return _field(1, bytes(body))
 
 
@@ -134,7 +139,7 @@ def _snappy_literal(data: bytes) -> bytes:
     return bytes(out)
 
 
-def _batches(tail: list, slice_s: float, max_samples: int) -> Iterator[bytes]:
+def _batches(tail: list[TailSeries], slice_s: float, max_samples: int) -> Iterator[bytes]:
     """Yield remote-write payloads in time order: every series' samples of one time slice per batch."""
     if not tail:
         return
@@ -161,8 +166,8 @@ def _batches(tail: list, slice_s: float, max_samples: int) -> Iterator[bytes]:
 
 
 def write_wal_tail(
-    tsdb_dir: Path, tail: list, prometheus: str = "prometheus", timeout: float = 120.0
-) -> dict:
+    tsdb_dir: Path, tail: list[TailSeries], prometheus: str = "prometheus", timeout: float = 120.0
+) -> dict[str, int]:
     """Push the tail samples into `tsdb_dir`'s head through a short-lived real Prometheus; return stats."""
     if not tail:
         return {"samples": 0}
@@ -175,7 +180,9 @@ def write_wal_tail(
         cfg.unlink(missing_ok=True)
 
 
-def _push_tail(tsdb_dir: Path, tail: list, prometheus: str, timeout: float, cfg: Path, log: Path) -> dict:
+def _push_tail(
+    tsdb_dir: Path, tail: list[TailSeries], prometheus: str, timeout: float, cfg: Path, log: Path
+) -> dict[str, int]:
     last_err = ""
     for _attempt in range(5):
         port = find_free_port()
@@ -228,7 +235,7 @@ def _push_tail(tsdb_dir: Path, tail: list, prometheus: str, timeout: float, cfg:
     raise SynthError(f"could not start a Prometheus to write the WAL tail: {last_err}")
 
 
-def _wait_ready(proc: subprocess.Popen, url: str, timeout: float) -> bool:
+def _wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -251,7 +258,7 @@ def _serves(url: str, tsdb_dir: Path) -> bool:
     return Path(flags.get("storage.tsdb.path", "")).resolve() == tsdb_dir.resolve()
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
