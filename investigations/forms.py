@@ -127,6 +127,7 @@ class InvestigationForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # Form.clean returns cleaned_data
         kind = data.get("source")
         if kind == "job_dir" and not data.get("job_dir", "").strip():
             self.add_error(
@@ -250,6 +251,7 @@ class DiagnosisStartForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # Form.clean returns cleaned_data
         try:
             data["window"] = window_validate(data.get("start"), data.get("end"))
         except ValueError as exc:
