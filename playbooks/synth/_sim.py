@@ -7,6 +7,7 @@ exporter series of a profile and `_log` into the job's log.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,7 @@ def simulate(job: Job) -> Job:
     culprit_g = int(rng.integers(0, G))
     onset_frac = float(rng.uniform(0.35, 0.65))
     onset = job.train_start + onset_frac * train_window
-    slow: dict = {"t0": None, "factor": 1.0, "ramp": 1.0, "until": None}
+    slow: dict[str, Any] = {"t0": None, "factor": 1.0, "ramp": 1.0, "until": None}
 
     job.variants = _variants.choose(job)
     if sc.ending == "hang":
@@ -88,7 +89,8 @@ def simulate(job: Job) -> Job:
         if slow.get("until") is not None and t > slow["until"]:
             return 1.0
         frac = min(1.0, (t - slow["t0"]) / slow["ramp"])
-        return 1.0 + (slow["factor"] - 1.0) * frac
+        factor: float = 1.0 + (slow["factor"] - 1.0) * frac
+        return factor
 
     # host-oom: the fatal checkpoint is the first one after the planned onset.
     _simulate_steps(job, rng, slowdown)
@@ -282,6 +284,7 @@ def simulate(job: Job) -> Job:
             job.notes.append("uniform deadlock: every GPU busy-waits; no origin host")
     elif name == "network-hang":
         nh = [ch]
+        assert job.stall_time is not None, "a hang ending sets stall_time (plan above)"
         burst = (t >= onset) & (t < job.stall_time + float(rng.uniform(60, 240)))
         for h in nh:
             devs = rng.choice(D, size=int(rng.integers(1, 3)), replace=False)
@@ -419,7 +422,10 @@ def simulate(job: Job) -> Job:
         "scrape": scrape,
         "gpu_procs": gpu_procs,
     }
-    cum = lambda rate, base0: base0 + np.cumsum(rate * job.interval, axis=-1)  # noqa: E731
+
+    def cum(rate: np.ndarray, base0: np.ndarray | float) -> np.ndarray:
+        return base0 + np.cumsum(rate * job.interval, axis=-1)
+
     big = np.zeros((K, 1))
     big[big_h] = rng.uniform(1e5, 5e6, (len(big_h), 1))
     job.host_sig.update(
