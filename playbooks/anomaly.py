@@ -9,7 +9,7 @@ GPU-model priors passed in by the caller.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ class Grid:
     values: np.ndarray
 
     @classmethod
-    def from_result(cls, data: dict[str, Any]) -> Grid:
+    def from_result(cls, data: Mapping[str, Any]) -> Grid:
         """Return the grid of a stored range result ({"start", "step", "n", "series": [...]})."""
         n = int(data["n"])
         t = float(data["start"]) + float(data["step"]) * np.arange(n)

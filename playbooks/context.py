@@ -74,7 +74,7 @@ class Timeline:
 
     def valid_training(self, t: np.ndarray) -> np.ndarray:
         """Training, after warm-up, outside checkpoint windows."""
-        m = self.training_mask(t) & ~self.in_checkpoint(t)
+        m: np.ndarray = self.training_mask(t) & ~self.in_checkpoint(t)
         if self.warm_end is not None:
             m &= t >= self.warm_end
         return m
@@ -212,11 +212,14 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     step = results.get("step")
     st = results.get("step_time")
     if isinstance(st, Grid) and len(st.labels):
-        tl.step_s = nan_median(st.single())
+        st_row = st.single()
+        assert st_row is not None, "a grid with labels has a row"
+        tl.step_s = nan_median(st_row)
     if not isinstance(step, Grid) or not len(step.labels):
         tl.step_s = tl.step_s or triage_get(triage, "progress", "step_time_s")
         return tl
     t, s = step.t, step.single()
+    assert s is not None, "a grid with labels has a row"
     have = ~np.isnan(s)
     if not have.any():
         return tl
@@ -229,6 +232,7 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     lst = results.get("last_step_ts")
     if isinstance(lst, Grid) and len(lst.labels):
         v = lst.single()
+        assert v is not None, "a grid with labels has a row"
         if np.isfinite(v).any():
             tl.last_advance = float(np.nanmax(v))
     # the most advanced source wins: a step gauge polled less often than steps complete lags the log
@@ -266,6 +270,7 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         tl.checkpoints += [(float(t[i]) - step.step, float(t[i]) + after) for i in np.nonzero(hit)[0]]
     if isinstance(st, Grid) and len(st.labels):
         x = st.single()
+        assert x is not None, "a grid with labels has a row"
         med = nan_median(x)
         if math.isfinite(med):
             spikes = np.nonzero(x > 1.5 * med)[0]
