@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from ._diagnose_types import DiagnosisError, SourceInfo
 from .discovery import gpus_per_host, source_hosts, typical_count
@@ -78,14 +79,21 @@ def discover_source(
             power = r[0].value if r else None
         return model_names, vram, power
 
-    hosts, gpus, interval, (mnames, vram, power) = client.run_parallel(
-        [q_hosts, q_gpus, q_interval, q_model], max_concurrency=4
-    )  # type: ignore[misc]
-    for r in (hosts, gpus, interval):
+    results = client.run_parallel([q_hosts, q_gpus, q_interval, q_model], max_concurrency=4)
+    for r in results[:3]:
         if isinstance(r, PrometheusError):
             raise r
-    if isinstance(mnames, PrometheusError):
-        mnames, vram, power = [], None, None
+    # run_parallel returns each function's value in order (or its PrometheusError, raised above).
+    hosts = cast(list[str], results[0])
+    gpus = cast("int | None", results[1])
+    interval = cast(float, results[2])
+    # The GPU model is a nicety: a query of it that failed leaves the model to the user's choice or unknown.
+    model_info = results[3]
+    mnames, vram, power = (
+        ([], None, None)
+        if isinstance(model_info, PrometheusError)
+        else cast(tuple[list[str], float | None, float | None], model_info)
+    )
     model = chosen or choose_gpu_model(names=mnames, vendor=prof.vendor, vram_bytes=vram, max_power_w=power)
     return SourceInfo(
         url=client.base_url,

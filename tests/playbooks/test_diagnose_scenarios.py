@@ -37,7 +37,7 @@ from playbooks.diagnose import (
 from playbooks.gpus import GPU_MODELS
 from playbooks.loader import load_playbooks
 from playbooks.profiles import PROFILES
-from playbooks.prometheus import PrometheusClient
+from playbooks.prometheus import PrometheusClient, PrometheusQueryError
 from playbooks.synth import SCENARIOS
 from playbooks.triage import triage_job
 
@@ -254,3 +254,28 @@ def test_aggregating_before_renaming_hosts_gives_the_same_series(served_job, vie
             )
         checked += 1
     assert checked == 6
+
+
+def test_a_failed_gpu_model_query_leaves_the_model_unknown_not_the_diagnosis_broken(
+    served_job, view_root, monkeypatch
+):
+    """The GPU model's queries fail (a server refusing label values): discovery still answers, with the
+    hosts and GPUs, and the model unknown unless the user named one (it raised TypeError before)."""
+    client, truth, _ = _serve(served_job, view_root, "healthy")
+
+    real = client.label_values
+    asked: list[str] = []
+
+    def refused(label, *args, **kw):
+        if label not in ("__name__", "instance") and args:  # the model label's values, per GPU metric
+            asked.append(label)
+            raise PrometheusQueryError("bad_data", "label values refused", f"label_values({label})")
+        return real(label, *args, **kw)
+
+    monkeypatch.setattr(client, "label_values", refused)
+    source = discover_source(client)
+    assert asked, "the GPU model's label values were asked for"
+    assert len(source.hosts) == 4 and source.gpus_per_host == 4
+    assert source.gpu_model is None
+    other = next(name for name in GPU_MODELS if name != truth["gpu_model"])
+    assert discover_source(client, gpu_model=other).gpu_model == other
