@@ -220,9 +220,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
-def _report(times_path: Path) -> None:
+def _report(times_path: Path) -> int:
     """Print per page and over all pages (signing in excluded: a deliberately slow password hash, once
-    per user) the requests, failures, median, p95 and p99 in milliseconds."""
+    per user) the requests, failures, median, p95 and p99 in milliseconds; return the failures."""
     times = json.loads(times_path.read_text())
     pages: dict[str, list[tuple[float, bool]]] = {}
     for name, ms, ok in times:
@@ -243,6 +243,7 @@ def _report(times_path: Path) -> None:
         f"{'all pages but sign-in':<34} {len(browsing):>8} {failures:>8} {_pct(browsing, 0.5):>9.0f} "
         f"{_pct(browsing, 0.95):>7.0f} {_pct(browsing, 0.99):>7.0f}"
     )
+    return failures
 
 
 def main() -> None:
@@ -291,7 +292,9 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         print(f"{args.users} users for {time.monotonic() - t0:.0f} s; {_load()} at the end")
-        _report(times)
+        if _report(times):
+            log = (data_dir / "gunicorn.log").read_text(errors="replace").splitlines()
+            print("failures: the end of gunicorn's log\n" + "\n".join(log[-15:]))
     finally:
         _stop(procs)
         from django.db import connections
