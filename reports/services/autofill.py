@@ -59,11 +59,11 @@ def gather(investigation: Investigation) -> Inputs:
     job = inv.investigation_primary_job(investigation)
     overview = diagnosis_svc.diagnosis_overview(investigation, job)
     comparison = comparison_svc.comparison_overview(investigation)
-    triage = (job.triage or {}) if job is not None else {}
+    done = job is not None and job.triage_status == job.TriageStatus.DONE
     return Inputs(
         investigation=investigation,
         job=job,
-        triage=triage if triage.get("state") == "done" else {},
+        triage=(job.triage or {}) if done and job is not None else {},
         run=overview["decided"],
         result=(overview["decided"].result or {}) if overview["decided"] else {},
         compare=comparison["result"] or {},
