@@ -63,7 +63,7 @@ def investigation_list(
         primary_job_id=Subquery(primary.values("job__job_id")[:1]),
         primary_job_name=Subquery(primary.values("job__name")[:1]),
         primary_cluster=Subquery(primary.values("job__cluster")[:1]),
-        primary_triage_state=Subquery(primary.values("job__triage__state")[:1]),
+        primary_triage_state=Subquery(primary.values("job__triage_status")[:1]),
         primary_status=Subquery(primary.values("job__triage__job__status")[:1]),
     )
     if status:
