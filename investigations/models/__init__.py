@@ -4,7 +4,7 @@ One module per concern; every model is importable from here (`investigations.mod
 Django and the rest of the code look for them.
 
 - `common`: the status of background work, history annotations, run progress.
-- `jobs`: Investigation, Job, InvestigationJob.
+- `jobs`: Investigation, Job (and its TriageStatus), InvestigationJob.
 - `sources`: DataSource, DataSourceCredential.
 - `runs`: QueryRun, QueryResult, DiagnosisRun, PlaybookExecution, RunHeartbeat.
 - `evidence`: Finding, PinnedChart, TimelineNote.
@@ -15,11 +15,13 @@ the diagnosis contract.
 
 from .common import HistoryNote, RunProgress, TaskStatus
 from .evidence import Finding, PinnedChart, TimelineNote
-from .jobs import Investigation, InvestigationJob, Job
+from .jobs import TRIAGE_FINISHED, TRIAGE_PENDING, Investigation, InvestigationJob, Job, TriageStatus
 from .runs import DiagnosisRun, PlaybookExecution, QueryResult, QueryRun, RunHeartbeat
 from .sources import DataSource, DataSourceCredential
 
 __all__ = [
+    "TRIAGE_FINISHED",
+    "TRIAGE_PENDING",
     "DataSource",
     "DataSourceCredential",
     "DiagnosisRun",
@@ -36,4 +38,5 @@ __all__ = [
     "RunProgress",
     "TaskStatus",
     "TimelineNote",
+    "TriageStatus",
 ]
