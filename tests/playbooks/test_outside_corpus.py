@@ -1,0 +1,54 @@
+"""Diagnosis on jobs of the outside generator A (bench/outside/gen_a.py, issue #10), written without reading
+the engine: each job is built by that generator, served by a real Prometheus and diagnosed end to end.
+
+Plans are drawn from the generator's seeds and then set to the deployment under test, so the case does not
+hang on which layout a seed happens to draw.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench.outside.gen_a import make_plan, write_job
+from playbooks.diagnose import run_diagnosis
+from playbooks.triage import triage_job
+
+
+@pytest.fixture(scope="module")
+def outside_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("outside")
+
+
+def _diagnose(served_job, root: Path, cls: str, variant: int, index: int, **layout):
+    plan = make_plan(3, index, cls, variant)
+    for k, v in layout.items():
+        setattr(plan.layout, k, v)
+    truth = write_job(plan, index, root)
+    job_dir = root / plan.name
+    client = served_job.dir(job_dir)
+    return run_diagnosis(client, triage=triage_job(job_dir).to_dict()), truth
+
+
+def _hosts(items):
+    return {c["host"] for c in items}
+
+
+def test_a_job_without_training_gauges_reads_its_steps_from_the_log(served_job, outside_root):
+    """The trainer exports no training_* gauges (many do not): the log's timed steps are the timeline, so a
+    job that trained to its last step, with loader dips and saves, is no hang before the first step."""
+    result, truth = _diagnose(served_job, outside_root, "healthy", 0, 28, trainer_gauges=False)
+    assert truth["class"] == "healthy"
+    assert result["diagnosis"]["class"] == "healthy"
+    assert not [f for f in result["findings"] if f["severity"] in ("warning", "critical")]
+
+
+def test_a_hang_without_training_gauges_is_dated_by_the_log(served_job, outside_root):
+    """Without step gauges a mid-run hang stops at the log's last step, and the host that spins on fewer
+    GPUs is still the culprit."""
+    result, truth = _diagnose(served_job, outside_root, "collective-hang", 1, 27, trainer_gauges=False)
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 3
