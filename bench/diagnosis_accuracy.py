@@ -227,6 +227,20 @@ def _quantile(values: list[float], q: float) -> float:
 def report(rows: list[dict[str, Any]]) -> None:
     """Print every figure of the module docstring."""
     truth_classes = [c for c in CLASSES if any(r["truth"] == c for r in rows)]
+    _print_classes(rows, truth_classes)
+    _print_culprits(rows)
+    _print_f1(rows, truth_classes)
+    _print_onsets(rows)
+    _print_alarms_and_time(rows)
+    _print_misses(rows)
+
+
+def _right(r: dict[str, Any]) -> bool:
+    return bool(r["predicted"] == r["truth"])
+
+
+def _print_classes(rows: list[dict[str, Any]], truth_classes: list[str]) -> None:
+    """The confusion matrix with each class's recall, and the accuracy overall, by profile and by size."""
     pred_classes = [c for c in (*CLASSES, "error") if any(r["predicted"] == c for r in rows)]
     cols = list(dict.fromkeys(truth_classes + pred_classes))
     width = max(6, *(len(SHORT[c]) for c in cols)) + 1
@@ -237,16 +251,20 @@ def report(rows: list[dict[str, Any]]) -> None:
         counts = Counter(r["predicted"] for r in mine)
         cells = "".join(f"{(counts.get(c) or '.')!s:>{width}}" for c in cols)
         print(f"{t:<26}{cells}{_pct(counts.get(t, 0), len(mine)):>9}")
-    ok = sum(r["predicted"] == r["truth"] for r in rows)
+    ok = sum(_right(r) for r in rows)
     print(f"\nAccuracy: {ok}/{len(rows)} = {_pct(ok, len(rows))}")
     for profile in sorted({r["profile"] for r in rows}):
         mine = [r for r in rows if r["profile"] == profile]
-        good = sum(r["predicted"] == r["truth"] for r in mine)
+        good = sum(_right(r) for r in mine)
         print(f"  profile {profile:<8} {good}/{len(mine)} = {_pct(good, len(mine))}")
     for n in sorted({r["nodes"] for r in rows}):
         mine = [r for r in rows if r["nodes"] == n]
-        good = sum(r["predicted"] == r["truth"] for r in mine)
+        good = sum(_right(r) for r in mine)
         print(f"  {n:>3} nodes       {good}/{len(mine)} = {_pct(good, len(mine))}")
+
+
+def _print_culprits(rows: list[dict[str, Any]]) -> None:
+    """Precision and recall of the culprit hosts and (where the truth names one) GPUs."""
     for kind in ("hosts", "gpus"):
         tp = n_pred = n_true = 0
         for r in rows:
@@ -265,6 +283,10 @@ def report(rows: list[dict[str, Any]]) -> None:
         print(
             f"Culprit {kind}: precision {tp}/{n_pred} = {_pct(tp, n_pred)}, recall {tp}/{n_true} = {_pct(tp, n_true)}"
         )
+
+
+def _print_f1(rows: list[dict[str, Any]], truth_classes: list[str]) -> None:
+    """Per-class F1, its macro average, and the F1 of the culprit hosts."""
     f1s = {}
     for c in truth_classes:
         tp = sum(1 for r in rows if r["truth"] == c and r["predicted"] == c)
@@ -284,31 +306,28 @@ def report(rows: list[dict[str, Any]]) -> None:
         f"(precision {prec:.3f}, recall {rec:.3f}; jobs naming more hosts than the truth: "
         f"{sum(1 for r in rows if len(r['culprits']) > len(r['truth_culprits']))})"
     )
-    scr = [
-        abs(r["onset"] - r["truth_onset"]) / float(r.get("interval") or 15.0)
-        for r in rows
-        if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None
-    ]
+
+
+def _print_onsets(rows: list[dict[str, Any]]) -> None:
+    """How far the onset of each rightly classified job is from the truth, in scrape intervals and seconds."""
+    timed = [r for r in rows if _right(r) and r["onset"] is not None and r["truth_onset"] is not None]
+    scr = [abs(r["onset"] - r["truth_onset"]) / float(r.get("interval") or 15.0) for r in timed]
     if scr:
         print(
             f"Onset error in scrape intervals (correct class, n={len(scr)}): median {statistics.median(scr):.2f}, "
             f"p90 {_quantile(scr, 0.9):.1f}; within 3 intervals {sum(x <= 3 for x in scr)}/{len(scr)}"
         )
-    errors = [
-        abs(r["onset"] - r["truth_onset"])
-        for r in rows
-        if r["predicted"] == r["truth"] and r["onset"] is not None and r["truth_onset"] is not None
-    ]
-    missing = sum(
-        1
-        for r in rows
-        if r["predicted"] == r["truth"] and r["truth_onset"] is not None and r["onset"] is None
-    )
+    errors = [abs(r["onset"] - r["truth_onset"]) for r in timed]
+    missing = sum(1 for r in rows if _right(r) and r["truth_onset"] is not None and r["onset"] is None)
     if errors:
         print(
             f"Onset error (correct class, n={len(errors)}): median {statistics.median(errors):.0f} s, "
             f"p90 {_quantile(errors, 0.9):.0f} s, max {max(errors):.0f} s; {missing} without an onset"
         )
+
+
+def _print_alarms_and_time(rows: list[dict[str, Any]]) -> None:
+    """False alarms on healthy jobs, and the time and queries per job."""
     healthy = [r for r in rows if r["truth"] == "healthy"]
     alarmed = [r for r in healthy if r["alarms"]]
     print(f"Healthy false alarms: {_pct(len(alarmed), len(healthy))} of healthy jobs with a warning or worse")
@@ -323,7 +342,11 @@ def report(rows: list[dict[str, Any]]) -> None:
         f"max {max(secs):.1f} s, total {sum(secs):.0f} s; queries median "
         f"{statistics.median(r['queries'] for r in rows):.0f}"
     )
-    wrong = [r for r in rows if r["predicted"] != r["truth"]]
+
+
+def _print_misses(rows: list[dict[str, Any]]) -> None:
+    """The jobs classified wrongly, and those classified rightly with other culprits."""
+    wrong = [r for r in rows if not _right(r)]
     if wrong:
         print("\nMisclassified:")
         for r in wrong:
@@ -332,8 +355,7 @@ def report(rows: list[dict[str, Any]]) -> None:
     off = [
         r
         for r in rows
-        if r["predicted"] == r["truth"]
-        and {c["host"] for c in r["culprits"]} != {c["host"] for c in r["truth_culprits"]}
+        if _right(r) and {c["host"] for c in r["culprits"]} != {c["host"] for c in r["truth_culprits"]}
     ]
     if off:
         print("\nRight class, other culprits:")

@@ -1,6 +1,7 @@
 """Load test: 20 signed-in users browsing Stepwise at once, on the production stack, loopback only.
 
 Usage: .venv/bin/python bench/load_test.py [--users 20] [--seconds 60] [--port 8106] [--redis-db 13]
+                                          [--investigations 120] [--repeat 15] [--in-process-only]
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, trust auth) and Redis at 127.0.0.1:6379, as the
 `postgres` and `redis` test marks do. Bounded in time and count; everything it starts is stopped and
@@ -8,9 +9,12 @@ everything it creates is removed at the end (a throwaway database, a Redis datab
 temporary data directory).
 
 1. Generates three small incident jobs once into data/bench/load-jobs/ (8 nodes, 2 h).
-2. Creates a throwaway PostgreSQL database, migrates it, creates 20 users and 30 investigations on
-   the jobs (their log triage stored), and fills the shared timeline cache (Redis) by drawing each
-   job's timeline once: the load test measures the app, not Prometheus.
+2. Creates a throwaway PostgreSQL database, migrates it, creates 20 users and 120 investigations on
+   the jobs (their log triage stored), each diagnosed and with a report people worked on (edits,
+   verdicts, comments, action items, pins, notes: bench/load_seed.py), and fills the shared timeline
+   cache (Redis) by drawing each job's timeline once: the load test measures the app, not Prometheus.
+   Then prints each page's own server cost, in this process through Django's test client, one request
+   at a time (median of `--repeat`, and its database queries): the figure without contention.
 3. Starts gunicorn (3 workers x 4 threads) and 2 Celery workers on the same settings
    (DATABASE_URL, REDIS_URL), as in production.
 4. Runs locust headless (`bench/locustfile.py`): the signed-in users browse the list (plain and
@@ -88,25 +92,26 @@ def _database(db: str, create: bool) -> None:
 
 
 def _populate(jobs: list[Path], users: int, investigations: int) -> dict:
-    """Migrate, create users and investigations, and fill the timeline cache; return the locust plan."""
+    """Migrate, create users and the data set (bench/load_seed.py), fill the timeline cache; return the
+    locust plan."""
     import django
     from django.core.management import call_command
 
     django.setup()
     call_command("migrate", verbosity=0)
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.cache import cache
+    from django.test import Client
 
+    from bench.load_seed import seed
     from investigations import services
-    from investigations.models import Investigation, InvestigationJob
+    from investigations.models import Investigation
     from investigations.services import timeline as svc
     from playbooks.triage import triage_job
 
     cache.clear()
-    from django.conf import settings
-    from django.test import Client
-
-    accounts = []
+    accounts, people = [], []
     for i in range(users):
         user = get_user_model().objects.create_user(f"engineer{i:02d}", password=secrets.token_urlsafe(16))
         # Signed in ahead (a session row, as after the login form): the run measures browsing, not the
@@ -114,18 +119,14 @@ def _populate(jobs: list[Path], users: int, investigations: int) -> dict:
         client = Client()
         client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
         accounts.append((settings.SESSION_COOKIE_NAME, client.cookies[settings.SESSION_COOKIE_NAME].value))
+        people.append(user)
     registered = []
     for job_dir in jobs:
         job, ds = services.job_register(job_dir)
         job.triage = {"state": "done", **triage_job(job_dir).to_dict()}
         job.save()
         registered.append((job, ds))
-    pks = []
-    for i in range(investigations):
-        job, ds = registered[i % len(registered)]
-        inv = Investigation.objects.create(title=f"{job.job_id} incident {i}")
-        InvestigationJob.objects.create(investigation=inv, job=job, role=InvestigationJob.Role.PRIMARY)
-        pks.append(inv.pk)
+    pks = seed(registered, people, investigations)
     t0 = time.perf_counter()
     for i, (job, ds) in enumerate(registered):
         inv = Investigation.objects.get(pk=pks[i])
@@ -134,6 +135,50 @@ def _populate(jobs: list[Path], users: int, investigations: int) -> dict:
     print(f"timeline cache filled for {len(registered)} jobs in {time.perf_counter() - t0:.1f} s")
     searches = [job.job_id for job, _ in registered] + ["incident", "thermal"]
     return {"users": accounts, "investigations": pks, "panels": list(PANELS), "searches": searches}
+
+
+def _page_urls(plan: dict, i: int) -> dict[str, str]:
+    """Return {page: URL} for the i-th visit, as the locust users ask them."""
+    pk = plan["investigations"][i % len(plan["investigations"])]
+    return {
+        "investigations list": "/",
+        "investigations list (search)": "/?q=" + plan["searches"][i % len(plan["searches"])],
+        "investigation page": f"/investigations/{pk}/",
+        "report page": f"/investigations/{pk}/report/",
+        "timeline panel (cached)": f"/investigations/{pk}/timeline/panels/{plan['panels'][i % len(plan['panels'])]}/",
+    }
+
+
+def _in_process(plan: dict, repeat: int) -> None:
+    """Print each page's own server cost: the median of `repeat` requests through Django's test client in
+    this process (no network, no other request at the same time), with the CPU time this process spent
+    on it (median; PostgreSQL's own is not in it) and its database queries."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(SERVER_NAME="127.0.0.1")
+    client.force_login(get_user_model().objects.get(username="engineer00"))
+    for i in range(len(plan["investigations"])):  # the first visits create what a report needs
+        client.get(_page_urls(plan, i)["report page"])
+    costs: dict[str, list[tuple[float, float, int]]] = {}
+    for i in range(repeat):
+        for name, url in _page_urls(plan, i).items():
+            with CaptureQueriesContext(connection) as captured:
+                t0, cpu0 = time.perf_counter(), time.thread_time()
+                response = client.get(url)
+                ms, cpu = (time.perf_counter() - t0) * 1000, (time.thread_time() - cpu0) * 1000
+            if response.status_code != 200:
+                raise RuntimeError(f"{url} answered {response.status_code}")
+            costs.setdefault(name, []).append((ms, cpu, len(captured.captured_queries)))
+    print(f"in-process server time, median of {repeat} (one request at a time; {_load()}):")
+    print(f"{'page':<34} {'median ms':>9} {'max ms':>7} {'CPU ms':>7} {'queries':>7}")
+    for name, rows in costs.items():
+        ms, cpu = [r[0] for r in rows], [r[1] for r in rows]
+        print(
+            f"{name:<34} {_pct(ms, 0.5):>9.1f} {max(ms):>7.1f} {_pct(cpu, 0.5):>7.1f} {max(r[2] for r in rows):>7}"
+        )
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -175,9 +220,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
-def _report(times_path: Path) -> None:
+def _report(times_path: Path) -> int:
     """Print per page and over all pages (signing in excluded: a deliberately slow password hash, once
-    per user) the requests, failures, median, p95 and p99 in milliseconds."""
+    per user) the requests, failures, median, p95 and p99 in milliseconds; return the failures."""
     times = json.loads(times_path.read_text())
     pages: dict[str, list[tuple[float, bool]]] = {}
     for name, ms, ok in times:
@@ -198,6 +243,7 @@ def _report(times_path: Path) -> None:
         f"{'all pages but sign-in':<34} {len(browsing):>8} {failures:>8} {_pct(browsing, 0.5):>9.0f} "
         f"{_pct(browsing, 0.95):>7.0f} {_pct(browsing, 0.99):>7.0f}"
     )
+    return failures
 
 
 def main() -> None:
@@ -209,7 +255,9 @@ def main() -> None:
     )
     ap.add_argument("--port", type=int, default=8106)
     ap.add_argument("--redis-db", type=int, default=13)
-    ap.add_argument("--investigations", type=int, default=30)
+    ap.add_argument("--investigations", type=int, default=120)
+    ap.add_argument("--repeat", type=int, default=15, help="requests per page for the in-process cost")
+    ap.add_argument("--in-process-only", action="store_true", help="measure each page's cost; no locust")
     args = ap.parse_args()
     jobs = _jobs()
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-load-"))
@@ -222,6 +270,9 @@ def main() -> None:
         plan = _populate(jobs, args.users, args.investigations)
         plan_path = data_dir / "plan.json"
         plan_path.write_text(json.dumps(plan))
+        _in_process(plan, args.repeat)
+        if args.in_process_only:
+            return
         bind = f"127.0.0.1:{args.port}"
         procs.append(_spawn([sys.executable, "-m", "gunicorn", "stepwise.wsgi:application", "--bind", bind,
                              "--workers", "3", "--threads", "4"], env, data_dir / "gunicorn.log"))  # fmt: skip
@@ -241,7 +292,9 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         print(f"{args.users} users for {time.monotonic() - t0:.0f} s; {_load()} at the end")
-        _report(times)
+        if _report(times):
+            log = (data_dir / "gunicorn.log").read_text(errors="replace").splitlines()
+            print("failures: the end of gunicorn's log\n" + "\n".join(log[-15:]))
     finally:
         _stop(procs)
         from django.db import connections

@@ -1,6 +1,7 @@
 """How fast the timeline is at scale: 128 nodes x 8 GPUs (1,024 GPUs) x 4 h at 15 s.
 
 Usage: .venv/bin/python bench/timeline_speed.py [--nodes 128] [--gpus 8] [--hours 4] [--rebuild] [--no-browser]
+                                               [--figures FILE.json]
 
 1. Generates a thermal-straggler job once into data/bench/timeline-<nodes>x<gpus>x<hours>h/ (about 100 s and
    3 GB peak, promtool's; a marker file records it, later runs reuse it).
@@ -10,12 +11,13 @@ Usage: .venv/bin/python bench/timeline_speed.py [--nodes 128] [--gpus 8] [--hour
    context, panel queries in parallel, annotations, one Plotly figure per panel. Server time, queries.
 4. Prometheus's own evaluation time of the same queries: each query the cold view sent is sent again,
    one at a time, with `stats=all`; the sum of Prometheus's evalTotalTime is the physical limit of a
-   cold view (on one core), printed with the ratio of the cold view to it.
+   cold view (on one core), printed with the ratio of the cold view to it, and the five costliest queries.
 5. Cache hit: the same view again (another user), then one panel alone, as the page loads it: server
    time and queries sent (0: nothing is served or queried).
 6. Prints bytes per panel, the panel modes and the outliers named (the hot GPU should be first in GPU
    temperature and clock), and the load average next to every figure (the machine is shared).
 7. Renders every figure in headless Chromium with the vendored plotly.js and prints the render time.
+8. `--figures FILE.json` writes the cold view's figures, to compare two versions of the code on the same job.
 """
 
 from __future__ import annotations
@@ -90,18 +92,21 @@ class _Recorder:
 
         PrometheusClient._api = api  # type: ignore[method-assign]
 
-    def evaluation(self) -> tuple[float, float, int]:
-        """Return (Prometheus's evalTotalTime summed, its execTotalTime summed, queries) of the recorded queries."""
+    def evaluation(self) -> tuple[float, float, int, list[tuple[float, str]]]:
+        """Return (Prometheus's evalTotalTime summed, its execTotalTime summed, queries, the costliest five
+        as (evalTotalTime, PromQL)) of the recorded queries."""
         import httpx
 
         evals = execs = 0.0
+        each = []
         for base, path, params in self.sent:
             with httpx.Client(base_url=base, timeout=300, trust_env=False) as http:
                 body = http.post(path, data={**params, "stats": "all"}).json()
             timings = body["data"]["stats"]["timings"]
             evals += timings["evalTotalTime"]
             execs += timings["execTotalTime"]
-        return evals, execs, len(self.sent)
+            each.append((timings["evalTotalTime"], params["query"]))
+        return evals, execs, len(self.sent), sorted(each, reverse=True)[:5]
 
 
 def _views(job_dir: Path, triage: dict, recorder: _Recorder) -> dict:
@@ -187,6 +192,9 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=4.0)
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument(
+        "--figures", type=Path, help="write the cold view's figures to this JSON file (to compare runs)"
+    )
     args = ap.parse_args()
     job_dir = _job(args)
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-bench-"))
@@ -206,8 +214,10 @@ def _run(args: argparse.Namespace, job_dir: Path, data_dir: Path) -> None:
     triage = triage_job(job_dir).to_dict()
     recorder = _Recorder()
     views = _views(job_dir, triage, recorder)
-    evals, execs, n = recorder.evaluation()
+    evals, execs, n, costliest = recorder.evaluation()
     meta = {k: f["layout"]["meta"] for k, f in views["figures"].items()}
+    if args.figures:
+        args.figures.write_text(json.dumps(views["figures"], sort_keys=True))
     print(f"job: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h, culprit {truth['culprits']}")
     print(
         f"cold view, all {len(meta)} default panels: {views['cold_s']:.2f} s server time, "
@@ -217,6 +227,8 @@ def _run(args: argparse.Namespace, job_dir: Path, data_dir: Path) -> None:
         f"Prometheus's own evaluation of the same {n} queries, one at a time: {evals:.2f} s "
         f"(execTotalTime {execs:.2f} s); cold view / evaluation = {views['cold_s'] / evals:.2f} ({_load()})"
     )
+    for secs, promql in costliest:
+        print(f"  {secs:6.3f} s  {promql[:110]}")
     print(
         f"cache hit, same view by another user: {views['hit_s']:.3f} s, {views['hit_queries']} queries; "
         f"one panel: {views['hit_one_s']:.3f} s, {views['hit_one_queries']} queries; identical figures: "

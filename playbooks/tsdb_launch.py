@@ -22,7 +22,7 @@ from . import procs
 from .errors import PlaybooksError
 from .fingerprint import tsdb_fingerprint
 from .prometheus import PrometheusClient, PrometheusError
-from .tsdb_copy import copy_tsdb, inventory
+from .tsdb_copy import CopyResult, Inventory, copy_tsdb, inventory
 from .tsdb_lock import tsdb_lock_holder
 
 log = logging.getLogger("playbooks.tsdb_server")
@@ -400,6 +400,51 @@ def _serve_locked(
 ) -> ServedTSDB:
     """Return a new server on a fresh copy of `src`; the caller holds the entry lock."""
     binary = _find_prometheus(prometheus_bin)
+    holder, inv = _servable(src, allow_blocks_only)
+    blocks_only = holder is not None
+    state = source_state(src, blocks_only=blocks_only)  # before copying: a change meanwhile shows next time
+    _remove_entry(entry)  # a stale copy of a dead server
+    entry.mkdir(parents=True)
+    (entry / _MARKER).write_text(f"Stepwise private copy of {src}; deleted when its server stops.\n")
+    pid = 0
+    try:
+        copied = copy_tsdb(src, entry / "data", inv, include_head=not blocks_only)
+        (entry / _CONFIG).write_text(_VIEW_CONFIG)
+        pid, port, cmd = _start(binary, entry, src, port, ready_timeout)
+        url = f"http://127.0.0.1:{port}"
+        kept = [b for b in inv.blocks if b[0] not in copied.vanished]
+        now = time.time()
+        rec = {
+            "pid": pid,
+            "port": port,
+            "url": url,
+            "source_dir": src,
+            "copy_dir": str(entry),
+            "started_at": now,
+            "last_used": now,
+            "cmdline": cmd,
+            "blocks_only": blocks_only,
+            "note": "; ".join(_copy_notes(src, holder, kept, inv, copied)),
+            "time_range": _time_range(kept, _head_stats(url)),
+            "source_state": state,
+        }
+        _write_record(entry, rec)
+    except BaseException:
+        # Includes KeyboardInterrupt: never leave an unrecorded server or a half copy behind.
+        if pid:
+            _terminate(pid, str(entry), 5.0)
+        _remove_entry(entry)
+        raise
+    log.info("serving a copy of %s at %s (pid %s)", src, url, pid)
+    return _served_from(rec)
+
+
+def _servable(src: str, allow_blocks_only: bool) -> tuple[int | None, Inventory]:
+    """Return the pid holding `src` (None if no live server does; <= 0 if unknown) and its inventory.
+
+    Raises TSDBLocked if a live server holds it and only a full copy would do, TSDBServerError if there
+    is nothing to serve.
+    """
     holder = tsdb_lock_holder(src)
     if holder is not None and not allow_blocks_only:
         who = f"pid {holder}" if holder > 0 else "an unknown process"
@@ -413,65 +458,39 @@ def _serve_locked(
     if not inv.blocks and (blocks_only or not inv.wal_has_data):
         what = "no complete blocks yet" if blocks_only else "no blocks and an empty or missing wal/"
         raise TSDBServerError(f"no TSDB data in {src}: {what}")
+    return holder, inv
 
-    state = source_state(src, blocks_only=blocks_only)  # before copying: a change meanwhile shows next time
-    _remove_entry(entry)  # a stale copy of a dead server
-    entry.mkdir(parents=True)
-    (entry / _MARKER).write_text(f"Stepwise private copy of {src}; deleted when its server stops.\n")
-    pid = 0
+
+def _head_stats(url: str) -> Mapping[str, Any]:
+    """The served copy's head statistics ({} if it does not say: the time range covers the blocks only)."""
     try:
-        copied = copy_tsdb(src, entry / "data", inv, include_head=not blocks_only)
-        vanished = copied.vanished
-        (entry / _CONFIG).write_text(_VIEW_CONFIG)
-        pid, port, cmd = _start(binary, entry, src, port, ready_timeout)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with PrometheusClient(url, timeout=10.0, retries=2, backoff=0.1) as client:
-                head = client.tsdb_status().get("headStats") or {}
-        except PrometheusError as exc:
-            log.warning("%s: no head statistics (%s); time_range covers the blocks only", url, exc)
-            head = {}
-        kept = [b for b in inv.blocks if b[0] not in vanished]
-        notes = []
-        if blocks_only:
-            newest = max((b[2] for b in kept), default=None)
-            since = f"after {_iso(newest / 1000.0)}" if newest is not None else "of the live head"
-            who = f"pid {holder}" if holder and holder > 0 else "an unknown process"
-            notes.append(
-                f"wal/ and chunks_head/ not copied because a live Prometheus ({who}) holds {src}: "
-                f"data {since} (the live head, up to ~3 h) are missing; query the live server for them"
-            )
-        if vanished:
-            notes.append(f"{len(vanished)} block(s) were compacted away by the live server while copying")
-        if inv.unreadable:
-            notes.append(f"skipped {len(inv.unreadable)} block(s) without a readable meta.json")
-        if copied.symlinks:
-            shown = ", ".join(copied.symlinks[:5]) + (" ..." if len(copied.symlinks) > 5 else "")
-            notes.append(
-                f"skipped {len(copied.symlinks)} symlink(s) inside the TSDB, never followed: {shown}"
-            )
-            log.warning("%s: symlinks skipped (never followed): %s", src, shown)
-        now = time.time()
-        rec = {
-            "pid": pid,
-            "port": port,
-            "url": url,
-            "source_dir": src,
-            "copy_dir": str(entry),
-            "started_at": now,
-            "last_used": now,
-            "cmdline": cmd,
-            "blocks_only": blocks_only,
-            "note": "; ".join(notes),
-            "time_range": _time_range(kept, head),
-            "source_state": state,
-        }
-        _write_record(entry, rec)
-    except BaseException:
-        # Includes KeyboardInterrupt: never leave an unrecorded server or a half copy behind.
-        if pid:
-            _terminate(pid, str(entry), 5.0)
-        _remove_entry(entry)
-        raise
-    log.info("serving a copy of %s at %s (pid %s)", src, url, pid)
-    return _served_from(rec)
+        with PrometheusClient(url, timeout=10.0, retries=2, backoff=0.1) as client:
+            head: Mapping[str, Any] = client.tsdb_status().get("headStats") or {}
+            return head
+    except PrometheusError as exc:
+        log.warning("%s: no head statistics (%s); time_range covers the blocks only", url, exc)
+        return {}
+
+
+def _copy_notes(
+    src: str, holder: int | None, kept: list[tuple[str, int, int]], inv: Inventory, copied: CopyResult
+) -> list[str]:
+    """What the copy of `src` lacks, in words: the live head, vanished or unreadable blocks, symlinks."""
+    notes = []
+    if holder is not None:
+        newest = max((b[2] for b in kept), default=None)
+        since = f"after {_iso(newest / 1000.0)}" if newest is not None else "of the live head"
+        who = f"pid {holder}" if holder and holder > 0 else "an unknown process"
+        notes.append(
+            f"wal/ and chunks_head/ not copied because a live Prometheus ({who}) holds {src}: "
+            f"data {since} (the live head, up to ~3 h) are missing; query the live server for them"
+        )
+    if copied.vanished:
+        notes.append(f"{len(copied.vanished)} block(s) were compacted away by the live server while copying")
+    if inv.unreadable:
+        notes.append(f"skipped {len(inv.unreadable)} block(s) without a readable meta.json")
+    if copied.symlinks:
+        shown = ", ".join(copied.symlinks[:5]) + (" ..." if len(copied.symlinks) > 5 else "")
+        notes.append(f"skipped {len(copied.symlinks)} symlink(s) inside the TSDB, never followed: {shown}")
+        log.warning("%s: symlinks skipped (never followed): %s", src, shown)
+    return notes

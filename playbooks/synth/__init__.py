@@ -123,7 +123,7 @@ def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict[str, Any]:
         "interval_s": job.interval,
         "variants": job.variants,
         "checkpoint_steps": job.ckpt_steps,
-        "warmup_end": getattr(job, "_warm_end", None),
+        "warmup_end": job.warm_end,
         "data_range": [float(job.t[0]), float(job.t[-1])],
         "red_herrings": job.red_herrings,
         "notes": job.notes,
@@ -234,47 +234,10 @@ def generate_job(
         raise SynthError("nodes, gpus and interval must be positive")
     out = Path(out).resolve()
     tail_min = 30.0 if wal_tail_minutes is None else float(wal_tail_minutes)
-    jobs: list[tuple[_sim.Job, Path]] = []
     sim_profile = "amd" if profile == "amd-dme" else profile
-
-    def simulate(job: _sim.Job) -> _sim.Job:
-        if ex is not None and ex.host_domain:
-            job.hosts = [h + ex.host_domain for h in job.hosts]
-        return _sim.simulate(job)
-
-    if scenario == "restore-resource-leak":
-        base = simulate(
-            _sim.plan("healthy", seed, nodes, profile=sim_profile, gpus=gpus, interval=interval, hours=hours)
-        )
-        base.scenario = SCENARIO_TABLE["restore-resource-leak"]
-        # restore from an early checkpoint (~25 % in) so that both runs share a long overlapping step range
-        quarter = 0.25 * base.steps_total
-        restored_from = min(base.ckpt_steps, key=lambda c: abs(c - quarter)) if base.ckpt_steps else 0
-        restored = _sim.plan(
-            scenario,
-            seed,
-            nodes,
-            profile=sim_profile,
-            gpus=gpus,
-            interval=interval,
-            hours=hours,
-            restored_from=restored_from,
-            base=base,
-        )
-        restored = _sim.simulate(restored)
-        base.scenario = SCENARIO_TABLE["healthy"]
-        jobs = [(restored, out), (base, out.with_name(out.name + "-baseline"))]
-    else:
-        jobs = [
-            (
-                simulate(
-                    _sim.plan(
-                        scenario, seed, nodes, profile=sim_profile, gpus=gpus, interval=interval, hours=hours
-                    )
-                ),
-                out,
-            )
-        ]
+    params: dict[str, Any] = {"profile": sim_profile, "gpus": gpus, "interval": interval, "hours": hours}
+    sims = _simulate_jobs(scenario, seed, nodes, params, ex.host_domain if ex is not None else "")
+    jobs = list(zip(sims, [out, out.with_name(out.name + "-baseline")][: len(sims)], strict=True))
     for job, _ in jobs:
         job.profile = profile
         job.exporters = ex
@@ -299,3 +262,30 @@ def generate_job(
         for (_, d), tr in zip(jobs, truths, strict=True):
             (d / "truth.json").write_text(json.dumps(tr, indent=2, sort_keys=True))
     return GeneratedJob(job_dirs=[d for _, d in jobs], truth=truths[0], stats=stats)
+
+
+def _simulate_jobs(
+    scenario: str, seed: int, nodes: int, params: dict[str, Any], host_domain: str
+) -> list[_sim.Job]:
+    """Plan and simulate the scenario's job; restore-resource-leak gives the restored job and its baseline.
+
+    `host_domain` is appended to the host names the exporters' deployment reports (not to a restored job's,
+    which takes its baseline's hosts)."""
+
+    def simulate(job: _sim.Job) -> _sim.Job:
+        if host_domain:
+            job.hosts = [h + host_domain for h in job.hosts]
+        return _sim.simulate(job)
+
+    if scenario != "restore-resource-leak":
+        return [simulate(_sim.plan(scenario, seed, nodes, **params))]
+    base = simulate(_sim.plan("healthy", seed, nodes, **params))
+    base.scenario = SCENARIO_TABLE["restore-resource-leak"]
+    # restore from an early checkpoint (~25 % in) so that both runs share a long overlapping step range
+    quarter = 0.25 * base.steps_total
+    restored_from = min(base.ckpt_steps, key=lambda c: abs(c - quarter)) if base.ckpt_steps else 0
+    restored = _sim.simulate(
+        _sim.plan(scenario, seed, nodes, restored_from=restored_from, base=base, **params)
+    )
+    base.scenario = SCENARIO_TABLE["healthy"]
+    return [restored, base]

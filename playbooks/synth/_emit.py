@@ -56,7 +56,7 @@ def _tb_series(job: Job, name_map: dict[str, str], labels: dict[str, str]) -> It
         "tgs": job.tgs,
         "tflops_s": job.tflops_s,
         "tflops": job.tflops_s * job.step_secs,
-        "tokens": np.full(len(job.step_num), float(getattr(job, "_tokens", 0))),
+        "tokens": np.full(len(job.step_num), float(job.tokens)),
         "moe_lb": job.moe_lb,
     }
     for key, metric in name_map.items():
@@ -69,21 +69,92 @@ def _tb_series(job: Job, name_map: dict[str, str], labels: dict[str, str]) -> It
         yield metric, labels, ts, per_step[key][src], fmt
 
 
+#: (metric, RAS/PCIe counter key) of the seed system's per-GPU error counters
+_AMD_GPU_COUNTERS = (
+    ("hw_gpu_ras_umc_ue_total", "umc_ue"),
+    ("hw_gpu_ras_umc_ce_total", "umc_ce"),
+    ("hw_gpu_ras_xgmi_ue_total", "xgmi_ue"),
+    ("hw_gpu_ras_xgmi_ce_total", "xgmi_ce"),
+    ("hw_gpu_ras_gfx_ue_total", "gfx_ue"),
+    ("hw_gpu_pcie_correctable_total", "pcie_corr"),
+    ("hw_gpu_pcie_nonfatal_total", "pcie_nonfatal"),
+    ("hw_gpu_pcie_fatal_total", "pcie_fatal"),
+)
+#: (metric, host signal key or None for always 0, format) of node_hw's host series
+_AMD_HOST = (
+    ("hw_tcp_retransmits_total", "tcp_retrans", "d"),
+    ("hw_tcp_listen_drops_total", "listen_drops", "d"),
+    ("hw_tcp_listen_overflows_total", "listen_drops", "d"),
+    ("hw_tcp_abort_on_timeout_total", "tcp_abort", "d"),
+    ("hw_tcp_estab_resets_total", None, "d"),
+    ("hw_procs_running", "running", "d"),
+    ("hw_procs_blocked", "blocked", "d"),
+    ("hw_context_switches_total", "ctx", "d"),
+    ("hw_oom_kills_total", "oom", "d"),
+    ("hw_mem_dirty_bytes", "dirty", "d"),
+    ("hw_mem_writeback_bytes", "writeback", "d"),
+    ("hw_io_pressure_some_pct", "io_some", "f2"),
+    ("hw_io_pressure_full_pct", "io_full", "f2"),
+    ("hw_dmesg_gpu_errors_total", "dmesg", "d"),
+    ("hw_gpu_user_processes", "gpu_procs", "d"),
+    ("hw_scrape_duration_seconds", "scrape", "f3"),
+)
+#: (metric, NIC signal key, format) of node_hw's RDMA series
+_AMD_NIC = (
+    ("hw_rdma_tx_retx_pkts_total", "retx", "d"),
+    ("hw_rdma_tx_ack_timeout_total", "ack", "d"),
+    ("hw_rdma_rx_cnp_pkts_total", "cnp", "d"),
+    ("hw_rdma_req_tx_retry_excd_err_total", "retry_excd", "d"),
+    ("hw_rdma_req_rx_cqe_err_total", "cqe", "d"),
+    ("hw_rdma_tx_bytes_total", "tx_bytes", "d"),
+    ("hw_rdma_port_state", "port", "d"),
+)
+#: TensorBoard bridge: per-step signal -> tb_* metric
+_AMD_TB = {
+    "step": "tb_step",
+    "loss": "tb_learning_loss",
+    "grad_norm": "tb_learning_grad_norm",
+    "raw_grad_norm": "tb_learning_raw_grad_norm",
+    "lr": "tb_learning_current_learning_rate",
+    "moe_lb": "tb_learning_moe_lb_loss",
+    "step_time": "tb_perf_step_time_seconds",
+    "tgs": "tb_perf_per_device_tokens_per_sec",
+    "tflops_s": "tb_perf_per_device_tflops_per_sec",
+    "tflops": "tb_perf_per_device_tflops",
+    "tokens": "tb_perf_per_device_tokens",
+    "fill": "tb_metrics_plugin_staleness_fill",
+}
+
+
 def amd_series(job: Job) -> Iterator[Item]:
-    t = job.t
-    K, G = job.nodes, job.gpus
-    hosts = job.hosts
-    hw_inst = [f"{h}:9400" for h in hosts]
-    ray_inst = [f"{h}:55080" for h in hosts]
+    """The seed system's series: node_hw (GPU, host, NIC), Ray, Prometheus' own and the tb_* bridge."""
+    yield from _amd_gpus(job)
+    yield from _amd_hosts(job)
+    yield from _amd_ray(job)
+    yield from _amd_targets(job)
+    head = {"host": job.hosts[0], "instance": _hw_instance(job, 0), "job": "node_hw"}
+    yield from _tb_series(job, _AMD_TB, head)
+
+
+def _hw_instance(job: Job, h: int) -> str:
+    return f"{job.hosts[h]}:9400"
+
+
+def _amd_gpus(job: Job) -> Iterator[Item]:
     gs = job.gpu_sig
 
     def gpu_fam(name: str, arr: np.ndarray, fmt: str, extra: dict[str, str] | None = None) -> Iterator[Item]:
-        for h in range(K):
-            for g in range(G):
-                lab = {"gpu": str(g), "host": hosts[h], "instance": hw_inst[h], "job": "node_hw"}
+        for h in range(job.nodes):
+            for g in range(job.gpus):
+                lab = {
+                    "gpu": str(g),
+                    "host": job.hosts[h],
+                    "instance": _hw_instance(job, h),
+                    "job": "node_hw",
+                }
                 if extra:
                     lab.update(extra)
-                yield name, lab, t, _mask(job, h, arr[h, g], gpu=True), fmt
+                yield name, lab, job.t, _mask(job, h, arr[h, g], gpu=True), fmt
 
     yield from gpu_fam("hw_gpu_temperature_celsius", gs["temp"], "f1")
     yield from gpu_fam("hw_gpu_power_watts", gs["power"], "f1")
@@ -91,124 +162,85 @@ def amd_series(job: Job) -> Iterator[Item]:
     yield from gpu_fam("hw_gpu_clock_mhz", gs["mclk"], "d", {"type": "mclk"})
     yield from gpu_fam("hw_gpu_vram_used_bytes", gs["vram_used"], "d")
     yield from gpu_fam("hw_gpu_vram_total_bytes", gs["vram_total"], "d")
-    for key, metric in (
-        ("umc_ue", "hw_gpu_ras_umc_ue_total"),
-        ("umc_ce", "hw_gpu_ras_umc_ce_total"),
-        ("xgmi_ue", "hw_gpu_ras_xgmi_ue_total"),
-        ("xgmi_ce", "hw_gpu_ras_xgmi_ce_total"),
-        ("gfx_ue", "hw_gpu_ras_gfx_ue_total"),
-        ("pcie_corr", "hw_gpu_pcie_correctable_total"),
-        ("pcie_nonfatal", "hw_gpu_pcie_nonfatal_total"),
-        ("pcie_fatal", "hw_gpu_pcie_fatal_total"),
-    ):
+    for metric, key in _AMD_GPU_COUNTERS:
         yield from gpu_fam(metric, gs[key], "d")
 
-    hsig = job.host_sig
-    host_metrics = (
-        ("hw_tcp_retransmits_total", "tcp_retrans", "d"),
-        ("hw_tcp_listen_drops_total", "listen_drops", "d"),
-        ("hw_tcp_listen_overflows_total", "listen_drops", "d"),
-        ("hw_tcp_abort_on_timeout_total", "tcp_abort", "d"),
-        ("hw_tcp_estab_resets_total", None, "d"),
-        ("hw_procs_running", "running", "d"),
-        ("hw_procs_blocked", "blocked", "d"),
-        ("hw_context_switches_total", "ctx", "d"),
-        ("hw_oom_kills_total", "oom", "d"),
-        ("hw_mem_dirty_bytes", "dirty", "d"),
-        ("hw_mem_writeback_bytes", "writeback", "d"),
-        ("hw_io_pressure_some_pct", "io_some", "f2"),
-        ("hw_io_pressure_full_pct", "io_full", "f2"),
-        ("hw_dmesg_gpu_errors_total", "dmesg", "d"),
-        ("hw_gpu_user_processes", "gpu_procs", "d"),
-        ("hw_scrape_duration_seconds", "scrape", "f3"),
-    )
-    for metric, host_key, fmt in host_metrics:
+
+def _amd_hosts(job: Job) -> Iterator[Item]:
+    t, K, hosts, hsig = job.t, job.nodes, job.hosts, job.host_sig
+    for metric, host_key, fmt in _AMD_HOST:
         for h in range(K):
             vals = hsig[host_key][h] if host_key else np.zeros(len(t))
             yield (
                 metric,
-                {"host": hosts[h], "instance": hw_inst[h], "job": "node_hw"},
+                {"host": hosts[h], "instance": _hw_instance(job, h), "job": "node_hw"},
                 t,
                 _mask(job, h, vals),
                 fmt,
             )
     for metric in ("hw_net_rx_errors_total", "hw_net_tx_errors_total"):
         for h in range(K):
-            lab = {"device": "eth0", "host": hosts[h], "instance": hw_inst[h], "job": "node_hw"}
+            lab = {"device": "eth0", "host": hosts[h], "instance": _hw_instance(job, h), "job": "node_hw"}
             yield metric, lab, t, _mask(job, h, hsig["net_rx_err"][h]), "d"
     ns = job.nic_sig
     D = ns["retx"].shape[1]
-    for metric, key, fmt in (
-        ("hw_rdma_tx_retx_pkts_total", "retx", "d"),
-        ("hw_rdma_tx_ack_timeout_total", "ack", "d"),
-        ("hw_rdma_rx_cnp_pkts_total", "cnp", "d"),
-        ("hw_rdma_req_tx_retry_excd_err_total", "retry_excd", "d"),
-        ("hw_rdma_req_rx_cqe_err_total", "cqe", "d"),
-        ("hw_rdma_tx_bytes_total", "tx_bytes", "d"),
-        ("hw_rdma_port_state", "port", "d"),
-    ):
+    for metric, key, fmt in _AMD_NIC:
         for h in range(K):
             for d in range(D):
                 lab = {
                     "device": f"ionic_{d}",
                     "host": hosts[h],
-                    "instance": hw_inst[h],
+                    "instance": _hw_instance(job, h),
                     "job": "node_hw",
                     "port": "1",
                 }
                 yield metric, lab, t, _mask(job, h, ns[key][h, d]), fmt
 
-    # Ray metrics: no host label (map via instance or ip)
+
+def _amd_ray(job: Job) -> Iterator[Item]:
+    """Ray's node metrics: no host label (map via instance or ip)."""
+    t = job.t
+
     def ray_lab(h: int) -> dict[str, str]:
         return {
             "IsHeadNode": "true" if h == 0 else "false",
             "SessionName": f"session_{job.job_id}",
             "Version": "2.44.1",
-            "instance": ray_inst[h],
+            "instance": f"{job.hosts[h]}:55080",
             "ip": _ip(job, h),
             "job": "ray",
         }
 
-    for h in range(K):
-        for g in range(G):
+    for h in range(job.nodes):
+        for g in range(job.gpus):
             lab = ray_lab(h) | {"GpuDeviceName": f"AMD Instinct {job.gpu.name}", "GpuIndex": str(g)}
-            yield "ray_node_gpus_utilization", lab, t, _mask(job, h, gs["util"][h, g], hw=False), "f1"
+            yield (
+                "ray_node_gpus_utilization",
+                lab,
+                t,
+                _mask(job, h, job.gpu_sig["util"][h, g], hw=False),
+                "f1",
+            )
     for metric, key, fmt in (
         ("ray_node_mem_used", "mem_used", "d"),
         ("ray_node_mem_total", "mem_total", "d"),
         ("ray_node_cpu_utilization", "cpu_util", "f1"),
     ):
-        for h in range(K):
-            yield metric, ray_lab(h), t, _mask(job, h, hsig[key][h], hw=False), fmt
+        for h in range(job.nodes):
+            yield metric, ray_lab(h), t, _mask(job, h, job.host_sig[key][h], hw=False), fmt
 
-    # Prometheus' own per-target series
-    for jobname, insts in (("node_hw", hw_inst), ("ray", ray_inst)):
-        for h in range(K):
+
+def _amd_targets(job: Job) -> Iterator[Item]:
+    """Prometheus' own per-target series (`up`, `scrape_duration_seconds`) of both scrape jobs."""
+    t, hosts = job.t, job.hosts
+    targets = (("node_hw", [f"{h}:9400" for h in hosts]), ("ray", [f"{h}:55080" for h in hosts]))
+    for jobname, insts in targets:
+        for h in range(job.nodes):
             yield "up", {"instance": insts[h], "job": jobname}, t, job.present[h].astype(float), "d"
-    for jobname, insts in (("node_hw", hw_inst), ("ray", ray_inst)):
-        for h in range(K):
+    for jobname, insts in targets:
+        for h in range(job.nodes):
             dur = np.where(job.present[h], 0.004 + 0.002 * np.sin(np.arange(len(t)) + h) ** 2, 10.0)
             yield "scrape_duration_seconds", {"instance": insts[h], "job": jobname}, t, dur, "f4"
-
-    head = {"host": hosts[0], "instance": hw_inst[0], "job": "node_hw"}
-    yield from _tb_series(
-        job,
-        {
-            "step": "tb_step",
-            "loss": "tb_learning_loss",
-            "grad_norm": "tb_learning_grad_norm",
-            "raw_grad_norm": "tb_learning_raw_grad_norm",
-            "lr": "tb_learning_current_learning_rate",
-            "moe_lb": "tb_learning_moe_lb_loss",
-            "step_time": "tb_perf_step_time_seconds",
-            "tgs": "tb_perf_per_device_tokens_per_sec",
-            "tflops_s": "tb_perf_per_device_tflops_per_sec",
-            "tflops": "tb_perf_per_device_tflops",
-            "tokens": "tb_perf_per_device_tokens",
-            "fill": "tb_metrics_plugin_staleness_fill",
-        },
-        head,
-    )
 
 
 def series(job: Job) -> Iterator[Item]:
@@ -219,4 +251,4 @@ def series(job: Job) -> Iterator[Item]:
     """
     if job.profile == "amd":
         return amd_series(job)
-    return standard_series(job, getattr(job, "exporters", None) or Exporters())
+    return standard_series(job, job.exporters or Exporters())

@@ -106,19 +106,34 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
     """Write the job's whole log to `path`."""
     rng = np.random.default_rng([job.seed, 3, 0 if job.restored_from is None else 1])
     w = _Writer(job, rng)
-    K = job.nodes
-    hosts = job.hosts
-    s0 = job.start
-    exp_tag = job.job_name.removeprefix(f"JAX-{job.model_name}-")
-    pass_args = " ".join(f"{k}={v}" for k, v in job.passthrough.items())
     prom_port = 9190 + int(rng.integers(0, 3))
     ray_port = int(rng.integers(20000, 52767))
+    pass_args = " ".join(f"{k}={v}" for k, v in job.passthrough.items())
+    _header(w, ray_port, pass_args)
+    t = _stages(w) + 2
+    _launch(w, t, pass_args, ray_port, prom_port, job_dir_name)
+    cfg_t = t + 60
+    _setup(w, cfg_t)
+    w.add(cfg_t + 40, HARMLESS[int(rng.integers(0, len(HARMLESS)))], 0)
+    _steps(w, job_dir_name)
+    _ending(job, w)
+    # harmless noise somewhere in the middle
+    if len(job.step_end):
+        mid = float(job.step_end[len(job.step_end) // 2])
+        w.add(mid, HARMLESS[int(rng.integers(0, len(HARMLESS)))], int(rng.integers(0, job.nodes)))
+    _flush(w, path, job_dir_name)
+
+
+def _header(w: _Writer, ray_port: int, pass_args: str) -> None:
+    """The launcher's header: job identity, ports, passthrough arguments and (Slurm) the stage timeouts."""
+    job, s0 = w.job, w.job.start
+    exp_tag = job.job_name.removeprefix(f"JAX-{job.model_name}-")
     header = [
         f"JOB_ID={job.job_id}",
         f"JOB_NAME={job.job_name}",
-        f"NNODES={K}",
-        f"JOB_NODELIST={compress_nodelist(hosts)}",
-        f"JAX_COORDINATOR_PORT={int(rng.integers(20000, 52767))}",
+        f"NNODES={job.nodes}",
+        f"JOB_NODELIST={compress_nodelist(job.hosts)}",
+        f"JAX_COORDINATOR_PORT={int(w.rng.integers(20000, 52767))}",
         f"RAY_PORT={ray_port}",
         f'PASSTHROUGH_ARGS="{pass_args}"',
         f"MODEL_NAME={job.model_name}",
@@ -136,27 +151,38 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
         ]
     for i, line in enumerate(header):
         w.add(s0 + i * 1e-3, line)
-    t = s0 + 1
-    if not w.k8s:
-        for stage, dur in (("Preflight", 41), ("Docker pull", 63), ("ECC check", 14)):
-            w.add(
-                t,
-                f"== {stage} BEGIN (timeout={ {'Preflight': 900, 'ECC': 300}.get(stage.split()[0], 900) }s) ==",
-            )
-            if stage == "Preflight":
-                for r, h in enumerate(hosts):
-                    w.add(t + 2, f"{h} | disk free: {int(rng.integers(900, 4000))} GB", r)
-            if stage == "ECC check":
-                for r in range(K):
-                    for g in range(job.gpus):
-                        w.add(t + 3, f"card{g} UMC CE=0 UE=0", r)
-            t += dur
-            w.add(t, f"== {stage} END ({dur}s) ==")
-        w.add(t + 1, "== Training BEGIN (no timeout) ==")
-    t += 2
+
+
+def _stages(w: _Writer) -> float:
+    """Slurm's preflight, image pull and ECC check stages (none on k8s); returns when training begins."""
+    job, rng = w.job, w.rng
+    t = job.start + 1
+    if w.k8s:
+        return t
+    for stage, dur in (("Preflight", 41), ("Docker pull", 63), ("ECC check", 14)):
+        w.add(
+            t,
+            f"== {stage} BEGIN (timeout={ {'Preflight': 900, 'ECC': 300}.get(stage.split()[0], 900) }s) ==",
+        )
+        if stage == "Preflight":
+            for r, h in enumerate(job.hosts):
+                w.add(t + 2, f"{h} | disk free: {int(rng.integers(900, 4000))} GB", r)
+        if stage == "ECC check":
+            for r in range(job.nodes):
+                for g in range(job.gpus):
+                    w.add(t + 3, f"card{g} UMC CE=0 UE=0", r)
+        t += dur
+        w.add(t, f"== {stage} END ({dur}s) ==")
+    w.add(t + 1, "== Training BEGIN (no timeout) ==")
+    return t
+
+
+def _launch(w: _Writer, t: float, pass_args: str, ray_port: int, prom_port: int, job_dir_name: str) -> None:
+    """_train.sh starts Ray, the metrics exporter, Prometheus and TensorBoard, and prints the tunnel."""
+    hosts, K = w.job.hosts, w.job.nodes
     w.all_ranks(t, f'PASSTHROUGH_ARGS="{pass_args}"')
     w.all_ranks(t + 1, "Running _train.sh")
-    w.all_ranks(t + 1.5, f"MODEL_NAME={job.model_name}")
+    w.all_ranks(t + 1.5, f"MODEL_NAME={w.job.model_name}")
     w.all_ranks(t + 2, "Launching via Ray actor...")
     w.add(t + 3, f"[Ray] Starting HEAD on {hosts[0]}:{ray_port} (bind=10.12.0.11)", 0)
     for r in range(1, K):
@@ -190,10 +216,14 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
             0,
         )
     w.add(t + 17.4, "=" * 46, 0)
-    cfg_t = t + 60
+
+
+def _setup(w: _Writer, cfg_t: float) -> None:
+    """The trainer's config, parameters, checkpoint restore, NCCL init and the barrier before training."""
+    job, hosts = w.job, w.job.hosts
     for key in sorted(job.config):
         w.all_ranks(cfg_t, f"Config param {key}: {job.config[key]}")
-    w.all_ranks(cfg_t + 5, f"number parameters: {float(rng.uniform(7, 400)):.3f} billion")
+    w.all_ranks(cfg_t + 5, f"number parameters: {float(w.rng.uniform(7, 400)):.3f} billion")
     w.all_ranks(cfg_t + 6, "Memstats: After params initialized:")
     if job.restored_from is None:
         w.all_ranks(cfg_t + 20, "No existing checkpoints found, not restoring checkpoint.")
@@ -210,7 +240,7 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
                 f"{h}:{w.pids[r]}:{w.pids[r] + 17} [0] init.cc:2095 NCCL WARN MSCCL++: Feature not enabled",
                 r,
             )
-    for r in range(K):
+    for r in range(job.nodes):
         w.add(
             job.train_start - 30,
             _absl("I", job.train_start - 30, w.pids[r], "train.py:612")
@@ -223,10 +253,12 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
             + "====== BARRIER PASSED: Starting training loop ======",
             r,
         )
-    w.add(cfg_t + 40, HARMLESS[int(rng.integers(0, len(HARMLESS)))], 0)
 
-    # steps
-    tokens = float(getattr(job, "_tokens", 8192))
+
+def _steps(w: _Writer, job_dir_name: str) -> None:
+    """One metrics line per completed step and rank, checkpoint saves and the TensorBoard reminder."""
+    job, K = w.job, w.job.nodes
+    tokens = float(job.tokens)
     for i, step in enumerate(job.step_num):
         te = float(job.step_end[i])
         secs = float(job.step_secs[i])
@@ -239,7 +271,7 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
             f"loss: {float(job.loss[i]):.3f}"
         )
         for r in range(K):
-            jit = float(rng.random()) * 0.05
+            jit = float(w.rng.random()) * 0.05
             pre = w.ray(r) + (_absl("I", te + jit, w.pids[r], "metric_logger.py:190") if w.absl else "")
             w.add(te + jit, pre + body, r)
         if int(step) in job.ckpt_steps:
@@ -247,19 +279,15 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
         if i and i % 97 == 0:
             w.add(te + 2, "To see full metrics 'tensorboard --logdir=/outputs/" + job_dir_name + "'", 0)
 
-    _ending(job, w, rng)
-    # harmless noise somewhere in the middle
-    if len(job.step_end):
-        mid = float(job.step_end[len(job.step_end) // 2])
-        w.add(mid, HARMLESS[int(rng.integers(0, len(HARMLESS)))], int(rng.integers(0, K)))
 
+def _flush(w: _Writer, path: Path, job_dir_name: str) -> None:
+    """Write the lines in time order; on k8s every other rank's lines go to rank-N.log in the job dir."""
     w.events.sort()
     with open(path, "w", encoding="utf-8") as fh:
         for _, _, line in w.events:
             fh.write(line + "\n")
     if w.k8s:
-        # k8s: the primary log is rank 0's; every other rank's full output is rank-N.log in the job dir
-        for r in range(1, K):
+        for r in range(1, w.job.nodes):
             with open(path.parent / job_dir_name / f"rank-{r}.log", "w", encoding="utf-8") as fh:
                 for _, _, line in sorted(w.rank_events.get(r, [])):
                     fh.write(line + "\n")
@@ -283,121 +311,141 @@ def _summary(w: _Writer, t: float, rc: int, reason: str) -> None:
         w.add(t + 1 + i * 1e-3, line)
 
 
-def _ending(job: Job, w: _Writer, rng: np.random.Generator) -> None:
+def _ending(job: Job, w: _Writer) -> None:
+    """How the log ends: the summary of a complete run, scancel of a hang, or the scenario's crash."""
     name = job.scenario.name
-    K, hosts = job.nodes, job.hosts
-    end = job.job_end
     if job.scenario.ending == "complete":
+        end = job.job_end
         w.add(end - 20, f"== Training END ({int(end - job.train_start)}s) ==")
         w.add(end - 10, "[Ray] Cleaning up...", 0)
         _summary(w, end - 5, 0, "")
         return
     if job.scenario.ending == "hang":
-        if name == "network-hang":
-            h = next(i for i, x in enumerate(hosts) if x == job.culprits[0]["host"])
-            w.add(
-                end - 300,
-                f"{hosts[h]}:{w.pids[h]}:{w.pids[h] + 40} [3] NCCL WARN NET/IB : Got completion from "
-                f"peer 10.12.0.{11 + (h + 1) % K}<58213> with status=12 opcode=0 len=0 vendor err 129 (Send) "
-                "localGid ::ffff:10.12.0.1 remoteGid ::ffff:10.12.0.2",
-                h,
-            )
-        stamp = _utc(end).strftime("%Y-%m-%dT%H:%M:%S")
-        w.add(end - 5, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} ***")
-        w.add(end - 4, f"srun: Terminating StepId={job.job_id}.0")
-        for r, host in enumerate(hosts):
-            w.add(end - 3, f"NODE_EXIT host={host} exit=143", r)
-            w.add(end - 2.5, f"srun: error: {host}: task {r}: Exited with exit code 143")
-        w.add(end - 2, f"== Training FAILED (exit=143, {int(end - job.train_start)}s) ==")
-        _summary(w, end - 1, 143, "CANCELLED (scancel / SIGTERM)")
+        _hang_ending(job, w)
         return
     assert job.crash_time is not None, "every ending but complete and hang sets crash_time"
     crash = float(job.crash_time)
     if name == "node-death" and job.variants.get("slurm_node_failure"):
         _slurm_node_failure(job, w, crash)
-        return
-    if name in ("heartbeat-false-positive", "node-death"):
+    elif name in ("heartbeat-false-positive", "node-death"):
+        _heartbeat_ending(job, w, crash)
+    elif name == "host-oom":
+        _oom_ending(job, w, crash)
+    elif name == "gpu-hardware-fault":
+        _gpu_fault_ending(job, w, crash)
+    else:
+        raise ValueError(f"no log ending for scenario {name}")
+
+
+def _hang_ending(job: Job, w: _Writer) -> None:
+    """A hang is cancelled by hand (scancel): every task gets SIGTERM; network-hang first logs an IB error."""
+    K, hosts, end = job.nodes, job.hosts, job.job_end
+    if job.scenario.name == "network-hang":
+        h = next(i for i, x in enumerate(hosts) if x == job.culprits[0]["host"])
         w.add(
-            crash,
-            _absl("E", crash, 9012, "client.cc:84") + "UNAVAILABLE: The following tasks are unhealthy "
-            "(stopped sending heartbeats):",
-            0,
-        )
-        for a in job.accused_tasks:
-            w.add(crash + 1e-4, f"/job:jax_worker/replica:0/task:{a}", 0)
-        w.add(
-            crash + 2e-4,
-            "The tasks have crashed. Check the task logs for an earlier error to debug further.",
-            0,
-        )
-        for r in range(1, K):
-            if name == "node-death" and r in job.accused_tasks:
-                continue
-            w.add(
-                crash + 0.5,
-                _absl("E", crash + 0.5, 9013, "coordination_service_agent.cc:335")
-                + "Polled error from coordination service: UNAVAILABLE",
-                r,
-            )
-            w.add(
-                crash + 0.6,
-                _absl("F", crash + 0.6, 9013, "client.h:77")
-                + "Terminating process because the JAX distributed service detected fatal errors.",
-                r,
-            )
-        if name == "node-death":
-            dead = job.accused_tasks[0]
-            w.add(crash + 20, f"srun: error: Node failure on {hosts[dead]}")
-        for r, host in enumerate(hosts):
-            if name == "node-death" and r in job.accused_tasks:
-                continue
-            w.add(crash + 5, f"NODE_EXIT host={host} exit=1", r)
-        w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
-        _summary(w, crash + 40, 1, "Training FAILED (exit=1)")
-        return
-    if name == "host-oom":
-        h = job._oom_host  # type: ignore[attr-defined]
-        kill = float(job._oom["kill"])  # type: ignore[attr-defined]
-        w.add(
-            kill + 1,
-            f"/usr/local/bin/_train.sh: line 212: {w.pids[h]} Killed                  python3 -u "
-            "-m MaxText.train",
+            end - 300,
+            f"{hosts[h]}:{w.pids[h]}:{w.pids[h] + 40} [3] NCCL WARN NET/IB : Got completion from "
+            f"peer 10.12.0.{11 + (h + 1) % K}<58213> with status=12 opcode=0 len=0 vendor err 129 (Send) "
+            "localGid ::ffff:10.12.0.1 remoteGid ::ffff:10.12.0.2",
             h,
         )
-        w.add(kill + 2, f"NODE_EXIT host={hosts[h]} exit=137", h)
-        for r, host in enumerate(hosts):
-            if r == h:
-                continue
-            w.add(crash - 1, f"{host}:{w.pids[r]}:{w.pids[r] + 40} [0] NCCL WARN Timeout waiting for peer", r)
-            w.add(crash + 2, f"NODE_EXIT host={host} exit=143", r)
-        w.add(crash + 3, f"srun: error: {hosts[h]}: task {h}: Exited with exit code 137")
-        w.add(crash + 10, f"== Training FAILED (exit=137, {int(crash - job.train_start)}s) ==")
-        _summary(w, crash + 20, 1, "Training FAILED (exit=137)")
-        return
-    if name == "gpu-hardware-fault":
-        hw = job._hwfault  # type: ignore[attr-defined]
-        h, g = hw["host"], hw["gpu"]
-        if job.gpu.vendor == "amd":
-            w.add(
-                crash - 0.5,
-                f":0:rocdevice.cpp            :3019: {int(crash * 1e6) % 10**12} us: [pid:{w.pids[h]}"
-                f" tid:0x7f2a] Callback: Queue 0x7f1c00000 aborting with error : HSA_STATUS_ERROR_MEMORY_"
-                "APERTURE_VIOLATION: The agent attempted to access memory beyond the largest legal address. "
-                "code: 0x29",
-                h,
-            )
-        else:
-            w.add(crash - 0.5, f"RuntimeError: CUDA error: uncorrectable ECC error encountered (GPU {g})", h)
-        w.add(crash, f"[Node {h} @ {hosts[h]}] Training subprocess killed by SIGABRT (signal 6)", h)
-        w.add(crash + 1, f"NODE_EXIT host={hosts[h]} exit=134", h)
-        for r, host in enumerate(hosts):
-            if r != h:
-                w.add(crash + 4, f"NODE_EXIT host={host} exit=143", r)
-        w.add(crash + 5, f"srun: error: {hosts[h]}: task {h}: Exited with exit code 134")
-        w.add(crash + 10, f"== Training FAILED (exit=134, {int(crash - job.train_start)}s) ==")
-        _summary(w, crash + 20, 1, "Training FAILED (exit=134)")
-        return
-    raise ValueError(f"no log ending for scenario {name}")
+    stamp = _utc(end).strftime("%Y-%m-%dT%H:%M:%S")
+    w.add(end - 5, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} ***")
+    w.add(end - 4, f"srun: Terminating StepId={job.job_id}.0")
+    for r, host in enumerate(hosts):
+        w.add(end - 3, f"NODE_EXIT host={host} exit=143", r)
+        w.add(end - 2.5, f"srun: error: {host}: task {r}: Exited with exit code 143")
+    w.add(end - 2, f"== Training FAILED (exit=143, {int(end - job.train_start)}s) ==")
+    _summary(w, end - 1, 143, "CANCELLED (scancel / SIGTERM)")
+
+
+def _heartbeat_ending(job: Job, w: _Writer, crash: float) -> None:
+    """The JAX coordinator accuses the tasks that stopped sending heartbeats; the others terminate."""
+    name, hosts = job.scenario.name, job.hosts
+    w.add(
+        crash,
+        _absl("E", crash, 9012, "client.cc:84") + "UNAVAILABLE: The following tasks are unhealthy "
+        "(stopped sending heartbeats):",
+        0,
+    )
+    for a in job.accused_tasks:
+        w.add(crash + 1e-4, f"/job:jax_worker/replica:0/task:{a}", 0)
+    w.add(
+        crash + 2e-4,
+        "The tasks have crashed. Check the task logs for an earlier error to debug further.",
+        0,
+    )
+    for r in range(1, job.nodes):
+        if name == "node-death" and r in job.accused_tasks:
+            continue
+        w.add(
+            crash + 0.5,
+            _absl("E", crash + 0.5, 9013, "coordination_service_agent.cc:335")
+            + "Polled error from coordination service: UNAVAILABLE",
+            r,
+        )
+        w.add(
+            crash + 0.6,
+            _absl("F", crash + 0.6, 9013, "client.h:77")
+            + "Terminating process because the JAX distributed service detected fatal errors.",
+            r,
+        )
+    if name == "node-death":
+        dead = job.accused_tasks[0]
+        w.add(crash + 20, f"srun: error: Node failure on {hosts[dead]}")
+    for r, host in enumerate(hosts):
+        if name == "node-death" and r in job.accused_tasks:
+            continue
+        w.add(crash + 5, f"NODE_EXIT host={host} exit=1", r)
+    w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
+    _summary(w, crash + 40, 1, "Training FAILED (exit=1)")
+
+
+def _oom_ending(job: Job, w: _Writer, crash: float) -> None:
+    """The kernel kills the trainer on one host (137); the others time out in NCCL and get SIGTERM."""
+    assert job.oom is not None and job.oom_host is not None, "simulate() decided the kill"
+    hosts, h = job.hosts, job.oom_host
+    kill = float(job.oom["kill"])
+    w.add(
+        kill + 1,
+        f"/usr/local/bin/_train.sh: line 212: {w.pids[h]} Killed                  python3 -u "
+        "-m MaxText.train",
+        h,
+    )
+    w.add(kill + 2, f"NODE_EXIT host={hosts[h]} exit=137", h)
+    for r, host in enumerate(hosts):
+        if r == h:
+            continue
+        w.add(crash - 1, f"{host}:{w.pids[r]}:{w.pids[r] + 40} [0] NCCL WARN Timeout waiting for peer", r)
+        w.add(crash + 2, f"NODE_EXIT host={host} exit=143", r)
+    w.add(crash + 3, f"srun: error: {hosts[h]}: task {h}: Exited with exit code 137")
+    w.add(crash + 10, f"== Training FAILED (exit=137, {int(crash - job.train_start)}s) ==")
+    _summary(w, crash + 20, 1, "Training FAILED (exit=137)")
+
+
+def _gpu_fault_ending(job: Job, w: _Writer, crash: float) -> None:
+    """The failing GPU's runtime aborts its process (SIGABRT, 134); the others get SIGTERM."""
+    assert job.hwfault is not None, "simulate() decided the failing GPU"
+    hosts, h, g = job.hosts, job.hwfault.host, job.hwfault.gpu
+    if job.gpu.vendor == "amd":
+        w.add(
+            crash - 0.5,
+            f":0:rocdevice.cpp            :3019: {int(crash * 1e6) % 10**12} us: [pid:{w.pids[h]}"
+            f" tid:0x7f2a] Callback: Queue 0x7f1c00000 aborting with error : HSA_STATUS_ERROR_MEMORY_"
+            "APERTURE_VIOLATION: The agent attempted to access memory beyond the largest legal address. "
+            "code: 0x29",
+            h,
+        )
+    else:
+        w.add(crash - 0.5, f"RuntimeError: CUDA error: uncorrectable ECC error encountered (GPU {g})", h)
+    w.add(crash, f"[Node {h} @ {hosts[h]}] Training subprocess killed by SIGABRT (signal 6)", h)
+    w.add(crash + 1, f"NODE_EXIT host={hosts[h]} exit=134", h)
+    for r, host in enumerate(hosts):
+        if r != h:
+            w.add(crash + 4, f"NODE_EXIT host={host} exit=143", r)
+    w.add(crash + 5, f"srun: error: {hosts[h]}: task {h}: Exited with exit code 134")
+    w.add(crash + 10, f"== Training FAILED (exit=134, {int(crash - job.train_start)}s) ==")
+    _summary(w, crash + 20, 1, "Training FAILED (exit=134)")
 
 
 def _slurm_node_failure(job: Job, w: _Writer, crash: float) -> None:

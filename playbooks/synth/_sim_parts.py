@@ -43,7 +43,7 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[floa
         elif k < 5:
             d *= float(rng.uniform(1.2, 2.2))  # warm-up
         if step > 0 and (step - 1) % job.ckpt_period == 0 and step - 1 in job.ckpt_steps:
-            d += job._ckpt_extra[step - 1]  # type: ignore[attr-defined]
+            d += job.ckpt_extra[step - 1]
         if t + d > stop_at or (job.steps_limit is not None and step >= job.steps_limit):
             break
         t += d
@@ -52,7 +52,7 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[floa
         secs.append(d)
         if step % job.ckpt_period == 0:
             job.ckpt_steps.append(step)
-            job._ckpt_extra[step] = float(rng.uniform(12, 80))  # type: ignore[attr-defined]
+            job.ckpt_extra[step] = float(rng.uniform(12, 80))
         step += 1
     job.step_num = np.array(nums, dtype=int)
     job.step_end = np.array(ends)
@@ -70,13 +70,7 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[floa
     job.tgs = tokens / job.step_secs
     job.tflops_s = tflop_step / job.step_secs
     job.moe_lb = np.abs(rng.normal(0.012, 0.0008, n)) if job.moe else np.zeros(n)
-    job._tokens = tokens  # type: ignore[attr-defined]
-    job._base_step = base  # type: ignore[attr-defined]
-
-
-def _steps_done_at(job: Job, t: np.ndarray) -> np.ndarray:
-    """Return, for each grid time, the index of the last completed step (-1 before the first)."""
-    return np.searchsorted(job.step_end, t, side="right") - 1
+    job.tokens = tokens
 
 
 def _lag(x: np.ndarray, alpha: float) -> np.ndarray:
@@ -151,24 +145,23 @@ def _gpu_counters(job: Job, rng: np.random.Generator, shape: tuple[int, int, int
         "pcie_fatal": z.copy(),
         "xid": z.copy(),
     }
-    hw = getattr(job, "_hwfault", None)
+    hw = job.hwfault
     if hw is not None:
-        h, g, t0 = hw["host"], hw["gpu"], hw["t"]
+        h, g, t0 = hw.host, hw.gpu, hw.t
         on = t >= t0
         n_ue = float(rng.integers(1, 4))
         sig["umc_ue"][h, g] = np.where(on, n_ue + np.floor((t - t0) / 60.0).clip(0, 5), 0)
         sig["xid"][h, g] = np.where(on, float(rng.choice([48, 79])), 0)
         job.host_sig["dmesg"][h] = np.where(on, job.host_sig["dmesg"][h] + 3, job.host_sig["dmesg"][h])
-        job._xid = int(sig["xid"][h, g][on][0]) if on.any() else 48  # type: ignore[attr-defined]
-    pre = getattr(job, "_predeath", None)
+    pre = job.predeath
     if pre is not None:
-        h, g = pre["host"], pre["gpu"]
-        on = t >= pre["t"]
+        h, g = pre.host, pre.gpu
+        on = t >= pre.t
         sig["xid"][h, g] = np.where(on, 79.0, 0.0)
         if job.gpu.vendor == "amd":  # no Xid there: the RAS counters of the failing GPU grow instead
-            sig["umc_ue"][h, g] = np.where(on, 1.0 + np.floor((t - pre["t"]) / 60.0).clip(0, 3), 0.0)
+            sig["umc_ue"][h, g] = np.where(on, 1.0 + np.floor((t - pre.t) / 60.0).clip(0, 3), 0.0)
         job.host_sig["dmesg"][h] = job.host_sig["dmesg"][h] + np.where(
-            on, 2.0 + np.floor((t - pre["t"]) / 30.0), 0
+            on, 2.0 + np.floor((t - pre.t) / 30.0), 0
         )
     job.gpu_sig.update(sig)
 

@@ -19,6 +19,15 @@ TIB = 1024.0**4
 GIB = 1024.0**3
 
 
+@dataclass(frozen=True)
+class GpuFault:
+    """A failing GPU: its host's index, its index on the host and when its errors begin."""
+
+    host: int
+    gpu: int
+    t: float
+
+
 @dataclass
 class Job:
     """Everything the generator decided about one job, plus its simulated signals.
@@ -86,6 +95,14 @@ class Job:
     frozen_from: dict[int, int] = field(default_factory=dict)  # host index -> grid index
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
     exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
+    # what the simulation decided on the way, for the log and the truth
+    tokens: float = 0.0  # tokens per step (batch x sequence)
+    warm_end: float | None = None  # end of the warm-up steps
+    ckpt_extra: dict[int, float] = field(default_factory=dict)  # checkpoint step -> seconds its save adds
+    oom: dict[str, float] | None = None  # host-oom: ramp_start and kill times
+    oom_host: int | None = None  # host-oom: the index of the killed host
+    hwfault: GpuFault | None = None  # gpu-hardware-fault: the GPU that fails
+    predeath: GpuFault | None = None  # node-death with errors first: the GPU that errs before the death
 
     @property
     def nodes(self) -> int:
@@ -157,33 +174,7 @@ def plan(
         start = base.job_end + float(rng.uniform(1800, 7200))
     start = math.floor(start / interval) * interval
     hours = float(hours) if hours else float(rng.uniform(2.2, 3.2))
-    ckpt_period = int(rng.choice([20, 25, 40, 50, 100]))
-    replicas = max(r for r in (1, 2, 3, 4) if nodes % r == 0 and r <= max(1, nodes // 2))
-    hb_timeout = (
-        int(rng.choice([100, 300, 900]))
-        if sc.klass in ("heartbeat-false-positive", "node-death")
-        else int(rng.choice([100, 900, 14400]))
-    )
-    pdbs = int(rng.choice([1, 2, 4]))
-    seq = int(rng.choice([4096, 8192]))
-    passthrough = {
-        "steps": "0",  # filled once the step count is known
-        "per_device_batch_size": str(pdbs),
-        "max_target_length": str(seq),
-        "enable_checkpointing": "true",
-        "checkpoint_period": str(ckpt_period),
-        "async_checkpointing": "false",
-        "remat_policy": str(rng.choice(["full", "save_qkv_proj", "minimal"])),
-        "dcn_data_parallelism": str(replicas),
-        "_env_NCCL_DEBUG": "WARN",
-    }
-    if scenario == "restore-resource-leak":
-        passthrough["enable_single_replica_ckpt_restoring"] = "true"
-    if moe:
-        passthrough["load_balance_loss_weight"] = "0.01"
-    if base is not None:
-        passthrough = dict(base.passthrough)
-        ckpt_period, hb_timeout, replicas = base.ckpt_period, base.hb_timeout, base.replicas
+    ckpt_period, hb_timeout, replicas, passthrough = _run_config(rng, sc, nodes, moe, base)
     job = Job(
         scenario=sc,
         seed=seed,
@@ -214,3 +205,40 @@ def plan(
         job.steps_limit = base.steps_total  # same config: the restored run ends at the same last step
         job.step_params = dict(base.step_params)
     return job
+
+
+def _run_config(
+    rng: np.random.Generator, sc: Scenario, nodes: int, moe: bool, base: Job | None
+) -> tuple[int, int, int, dict[str, str]]:
+    """Draw the run's checkpoint period, heartbeat timeout, data-parallel replicas and passthrough arguments.
+
+    A restored run keeps its baseline's (the draws still happen, so the rest of the seed stays the same).
+    """
+    ckpt_period = int(rng.choice([20, 25, 40, 50, 100]))
+    replicas = max(r for r in (1, 2, 3, 4) if nodes % r == 0 and r <= max(1, nodes // 2))
+    hb_timeout = (
+        int(rng.choice([100, 300, 900]))
+        if sc.klass in ("heartbeat-false-positive", "node-death")
+        else int(rng.choice([100, 900, 14400]))
+    )
+    pdbs = int(rng.choice([1, 2, 4]))
+    seq = int(rng.choice([4096, 8192]))
+    passthrough = {
+        "steps": "0",  # filled once the step count is known
+        "per_device_batch_size": str(pdbs),
+        "max_target_length": str(seq),
+        "enable_checkpointing": "true",
+        "checkpoint_period": str(ckpt_period),
+        "async_checkpointing": "false",
+        "remat_policy": str(rng.choice(["full", "save_qkv_proj", "minimal"])),
+        "dcn_data_parallelism": str(replicas),
+        "_env_NCCL_DEBUG": "WARN",
+    }
+    if sc.name == "restore-resource-leak":
+        passthrough["enable_single_replica_ckpt_restoring"] = "true"
+    if moe:
+        passthrough["load_balance_loss_weight"] = "0.01"
+    if base is not None:
+        passthrough = dict(base.passthrough)
+        ckpt_period, hb_timeout, replicas = base.ckpt_period, base.hb_timeout, base.replicas
+    return ckpt_period, hb_timeout, replicas, passthrough

@@ -12,7 +12,10 @@ Each panel aggregates in Prometheus, never in Python:
   top-k outlier series, ranked by their largest deviation from the median over the whole window
   (`max_over_time(abs(x - scalar(quantile(0.5, x)))[window:step])` at the end: one number a series,
   the deviation evaluated once; the top-k and the typical score are taken from it), so one hot GPU
-  among 1,024 is drawn and named. The band's three lines are one range query.
+  among 1,024 is drawn and named. The band's three lines are one range query. A band whose per-device
+  expression is rated or aggregated (a counter's per-host sum of rates) and small enough is instead one
+  range query of every device, split on the server into the band, the scores and the top-k
+  (`queries.SPLIT_MAX_SAMPLES`): PromQL would evaluate it once per band line and twice per score step.
 
 Other jobs of an investigation (a baseline, a run to compare) are drawn over a panel by training step:
 one trace per job computed by its own Prometheus (the series for job-scope signals, else

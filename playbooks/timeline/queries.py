@@ -20,6 +20,12 @@ DEFAULT_TOPK = 3
 QUERY_POINTS = 540
 #: Points of the grid the outlier score is computed on.
 SCORE_POINTS = 150
+#: A band whose per-device expression is computed (a counter's rate, a per-device aggregation) is fetched
+#: once, one series per device, and split on the server into its min / median / max, the outlier scores and
+#: the top-k series, when that is at most this many samples (128 hosts at QUERY_POINTS is 69,000; a JSON
+#: sample is about 30 bytes). PromQL would evaluate the expression once per band line and twice per score
+#: step; above this, decoding the answer would cost more than that.
+SPLIT_MAX_SAMPLES = 150_000
 
 
 def query_step(ctx: TimelineContext, start: float, end: float, series: int = 1) -> float:
@@ -51,9 +57,10 @@ class PanelPlan:
         spec: the panel.
         mode: "single", "lines", "band" or "unavailable".
         queries: role -> PromQL. Range queries: "line" (every series), "band" (min, median and max joined
-            by a `stat` label), "hosts" (every series of the selected hosts). Instant query at the range's
-            end: "score" (every series' largest deviation from the median over the range: one number a
-            series, from which the top-k and the typical score are taken in Python).
+            by a `stat` label), "devices" (a band's every device, split on the server instead of "band" and
+            "score"), "hosts" (every series of the selected hosts). Instant query at the range's end:
+            "score" (every series' largest deviation from the median over the range: one number a series,
+            from which the top-k and the typical score are taken in Python).
         step: the range queries' step in seconds.
         expr: the PromQL the outliers are fetched from, by label.
         labels: the labels of its series: normalised ("host", "gpu"), or in band mode the exporter's own
@@ -88,7 +95,9 @@ def panel_queries(
     With many series the band's min and max lines come from min_over_time / max_over_time over each
     step (for gauges read straight from a metric), so a spike between two steps still shows; counters
     are rated over at least a step, which covers every sample anyway. The outlier score runs on a
-    coarser grid (about SCORE_POINTS points): a sustained deviation is what it looks for.
+    coarser grid (about SCORE_POINTS points): a sustained deviation is what it looks for. A band whose
+    per-device expression is computed (rated or aggregated) and small enough (SPLIT_MAX_SAMPLES) is one
+    query of every device instead, split on the server: Prometheus evaluates the expression once.
     """
     profile = ctx.profile
     if not profile.has(spec.signal):
@@ -118,8 +127,18 @@ def panel_queries(
         return sig.expr(f, window=w) if mapped else _device_expr(sig, f, w, bare)
 
     x = _x(fn, window)
+    rename = tuple((r, n) for r, n in zip(raw, sig.labels, strict=True) if r != n)
+    queries = {}
+    if hosts:
+        normalised = profile.expr(spec.signal, fn, window=window)
+        queries["hosts"] = f"{normalised} and on (host) ({_label_vector([{'host': h} for h in hosts])})"
+    edges = not sig.is_counter and _is_selector(sig.selector) and step > ctx.interval
+    computed = sig.is_counter or not bare  # rated or aggregated per device: costly to evaluate again
+    points = int((end - start) // step) + 1
+    if computed and not edges and ctx.series_count(spec) * points <= SPLIT_MAX_SAMPLES:
+        return PanelPlan(spec, "band", {"devices": x, **queries}, step, x, raw, rename, bare)
     lo, hi = x, x
-    if not sig.is_counter and _is_selector(sig.selector) and step > ctx.interval:
+    if edges:
         lo = _x("min_over_time", _fmt_seconds(step))
         hi = _x("max_over_time", _fmt_seconds(step))
     band = (
@@ -132,9 +151,4 @@ def panel_queries(
     # One number a series (1,024 at most a panel): the top-k and the typical score (which an outlier must
     # stand out from) are both taken from it in Python, so Prometheus evaluates the deviation once.
     score = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{span}:{_fmt_seconds(res)}])"
-    queries = {"band": band, "score": score}
-    if hosts:
-        normalised = profile.expr(spec.signal, fn, window=window)
-        queries["hosts"] = f"{normalised} and on (host) ({_label_vector([{'host': h} for h in hosts])})"
-    rename = tuple((r, n) for r, n in zip(raw, sig.labels, strict=True) if r != n)
-    return PanelPlan(spec, "band", queries, step, x, raw, rename, bare)
+    return PanelPlan(spec, "band", {"band": band, "score": score, **queries}, step, x, raw, rename, bare)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,20 +82,33 @@ def _series_name(labels: Mapping[str, str]) -> str:
     return host or "value"
 
 
-def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[Trace]:
-    """Return the traces deviating most from the per-timestamp median of all of them (largest first)."""
-    if len(traces) < 3:
-        return []
+def _grid(traces: Sequence[Trace]) -> tuple[np.ndarray, np.ndarray]:
+    """Return (every timestamp of the traces, sorted; one row of values per trace on them, NaN where absent)."""
     times = np.unique(np.concatenate([tr.t for tr in traces]))
     grid = np.full((len(traces), len(times)), np.nan)
     for i, tr in enumerate(traces):
         grid[i, np.searchsorted(times, tr.t)] = tr.v
-    with np.errstate(all="ignore"):
+    return times, grid
+
+
+def _deviations(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return (the median across rows at each timestamp; each row's largest deviation from it, -inf for an
+    empty row): the score a band's query computes in PromQL, on the grid given."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN column has no median: NaN
         median = np.nanmedian(grid, axis=0)
         dev = np.abs(grid - median)
         scores = np.where(
             np.isnan(dev).all(axis=1), -np.inf, np.nanmax(np.where(np.isnan(dev), -np.inf, dev), axis=1)
         )
+    return median, scores
+
+
+def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[Trace]:
+    """Return the traces deviating most from the per-timestamp median of all of them (largest first)."""
+    if len(traces) < 3:
+        return []
+    _, scores = _deviations(_grid(traces)[1])
     finite = scores[np.isfinite(scores)]
     bar = _outlier_bar(float(np.median(finite)), floor) if len(finite) else math.inf
     order = np.argsort(-scores, kind="stable")
@@ -104,6 +118,30 @@ def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[T
             traces[i].score = float(scores[i])
             out.append(traces[i])
     return out
+
+
+def _band_split(devices: list[Trace], topk: int, floor: float) -> tuple[list[Trace], list[Trace]]:
+    """Return (the min / median / max traces, the top-k deviating devices) of every device's series, as
+    the band and score queries would: the statistics at each timestamp some device has a value, the
+    devices that deviate at all ranked by score, the role "outlier" for those above the bar."""
+    if not devices:
+        return [], []
+    times, grid = _grid(devices)
+    median, scores = _deviations(grid)
+    has = ~np.isnan(grid).all(axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        stats = {"min": np.nanmin(grid, axis=0), "median": median, "max": np.nanmax(grid, axis=0)}
+    band = [Trace(name, name, {}, times[has], v[has]) for name, v in stats.items()]
+    finite = scores[np.isfinite(scores)]
+    bar = _outlier_bar(float(np.median(finite)), floor) if len(finite) else math.inf
+    top = []
+    for i in np.argsort(-scores, kind="stable")[: max(0, int(topk))]:
+        if scores[i] > 0:
+            devices[i].score = float(scores[i])
+            devices[i].role = "outlier" if scores[i] > bar else "top"
+            top.append(devices[i])
+    return band, top
 
 
 def _outlier_bar(typical: float, floor: float = 0.0) -> float:
@@ -158,7 +196,7 @@ def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> 
     panel = PanelData(spec, mode, queries=queries)
     if mode in ("single", "lines"):
         traces = [_to_trace(s, "line") for s in results["line"] if s.timestamps]
-        traces.sort(key=lambda tr: (tr.labels.get("host", ""), _gpu_order(tr.labels.get("gpu", ""))))
+        traces.sort(key=_trace_order)
         if mode == "single":
             for tr in traces:
                 tr.name = spec.title
@@ -168,24 +206,7 @@ def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> 
                 panel.outliers.append(_outlier_dict(tr))
         panel.traces = traces
     else:
-        by_stat = {s.labels.get("stat"): s for s in results["band"]}
-        for stat in ("min", "median", "max"):
-            if stat in by_stat:
-                tr = _to_trace(by_stat[stat], stat)
-                tr.name = stat
-                panel.traces.append(tr)
-        scored, bar = _scored(results.get("score") or [], plan.spec.min_outlier, topk)
-        scores = {_key(s.labels, plan.labels): s.value for s in scored}
-        outliers = []
-        for s in results.get("outliers") or []:
-            if not s.timestamps:
-                continue
-            tr = _to_trace(s, "top", plan.rename)
-            tr.score = scores.get(_key(s.labels, plan.labels), 0.0)
-            if tr.score > bar:
-                tr.role = "outlier"
-            outliers.append(tr)
-        outliers.sort(key=lambda tr: -(tr.score or 0.0))
+        panel.traces, outliers = _band_traces(plan, results, topk)
         panel.traces += outliers[:topk]
         panel.outliers = [_outlier_dict(tr) for tr in outliers[:topk] if tr.role == "outlier"]
         seen = {(tr.labels.get("host"), tr.labels.get("gpu")) for tr in outliers}
@@ -196,6 +217,36 @@ def _panel_from_results(plan: PanelPlan, results: dict[str, Any], topk: int) -> 
     if not panel.traces:
         panel.message = "no data in this range"
     return panel
+
+
+def _band_traces(plan: PanelPlan, results: dict[str, Any], topk: int) -> tuple[list[Trace], list[Trace]]:
+    """Return (the band's min / median / max traces, its top series largest score first, role "outlier" above
+    the bar): split from every device's series, or from the band query, the scores and the top-k by label."""
+    floor = plan.spec.min_outlier
+    if "devices" in results:
+        devices = [_to_trace(s, "top", plan.rename) for s in results["devices"] if s.timestamps]
+        devices.sort(key=_trace_order)  # ties ranked by name, as lines are
+        return _band_split(devices, topk, floor)
+    band = []
+    by_stat = {s.labels.get("stat"): s for s in results["band"]}
+    for stat in ("min", "median", "max"):
+        if stat in by_stat:
+            tr = _to_trace(by_stat[stat], stat)
+            tr.name = stat
+            band.append(tr)
+    scored, bar = _scored(results.get("score") or [], floor, topk)
+    scores = {_key(s.labels, plan.labels): s.value for s in scored}
+    outliers = []
+    for s in results.get("outliers") or []:
+        if not s.timestamps:
+            continue
+        tr = _to_trace(s, "top", plan.rename)
+        tr.score = scores.get(_key(s.labels, plan.labels), 0.0)
+        if tr.score > bar:
+            tr.role = "outlier"
+        outliers.append(tr)
+    outliers.sort(key=lambda tr: -(tr.score or 0.0))
+    return band, outliers
 
 
 def _key(labels: Mapping[str, str], names: Sequence[str]) -> tuple[str, ...]:
@@ -210,8 +261,15 @@ def _scored(samples: Sequence[Any], floor: float = 0.0, topk: int = 3) -> tuple[
     """
     finite = [s for s in samples if math.isfinite(s.value)]
     typical = float(np.median([s.value for s in finite])) if finite else 0.0
-    top = sorted((s for s in finite if s.value > 0), key=lambda s: -s.value)[: max(0, int(topk))]
+    # Ties (whole-number counts often tie) are broken by the labels, not by the order Prometheus answered in.
+    top = sorted((s for s in finite if s.value > 0), key=lambda s: (-s.value, sorted(s.labels.items())))
+    top = top[: max(0, int(topk))]
     return top, _outlier_bar(typical, floor)
+
+
+def _trace_order(tr: Trace) -> tuple[str, tuple[int, int, str]]:
+    """Sort key of a host or GPU trace: by host, then GPU number."""
+    return tr.labels.get("host", ""), _gpu_order(tr.labels.get("gpu", ""))
 
 
 def _gpu_order(gpu: str) -> tuple[int, int, str]:

@@ -123,24 +123,34 @@ def test_figure_values_round_as_round_does_ties_included(digits) -> None:
 
 
 @pytest.mark.parametrize(
-    ("panel", "gpus", "hosts", "mode", "roles"),
+    ("panel", "gpus", "hosts", "unique", "mode", "roles"),
     [
-        ("loss", 32, 4, "single", {"line"}),
-        ("gpu_temp", 16, 4, "lines", {"line"}),
-        ("gpu_temp", 17, 4, "band", {"band", "score", "hosts"}),
-        ("procs_running", 1024, 128, "band", {"band", "score", "hosts"}),
-        ("procs_running", 1024, 8, "lines", {"line"}),
+        ("loss", 32, 4, (), "single", {"line"}),
+        ("gpu_temp", 16, 4, (), "lines", {"line"}),
+        ("gpu_temp", 1024, 128, ("gpu_temp",), "band", {"band", "score", "hosts"}),
+        ("gpu_temp", 1024, 128, (), "band", {"band", "score", "hosts"}),  # 246,000 samples: too many to split
+        ("procs_running", 1024, 128, ("procs_running",), "band", {"band", "score", "hosts"}),
+        ("procs_running", 1024, 128, (), "band", {"devices", "hosts"}),
+        ("gpu_temp", 17, 4, (), "band", {"devices", "hosts"}),
+        ("rdma_retransmits", 1024, 128, (), "band", {"devices", "hosts"}),
+        ("procs_running", 1024, 8, (), "lines", {"line"}),
     ],
 )
-def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, mode, roles) -> None:
-    """Few series are drawn one line each; many get a band plus top-k outliers aggregated in PromQL."""
-    plan = tl.panel_queries(tl.PANELS[panel], _ctx(gpus=gpus, hosts=hosts), START, END, hosts=["h1"])
+def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, unique, mode, roles) -> None:
+    """Few series are drawn one line each; many get a band plus top-k outliers: aggregated in PromQL when the
+    series are read raw, else (rated or aggregated per device, and few enough samples) every device's series
+    in one query, split on the server, so that Prometheus evaluates the expression once."""
+    ctx = _ctx(gpus=gpus, hosts=hosts, unique=frozenset(unique))
+    plan = tl.panel_queries(tl.PANELS[panel], ctx, START, END, hosts=["h1"])
     assert plan.mode == mode
     assert set(plan.queries) == roles
     assert plan.step >= 15.0
-    if mode == "band":
+    if "band" in roles:
         assert "quantile(0.5" in plan.queries["band"] and plan.queries["score"].startswith("max_over_time(")
         assert "topk" not in plan.queries["score"]  # every series' score once; the top-k are taken in Python
+    if "devices" in roles:
+        assert plan.queries["devices"] == plan.expr and "quantile" not in plan.expr
+    if mode == "band":
         assert 'label_replace(vector(1), "host", "h1"' in plan.queries["hosts"]
 
 
@@ -193,8 +203,37 @@ def test_band_mode_names_no_outlier_when_nothing_deviates() -> None:
     """Every series equal (an idle counter): the score is 0 everywhere and no outlier is fetched."""
     client = CannedClient(lambda q: [_series({"stat": "median"}, [0] * 241)])
     client.instant = [InstantSample({"host": "n1"}, END, 0.0), *_pack(0.0)]
-    (panel,) = tl.panels_fetch(client, _ctx(hosts=128), ["oom_kills"], START, END)
+    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
     assert panel.outliers == [] and len(client.asked) == 2
+
+
+def test_a_split_band_is_one_query_and_names_the_outliers_as_the_score_would() -> None:
+    """A counter band at 128 hosts: one range query of every host's rate; min, median and max at each step,
+    each host's largest deviation from the median, the top-k drawn and those above the bar named."""
+    hosts = [_series({"host": f"n{i:03d}"}, [10.0 + (i % 5) * 0.1] * 241) for i in range(128)]
+    hot = np.full(241, 10.2)
+    hot[150:] = 40.0
+    hosts[12] = _series({"host": "n012"}, hot)
+    hosts[7] = _series({"host": "n007"}, [10.0] * 240 + [float("nan")])  # a NaN sample is no sample
+    client = CannedClient(lambda q: hosts)
+    client.instant = []
+    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["rdma_retransmits"], START, END)
+    assert len(client.asked) == 1 and "rate(" in client.asked[0] and '"stat"' not in client.asked[0]
+    assert panel.mode == "band" and panel.queries == client.asked
+    band = {t.role: t for t in panel.traces[:3]}
+    assert list(band) == ["min", "median", "max"] and all(len(t.t) == 241 for t in band.values())
+    assert band["min"].v[0] == 10.0 and band["median"].v[0] == 10.2 and band["max"].v[-1] == 40.0
+    assert panel.outliers == [{"host": "n012", "name": "n012", "score": pytest.approx(29.8)}]
+    assert [t.role for t in panel.traces[3:]] == ["outlier", "top", "top"]  # typical 0.1: 0.2 is within 3x
+
+
+def test_a_split_band_of_an_idle_counter_names_no_outlier() -> None:
+    """Every host's rate 0: the band is flat at 0, nothing deviates, nothing is drawn or named."""
+    client = CannedClient(lambda q: [_series({"host": f"n{i}"}, [0] * 241) for i in range(128)])
+    (panel,) = tl.panels_fetch(client, _ctx(hosts=128), ["oom_kills"], START, END)
+    assert panel.outliers == [] and len(client.asked) == 1
+    assert [t.role for t in panel.traces] == ["min", "median", "max"]
+    assert all(not t.v.any() for t in panel.traces)
 
 
 def test_lines_mode_ranks_outliers_from_the_lines() -> None:
@@ -396,6 +435,25 @@ def test_rdma_degraded_host_is_the_named_outlier(served_job, profile, panel) -> 
     assert data.outliers[0]["host"] in {c["host"] for c in truth["culprits"]}
 
 
+def test_a_served_counter_band_split_on_the_server_matches_prometheuss_band(served_job, monkeypatch) -> None:
+    """At a real Prometheus: a counter band is one query of every host's rate (the rate evaluated once, no
+    score query, no second round), and its min / median / max and outliers are those PromQL computes."""
+    from playbooks.timeline import queries as tl_queries
+
+    client, truth, _ = served_job("rdma-degradation", profile="amd")
+    start, end = truth["data_range"]
+    ctx = tl.context_build(client, PROFILES["amd"], start, end)
+    (split,) = tl.panels_fetch(client, ctx, ["rdma_retransmits"], start, end, max_lines=2)
+    monkeypatch.setattr(tl_queries, "SPLIT_MAX_SAMPLES", 0)
+    (promql,) = tl.panels_fetch(client, ctx, ["rdma_retransmits"], start, end, max_lines=2)
+    assert split.mode == promql.mode == "band"
+    assert len(split.queries) == 1 and "rate(" in split.queries[0] and len(promql.queries) == 3
+    for ts, tp in zip(split.traces[:3], promql.traces[:3], strict=True):
+        assert ts.role == tp.role and np.array_equal(ts.t, tp.t) and np.allclose(ts.v, tp.v), ts.role
+    assert [o["name"] for o in split.outliers] == [o["name"] for o in promql.outliers]
+    assert split.outliers[0]["host"] in {c["host"] for c in truth["culprits"]}
+
+
 def test_served_job_marks_checkpoints_and_warmup(served_job) -> None:
     """A generated job gets its checkpoint steps from the triage and its warm-up end from the learning rate."""
     from playbooks.triage import triage_job
@@ -507,7 +565,9 @@ def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> 
         tl.PANELS["tcp_retransmits"], _ctx(hosts=128, unique=frozenset({"tcp_retransmits"})), START, END
     )
     assert (
-        plan.bare and "sum by" not in plan.queries["band"] and "rate(hw_tcp_retransmits_total[" in plan.expr
+        plan.bare
+        and "sum by" not in plan.queries["devices"]
+        and "rate(hw_tcp_retransmits_total[" in plan.expr
     )
 
 
@@ -536,7 +596,8 @@ def test_a_signal_with_two_series_on_one_device_keeps_its_aggregation() -> None:
 
 @pytest.mark.parametrize("profile", ["amd", "nvidia"])
 def test_served_unique_band_matches_the_aggregated_band(served_job, profile) -> None:
-    """Skipping the aggregation changes no band value and no outlier of a served job."""
+    """Skipping the aggregation (PromQL band) or splitting the aggregated series on the server changes no band
+    value and no outlier of a served job."""
     client, truth, _ = served_job("thermal-straggler", profile=profile)
     start, end = truth["data_range"]
     ctx = tl.context_build(client, PROFILES[profile], start, end)
@@ -549,7 +610,10 @@ def test_served_unique_band_matches_the_aggregated_band(served_job, profile) -> 
         assert " by (" not in b.queries[0] and " by (" in a.queries[0]
         for tb, ta in zip(b.traces[:3], a.traces[:3], strict=True):
             assert tb.role == ta.role and np.allclose(tb.v, ta.v, equal_nan=True), (b.spec.key, tb.role)
-        assert b.outliers == a.outliers, b.spec.key
+        # The aggregated expression is split on the server (few samples), its score taken at every step
+        # rather than on the score query's coarser grid: the same outliers, nearly the same scores.
+        assert [o["name"] for o in b.outliers] == [o["name"] for o in a.outliers], b.spec.key
+        assert [o["score"] for o in b.outliers] == pytest.approx([o["score"] for o in a.outliers], rel=0.05)
     (culprit,) = truth["culprits"]
     assert (bare[0].outliers[0]["host"], bare[0].outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
 
