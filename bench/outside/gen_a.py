@@ -102,6 +102,8 @@ def build_job(seed: int, index: int, cls: str, variant: int, out: Path) -> dict[
             "dcgm_collect_s": plan.layout.dcgm_collect_s,
             "ecc_fields": plan.layout.ecc_fields,
             "ne_hw_counters": plan.layout.ne_hw_counters,
+            "trainer_gauges": plan.layout.trainer_gauges,
+            "first_step": plan.first_step,
         },
     }
     (job_dir / "truth.json").write_text(json.dumps(truth, indent=1) + "\n")
