@@ -15,7 +15,7 @@ RUN apt-get update \
 WORKDIR /app
 # Only what the app needs (no .venv, no data/): the source tree is the install (editable), so that
 # templates/ and static/ sit next to the packages as settings.BASE_DIR expects.
-COPY pyproject.toml manage.py ./
+COPY pyproject.toml manage.py gunicorn.conf.py ./
 COPY stepwise ./stepwise
 COPY investigations ./investigations
 COPY playbooks ./playbooks

@@ -6,6 +6,11 @@ Without --job-dir the job is generated once into data/bench/diagnosis-<nodes>x<g
 (about 100 s and a 3 GB peak, promtool's) and reused afterwards. The job's TSDB is served read-only on a
 loopback port, diagnosed with `run_diagnosis` (discovery, every playbook, decision), and the server is
 stopped. Prints total time, query count, time spent in Prometheus and the diagnosis.
+
+Then the whole command, `manage.py diagnose --job-dir JOB -v 2`, is timed end to end (`--command-runs`,
+default 2), with where its time went: start-up (interpreter, Django, imports and exit: the wall time the
+command's own clock does not see), triage (in a thread, while the TSDB is served and discovered), serving the
+TSDB copy, discovery, queries, decision; CPU of the command and of its Prometheus; and the load.
 """
 
 from __future__ import annotations
@@ -13,7 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,6 +62,39 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _time_command(job: Path, runs: int) -> None:
+    """Run `manage.py diagnose --job-dir JOB -v 2` `runs` times; print each run's wall time by phase."""
+    manage = Path(__file__).resolve().parents[1] / "manage.py"
+    for run in range(1, runs + 1):
+        load0, cpu0, t0 = os.getloadavg()[0], _children_cpu(), time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, str(manage), "diagnose", "--job-dir", str(job), "-v", "2"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        wall, cpu = time.monotonic() - t0, _children_cpu() - cpu0
+        line = next((x for x in proc.stderr.splitlines() if x.startswith("diagnose: timings ")), "")
+        if proc.returncode != 0 or not line:
+            raise SystemExit(f"diagnose exited {proc.returncode}: {proc.stderr[-2000:]}")
+        t = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[2:])}
+        d = json.loads(proc.stdout)
+        print(
+            f"command run {run}: {wall:.2f} s end to end: start-up {wall - t['command_s']:.2f} s, "
+            f"triage {t.get('triage_s', 0):.2f} s (in parallel with serve + discovery; then waited "
+            f"{t.get('triage_wait_s', 0):.2f} s), serve {t['serve_s']:.2f} s, discovery {t['discovery_s']:.2f} s, "
+            f"queries {t['queries_s']:.2f} s, decision {t['decision_s']:.2f} s; {d['timings']['queries']} requests; "
+            f"CPU: command {t['cpu_s']:.2f} s, its Prometheus {cpu - t['cpu_s']:.2f} s; "
+            f"load {load0:.1f} before, {os.getloadavg()[0]:.1f} after; {d['diagnosis']['class']} "
+            f"culprits={d['diagnosis']['culprits']}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--job-dir", default=None, help="diagnose this job instead of the cached generated one")
@@ -65,6 +106,7 @@ def main() -> None:
     ap.add_argument(
         "--runs", type=int, default=2, help="diagnoses to time (the first warms the server's caches)"
     )
+    ap.add_argument("--command-runs", type=int, default=2, help="times to run `manage.py diagnose --job-dir`")
     args = ap.parse_args()
     job = _job(args)
     work_root = Path(tempfile.mkdtemp(prefix="stepwise-bench-diagnose-"))
@@ -105,6 +147,7 @@ def main() -> None:
     finally:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
+    _time_command(job, args.command_runs)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ temporary data directory).
    cache (Redis) by drawing each job's timeline once: the load test measures the app, not Prometheus.
    Then prints each page's own server cost, in this process through Django's test client, one request
    at a time (median of `--repeat`, and its database queries): the figure without contention.
-3. Starts gunicorn (3 workers x 4 threads) and 2 Celery workers on the same settings
+3. Starts gunicorn (3 workers x 4 threads, as the Docker image; `--workers`, `--threads`) and 2 Celery workers on the same settings
    (DATABASE_URL, REDIS_URL), as in production.
 4. Runs locust headless (`bench/locustfile.py`): the signed-in users browse the list (plain and
    searched), investigation pages, reports and timeline panels (cached) for `--seconds`.
@@ -151,7 +151,8 @@ def _page_urls(plan: dict, i: int) -> dict[str, str]:
 
 def _in_process(plan: dict, repeat: int) -> None:
     """Print each page's own server cost: the median of `repeat` requests through Django's test client in
-    this process (no network, no other request at the same time), with its database queries."""
+    this process (no network, no other request at the same time), with the CPU time this process spent
+    on it (median; PostgreSQL's own is not in it) and its database queries."""
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
@@ -161,21 +162,23 @@ def _in_process(plan: dict, repeat: int) -> None:
     client.force_login(get_user_model().objects.get(username="engineer00"))
     for i in range(len(plan["investigations"])):  # the first visits create what a report needs
         client.get(_page_urls(plan, i)["report page"])
-    costs: dict[str, list[tuple[float, int]]] = {}
+    costs: dict[str, list[tuple[float, float, int]]] = {}
     for i in range(repeat):
         for name, url in _page_urls(plan, i).items():
             with CaptureQueriesContext(connection) as captured:
-                t0 = time.perf_counter()
+                t0, cpu0 = time.perf_counter(), time.thread_time()
                 response = client.get(url)
-                ms = (time.perf_counter() - t0) * 1000
+                ms, cpu = (time.perf_counter() - t0) * 1000, (time.thread_time() - cpu0) * 1000
             if response.status_code != 200:
                 raise RuntimeError(f"{url} answered {response.status_code}")
-            costs.setdefault(name, []).append((ms, len(captured.captured_queries)))
+            costs.setdefault(name, []).append((ms, cpu, len(captured.captured_queries)))
     print(f"in-process server time, median of {repeat} (one request at a time; {_load()}):")
-    print(f"{'page':<34} {'median ms':>9} {'max ms':>7} {'queries':>7}")
+    print(f"{'page':<34} {'median ms':>9} {'max ms':>7} {'CPU ms':>7} {'queries':>7}")
     for name, rows in costs.items():
-        ms = [m for m, _ in rows]
-        print(f"{name:<34} {_pct(ms, 0.5):>9.1f} {max(ms):>7.1f} {max(q for _, q in rows):>7}")
+        ms, cpu = [r[0] for r in rows], [r[1] for r in rows]
+        print(
+            f"{name:<34} {_pct(ms, 0.5):>9.1f} {max(ms):>7.1f} {_pct(cpu, 0.5):>7.1f} {max(r[2] for r in rows):>7}"
+        )
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
@@ -217,9 +220,9 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] if ordered else float("nan")
 
 
-def _report(times_path: Path) -> None:
+def _report(times_path: Path) -> int:
     """Print per page and over all pages (signing in excluded: a deliberately slow password hash, once
-    per user) the requests, failures, median, p95 and p99 in milliseconds."""
+    per user) the requests, failures, median, p95 and p99 in milliseconds; return the failures."""
     times = json.loads(times_path.read_text())
     pages: dict[str, list[tuple[float, bool]]] = {}
     for name, ms, ok in times:
@@ -240,6 +243,7 @@ def _report(times_path: Path) -> None:
         f"{'all pages but sign-in':<34} {len(browsing):>8} {failures:>8} {_pct(browsing, 0.5):>9.0f} "
         f"{_pct(browsing, 0.95):>7.0f} {_pct(browsing, 0.99):>7.0f}"
     )
+    return failures
 
 
 def main() -> None:
@@ -253,6 +257,8 @@ def main() -> None:
     ap.add_argument("--redis-db", type=int, default=13)
     ap.add_argument("--investigations", type=int, default=120)
     ap.add_argument("--repeat", type=int, default=15, help="requests per page for the in-process cost")
+    ap.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    ap.add_argument("--threads", type=int, default=4, help="threads of each gunicorn worker")
     ap.add_argument("--in-process-only", action="store_true", help="measure each page's cost; no locust")
     args = ap.parse_args()
     jobs = _jobs()
@@ -271,12 +277,14 @@ def main() -> None:
             return
         bind = f"127.0.0.1:{args.port}"
         procs.append(_spawn([sys.executable, "-m", "gunicorn", "stepwise.wsgi:application", "--bind", bind,
-                             "--workers", "3", "--threads", "4"], env, data_dir / "gunicorn.log"))  # fmt: skip
+                             "--workers", str(args.workers), "--threads", str(args.threads)], env, data_dir / "gunicorn.log"))  # fmt: skip
         for name in ("w1", "w2"):
             procs.append(_spawn([sys.executable, "-m", "celery", "-A", "stepwise", "worker", "-l", "warning",
                                  "--concurrency", "1", "-n", f"{name}@%h"], env, data_dir / f"{name}.log"))  # fmt: skip
         _wait_ready(f"http://{bind}/login/", procs)
-        print(f"gunicorn (3 workers x 4 threads) + 2 Celery workers + PostgreSQL + Redis up; {_load()}")
+        print(
+            f"gunicorn ({args.workers} workers x {args.threads} threads) + 2 Celery workers + PostgreSQL + Redis up; {_load()}"
+        )
         times = data_dir / "times.json"
         t0 = time.monotonic()
         subprocess.run(
@@ -288,7 +296,9 @@ def main() -> None:
             stdout=subprocess.DEVNULL,
         )  # fmt: skip
         print(f"{args.users} users for {time.monotonic() - t0:.0f} s; {_load()} at the end")
-        _report(times)
+        if _report(times):
+            log = (data_dir / "gunicorn.log").read_text(errors="replace").splitlines()
+            print("failures: the end of gunicorn's log\n" + "\n".join(log[-15:]))
     finally:
         _stop(procs)
         from django.db import connections

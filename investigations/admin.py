@@ -91,7 +91,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="triage")
     def triage_state(self, obj: Job) -> str:
-        return (obj.triage or {}).get("state", "—")
+        return obj.triage_status or "—"
 
     @admin.display(description="class")
     def triage_class(self, obj: Job) -> str:

@@ -218,11 +218,17 @@ class LogAttachForm(forms.Form):
     log = forms.FileField(label="Job log")
 
 
-class TimeField(forms.CharField):
-    """A time as unix seconds or ISO 8601 (UTC unless it carries an offset); cleans to float seconds."""
+class TimeField(forms.Field):
+    """A time typed as unix seconds or ISO 8601 (UTC unless it carries an offset); cleans to float seconds.
+
+    A plain Field with a text input, not a CharField: what it cleans to is a number (or None when left
+    empty), never the text typed.
+    """
+
+    widget = forms.TextInput
 
     def to_python(self, value: Any) -> float | None:
-        text = (super().to_python(value) or "").strip()
+        text = "" if value in self.empty_values else str(value).strip()
         if not text:
             return None
         try:

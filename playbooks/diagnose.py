@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ._diagnose_query import render_query
 from ._diagnose_source import discover_source
 from ._diagnose_types import (
@@ -142,12 +144,14 @@ def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
     series = []
     for s in data:
         assert isinstance(s, Series)
-        vals: list[float | None] = [None] * n
-        for ts, v in zip(s.timestamps, s.values, strict=True):
-            i = int(round((ts - q.start) / step))
-            if 0 <= i < n and math.isfinite(v):
-                vals[i] = v
-        series.append({"labels": s.labels, "values": vals})
+        grid = np.full(n, np.nan)
+        if s.timestamps:
+            idx = np.rint((np.asarray(s.timestamps) - q.start) / step).astype(np.int64)
+            v = np.asarray(s.values, dtype=float)
+            ok = (idx >= 0) & (idx < n) & np.isfinite(v)
+            grid[idx[ok]] = v[ok]
+        # JSON: a missing point is None (x != x only for NaN)
+        series.append({"labels": s.labels, "values": [x if x == x else None for x in grid.tolist()]})
     return {
         "kind": "range",
         "promql": q.promql,
@@ -198,6 +202,33 @@ def _run_queries(
     ) as pool:
         list(pool.map(one, queries))
     return results, errors, _busy(spans)
+
+
+def _run_unique(
+    client: PrometheusClient, plans: Sequence[PlaybookPlan], *, concurrency: int
+) -> tuple[dict[str, Any], dict[str, str], float]:
+    """Run every plan's queries, each distinct PromQL (over the same grid) once, whatever its names.
+
+    Playbooks share queries under their own names (`runnable` and `procs_running` read the same series):
+    the result of one run is given to every name. Returns (results, errors, busy seconds) by query name;
+    raises PrometheusUnreachable when every query failed.
+    """
+    unique: dict[tuple[object, ...], PlannedQuery] = {}
+    names: dict[str, tuple[object, ...]] = {}
+    for p in plans:
+        for q in p.queries:
+            key = (q.promql, q.kind, q.start, q.end, q.step)
+            unique.setdefault(key, q)
+            names[q.name] = key
+    ran, failed, busy_s = _run_queries(
+        client, list(unique.values()), concurrency=concurrency, should_cancel=None, on_query_done=None
+    )
+    if unique and len(failed) == len(unique):
+        raise PrometheusUnreachable(f"every diagnosis query failed, e.g. {next(iter(failed.values()))}")
+    first = {key: q.name for key, q in unique.items()}
+    results = {n: ran[first[k]] for n, k in names.items() if first[k] in ran}
+    errors = {n: failed[first[k]] for n, k in names.items() if first[k] in failed}
+    return results, errors, busy_s
 
 
 def _busy(spans: Sequence[tuple[float, float]]) -> float:
@@ -378,27 +409,26 @@ def run_diagnosis(
     concurrency: int = 8,
     time_range: tuple[float, float] | None = None,
     gpu_model: str | None = None,
+    source: SourceInfo | None = None,
+    phases: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Return the contract's whole object (job, source, diagnosis, findings, timings) for one source.
 
     `time_range` is the data's (first, last) sample time when the caller knows it; `gpu_model` the user's
-    choice when the labels do not name the GPUs (see discover_source).
+    choice when the labels do not name the GPUs (see discover_source). `source`, when given, is what
+    `discover_source` already found (a caller that discovers while the log is being triaged); `phases`, when
+    given, receives the seconds spent discovering, querying and deciding (`discovery_s`, `queries_s`,
+    `decision_s`).
     """
     t0 = time.monotonic()
     req0 = client.stats.requests
-    source = discover_source(client, profile=profile, time_range=time_range, gpu_model=gpu_model)
+    discovered = source is None
+    if source is None:
+        source = discover_source(client, profile=profile, time_range=time_range, gpu_model=gpu_model)
     discovery_s = time.monotonic() - t0
     plans = plan(source, triage=triage, playbooks=playbooks, start=start, end=end)
-    # one query shared by several playbooks runs once
-    unique: dict[tuple[object, ...], PlannedQuery] = {}
-    for p in plans:
-        for q in p.queries:
-            unique.setdefault((q.name, q.promql, q.kind, q.start, q.end, q.step), q)
-    results, errors, busy_s = _run_queries(
-        client, list(unique.values()), concurrency=concurrency, should_cancel=None, on_query_done=None
-    )
-    if unique and len(errors) == len(unique):
-        raise PrometheusUnreachable(f"every diagnosis query failed, e.g. {next(iter(errors.values()))}")
+    results, errors, busy_s = _run_unique(client, plans, concurrency=concurrency)
+    t_decide = time.monotonic()
     outputs = [
         PlaybookOutput(
             name=p.name,
@@ -409,6 +439,12 @@ def run_diagnosis(
         for p in plans
     ]
     decided = decide(source, outputs, triage=triage)
+    if phases is not None:
+        if discovered:
+            phases["discovery_s"] = round(discovery_s, 3)
+        phases.update(
+            queries_s=round(t_decide - t0 - discovery_s, 3), decision_s=round(time.monotonic() - t_decide, 3)
+        )
     tr = source.time_range or (0.0, 0.0)
     findings = [{k: v for k, v in f.items() if k != "rule"} for f in decided["findings"]]
     return {

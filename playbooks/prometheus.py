@@ -103,6 +103,20 @@ def set_gate_factory(factory: GateFactory | None) -> None:
     _gate_factory = factory
 
 
+def _floats(points: Sequence[Sequence[Any]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Return (timestamps, values) of a range result's [ts, "value"] pairs; a value that is no number is NaN.
+
+    `map(float, ...)` runs in C: a diagnosis of 1,024 GPUs parses a million points."""
+    if not points:
+        return (), ()
+    ts, raw = zip(*points, strict=True)
+    try:
+        values = tuple(map(float, raw))
+    except (TypeError, ValueError):
+        values = tuple(_as_float(v) for v in raw)
+    return tuple(map(float, ts)), values
+
+
 class PrometheusClient:
     """Read-only client for one Prometheus server.
 
@@ -215,13 +229,7 @@ class PrometheusClient:
             out = []
             for r in data["result"]:
                 points = r.get("values") or [(ts, h.get("count")) for ts, h in r.get("histograms", ())]
-                out.append(
-                    Series(
-                        dict(r["metric"]),
-                        tuple(float(ts) for ts, _ in points),
-                        tuple(_as_float(v) for _, v in points),
-                    )
-                )
+                out.append(Series(dict(r["metric"]), *_floats(points)))
             return out
         except (KeyError, TypeError, ValueError) as exc:
             raise self._shape_error("/api/v1/query_range", exc) from exc

@@ -24,7 +24,7 @@ Layout of one entry (the web server and every Celery worker share one tunnel per
     work_root/<host>-<port>-<hash>/.stepwise-ssh-tunnel   marker: only such directories are ever deleted
     work_root/<host>-<port>-<hash>/tunnel.json   {pid, pid_start, cmdline, local_port, url, spec, ...}
     work_root/<host>-<port>-<hash>/ssh_config
-    work_root/<host>-<port>-<hash>/ssh.log       ssh's stderr
+    work_root/<host>-<port>-<hash>/ssh.log       ssh's stderr (read back by `_tunnel_errors`)
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from . import procs
+from ._tunnel_errors import SSH_LOG, explain, last_reason, stderr_tail
 from ._tunnel_parse import parse_tunnel_command, spec_from_triage
 from ._tunnel_spec import (
     HOST_KEY_POLICIES,
@@ -84,7 +85,6 @@ LOCAL_PORTS = (20190, 20990)
 _MARKER = ".stepwise-ssh-tunnel"
 _RECORD = "tunnel.json"
 _CONFIG = "ssh_config"
-_LOG = "ssh.log"
 _PORT_ATTEMPTS = 5
 _STOP_GRACE = 5.0
 
@@ -221,57 +221,6 @@ def _find_ssh(ssh_bin: str) -> str:
     return found
 
 
-# -- stderr -----------------------------------------------------------------------------------------
-
-
-def _stderr_tail(entry: Path, lines: int = 12) -> str:
-    try:
-        text = (entry / _LOG).read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(line for line in text.splitlines()[-lines:] if line.strip())
-
-
-# (pattern in ssh's stderr, what it means for the user); the first that matches explains the failure.
-_DIAGNOSES: tuple[tuple[str, str], ...] = (
-    ("open failed: connect failed",
-     "the SSH login worked, but nothing accepts connections on {remote} at {host}: is the job's "
-     "Prometheus running, and on that port?"),
-    ("open failed: administratively prohibited",
-     "the SSH server at {host} forbids port forwarding (AllowTcpForwarding)"),
-    ("Permission denied",
-     "{host} refused the SSH login of {user}: the key{key} is not authorized there"),
-    ("Host key verification failed",
-     "the host key of {host} (or a jump host) is unknown or has changed: add the right key to the "
-     "known_hosts file, or allow trust on first use (accept-new)"),
-    ("REMOTE HOST IDENTIFICATION HAS CHANGED",
-     "the host key of {host} (or a jump host) has CHANGED: this may be an attack; fix known_hosts"),
-    ("Could not resolve hostname", "a host name does not resolve"),
-    ("Connection refused", "no SSH server accepts connections at {host} (or a jump host) on that port"),
-    ("timed out", "the SSH connection timed out: is the host reachable from the Stepwise server?"),
-    ("No route to host", "there is no route to the host"),
-    ("Address already in use", "the local port was taken"),
-    ("jumphost loop", "a jump host is the destination itself"),
-)  # fmt: skip
-
-
-def _last_reason(tail: str) -> str:
-    lines = [ln.strip() for ln in tail.splitlines() if ln.strip()]
-    useful = [ln for ln in lines if not ln.startswith(("Warning:", "debug"))] or lines
-    return useful[-1][:300] if useful else "(no output)"
-
-
-def _explain(spec: TunnelSpec, tail: str, fallback: str) -> str:
-    remote = f"{spec.remote_host}:{spec.remote_port}"
-    key = f" {spec.identity_file}" if spec.identity_file else ""
-    for pattern, meaning in _DIAGNOSES:
-        if pattern in tail:
-            hint = meaning.format(host=spec.host, user=spec.user or "(default user)", key=key, remote=remote)
-            line = next((ln.strip() for ln in reversed(tail.splitlines()) if pattern in ln), "")
-            return f"SSH tunnel to {spec.describe()}: {hint} (ssh: {line[:300]})"
-    return f"SSH tunnel to {spec.describe()}: {fallback} (ssh: {_last_reason(tail)})"
-
-
 # -- opening ----------------------------------------------------------------------------------------
 
 
@@ -289,7 +238,7 @@ def _wait_forward(proc: subprocess.Popen[bytes], url: str, entry: Path, timeout:
                 return False, "exited"
             if client.ready():
                 return True, ""
-            if "open failed" in _stderr_tail(entry):
+            if "open failed" in stderr_tail(entry):
                 return False, "refused"
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
@@ -306,7 +255,7 @@ def _start(spec: TunnelSpec, binary: str, entry: Path, timeout: float) -> dict[s
             raise TunnelError(f"No free local port for the tunnel: {exc}.") from None
         argv = ssh_command(spec, port, ssh_bin=binary, config_file=config)
         url = f"http://127.0.0.1:{port}"
-        with open(entry / _LOG, "wb") as logf:
+        with open(entry / SSH_LOG, "wb") as logf:
             # Own session: a Ctrl-C on the caller's terminal does not reach ssh, and no controlling
             # terminal means ssh can never prompt. stdin closed: nothing to read from us.
             proc = subprocess.Popen(
@@ -338,7 +287,7 @@ def _start(spec: TunnelSpec, binary: str, entry: Path, timeout: float) -> dict[s
         if why != "exited":
             _terminate(t, 2.0)
         procs.reap_children()
-        tail = _stderr_tail(entry)
+        tail = stderr_tail(entry)
         if why == "exited" and "Address already in use" in tail and attempt + 1 < _PORT_ATTEMPTS:
             # Port race: another program bound the port between our check and ssh's bind.
             log.info(
@@ -350,7 +299,7 @@ def _start(spec: TunnelSpec, binary: str, entry: Path, timeout: float) -> dict[s
             "refused": "the forward was refused",
             "timeout": f"no Prometheus answered /-/ready through the tunnel within {timeout:g} s",
         }[why]
-        raise TunnelError(_explain(spec, tail, fallback), ssh_stderr=tail)
+        raise TunnelError(explain(spec, tail, fallback), ssh_stderr=tail)
     raise TunnelError(f"SSH tunnel to {spec.describe()}: {_PORT_ATTEMPTS} local ports were taken in a row.")
 
 
@@ -417,13 +366,13 @@ def tunnel_problem(t: OpenTunnel, *, within: float = 2.0) -> str | None:
     """Return None if t's ssh is alive and Prometheus answers /-/ready through it, else the reason."""
     entry = Path(t.entry_dir)
     if not _is_ours(t):
-        tail = _stderr_tail(entry)
-        why = f": {_last_reason(tail)}" if tail else ""
+        tail = stderr_tail(entry)
+        why = f": {last_reason(tail)}" if tail else ""
         return f"the ssh process (pid {t.pid}) of the tunnel to {t.spec.describe()} is gone{why}"
     if _answers(t, within=within):
         return None
-    tail = _stderr_tail(entry, lines=4)
-    return _explain(t.spec, tail, f"ssh runs, but Prometheus does not answer through {t.url}")
+    tail = stderr_tail(entry, lines=4)
+    return explain(t.spec, tail, f"ssh runs, but Prometheus does not answer through {t.url}")
 
 
 def tunnel_healthy(t: OpenTunnel) -> bool:

@@ -3,6 +3,7 @@ sanitised with nh3, so script, event handlers, `javascript:` links and raw HTML 
 
 from __future__ import annotations
 
+import functools
 import re
 
 import nh3
@@ -48,7 +49,19 @@ _MENTION = re.compile(r"(?<![\w@])@([\w.+-]{1,150})")
 
 def render(text: str) -> SafeString:
     """Return `text` (Markdown) as sanitised HTML, safe to put in a page."""
-    html = _MD.render(text or "")
+    text = text or ""
+    html = _render_cached(text) if len(text) <= CACHED_CHARS else _render(text)
+    return mark_safe(html)  # noqa: S308 - sanitised by _render
+
+
+#: Texts up to this long are rendered once per process (at most 512 kept, a few MB): a report page shows
+#: a few dozen texts (sections, comments, findings) that rarely change between its views, and the HTML
+#: depends on the text alone.
+CACHED_CHARS = 50_000
+
+
+def _render(text: str) -> str:
+    html = _MD.render(text)
     clean = nh3.clean(
         html,
         tags=_TAGS,
@@ -57,7 +70,10 @@ def render(text: str) -> SafeString:
         link_rel="noopener noreferrer nofollow",
         filter_style_properties={"text-align"},
     )
-    return mark_safe(clean)  # noqa: S308 - nh3 leaves only the allow-listed tags, attributes and schemes
+    return clean  # nh3 leaves only the allow-listed tags, attributes and schemes
+
+
+_render_cached = functools.lru_cache(maxsize=512)(_render)
 
 
 def mentions(text: str) -> list[str]:

@@ -43,14 +43,11 @@ from .job_roots import (  # noqa: F401 (re-exported for the callers of this modu
     job_root_of,
 )
 from .job_triage import (  # noqa: F401 (re-exported for the callers of this module)
-    TRIAGE_FINISHED,
-    TRIAGE_PENDING,
     job_has_log,
     job_triage,
     job_triage_claim,
     job_triage_fail,
     job_triage_queue,
-    triage_stalled,
 )
 from .sources import SourceURL, url_source_probe, url_source_store
 

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,34 +13,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from investigations.models import Investigation, InvestigationJob, Job, TaskStatus
+from investigations.models import Investigation, InvestigationJob, Job, TaskStatus, TriageStatus
 from playbooks import triage as triage_lib
 from playbooks.textclean import scrub
 
 from .datasources import DataSourceError, _inside_job_roots, job_dir_validate
 
-TRIAGE_PENDING = ("queued", "running")
-TRIAGE_FINISHED = ("done", "failed", "none")
-
 
 def job_has_log(job: Job) -> bool:
     return bool(job.job_dir or job.log_path or job.log_upload)
-
-
-def triage_stalled(triage: dict[str, Any] | None) -> bool:
-    """Return True if a queued or running triage is older than the task's hard time limit (plus a minute).
-
-    Its worker died or its message was lost: the page stops waiting and offers to run it again.
-    """
-    triage = triage or {}
-    if triage.get("state") not in TRIAGE_PENDING:
-        return False
-    stamp = triage.get("started") or triage.get("queued")
-    try:
-        since = datetime.fromisoformat(str(stamp))
-    except (TypeError, ValueError):
-        return False
-    return (timezone.now() - since).total_seconds() > settings.CELERY_TASK_TIME_LIMIT + 60
 
 
 def _last_good(job: Job) -> dict[str, Any]:
@@ -56,8 +36,7 @@ def job_triage_queue(job: Job) -> bool:
     Return False, marking it "none", when the job has no log to triage; a triage already queued or
     running is left alone (True). The last good triage is kept (under "last_good") until a new one is done.
     """
-    state = (job.triage or {}).get("state")
-    if state in TRIAGE_PENDING and not triage_stalled(job.triage):
+    if job.triage_in_progress():
         return True
     if not job_has_log(job):
         job.triage = {"state": "none", "error": "This job has no log: upload it to triage it."}
@@ -71,15 +50,16 @@ def job_triage_queue(job: Job) -> bool:
 
 def job_triage_claim(job_id: int) -> bool:
     """Return True if this caller moved the job's triage from queued to running (another got it: False)."""
-    job = Job.objects.filter(pk=job_id, triage__state="queued").first()
+    job = Job.objects.filter(pk=job_id, triage_status=TriageStatus.QUEUED).first()
     if job is None:
         return False
     # Compare and swap on the queued stamp: only one caller moves this queued triage to running.
-    rows = Job.objects.filter(pk=job_id, triage__state="queued")
+    rows = Job.objects.filter(pk=job_id, triage_status=TriageStatus.QUEUED)
     if stamp := job.triage.get("queued"):
         rows = rows.filter(triage__queued=stamp)
     claimed = rows.update(
         triage={"state": "running", "started": timezone.now().isoformat()} | _last_good(job),
+        triage_status=TriageStatus.RUNNING,  # update() bypasses Job.save(), which keeps the two together
         updated=timezone.now(),
     )
     return claimed == 1

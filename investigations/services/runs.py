@@ -22,8 +22,6 @@ from django.utils import timezone
 
 from investigations.models import DiagnosisRun, Job, PlaybookExecution, TaskStatus
 
-from .job_triage import TRIAGE_PENDING, triage_stalled
-
 logger = logging.getLogger(__name__)
 
 ACTIVE = (TaskStatus.QUEUED, TaskStatus.RUNNING)
@@ -109,8 +107,7 @@ def triage_wait_check(jobs: Sequence[Job], why: str) -> None:
     tells (the playbooks it calls for, heartbeat-accused hosts, a restore, the config).
     """
     for job in jobs:
-        triage = job.triage or {}
-        if triage.get("state") in TRIAGE_PENDING and not triage_stalled(triage):
+        if job.triage_in_progress():
             raise TriagePending(f"Waiting for the log triage of job {job.job_id}: {why}.")
 
 

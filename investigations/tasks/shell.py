@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 
 RETRY_BACKOFF_CAP_S = 60
 #: A run that finds a job's log triage still running looks again every TRIAGE_WAIT_S, at most this many
-#: times (a stalled triage is not waited for: see `triage_stalled`).
+#: times (a stalled triage is not waited for: see `Job.triage_stalled`).
 TRIAGE_WAIT_S = 2
 TRIAGE_WAIT_RETRIES = 300
 #: A run that finds every served TSDB copy of this machine in use waits its turn: BUSY_WAIT_S between

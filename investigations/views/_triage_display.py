@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from investigations.models import Job
-from investigations.services.job_triage import TRIAGE_FINISHED, TRIAGE_PENDING, triage_stalled
+from investigations.models import TRIAGE_FINISHED, TRIAGE_PENDING, Job, TriageStatus
 from investigations.times import utc
 
 #: Matches shown per class before "n more".
@@ -126,10 +125,8 @@ def triage_context(job: Job | None) -> dict[str, Any]:
     with the re-run's state and failure (`error`, `failed_at`) beside it.
     """
     t: dict[str, Any] = dict(job.triage or {}) if job is not None else {}
-    state = t.get("state", "none" if job is None else "")
-    if not state and t.get("job"):
-        state = "done"  # a triage stored without a state (e.g. written by hand) is a finished one
-    if triage_stalled(t):
+    state = str(job.triage_status) if job is not None else TriageStatus.NO_LOG
+    if job is not None and job.triage_stalled():
         state = "stalled"
         t["error"] = "No worker finished this triage in time (did the worker stop?). Run it again."
     context: dict[str, Any] = {

@@ -49,7 +49,7 @@ def _enqueue_work(job: Job | None) -> None:
     or, for a job without a log, its data sources' discovery at once."""
     if job is None:
         return
-    if (job.triage or {}).get("state") == "queued":
+    if job.triage_status == Job.TriageStatus.QUEUED:
         enqueue_on_commit(job_triage_task, job.pk, not_sent=partial(inv.job_triage_fail, job.pk))
         return
     for source_id in inv.discovery_pending(job):
@@ -183,11 +183,7 @@ def _detail_context(investigation: Investigation) -> dict[str, Any]:
         "job": job,
         "datasource": datasource,
         "links": links,
-        "jobs_pending": any(
-            (link.job.triage or {}).get("state") in inv.TRIAGE_PENDING
-            and not inv.triage_stalled(link.job.triage)
-            for link in links
-        ),
+        "jobs_pending": any(link.job.triage_in_progress() for link in links),
         "triage": triage_context(job),
         "source_final": source_final(job, datasource),
         "served_live": services.served_copy_live(datasource),
@@ -206,11 +202,7 @@ def source_final(job: Job | None, ds: DataSource | None) -> bool:
     """
     if ds is None:
         return True
-    triage_pending = (
-        job is not None
-        and (job.triage or {}).get("state") in inv.TRIAGE_PENDING
-        and not inv.triage_stalled(job.triage)
-    )
+    triage_pending = job is not None and job.triage_in_progress()
     discovery_pending = ds.discovery_status in ("queued", "running") and not discovery.discovery_stuck(ds)
     return ds.state != DataSource.State.STARTING and not triage_pending and not discovery_pending
 

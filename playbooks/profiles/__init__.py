@@ -29,7 +29,7 @@ from playbooks.gpus import GPU_MODELS
 
 from ._declared import ProfileSpec, load_specs, parse_spec
 from ._resolve import build, decode_name, read_facts
-from ._signal import DOMAINS, SIGNALS, Profile, ProfileError, Signal, signal_info
+from ._signal import DOMAINS, EVENT_SIGNALS, SIGNALS, Profile, ProfileError, Signal, signal_info
 
 if TYPE_CHECKING:  # the client imports the profiles: only its type is needed here
     from playbooks.prometheus import PrometheusClient
@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the client imports the profiles: only its type is needed he
 __all__ = [
     "BUILTIN_DIR",
     "DOMAINS",
+    "EVENT_SIGNALS",
     "PROFILES",
     "SIGNALS",
     "Profile",

@@ -71,14 +71,16 @@ def _target(sig: SignalSpec, exp: ExporterSpec, choices: Mapping[str, str], host
     if join or host == "instance":
         return sel
     # The exporter names its host in a label its targets' own series lack: borrow it from the anchor,
-    # one name per target (a restarted exporter pod may have carried two), never many-to-many.
+    # one name per target (a restarted exporter pod may have carried two), never many-to-many. The names of
+    # the last hour are read from the per-target groups at a 1-minute resolution (a subquery): reading every
+    # GPU's samples of the hour at every step cost a hundred times more.
     prefix = choices.get(f"{exp.name}.prefix", exp.prefixes[0])
     anchor = _selector(prefix + exp.anchor, [exp.match])
     labels = host.split(",")
     first = labels[0]
     return (
         f"max by (instance, job, {first}) ({sel} * on (instance, job) group_left ({first}) "
-        f"topk by (instance, job) (1, group by (instance, job, {first}) (last_over_time({anchor}[1h]))))"
+        f"topk by (instance, job) (1, last_over_time(group by (instance, job, {first}) ({anchor})[1h:1m])))"
     )
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from playbooks.errors import PlaybooksError
 
-__all__ = ["DOMAINS", "SIGNALS", "Profile", "ProfileError", "Signal", "signal_info"]
+__all__ = ["DOMAINS", "EVENT_SIGNALS", "SIGNALS", "Profile", "ProfileError", "Signal", "signal_info"]
 
 
 class ProfileError(PlaybooksError):
@@ -56,7 +56,7 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "gpu_ecc_correctable": ("gpu", "gpu", "counter", "errors", "Correctable ECC/RAS errors"),
     "gpu_pcie_fatal": ("gpu", "gpu", "counter", "errors", "PCIe fatal errors"),
     "gpu_pcie_correctable": ("gpu", "gpu", "counter", "errors", "PCIe correctable errors / replays"),
-    "gpu_xid": ("gpu", "gpu", "gauge", "code", "Xid error code, while it is new"),
+    "gpu_xid": ("gpu", "gpu", "gauge", "code", "Xid error code, while it is new (no series otherwise)"),
     # network
     "tcp_retransmits": ("network", "host", "counter", "segments", "TCP retransmits"),
     "tcp_abort_on_timeout": ("network", "host", "counter", "connections", "TCP aborts on timeout"),
@@ -75,7 +75,13 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "rdma_link_error_recovery": ("network", "host", "counter", "events", "InfiniBand link error recoveries"),
     "rdma_link_downed": ("network", "host", "counter", "events", "InfiniBand link downed"),
     "rdma_tx_bytes": ("network", "host", "counter", "bytes", "RDMA bytes sent"),
-    "rdma_ports_down": ("network", "host", "gauge", "ports", "RDMA ports not active"),
+    "rdma_ports_down": (
+        "network",
+        "host",
+        "gauge",
+        "ports",
+        "RDMA ports not active (no series while all are)",
+    ),
     "nic_errors": ("network", "host", "counter", "errors", "NIC rx/tx errors"),
     # host
     "procs_running": ("host", "host", "gauge", "processes", "Runnable processes"),
@@ -104,6 +110,11 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
 
 #: Every signal name any profile may define.
 SIGNALS: tuple[str, ...] = tuple(_SIGNAL_INFO)
+
+#: Signals whose series exist only while their event holds (a new Xid, a port not active): computed with
+#: filters, which keep each series' labels, where a `bool` comparison gave every GPU or port a 0 by
+#: rebuilding its label set at every step (most of the cost of the query on a large job).
+EVENT_SIGNALS: frozenset[str] = frozenset({"gpu_xid", "rdma_ports_down"})
 
 _SCOPE_LABELS = {"gpu": ("host", "gpu"), "host": ("host",), "job": ()}
 _FUNCS_COUNTER = ("rate", "increase", "irate", "resets")

@@ -101,8 +101,8 @@ def _report_events(report: Report) -> list[Event]:
 def _machine_events(investigation: Investigation) -> list[Event]:
     events = []
     job = inv.investigation_primary_job(investigation)
-    triage = (job.triage or {}) if job is not None else {}
-    if triage.get("state") == "done" and triage.get("finished"):
+    triage = (job.triage or {}) if job is not None and job.triage_status == job.TriageStatus.DONE else {}
+    if triage.get("finished"):
         finished = dt.datetime.fromisoformat(triage["finished"])
         klass = (triage.get("job") or {}).get("triage_class") or "no class"
         events.append(Event(finished, "", f"log triage done ({klass})"))

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from investigations.models import DiagnosisRun, Investigation, Job, TaskStatus
+from django.db.models import Count, Max
+
+from investigations.models import DiagnosisRun, Investigation, InvestigationJob, Job, TaskStatus
 from investigations.services import comparison as comparison_svc
 from investigations.services import diagnosis_overview as diagnosis_svc
 from investigations.services import investigations as inv
@@ -57,11 +59,11 @@ def gather(investigation: Investigation) -> Inputs:
     job = inv.investigation_primary_job(investigation)
     overview = diagnosis_svc.diagnosis_overview(investigation, job)
     comparison = comparison_svc.comparison_overview(investigation)
-    triage = (job.triage or {}) if job is not None else {}
+    done = job is not None and job.triage_status == job.TriageStatus.DONE
     return Inputs(
         investigation=investigation,
         job=job,
-        triage=triage if triage.get("state") == "done" else {},
+        triage=(job.triage or {}) if done and job is not None else {},
         run=overview["decided"],
         result=(overview["decided"].result or {}) if overview["decided"] else {},
         compare=comparison["result"] or {},
@@ -71,18 +73,20 @@ def gather(investigation: Investigation) -> Inputs:
     )
 
 
-def fingerprint(inputs: Inputs) -> str:
-    """Return a short string that changes when any input of the machine text changes."""
-    return ":".join(
-        str(x)
-        for x in (
-            inputs.run.pk if inputs.run else "-",
-            inputs.compare_run.pk if inputs.compare_run else "-",
-            _verdict_runs(inputs.verdict),
-            inputs.triage.get("finished", "-"),
-            ",".join(str(c.pk) for c in inputs.charts) or "-",
-        )
-    )[:200]
+def fingerprint(investigation: Investigation) -> str:
+    """Return a short string that changes when any input of the machine text may have changed: the primary
+    job and its triage's end, the finished diagnoses and comparisons (a new one may be the latest, or
+    change the verdict; a finished run's result never changes), the pinned charts.
+
+    Three small queries, so that a page can tell that nothing changed without gathering the inputs."""
+    primary = investigation.job_links.filter(role=InvestigationJob.Role.PRIMARY).order_by("position", "pk")
+    job = primary.values_list("job_id", "job__triage__finished").first() or ("-", "-")
+    runs = DiagnosisRun.objects.filter(investigation=investigation, status=TaskStatus.DONE).aggregate(
+        n=Count("pk"), last=Max("pk")
+    )
+    charts = investigation.pinned_charts.order_by("pk").values_list("pk", flat=True)
+    parts = (*job, runs["n"], runs["last"], ",".join(map(str, charts)) or "-")
+    return ":".join(str(x) for x in parts)[:200]
 
 
 def latest_done_run(investigation: Investigation) -> DiagnosisRun | None:
@@ -115,12 +119,6 @@ def impact(inputs: Inputs) -> dict[str, Any]:
         "lost_steps": prog.get("lost_steps"),
         "last_checkpoint_step": prog.get("last_checkpoint_step"),
     }
-
-
-def _verdict_runs(verdict: Verdict | None) -> str:
-    if verdict is None:
-        return "-"
-    return f"{verdict.source.run.pk}/{verdict.other.run.pk if verdict.other else '-'}"
 
 
 def _summary(i: Inputs) -> str:

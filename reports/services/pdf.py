@@ -18,12 +18,12 @@ import hashlib
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Max
 from django.utils import timezone
 
-from reports.models import ActionItem, HumanFinding, PdfExport, Report, Section
+from reports.models import PdfExport, Report
 
 from . import exports
+from .marks import Marks, report_marks
 
 #: Seconds past the time limit before a building export is failed (the hard limit comes 30 s after the soft).
 GRACE_SECONDS = 45
@@ -33,24 +33,11 @@ def time_limit() -> int:
     return int(settings.STEPWISE_REPORT_PDF_TIME_LIMIT)
 
 
-def report_revision(report: Report) -> str:
+def report_revision(report: Report, marks: Marks | None = None) -> str:
     """Return a short key that changes whenever anything the PDF shows changes (sections, verdicts, people's
     findings, action items, comments, tickets, pinned charts, the investigation's fields, the zone)."""
-    inv = report.investigation
-    parts = [
-        Report.objects.filter(pk=report.pk)
-        .values_list("status", "version", "export_tz", "fingerprint")
-        .first(),
-        (inv.title, inv.status, inv.severity, inv.team, inv.owner_id, inv.updated),
-        Section.history.filter(report_id=report.pk).aggregate(m=Max("history_id"))["m"],
-        report.verdicts.aggregate(t=Max("updated"), n=Count("pk")),
-        HumanFinding.history.filter(report_id=report.pk).aggregate(m=Max("history_id"))["m"],
-        list(report.human_findings.values_list("pk", "evidence__state")),
-        ActionItem.history.filter(report_id=report.pk).aggregate(m=Max("history_id"))["m"],
-        report.comments.aggregate(m=Max("pk"), n=Count("pk")),
-        list(inv.ticket_links.values_list("pk", flat=True)),
-        list(inv.pinned_charts.values_list("pk", flat=True)),
-    ]
+    m = marks or report_marks(report)
+    parts = [m.row, m.human_states, m.tickets, m.charts]
     return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
 
@@ -79,9 +66,10 @@ def pdf_request(report: Report, *, user, base_url: str) -> tuple[PdfExport, bool
     return export, retried == 1
 
 
-def pdf_current(report: Report) -> PdfExport | None:
+def pdf_current(report: Report, marks: Marks | None = None) -> PdfExport | None:
     """Return the export of the report's current revision, if one was asked for (stale builds failed)."""
-    export = PdfExport.objects.filter(report=report, revision=report_revision(report)).defer("pdf").first()
+    revision = report_revision(report, marks)
+    export = PdfExport.objects.filter(report=report, revision=revision).defer("pdf").first()
     return pdf_expire(export) if export is not None else None
 
 

@@ -54,11 +54,10 @@ def report_for(investigation: Investigation, user=None) -> Report:
 
 def report_refresh(report: Report, *, force: bool = False) -> bool:
     """Bring the machine's text up to date; return True when anything changed."""
-    inputs = autofill.gather(report.investigation)
-    fp = autofill.fingerprint(inputs)
+    fp = autofill.fingerprint(report.investigation)
     if fp == report.fingerprint and not force and report.sections.exists():
         return False
-    texts = autofill.machine_sections(inputs)
+    texts = autofill.machine_sections(autofill.gather(report.investigation))
     with transaction.atomic():
         locked = Report.objects.select_for_update().get(pk=report.pk)
         if locked.fingerprint == fp and not force and locked.sections.exists():

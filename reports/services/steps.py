@@ -8,6 +8,7 @@ yet, a job without a step metric) a link carries the time only.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -31,15 +32,23 @@ def step_axis(job_id: int | None) -> StepAxis | None:
     runs = DiagnosisRun.objects.filter(
         job_id=job_id, kind=DiagnosisRun.Kind.DIAGNOSIS, status=TaskStatus.DONE
     )
-    run = runs.order_by("-finished", "-pk").values_list("pk", flat=True).first()
-    if run is None:
-        return None
-    for output in PlaybookExecution.objects.filter(run_id=run).values_list("output", flat=True):
-        result = (((output or {}).get("result") or {}).get("results") or {}).get(STEP_QUERY)
-        if isinstance(result, dict) and result.get("kind") == "range":
-            axis = _axis(result)
-            if axis is not None:
-                return axis
+    run = runs.order_by("-finished", "-pk").values_list("pk", "finished").first()
+    return None if run is None else _run_axis(*run)
+
+
+@functools.lru_cache(maxsize=256)
+def _run_axis(run_id: int, finished: Any) -> StepAxis | None:
+    """Return the step axis a finished run stored (it never changes: read once per process).
+
+    Keyed by the run's end time as well as its id: a database that reuses ids (tests rolled back) is
+    never served another run's axis. Only the step query's result is read from the database, not every
+    playbook's whole output."""
+    path = f"output__result__results__{STEP_QUERY}"
+    stored = PlaybookExecution.objects.filter(run_id=run_id, **{f"{path}__kind": "range"})
+    for result in stored.order_by("pk").values_list(path, flat=True):
+        axis = _axis(result) if isinstance(result, dict) else None
+        if axis is not None:
+            return axis
     return None
 
 

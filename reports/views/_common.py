@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.db.models import Max
 from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 
@@ -16,6 +14,7 @@ from investigations.services import investigations as inv
 from reports import access
 from reports.models import Report
 from reports.services import conversation, findings, pdf, sections, steps
+from reports.services.marks import Marks, report_marks
 
 
 def investigation_for(
@@ -37,22 +36,14 @@ def report_of(request: HttpRequest, investigation_id: int, action: str = "view")
     return sections.report_for(investigation), role
 
 
-def tokens(report: Report) -> dict[str, str]:
+def tokens(report: Report, marks: Marks | None = None) -> dict[str, str]:
     """Return {region: a string that changes when the region's content changes}, for the live poll."""
-    agg = report.comments.aggregate(n=Max("pk"))
-    verdicts = report.verdicts.aggregate(t=Max("updated"))
-    items = report.action_items.model.history.filter(report=report).aggregate(t=Max("history_id"))
-    inv_row: Mapping[str, Any] = (
-        Investigation.objects.filter(pk=report.investigation_id).values("updated").first() or {}
-    )
-    report_row: Mapping[str, Any] = Report.objects.filter(pk=report.pk).values("version").first() or {}
-    humans = report.human_findings.model.history.filter(report=report).aggregate(t=Max("history_id"))
-    running = report.human_findings.filter(kind="query", evidence__state="running").count()
+    m = marks or report_marks(report)
     return {
-        "header": f"{report_row.get('version')}:{inv_row.get('updated')}",
-        "comments": f"{agg['n']}:{report.comments.count()}",
-        "findings": f"{verdicts['t']}:{humans['t']}:{running}:{report.fingerprint}",
-        "actions": str(items["t"]),
+        "header": f"{m.row.get('version')}:{m.row.get('inv_updated')}",
+        "comments": f"{m.comments[0]}:{m.comments[1]}",
+        "findings": f"{m.verdicts[0]}:{m.humans}:{m.running}:{m.row.get('fingerprint')}",
+        "actions": str(m.actions),
     }
 
 
@@ -65,6 +56,7 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
     section_rows = list(report.sections.select_related("updated_by"))
     finding_rows = findings.report_findings(report)
     lookup = steps.StepLookup()
+    marks = report_marks(report)
     charts = list(investigation.pinned_charts.all())
     anchors = [("report", "the report")] + [(f"section:{s.key}", s.title) for s in section_rows]
     anchors += [(f"finding:{findings.finding_key(f)}", f"finding: {f.title[:60]}") for f, _ in finding_rows]
@@ -90,7 +82,7 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
         "anchors": anchors,
         "presence": [p for p in conversation.presence_list(report) if p.user_id != user.pk],
         "tickets": list(investigation.ticket_links.all()),
-        "tokens": tokens(report),
+        "tokens": tokens(report, marks),
         "statuses": Report.Status.choices,
-        "pdf_export": pdf.pdf_current(report),
+        "pdf_export": pdf.pdf_current(report, marks),
     }

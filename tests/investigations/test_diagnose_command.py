@@ -78,6 +78,25 @@ def test_a_forced_profile_the_tsdb_lacks_exits_2_and_stops_its_server(job_factor
     assert _servers() == []
 
 
+def test_verbosity_2_says_where_the_time_went_on_stderr(job_factory):
+    """-v 2 adds one line of phase timings to stderr (the log is triaged while the TSDB is served and
+    discovered); stdout is still the contract's JSON alone, its request count covering the discovery."""
+    job_dir, truth = job_factory("healthy")
+    quiet_proc = _run("--job-dir", str(job_dir))
+    quiet = json.loads(quiet_proc.stdout)
+    assert "diagnose: timings" not in quiet_proc.stderr
+    proc = _run("--job-dir", str(job_dir), "-v", "2")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["diagnosis"]["class"] == quiet["diagnosis"]["class"] == truth["class"]
+    assert result["timings"]["queries"] == quiet["timings"]["queries"]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("diagnose: timings "))
+    phases = dict(kv.split("=") for kv in line.split()[2:])
+    assert {"triage_s", "serve_s", "discovery_s", "triage_wait_s", "queries_s", "decision_s"} <= set(phases)
+    assert {"command_s", "cpu_s"} <= set(phases) and all(float(v) >= 0 for v in phases.values())
+    assert _servers() == []
+
+
 def test_it_renders_markdown(job_factory):
     """--format markdown prints the seeds' TSDB Diagnosis report."""
     job_dir, _ = job_factory("healthy")

@@ -59,7 +59,7 @@ def test_it_leaves_a_triage_that_is_not_queued(
 ) -> None:
     """A second delivery (acks_late) or a finished triage does nothing."""
     _, job, _ = opened("healthy")
-    Job.objects.filter(pk=job.pk).update(triage={"state": state})
+    Job.objects.filter(pk=job.pk).update(triage={"state": state}, triage_status=state)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         job_triage_task(job.pk)
     job.refresh_from_db()

@@ -22,6 +22,8 @@ import json
 import shutil
 import sys
 import tempfile
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from django.core.management.base import BaseCommand
@@ -31,7 +33,7 @@ from investigations.management.os_signals import ExitOnSignal, run_command
 from investigations.services import DataSourceError, prometheus_url_check
 from investigations.times import parse_time as unix_seconds
 from playbooks import tsdb_server
-from playbooks.diagnose import DiagnosisError, run_diagnosis, serves_copy
+from playbooks.diagnose import DiagnosisError, discover_source, run_diagnosis, serves_copy
 from playbooks.gpus import GPU_MODELS, gpu_model_named
 from playbooks.profiles import PROFILES
 from playbooks.prometheus import PrometheusClient, PrometheusError, PrometheusQueryError
@@ -95,11 +97,21 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
+        t0 = time.monotonic()
+        self._phases: dict[str, float] = {}
+
         def work(signals: ExitOnSignal) -> dict:
             self._signals = signals
             return self._diagnose(opts)
 
         result = run_command("diagnose", work)
+        if opts["verbosity"] >= 2:
+            # where the time went, for bench/diagnosis_speed.py (start-up is the process's wall time minus this)
+            phases = " ".join(f"{k}={v:.3f}" for k, v in self._phases.items())
+            sys.stderr.write(
+                f"diagnose: timings {phases} command_s={time.monotonic() - t0:.3f} "
+                f"cpu_s={time.process_time():.3f}\n"
+            )
         if opts["format"] == "json":
             sys.stdout.write(json.dumps(result) + "\n")
         else:
@@ -129,13 +141,15 @@ class Command(BaseCommand):
             tsdb = job_dir / "prometheus"
             if not tsdb.is_dir() or not any(tsdb.iterdir()):
                 raise _Exit(2, f"no TSDB in {job_dir} (expected {tsdb}/ with blocks or a WAL)")
-            triage = None
-            if find_job_log(job_dir) is not None:
+            if find_job_log(job_dir) is None:
+                return self._served(tsdb, None, opts["profile"], start, end, playbooks)
+            # The log is triaged while the TSDB is served and discovered (its wait is Prometheus's and I/O).
+            with ThreadPoolExecutor(1, thread_name_prefix="triage") as pool:
+                pending = pool.submit(self._timed, "triage_s", triage_job, job_dir)
                 try:
-                    triage = triage_job(job_dir).to_dict()
-                except TriageError as exc:
-                    raise _Exit(2, str(exc)) from exc
-            return self._served(tsdb, triage, opts["profile"], start, end, playbooks)
+                    return self._served(tsdb, pending, opts["profile"], start, end, playbooks)
+                finally:
+                    pending.cancel()
         try:
             url = prometheus_url_check(opts["prometheus"])
         except DataSourceError as exc:
@@ -152,9 +166,17 @@ class Command(BaseCommand):
             end = log_end if end is None else end
         return self._run(url, triage, opts["profile"], start, end, playbooks)
 
+    def _timed(self, phase: str, fn, *args):
+        t0 = time.monotonic()
+        try:
+            return fn(*args)
+        finally:
+            self._phases[phase] = round(time.monotonic() - t0, 3)
+
     def _served(self, tsdb: Path, triage, profile, start, end, playbooks) -> dict:
         work_root = Path(tempfile.mkdtemp(prefix="stepwise-diagnose-"))
         served = None
+        t0 = time.monotonic()
         try:
             for _attempt in range(3):
                 try:
@@ -172,6 +194,7 @@ class Command(BaseCommand):
                 served = None
             else:
                 raise _Exit(3, f"{tsdb.parent}: could not serve its TSDB on a port of its own")
+            self._phases["serve_s"] = round(time.monotonic() - t0, 3)
             return self._run(served.url, triage, profile, start, end, playbooks, served.time_range)
         finally:
             with self._signals.shielded():
@@ -181,9 +204,23 @@ class Command(BaseCommand):
                 shutil.rmtree(work_root, ignore_errors=True)
 
     def _run(self, url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
+        """Discover the source, wait for the triage (a dict, a Future of a Triage, or None), diagnose."""
         with PrometheusClient(url, timeout=60.0, retries=2, backoff=0.2) as client:
             try:
-                return run_diagnosis(
+                t0, req0 = time.monotonic(), client.stats.requests
+                source = discover_source(
+                    client, profile=profile, time_range=time_range, gpu_model=self._gpu_model
+                )
+                self._phases["discovery_s"] = round(time.monotonic() - t0, 3)
+                discovered_requests = client.stats.requests - req0
+                if isinstance(triage, Future):
+                    t0 = time.monotonic()
+                    try:
+                        triage = triage.result().to_dict()
+                    except TriageError as exc:
+                        raise _Exit(2, str(exc)) from exc
+                    self._phases["triage_wait_s"] = round(time.monotonic() - t0, 3)
+                result = run_diagnosis(
                     client,
                     triage=triage,
                     profile=profile,
@@ -192,7 +229,15 @@ class Command(BaseCommand):
                     playbooks=playbooks,
                     time_range=time_range,
                     gpu_model=self._gpu_model,
+                    source=source,
+                    phases=self._phases,
                 )
+                # the contract's timings cover the discovery too
+                t = result["timings"]
+                t["queries"] += discovered_requests
+                t["total_s"] = round(t["total_s"] + self._phases["discovery_s"], 3)
+                t["prometheus_s"] = round(t["prometheus_s"] + self._phases["discovery_s"], 3)
+                return result
             except DiagnosisError as exc:
                 raise _Exit(2, str(exc)) from exc
             except PrometheusQueryError as exc:

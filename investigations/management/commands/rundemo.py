@@ -264,7 +264,7 @@ class Command(BaseCommand):
                         ).job
                     )
                 for queued in links:
-                    if (Job.objects.get(pk=queued.pk).triage or {}).get("state") == "queued":
+                    if Job.objects.get(pk=queued.pk).triage_status == Job.TriageStatus.QUEUED:
                         job_triage_task.delay_on_commit(queued.pk)
                 run = dx.diagnosis_start(investigation, job, user=owner)
                 diagnosis_plan_task.delay_on_commit(run.pk)

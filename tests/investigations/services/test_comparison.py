@@ -148,7 +148,7 @@ def test_it_waits_for_a_jobs_triage_still_running(restore_pair) -> None:
     investigation, _, baseline = restore_pair
     done = baseline.triage
     Job.objects.filter(pk=baseline.pk).update(
-        triage={"state": "running", "started": timezone.now().isoformat()}
+        triage={"state": "running", "started": timezone.now().isoformat()}, triage_status="running"
     )
     run = cmp.comparison_start(investigation)
     assert runs.run_claim(run.pk)
@@ -156,7 +156,7 @@ def test_it_waits_for_a_jobs_triage_still_running(restore_pair) -> None:
         cmp.comparison_execute(run.pk)
     run.refresh_from_db()
     assert run.result == {} and not Finding.objects.exists()
-    Job.objects.filter(pk=baseline.pk).update(triage=done)
+    Job.objects.filter(pk=baseline.pk).update(triage=done, triage_status="done")
     assert cmp.comparison_execute(run.pk).status == TaskStatus.DONE
 
 

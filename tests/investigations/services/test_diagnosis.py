@@ -124,7 +124,9 @@ def test_planning_waits_for_a_triage_still_running_but_not_for_a_stalled_one(dia
     """The triage picks the playbooks: a plan that finds it queued or running waits (nothing is stored)."""
     investigation, job, _ = diagnosable("thermal-straggler")
     done = job.triage
-    Job.objects.filter(pk=job.pk).update(triage={"state": "running", "started": timezone.now().isoformat()})
+    Job.objects.filter(pk=job.pk).update(
+        triage={"state": "running", "started": timezone.now().isoformat()}, triage_status="running"
+    )
     run = dx.diagnosis_start(investigation, job)
     assert runs.run_claim(run.pk)
     with pytest.raises(runs.TriagePending, match=f"Waiting for the log triage of job {job.job_id}"):
@@ -135,7 +137,7 @@ def test_planning_waits_for_a_triage_still_running_but_not_for_a_stalled_one(dia
         triage={"state": "running", "started": (timezone.now() - dt.timedelta(days=1)).isoformat()}
     )
     assert dx.diagnosis_plan(run.pk).playbooks
-    Job.objects.filter(pk=job.pk).update(triage=done)
+    Job.objects.filter(pk=job.pk).update(triage=done, triage_status="done")
 
 
 def test_the_plan_task_requeues_and_retries_while_the_triage_runs(diagnosable, monkeypatch) -> None:
@@ -144,7 +146,9 @@ def test_the_plan_task_requeues_and_retries_while_the_triage_runs(diagnosable, m
     from investigations.tasks import shell
 
     investigation, job, _ = diagnosable("thermal-straggler")
-    Job.objects.filter(pk=job.pk).update(triage={"state": "queued", "queued": timezone.now().isoformat()})
+    Job.objects.filter(pk=job.pk).update(
+        triage={"state": "queued", "queued": timezone.now().isoformat()}, triage_status="queued"
+    )
     run = dx.diagnosis_start(investigation, job)
     asked: dict = {}
 

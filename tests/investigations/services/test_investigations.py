@@ -364,10 +364,11 @@ def test_a_stalled_triage_can_be_queued_again(roots, settings) -> None:
     job = Job.objects.create(
         job_id="3", log_path=str(roots / "x.log"), triage={"state": "running", "started": long_ago}
     )
-    assert inv.triage_stalled(job.triage)
+    assert job.triage_stalled() and not job.triage_in_progress()
     assert inv.job_triage_queue(job)
     job.refresh_from_db()
-    assert job.triage["state"] == "queued" and not inv.triage_stalled(job.triage)
+    assert job.triage["state"] == job.triage_status == "queued"
+    assert not job.triage_stalled() and job.triage_in_progress()
     fresh = Job.objects.create(
         job_id="4",
         log_path=str(roots / "x.log"),

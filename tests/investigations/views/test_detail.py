@@ -57,7 +57,7 @@ def test_a_running_triage_polls_and_a_finished_one_does_not(alice_client) -> Non
     assert (
         f'hx-get="{reverse("investigations:triage", args=[investigation.pk])}" hx-trigger="every 1s"' in body
     )
-    investigation.jobs.update(triage=TRIAGE)
+    investigation.jobs.update(triage=TRIAGE, triage_status="done")
     body = alice_client.get(url).content.decode()
     assert 'hx-trigger="every 1s"' not in body.split('id="triage"')[1].split("</section>")[0]
 

@@ -89,3 +89,25 @@ def test_the_report_page_reads_the_diagnosis_once_per_purpose(alice_client) -> N
         alice_client.get(f"/investigations/{pk}/report/")
     runs = [q for q in captured.captured_queries if 'FROM "investigations_diagnosisrun"' in q["sql"]]
     assert len(runs) <= 8, len(runs)
+
+
+#: What each page sends at most, with many rows of each kind (the load test's pages, bench/load_test.py):
+#: the session and user, the investigation and its access, then a fixed number of reads per region.
+PAGE_QUERIES = {
+    "/": 6,
+    "/investigations/{pk}/": 14,
+    "/investigations/{pk}/report/": 31,
+    # The report's live poll, every few seconds per reader: who is here, nothing changed.
+    "/investigations/{pk}/report/live/": 17,
+}
+
+
+@pytest.mark.parametrize("page", PAGE_QUERIES)
+def test_a_page_stays_within_its_queries(alice_client, django_assert_max_num_queries, page) -> None:
+    """The report reads what changed in one query (the live tokens and the PDF's revision share it), the
+    machine text's inputs only when they changed, and the step series alone (not every playbook's output)."""
+    pk = _investigations(7, rows=6)[0]
+    url = page.format(pk=pk)
+    alice_client.get(url)  # the first visit fills the report
+    with django_assert_max_num_queries(PAGE_QUERIES[page]):
+        assert alice_client.get(url).status_code == 200
