@@ -77,7 +77,7 @@ def find_cases(roots: list[Path], only: set[str]) -> list[Case]:
             if only and truth.get("class") not in only:
                 continue
             kind = "compare" if (d / "a").is_dir() and (d / "b").is_dir() else "diagnose"
-            cases.append(Case(name=str(d.relative_to(root)) if d != root else d.name, truth=truth, kind=kind))
+            cases.append(Case(name=str(d.relative_to(root.parent)), truth=truth, kind=kind))
             cases[-1].truth["_dir"] = str(d)
     return cases
 

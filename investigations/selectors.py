@@ -10,6 +10,7 @@ from .models import (
     DiagnosisRun,
     Investigation,
     InvestigationJob,
+    Job,
     QueryResult,
     QueryRun,
     TaskStatus,
@@ -74,15 +75,17 @@ def investigation_list(
         rows = rows.filter(incident_class=klass)
     search = search.strip()
     if search:
-        matching = Investigation.objects.filter(
-            Q(title__icontains=search)
-            | Q(jobs__job_id__icontains=search)
-            | Q(jobs__name__icontains=search)
-            | Q(jobs__triage__nodes__icontains=search)
-            | Q(jobs__triage__prometheus__head__icontains=search)
-            | Q(jobs__datasources__discovery__hosts__icontains=search)
+        # The jobs first, each matched once (not once per investigation holding it: a job's node list is
+        # long, and a baseline job sits in many investigations), then the investigations holding them.
+        jobs = Job.objects.filter(
+            Q(job_id__icontains=search)
+            | Q(name__icontains=search)
+            | Q(triage__nodes__icontains=search)
+            | Q(triage__prometheus__head__icontains=search)
+            | Q(datasources__discovery__hosts__icontains=search)
         )
-        rows = rows.filter(pk__in=matching.values("pk"))
+        held = InvestigationJob.objects.filter(job__in=jobs.values("pk")).values("investigation_id")
+        rows = rows.filter(Q(title__icontains=search) | Q(pk__in=held))
     return rows.order_by("-created", "-pk")
 
 

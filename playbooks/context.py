@@ -200,13 +200,7 @@ def triage_get(triage: Mapping[str, Any] | None, *path: str) -> Any:
 
 
 def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any] | None) -> Timeline:
-    tr = source.time_range or (0.0, 0.0)
-    grids = [r for r in results.values() if isinstance(r, Grid) and len(r.t)]
-    if grids:
-        # the analysed window (--start/--end may cut the data): a job is not "stalled" at a window's edge
-        a, b = min(float(g.t[0]) for g in grids), max(float(g.t[-1]) for g in grids)
-        tr = (max(float(tr[0]), a), min(float(tr[1]), b)) if source.time_range else (a, b)
-    tl = Timeline(start=float(tr[0]), end=float(tr[1]))
+    tl = Timeline(*_analysed_range(source, results))
     tl.crash_time = triage_get(triage, "job", "crash_time")
     tl.restored = triage_get(triage, "progress", "restored_from") is not None
     step = results.get("step")
@@ -217,7 +211,7 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         tl.step_s = nan_median(st_row)
     if not isinstance(step, Grid) or not len(step.labels):
         tl.step_s = tl.step_s or triage_get(triage, "progress", "step_time_s")
-        return tl
+        return _log_timeline(tl, results, triage)
     t, s = step.t, step.single()
     assert s is not None, "a grid with labels has a row"
     have = ~np.isnan(s)
@@ -225,6 +219,73 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         return tl
     i0 = int(np.argmax(have))
     tl.train_start = float(t[i0])
+    smax = float(np.nanmax(s))
+    _last_advance(tl, step, s, results, triage)
+    if tl.step_s is None or not math.isfinite(tl.step_s):
+        smin = float(s[i0])
+        span = (tl.last_advance or tl.train_start) - tl.train_start
+        tl.step_s = (
+            span / (smax - smin)
+            if smax > smin and span > 0
+            else triage_get(triage, "progress", "step_time_s")
+        )
+    step_s = float(tl.step_s or 30.0)
+    # warm-up: the compile step and the first few steps run slow
+    first = float(s[i0])
+    warm = np.nonzero(have & (s >= first + 8))[0]
+    tl.warm_end = float(t[warm[0]]) if len(warm) else tl.train_start + 10 * step_s
+    tl.checkpoints += _checkpoints(step, s, st if isinstance(st, Grid) else None, triage, step_s)
+    tl.stalled = _stalled(tl, results, triage, step_s)
+    _set_steady(tl, tl.warm_end)
+    return tl
+
+
+def _set_steady(tl: Timeline, warm_end: float) -> None:
+    """The early steady window after warm-up: the job's own baseline."""
+    train_end = tl.last_advance or tl.end
+    length = max(600.0, 0.25 * max(0.0, train_end - warm_end))
+    tl.steady = (warm_end, min(train_end, warm_end + length))
+
+
+def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str, Any] | None) -> Timeline:
+    """No step series in the TSDB (many trainers export none): the log's timed steps stand in for it.
+
+    The first and last logged steps' times bound training; warm-up is the first ten typical steps. Without
+    timed steps in the log the timeline stays unknown (no training start), as before.
+    """
+    first_t = triage_get(triage, "details", "first_step_time")
+    last_t = triage_get(triage, "progress", "last_step_time")
+    last = triage_get(triage, "job", "last_step")
+    if not all(isinstance(x, int | float) for x in (first_t, last_t, last)):
+        return tl
+    if not (tl.start - 60 <= float(first_t) <= float(last_t) <= tl.end + 60):
+        return tl
+    step_s = float(tl.step_s or 30.0)
+    tl.train_start, tl.last_advance, tl.last_step = float(first_t), float(last_t), float(last)
+    tl.warm_end = min(tl.train_start + 10 * step_s, tl.last_advance)
+    tl.stalled = _stalled(tl, results, triage, step_s)
+    _set_steady(tl, tl.warm_end)
+    return tl
+
+
+def _analysed_range(source: Any, results: Mapping[str, Any]) -> tuple[float, float]:
+    """Return the analysed window: the source's time range within the data (--start/--end may cut the data:
+    a job is not "stalled" at a window's edge)."""
+    tr = source.time_range or (0.0, 0.0)
+    grids = [r for r in results.values() if isinstance(r, Grid) and len(r.t)]
+    if grids:
+        a, b = min(float(g.t[0]) for g in grids), max(float(g.t[-1]) for g in grids)
+        tr = (max(float(tr[0]), a), min(float(tr[1]), b)) if source.time_range else (a, b)
+    return float(tr[0]), float(tr[1])
+
+
+def _last_advance(
+    tl: Timeline, step: Grid, s: np.ndarray, results: Mapping[str, Any], triage: Mapping[str, Any] | None
+) -> None:
+    """Set the last step, when the step counter last advanced and how far the step gauge lags the log."""
+    t = step.t
+    have = ~np.isnan(s)
+    i0 = int(np.argmax(have))
     smax = float(np.nanmax(s))
     i_last = int(np.argmax(have & (s >= smax)))
     tl.last_step = smax
@@ -246,20 +307,14 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     ):
         tl.gauge_lag_s = float(logged) - tl.last_advance
         tl.last_advance = float(logged)
-    if tl.step_s is None or not math.isfinite(tl.step_s):
-        smin = float(s[i0])
-        span = (tl.last_advance or tl.train_start) - tl.train_start
-        tl.step_s = (
-            span / (smax - smin)
-            if smax > smin and span > 0
-            else triage_get(triage, "progress", "step_time_s")
-        )
-    step_s = float(tl.step_s or 30.0)
-    # warm-up: the compile step and the first few steps run slow
-    first = float(s[i0])
-    warm = np.nonzero(have & (s >= first + 8))[0]
-    tl.warm_end = float(t[warm[0]]) if len(warm) else tl.train_start + 10 * step_s
-    # checkpoints: steps at multiples of checkpoint_period, and step-time spikes
+
+
+def _checkpoints(
+    step: Grid, s: np.ndarray, st: Grid | None, triage: Mapping[str, Any] | None, step_s: float
+) -> list[tuple[float, float]]:
+    """Return the checkpoint windows: steps at multiples of checkpoint_period, and step-time spikes."""
+    out: list[tuple[float, float]] = []
+    t, have = step.t, ~np.isnan(s)
     period = _int(triage_get(triage, "config", "checkpoint_period"))
     # the save's I/O tail; never so long that checkpoint windows cover the whole job
     after = max(120.0, 3 * step_s)
@@ -267,31 +322,32 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         after = min(after, 0.5 * period * step_s)
         prev = np.concatenate([[np.nan], s[:-1]])
         hit = have & (s != prev) & (np.mod(s, period) == 0)
-        tl.checkpoints += [(float(t[i]) - step.step, float(t[i]) + after) for i in np.nonzero(hit)[0]]
-    if isinstance(st, Grid) and len(st.labels):
+        out += [(float(t[i]) - step.step, float(t[i]) + after) for i in np.nonzero(hit)[0]]
+    if st is not None and len(st.labels):
         x = st.single()
         assert x is not None, "a grid with labels has a row"
         med = nan_median(x)
         if math.isfinite(med):
             spikes = np.nonzero(x > 1.5 * med)[0]
-            tl.checkpoints += [
-                (float(st.t[i]) - float(x[i]) - st.step, float(st.t[i]) + after) for i in spikes
-            ]
-    # stalled: the counter stopped well before the data ends, and the job did not complete
+            out += [(float(st.t[i]) - float(x[i]) - st.step, float(st.t[i]) + after) for i in spikes]
+    return out
+
+
+def _stalled(
+    tl: Timeline, results: Mapping[str, Any], triage: Mapping[str, Any] | None, step_s: float
+) -> bool:
+    """Whether the step counter stopped well before the data ends and the job did not complete."""
     status = triage_get(triage, "job", "status")
     gap = tl.end - (tl.last_advance or tl.end)
     if status == "completed" or status == "soft-success":
-        tl.stalled = False
+        stalled = False
     elif status is not None:
-        tl.stalled = gap >= max(120.0, 4 * step_s)
+        stalled = gap >= max(120.0, 4 * step_s)
     else:
-        tl.stalled = gap >= max(300.0, 5 * step_s)
-    if tl.stalled and _still_training(results, tl, step_s):
-        tl.stalled = False  # the gauge stopped, the GPUs did not: no stall without corroboration
-    train_end = tl.last_advance or tl.end
-    length = max(600.0, 0.25 * max(0.0, train_end - tl.warm_end))
-    tl.steady = (tl.warm_end, min(train_end, tl.warm_end + length))
-    return tl
+        stalled = gap >= max(300.0, 5 * step_s)
+    if stalled and _still_training(results, tl, step_s):
+        stalled = False  # the gauge stopped, the GPUs did not: no stall without corroboration
+    return stalled
 
 
 def _int(x: Any) -> int | None:

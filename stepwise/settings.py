@@ -331,6 +331,9 @@ else:
         }
     }
 STEPWISE_TIMELINE_LIVE_TTL = envint("STEPWISE_TIMELINE_LIVE_TTL", 60, minimum=1)
+# With Redis, every request reads its session from the shared cache (written through to the database, so
+# a flushed cache signs nobody out): one database query less per page. The database cache would gain nothing.
+SESSION_ENGINE = "django.contrib.sessions.backends." + ("cached_db" if REDIS_URL else "db")
 
 # --- Per-source query budget ------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ print(json.dumps({
     "tsdb_views": str(s.STEPWISE_TSDB_VIEWS),
     "prometheus_bin": s.STEPWISE_PROMETHEUS_BIN,
     "session_cookie_secure": s.SESSION_COOKIE_SECURE,
+    "session_engine": s.SESSION_ENGINE,
     "eager": s.CELERY_TASK_ALWAYS_EAGER,
     "acks_late": s.CELERY_TASK_ACKS_LATE,
     "prefetch": s.CELERY_WORKER_PREFETCH_MULTIPLIER,
@@ -116,9 +117,12 @@ def test_it_reads_secrets_from_name_file(tmp_path: Path) -> None:
 
 
 def test_it_uses_redis_and_tls_settings_from_the_environment(tmp_path: Path) -> None:
-    """REDIS_URL switches the broker; STEPWISE_TLS turns on secure cookies."""
+    """REDIS_URL switches the broker and reads sessions from Redis first; STEPWISE_TLS turns on secure
+    cookies."""
+    assert _load(tmp_path)["session_engine"] == "django.contrib.sessions.backends.db"
     s = _load(tmp_path, REDIS_URL="redis://127.0.0.1:6379/3", STEPWISE_TLS="1", DEBUG="true")
     assert s["broker"] == "redis://127.0.0.1:6379/3"
+    assert s["session_engine"] == "django.contrib.sessions.backends.cached_db"
     assert s["session_cookie_secure"] is True
     assert s["debug"] is True
 

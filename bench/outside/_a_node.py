@@ -54,6 +54,9 @@ def _host_values(plan: Plan, rng: np.random.Generator, host: str, ts: np.ndarray
     noise = np.abs(rng.normal(0, 1, n))
     io_rate = 0.002 + save * (0.5 if rep0 else 0.1) * (1 + 0.2 * noise)
     tcp_rate = rng.uniform(0.2, 3.0) + save * rng.uniform(200, 2000) + noise
+    for h, a, b, rate in plan.tcp_bursts:
+        if h == host:
+            tcp_rate = tcp_rate + ((ts >= a) & (ts < b)) * rate * (1 + 0.3 * noise)
     running = np.round(3 + train * rng.uniform(18, 40) + save * 10 + 2 * noise)
     return {
         "node_memory_MemTotal_bytes": np.full(n, total),
@@ -172,6 +175,8 @@ def add_node_exporter(plan: Plan, rng: np.random.Generator, store: Store) -> Non
 
 def add_trainer(plan: Plan, rng: np.random.Generator, store: Store) -> None:
     """The rank-0 trainer's gauges, scraped like any target; absent before the first step."""
+    if not plan.layout.trainer_gauges:
+        return
     inst = f"{plan.hosts[0]}:8000"
     times, ok = scrape_times(plan, rng, f"trainer:{plan.hosts[0]}")
     alive = (times >= plan.load_start) & (times < plan.job_end)

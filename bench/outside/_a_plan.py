@@ -34,6 +34,7 @@ class Layout:
     ecc_fields: str  # "ecc" (ECC_*_VOL_TOTAL) or "remap" (remapped rows, the default counter set)
     ne_hw_counters: bool  # node_exporter >= 1.11: InfiniBand hw counters
     trainer_job: str
+    trainer_gauges: bool  # the trainer exports training_* gauges (else only the log has steps)
     late_targets: dict[str, int] = field(default_factory=dict)  # "dcgm:host" -> scrapes missed at start
 
 
@@ -93,6 +94,7 @@ class Plan:
     ghost: tuple[str, float] | None = None
     warm: tuple[str, float] | None = None
     accused: list[str] = field(default_factory=list)
+    tcp_bursts: list[tuple[str, float, float, float]] = field(default_factory=list)  # host, start, end, per s
     culprits: list[dict[str, str | None]] = field(default_factory=list)
     onset: float | None = None
 
@@ -132,6 +134,7 @@ def draw_layout(rng: np.random.Generator, interval: float, hosts: list[str], nee
         ecc_fields="ecc" if rng.random() < 0.5 else "remap",
         ne_hw_counters=need_hw or rng.random() < 0.6,
         trainer_job=str(rng.choice(["trainer", "training-metrics", "maxtext"])),
+        trainer_gauges=bool(rng.random() < 0.8),
         late_targets=late,
     )
 

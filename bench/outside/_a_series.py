@@ -167,6 +167,9 @@ def _gpu_labels(plan: Plan, host: str, hi: int, gpu: int) -> dict[str, str]:
     else:
         labels.update(
             {
+                "exported_pod": f"llm-train-worker-{hi}",
+                "exported_namespace": "training",
+                "exported_container": "trainer",
                 "pod": f"nvidia-dcgm-exporter-{zlib.crc32(host.encode()) & 0xFFFFF:05x}",
                 "namespace": "gpu-operator",
                 "container": "nvidia-dcgm-exporter",

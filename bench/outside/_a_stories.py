@@ -274,6 +274,9 @@ def heartbeat_fp(plan: Plan, rng: np.random.Generator, variant: int) -> None:
     plan.accused = [str(h) for h in rng.choice(plan.hosts[1:], size=1 + variant % 2, replace=False)]
     plan.onset = crash - plan.hb_timeout
     plan.culprits = []
+    if variant == 1:  # a TCP retransmit burst on the accused around the heartbeat stop (gRPC blocked)
+        for h in plan.accused:
+            plan.tcp_bursts.append((h, plan.onset - 30, plan.onset + 60, float(rng.uniform(50, 400))))
     plan.story = (
         f"heartbeat kill at step {plan.first_step + k} accusing {', '.join(plan.accused)}, all training"
     )

@@ -55,7 +55,11 @@ class Investigation(models.Model):
 
     class Meta:
         ordering = ["-created"]
-        indexes = [models.Index(fields=["status", "-created"], name="investigation_status_idx")]
+        indexes = [
+            models.Index(fields=["status", "-created"], name="investigation_status_idx"),
+            # The list, newest first (25 a page): read from the index instead of sorting every row.
+            models.Index(fields=["-created", "-id"], name="investigation_newest_idx"),
+        ]
 
     def __str__(self) -> str:
         return self.title

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from playbooks.anomaly import Grid, nan_median
 from playbooks.context import Context, Finding, _num
 from playbooks.model import Playbook, RuleSpec
 
-__all__ = ["_dur", "_ev", "_finding", "_gkey", "_match_host", "_steady_level"]
+__all__ = ["_dur", "_ev", "_finding", "_gaps", "_gkey", "_match_host", "_steady_level"]
 
 
 def _dur(rule: RuleSpec, key: str, default: float) -> float:
@@ -74,6 +76,16 @@ def _steady_level(ctx: Context, g: Grid) -> float:
     if not m.any():
         m = ctx.timeline.valid_training(g.t)
     return nan_median(g.values[:, m].ravel()) if m.any() else float("nan")
+
+
+def _gaps(seg: np.ndarray) -> bool:
+    """Whether a host's presence series (samples or `up`) over a window shows it silent: missing at the
+    window's end or at two instants running. One missed scrape with the host reporting right after is an
+    exporter's hiccup that every fleet shows now and then, no silence."""
+    if not len(seg):
+        return False
+    miss = ~(np.nan_to_num(seg, nan=0.0) > 0)
+    return bool(miss[-1] or (miss[1:] & miss[:-1]).any())
 
 
 def _gkey(g: str) -> tuple[int, str]:

@@ -54,46 +54,12 @@ def _det_rate_outlier(
     the background.
     """
     g = ctx.grid(rule.queries[0])
-    tl = ctx.timeline
     win = _rate_window(ctx, rule, g, focus) if g is not None else None
     if g is None or win is None:
         return None
     p = rule.params
-    a, b = win
-    floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
-    job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
-    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    length = min(length, max(1, int(g.mask(a, b).sum())))
-    # each host against its own history before its change first, the pack's (before theirs) second; the
-    # history must be training (before it, traffic and its counters had not started): with no step data, the
-    # pack's background over the whole data alone
-    own, pack = background(
-        g.values,
-        job,
-        floor=floor,
-        length=length if tl.train_start is not None else 0,
-        min_points=max(20, 2 * length),
-    )
-    ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
-    exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
-    traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
-    if traffic is not None and len(traffic.t) == len(g.t):
-        for r, lab in enumerate(g.labels):
-            tx = traffic.row(host=lab.get("host", ""))
-            if tx is not None and np.isfinite(tx[job]).any():
-                exc[r] &= np.nan_to_num(tx, nan=0.0) >= 0.1 * nan_median(tx[job])
-    found = []
-    for r in range(len(g.labels)):
-        i = first_sustained(exc[r], length, float(p.get("min_fraction", 0.8)))
-        if i is None:
-            continue
-        x = g.values[r]
-        level = nan_median(x[exc[r]])
-        strength = level / max(ref[r], floor, 1e-12)
-        # back to where it clearly left its background (a few points just above a 95th percentile are noise)
-        j = walk_back(x, i, max(floor, 3.0 * ref[r]))
-        t_on = float(g.t[j]) - min(ctx.window_s(rule.queries[0]), g.step) / 2
-        found.append((strength, r, t_on, level))
+    exc, own, ref, length = _excess(ctx, rule, g, win)
+    found = _sustained(ctx, rule, g, exc, ref, length)
     if not found:
         return None
     top = max(s for s, *_ in found)
@@ -120,6 +86,70 @@ def _det_rate_outlier(
     onset = min(f[2] for f in found)
     extra: dict[str, Any] = {"common_event": True} if common else {}
     return _finding(pb, rule, hosts, [], onset, ev, strength=top, **extra)
+
+
+def _excess(
+    ctx: Context, rule: RuleSpec, g: Grid, win: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """Return where each host's rate exceeds `factor` x its background within `win` (hosts x instants),
+    each host's own background, the background it is judged against, and `min_duration` in grid steps."""
+    tl = ctx.timeline
+    p = rule.params
+    a, b = win
+    floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
+    job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
+    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
+    length = min(length, max(1, int(g.mask(a, b).sum())))
+    # each host against its own history before its change first, the pack's (before theirs) second; the
+    # history must be training (before it, traffic and its counters had not started): with no step data, the
+    # pack's background over the whole data alone. A hang's trigger may start a scrape or two before the
+    # stall and go on after it: its change is sought up to the end of the judged window, so that the burst
+    # is not taken for the host's own background
+    cols = job | g.mask(a, b) if "before_stall" in p and tl.train_start is not None else job
+    own, pack = background(
+        g.values,
+        cols,
+        floor=floor,
+        length=length if tl.train_start is not None else 0,
+        min_points=max(20, 2 * length),
+    )
+    ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
+    exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
+    traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
+    # once a job hangs no host's traffic flows: a hang's trigger goes on being judged after the stall (a
+    # burst that began shortly before it and went on), against the pack, which then sends nothing either
+    stalled_after = (
+        g.t > tl.last_advance
+        if "before_stall" in p and tl.last_advance is not None
+        else np.zeros(len(g.t), bool)
+    )
+    if traffic is not None and len(traffic.t) == len(g.t):
+        for r, lab in enumerate(g.labels):
+            tx = traffic.row(host=lab.get("host", ""))
+            if tx is not None and np.isfinite(tx[job]).any():
+                exc[r] &= (np.nan_to_num(tx, nan=0.0) >= 0.1 * nan_median(tx[job])) | stalled_after
+    return exc, own, ref, length
+
+
+def _sustained(
+    ctx: Context, rule: RuleSpec, g: Grid, exc: np.ndarray, ref: np.ndarray, length: int
+) -> list[tuple[float, int, float, float]]:
+    """Return (strength, row, onset, level) of every host whose excess lasts most of `length` steps."""
+    p = rule.params
+    floor = float(p.get("floor", 0.0))
+    found = []
+    for r in range(len(g.labels)):
+        i = first_sustained(exc[r], length, float(p.get("min_fraction", 0.8)))
+        if i is None:
+            continue
+        x = g.values[r]
+        level = nan_median(x[exc[r]])
+        strength = level / max(ref[r], floor, 1e-12)
+        # back to where it clearly left its background (a few points just above a 95th percentile are noise)
+        j = walk_back(x, i, max(floor, 3.0 * ref[r]))
+        t_on = float(g.t[j]) - min(ctx.window_s(rule.queries[0]), g.step) / 2
+        found.append((strength, r, t_on, level))
+    return found
 
 
 def _common_change(found: list[tuple[float, int, float, float]], own: np.ndarray, span: float) -> bool:

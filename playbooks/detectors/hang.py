@@ -1,18 +1,20 @@
-"""Detectors of a job that stopped: the step stall, the collective busy-wait, a silent host, accused hosts alive."""
+"""Detectors of a job that stopped: the step stall, the collective busy-wait, a silent host (accused hosts alive:
+`accused.py`)."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
 from playbooks.anomaly import Grid, nan_median
-from playbooks.context import Context, Finding, _int, triage_get
+from playbooks.context import Context, Finding
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
-from ._base import _dur, _ev, _finding, _gkey, _match_host, _steady_level
+from ._base import _dur, _ev, _finding, _gaps, _gkey, _steady_level
 
 
 def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -29,6 +31,11 @@ def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
 
 
 def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
+    """Most hosts spin (high utilisation at low power) after the steps stopped: a collective busy-waits.
+
+    The hosts whose GPUs do otherwise (per GPU, another set of spinning GPUs than most hosts; per host, GPUs
+    left idle while the others spin) never entered the collective: they are where to start.
+    """
     tl = ctx.timeline
     util, power = ctx.grid(rule.queries[0]), ctx.grid(rule.queries[1])
     umin = ctx.grid(rule.queries[2]) if len(rule.queries) > 2 else None
@@ -40,63 +47,23 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
         return None
     a = tl.last_advance + max(60.0, 2 * power.step)
     b = (tl.crash_time if tl.crash_time and tl.crash_time > a else tl.end) - power.step
-    win_p, win_u = power.mask(a, b), util.mask(a, b)
-    if win_p.sum() < 1 or win_u.sum() < 1:
+    if power.mask(a, b).sum() < 1 or util.mask(a, b).sum() < 1:
         return None
     active = _steady_level(ctx, power)
     if not math.isfinite(active) or active <= 0:
         return None
-    rows = []
-    busy = 0
-    hosts_seen = 0
-    umin_by_host: dict[str, float] = {}
-    if umin is not None:
-        wm = umin.mask(a, b)
-        umin_by_host = {
-            lab.get("host", ""): nan_median(v[wm]) for lab, v in zip(umin.labels, umin.values, strict=True)
-        }
-    silent: set[str] = set()
-    for q in p.get("presence", ()):
-        pg = ctx.grid(str(q))
-        if pg is None:
-            continue
-        for lab, v in zip(pg.labels, pg.values, strict=True):
-            seg = v[pg.mask(a, b)]
-            if len(seg) and not (np.nan_to_num(seg, nan=0.0) > 0).all():
-                silent.add(lab.get("host", ""))
+    silent = _silent_hosts(ctx, p.get("presence", ()), a, b)
     # a host spins when its GPUs (or, per GPU, any of them) run at high utilisation at low power
     sets = (
         _busy_sets(per_gpu, per_gpu.mask(a, b), float(p.get("util_min", 70.0)), silent)
         if per_gpu is not None
-        else {}
+        else None
     )
-    for lab, pv in zip(power.labels, power.values, strict=True):
-        h = lab.get("host", "")
-        if h in silent:
-            continue
-        uv = util.row(host=h)
-        pu = nan_median(pv[win_p])
-        uu = nan_median(uv[win_u]) if uv is not None else float("nan")
-        if not math.isfinite(pu):
-            continue
-        hosts_seen += 1
-        spins = (math.isfinite(uu) and uu >= p.get("util_min", 70.0)) or bool(sets.get(h))
-        is_busy = spins and pu <= p.get("power_ratio_max", 0.6) * active
-        busy += is_busy
-        rows.append((h, uu, pu, is_busy))
-    if not hosts_seen or busy < max(1, 0.5 * hosts_seen):
+    rows = _busy_rows(rule, util, power, (a, b), active, silent, sets or {})
+    busy = sum(r[3] for r in rows)
+    if not rows or busy < max(1, 0.5 * len(rows)):
         return None
-    odd = []
-    for h in silent:
-        umin_by_host.pop(h, None)
-    if per_gpu is not None:
-        odd = _odd_hosts(sets)
-        umin_by_host = {h: v for h, v in umin_by_host.items() if h in odd}
-    elif umin_by_host:
-        typical = nan_median([v for v in umin_by_host.values() if math.isfinite(v)])
-        for h, v in umin_by_host.items():
-            if math.isfinite(v) and math.isfinite(typical) and v < p.get("idle_util", 20.0) <= typical:
-                odd.append(h)
+    odd, umin_by_host = _idle_hosts(rule, umin, (a, b), silent, sets)
     ev = [
         _ev(
             ctx,
@@ -119,49 +86,102 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
                 "some GPUs of this host sit idle while the others spin: they never entered the collective",
             ),
         )
-    return _finding(pb, rule, sorted(odd), [], tl.last_advance, ev, busy_hosts=busy, hosts_seen=hosts_seen)
+    return _finding(pb, rule, sorted(odd), [], tl.last_advance, ev, busy_hosts=busy, hosts_seen=len(rows))
+
+
+def _silent_hosts(ctx: Context, presence: Iterable[object], a: float, b: float) -> set[str]:
+    """Return the hosts whose presence series (samples or `up`) miss an instant between a and b."""
+    silent: set[str] = set()
+    for q in presence:
+        pg = ctx.grid(str(q))
+        if pg is None:
+            continue
+        for lab, v in zip(pg.labels, pg.values, strict=True):
+            if _gaps(v[pg.mask(a, b)]):
+                silent.add(lab.get("host", ""))
+    return silent
+
+
+def _busy_rows(
+    rule: RuleSpec,
+    util: Grid,
+    power: Grid,
+    win: tuple[float, float],
+    active: float,
+    silent: set[str],
+    sets: Mapping[str, frozenset[str]],
+) -> list[tuple[str, float, float, bool]]:
+    """Return (host, utilisation, power, busy-waits) for every reporting host over `win`."""
+    p = rule.params
+    win_p, win_u = power.mask(*win), util.mask(*win)
+    rows = []
+    for lab, pv in zip(power.labels, power.values, strict=True):
+        h = lab.get("host", "")
+        if h in silent:
+            continue
+        uv = util.row(host=h)
+        pu = nan_median(pv[win_p])
+        uu = nan_median(uv[win_u]) if uv is not None else float("nan")
+        if not math.isfinite(pu):
+            continue
+        spins = (math.isfinite(uu) and uu >= p.get("util_min", 70.0)) or bool(sets.get(h))
+        is_busy = spins and pu <= p.get("power_ratio_max", 0.6) * active
+        rows.append((h, uu, pu, is_busy))
+    return rows
+
+
+def _idle_hosts(
+    rule: RuleSpec,
+    umin: Grid | None,
+    win: tuple[float, float],
+    silent: set[str],
+    sets: dict[str, frozenset[str]] | None,
+) -> tuple[list[str], dict[str, float]]:
+    """Return the hosts that never entered the collective and each one's lowest GPU utilisation.
+
+    Per GPU (`sets`), those whose set of spinning GPUs differs from most hosts'; else those whose lowest GPU
+    utilisation is idle while the typical host's is not.
+    """
+    umin_by_host: dict[str, float] = {}
+    if umin is not None:
+        wm = umin.mask(*win)
+        umin_by_host = {
+            lab.get("host", ""): nan_median(v[wm]) for lab, v in zip(umin.labels, umin.values, strict=True)
+        }
+    for h in silent:
+        umin_by_host.pop(h, None)
+    odd: list[str] = []
+    if sets is not None:
+        odd = _odd_hosts(sets)
+        umin_by_host = {h: v for h, v in umin_by_host.items() if h in odd}
+    elif umin_by_host:
+        typical = nan_median([v for v in umin_by_host.values() if math.isfinite(v)])
+        for h, v in umin_by_host.items():
+            if (
+                math.isfinite(v)
+                and math.isfinite(typical)
+                and v < rule.params.get("idle_util", 20.0) <= typical
+            ):
+                odd.append(h)
+    return odd, umin_by_host
 
 
 def _det_host_silent(
     ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
 ) -> Finding | None:
+    """At most half the hosts went silent (no samples, exporter down, or GPUs at 0 W) up to the data end."""
     samples = ctx.grid(rule.queries[0])
     up, power, util = (ctx.grid(q) for q in rule.queries[1:4])
     ref = samples or power
     if ref is None:
         return None
-    p = rule.params
     t = ref.t
     hosts = [lab.get("host", "") for lab in ref.labels]
     if up is not None:
         hosts += [lab.get("host", "") for lab in up.labels if lab.get("host", "") not in hosts]
     if len(hosts) < 2:
         return None
-
-    def row(g: Grid | None, h: str) -> np.ndarray | None:
-        if g is None or len(g.t) != len(t):
-            return None
-        return g.row(host=h)
-
-    with np.errstate(all="ignore"):
-        p_med = np.nanmedian(power.values, axis=0) if power is not None and len(power.t) == len(t) else None
-    absent: dict[str, np.ndarray] = {}
-    via_up: dict[str, np.ndarray] = {}
-    dead: dict[str, np.ndarray] = {}
-    for h in hosts:
-        s = row(samples, h)
-        a = np.ones(len(t), bool) if s is None else ~(s > 0)
-        u = row(up, h)
-        vu = np.zeros(len(t), bool) if u is None else (u < 1)
-        if s is None and u is not None:
-            a = ~(u >= 1)
-        a = a | vu
-        z = np.zeros(len(t), bool)
-        pw, ut = row(power, h), row(util, h)
-        if pw is not None and p_med is not None:
-            with np.errstate(all="ignore"):
-                z = (pw < float(p.get("zero_ratio", 0.2)) * p_med) & ((ut < 5) if ut is not None else True)
-        absent[h], via_up[h], dead[h] = a, vu, a | z
+    absent, via_up, dead = _silences(rule, t, hosts, samples, up, power, util)
     present_share = np.mean([~absent[h] for h in hosts], axis=0)
     alive_idx = np.nonzero(present_share >= 0.5)[0]
     if not len(alive_idx):
@@ -194,156 +214,51 @@ def _det_host_silent(
             how = "GPUs at 0 W / 0 %"
         out_hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
-        ev.append(
-            _ev(
-                ctx,
-                rule.queries[0],
-                {"host": h},
-                how,
-                f"{how} from {fmt_time(t_on)} while the other hosts still report",
-            )
-        )
+        text = f"{how} from {fmt_time(t_on)} while the other hosts still report"
+        ev.append(_ev(ctx, rule.queries[0], {"host": h}, how, text))
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
     return _finding(pb, rule, out_hosts, [], onset, ev)
 
 
-def _det_accused_alive(
-    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
-) -> Finding | None:
-    """The accused hosts trained like the rest of the job around the heartbeat-stop time and up to the kill.
+def _silences(
+    rule: RuleSpec,
+    t: np.ndarray,
+    hosts: list[str],
+    samples: Grid | None,
+    up: Grid | None,
+    power: Grid | None,
+    util: Grid | None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Return, per host and instant on `t`: absent (no samples or target down), down by `up`, and dead
+    (absent, or GPUs well below the pack's power and idle)."""
 
-    Their training level is judged only at the instants where the other hosts trained (their median power
-    at the job's own training level): a checkpoint save or any other job-wide pause drops every host at
-    once and says nothing about the accused. From the heartbeat-stop time to the kill they must also move
-    with their peers whatever the job does (a dead task idles while its peers spin in their collectives),
-    and the job must have gone on after the heartbeats stopped: a task that really died stops every step
-    with it, so without training after the heartbeat-stop time the accusation may be true.
-    """
-    tr = ctx.triage or {}
-    tl = ctx.timeline
-    accused = list(tr.get("heartbeat_accused") or [])
-    crash = triage_get(tr, "job", "crash_time")
-    timeout = _int(triage_get(tr, "config", "jax_distributed_heartbeat_timeout_seconds"))
-    power, util = ctx.grid(rule.queries[0]), ctx.grid(rule.queries[1])
-    if not accused or crash is None or timeout is None or power is None:
-        return None
-    if util is not None and len(util.t) != len(power.t):
-        util = None
-    p = rule.params
-    ratio, umin = float(p.get("power_ratio_min", 0.7)), float(p.get("util_min", 60.0))
-    crash = float(crash)
-    hb_stop = crash - timeout
-    active = _steady_level(ctx, power)
-    if not math.isfinite(active) or active <= 0:
-        return None
-    hosts_all = [lab.get("host", "") for lab in power.labels]
-    rows: dict[str, str] = {}
-    for name in accused:
-        matched = _match_host(name, hosts_all)
-        if matched is None:
+    def row(g: Grid | None, h: str) -> np.ndarray | None:
+        if g is None or len(g.t) != len(t):
             return None
-        rows[name] = matched
+        return g.row(host=h)
 
-    def pack(g: Grid) -> np.ndarray:
-        peers = [i for i, lab in enumerate(g.labels) if lab.get("host") not in rows.values()]
-        median: np.ndarray = np.nanmedian(g.values[peers or list(range(len(g.labels)))], axis=0)
-        return median
-
-    pack_p = pack(power)
-    pack_u = pack(util) if util is not None else None
-    pack_trains = pack_p >= ratio * active
-    tail = (power.t > hb_stop) & (power.t <= crash)
-    if not (pack_trains & tail).any() and not (tl.last_advance is not None and tl.last_advance > hb_stop):
-        return None  # nothing trained after the heartbeats stopped: the accusation may be true
-    margin = _dur(rule, "margin", 120.0)
-    need = max(3, int(round(margin / max(power.step, 1e-9) / 2)))
-    # widen the window (up to 4x) until enough instants where the job trained are seen
-    for k in (1, 2, 4):
-        a, b = hb_stop - k * margin, min(hb_stop + k * margin, crash)
-        judged = pack_trains & power.mask(a, b)
-        if judged.sum() >= need:
-            break
-    if judged.sum() < need:
-        return None
-    n_before, n_after = int((judged & (power.t <= hb_stop)).sum()), int((judged & (power.t > hb_stop)).sum())
-    ev, alive = [], []
-    for name in accused:
-        h = rows[name]
-        pr = power.row(host=h)
-        assert pr is not None, "h is one of power's own hosts"
-        ur = util.row(host=h) if util is not None else None
-        pw = nan_median(pr[judged])
-        uu = nan_median(ur[judged]) if ur is not None else float("nan")
-        low = int((np.nan_to_num(pr[judged], nan=0.0) < ratio * active).sum())
-        ok = (
-            math.isfinite(pw)
-            and pw >= ratio * active
-            and low <= 0.2 * judged.sum()
-            and (not math.isfinite(uu) or uu >= umin)
-        )
-        # up to the kill it moves with its peers (training, saving a checkpoint, or waiting with them)
-        lag = 0
-        if tail.any():
-            with np.errstate(invalid="ignore"):
-                moves = np.nan_to_num(pr[tail], nan=0.0) >= ratio * pack_p[tail]
-                if ur is not None and pack_u is not None:
-                    moves &= np.nan_to_num(ur[tail], nan=0.0) >= ratio * pack_u[tail]
-            lag = int((~moves).sum())
-            ok = ok and lag <= 0.2 * tail.sum()
-        for q in p.get("presence", ()):
-            pg = ctx.grid(str(q))
-            if pg is None:
-                continue
-            prs = pg.row(host=h)
-            if prs is not None:
-                seg = prs[pg.mask(a, crash + pg.step)]
-                if len(seg) and not (np.nan_to_num(seg, nan=0.0) > 0).all():
-                    ok = False
-        alive.append(ok)
-        ev.append(
-            _ev(
-                ctx,
-                rule.queries[0],
-                {"host": h},
-                pw,
-                f"{pw:.0f} W ({pw / active:.0%} of the job's training power) and {uu:.0f} % utilisation at "
-                f"the {int(judged.sum())} instants its peers trained between {fmt_time(a)} and {fmt_time(b)} "
-                f"({n_before} before, {n_after} after the heartbeat-stop time {fmt_time(hb_stop)}); "
-                f"{int(tail.sum()) - lag}/{int(tail.sum())} instants in step with its peers up to the kill: "
-                f"{'training' if ok else 'NOT training'}",
-            )
-        )
-        for q in [q for q in rule.queries[2:] if q not in p.get("presence", ())]:
-            g = ctx.grid(q)
-            if g is None:
-                continue
-            r = g.row(host=h)
-            if r is not None:
-                ev.append(
-                    _ev(
-                        ctx,
-                        q,
-                        {"host": h},
-                        nan_median(r[g.mask(hb_stop - margin, hb_stop)]),
-                        "at the heartbeat-stop time",
-                    )
-                )
-    if not all(alive):
-        return None
-    if tl.last_advance is not None and tl.last_advance > hb_stop and ctx.grid("step") is not None:
-        ev.insert(
-            0,
-            _ev(
-                ctx,
-                "step",
-                {},
-                tl.last_step or 0,
-                f"training steps went on for {(tl.last_advance - hb_stop) / 60:.1f} min after the "
-                f"heartbeat-stop time, up to {fmt_time(tl.last_advance)}: every task was alive",
-            ),
-        )
-    return _finding(pb, rule, list(rows.values()), [], hb_stop, ev, no_culprits=True)
+    with np.errstate(all="ignore"):
+        p_med = np.nanmedian(power.values, axis=0) if power is not None and len(power.t) == len(t) else None
+    absent: dict[str, np.ndarray] = {}
+    via_up: dict[str, np.ndarray] = {}
+    dead: dict[str, np.ndarray] = {}
+    zero = float(rule.params.get("zero_ratio", 0.2))
+    for h in hosts:
+        s = row(samples, h)
+        a = np.ones(len(t), bool) if s is None else ~(s > 0)
+        u = row(up, h)
+        vu = np.zeros(len(t), bool) if u is None else (u < 1)
+        if s is None and u is not None:
+            a = ~(u >= 1)
+        a = a | vu
+        z = np.zeros(len(t), bool)
+        pw, ut = row(power, h), row(util, h)
+        if pw is not None and p_med is not None:
+            with np.errstate(all="ignore"):
+                z = (pw < zero * p_med) & ((ut < 5) if ut is not None else True)
+        absent[h], via_up[h], dead[h] = a, vu, a | z
+    return absent, via_up, dead
 
 
 def _busy_sets(g: Grid, cols: np.ndarray, util_min: float, skip: set[str]) -> dict[str, frozenset[str]]:

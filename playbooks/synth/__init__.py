@@ -78,6 +78,14 @@ def _config(job: _sim.Job, job_dir_name: str) -> dict[str, str]:
     }
 
 
+def _triage_class(job: _sim.Job) -> str | None:
+    """Return the triage's primary class of this run's log: a node death Slurm reports (the
+    `slurm_node_failure` variant: no heartbeat timeout is logged, Slurm ends the job first) is `node-fail`."""
+    if job.variants.get("slurm_node_failure"):
+        return "node-fail"
+    return _tgs_class(job, job.scenario.triage_class)
+
+
 def _tgs_class(job: _sim.Job, default: str | None) -> str | None:
     """Return what the seed's TGS check makes of this run: last 10 steps >10 % below steps 5-15."""
     n = len(job.tgs)
@@ -99,7 +107,7 @@ def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict[str, Any]:
         "job_id": job.job_id,
         "job_name": job.job_name,
         "status": sc.status,
-        "triage_class": _tgs_class(job, sc.triage_class),
+        "triage_class": _triage_class(job),
         "first_step": int(job.step_num[0]) if len(job.step_num) else None,
         "last_step": job.last_step,
         "steps_total": job.steps_total,

@@ -1,0 +1,199 @@
+"""The accused-alive detector: the hosts a heartbeat timeout accused trained like the rest up to the kill."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from playbooks.anomaly import Grid, nan_median
+from playbooks.context import Context, Finding, _int, triage_get
+from playbooks.model import Playbook, RuleSpec
+from playbooks.report import fmt_time
+
+from ._base import _dur, _ev, _finding, _gaps, _match_host, _steady_level
+
+
+@dataclass(frozen=True)
+class _Scene:
+    """What every accused host is judged against.
+
+    Attributes:
+        power, util: per-host power and utilisation (util None when absent or on another grid).
+        pack_p, pack_u: the peers' median power and utilisation per instant.
+        judged: the instants around the heartbeat-stop time where the peers trained.
+        tail: the instants from the heartbeat-stop time to the kill.
+        active: the job's own training power.
+        a, b: the window `judged` was taken from.
+    """
+
+    power: Grid
+    util: Grid | None
+    pack_p: np.ndarray
+    pack_u: np.ndarray | None
+    judged: np.ndarray
+    tail: np.ndarray
+    active: float
+    ratio: float
+    umin: float
+    margin: float
+    a: float
+    b: float
+    hb_stop: float
+    crash: float
+
+
+def _det_accused_alive(
+    ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
+) -> Finding | None:
+    """The accused hosts trained like the rest of the job around the heartbeat-stop time and up to the kill.
+
+    Their training level is judged only at the instants where the other hosts trained (their median power
+    at the job's own training level): a checkpoint save or any other job-wide pause drops every host at
+    once and says nothing about the accused. From the heartbeat-stop time to the kill they must also move
+    with their peers whatever the job does (a dead task idles while its peers spin in their collectives),
+    and the job must have gone on after the heartbeats stopped: a task that really died stops every step
+    with it, so without training after the heartbeat-stop time the accusation may be true.
+    """
+    tr = ctx.triage or {}
+    tl = ctx.timeline
+    accused = list(tr.get("heartbeat_accused") or [])
+    crash = triage_get(tr, "job", "crash_time")
+    timeout = _int(triage_get(tr, "config", "jax_distributed_heartbeat_timeout_seconds"))
+    power, util = ctx.grid(rule.queries[0]), ctx.grid(rule.queries[1])
+    if not accused or crash is None or timeout is None or power is None:
+        return None
+    if util is not None and len(util.t) != len(power.t):
+        util = None
+    hosts_all = [lab.get("host", "") for lab in power.labels]
+    rows: dict[str, str] = {}
+    for name in accused:
+        matched = _match_host(name, hosts_all)
+        if matched is None:
+            return None
+        rows[name] = matched
+    sc = _scene(ctx, rule, power, util, rows.values(), float(crash) - timeout, float(crash))
+    if sc is None:
+        return None
+    ev, alive = [], []
+    for name in accused:
+        ok, host_ev = _judge(ctx, rule, sc, rows[name])
+        alive.append(ok)
+        ev += host_ev
+    if not all(alive):
+        return None
+    if tl.last_advance is not None and tl.last_advance > sc.hb_stop and ctx.grid("step") is not None:
+        ev.insert(
+            0,
+            _ev(
+                ctx,
+                "step",
+                {},
+                tl.last_step or 0,
+                f"training steps went on for {(tl.last_advance - sc.hb_stop) / 60:.1f} min after the "
+                f"heartbeat-stop time, up to {fmt_time(tl.last_advance)}: every task was alive",
+            ),
+        )
+    return _finding(pb, rule, list(rows.values()), [], sc.hb_stop, ev, no_culprits=True)
+
+
+def _pack(g: Grid, accused: Collection[str]) -> np.ndarray:
+    """Return the peers' (every host but the accused) median of `g` per instant."""
+    peers = [i for i, lab in enumerate(g.labels) if lab.get("host") not in accused]
+    median: np.ndarray = np.nanmedian(g.values[peers or list(range(len(g.labels)))], axis=0)
+    return median
+
+
+def _scene(
+    ctx: Context,
+    rule: RuleSpec,
+    power: Grid,
+    util: Grid | None,
+    accused: Collection[str],
+    hb_stop: float,
+    crash: float,
+) -> _Scene | None:
+    """Return what the accused are judged against, or None when the job did not train after the heartbeats
+    stopped (the accusation may be true) or too few instants where the peers trained are seen."""
+    p = rule.params
+    ratio, umin = float(p.get("power_ratio_min", 0.7)), float(p.get("util_min", 60.0))
+    active = _steady_level(ctx, power)
+    if not math.isfinite(active) or active <= 0:
+        return None
+    tl = ctx.timeline
+    pack_p = _pack(power, accused)
+    pack_u = _pack(util, accused) if util is not None else None
+    pack_trains = pack_p >= ratio * active
+    tail = (power.t > hb_stop) & (power.t <= crash)
+    if not (pack_trains & tail).any() and not (tl.last_advance is not None and tl.last_advance > hb_stop):
+        return None  # nothing trained after the heartbeats stopped: the accusation may be true
+    margin = _dur(rule, "margin", 120.0)
+    need = max(3, int(round(margin / max(power.step, 1e-9) / 2)))
+    # widen the window (up to 4x) until enough instants where the job trained are seen
+    for k in (1, 2, 4):
+        a, b = hb_stop - k * margin, min(hb_stop + k * margin, crash)
+        judged = pack_trains & power.mask(a, b)
+        if judged.sum() >= need:
+            break
+    if judged.sum() < need:
+        return None
+    return _Scene(
+        power, util, pack_p, pack_u, judged, tail, active, ratio, umin, margin, a, b, hb_stop, crash
+    )
+
+
+def _judge(ctx: Context, rule: RuleSpec, sc: _Scene, h: str) -> tuple[bool, list[dict[str, Any]]]:
+    """Return whether accused host `h` trained with its peers, and the evidence."""
+    pr = sc.power.row(host=h)
+    assert pr is not None, "h is one of power's own hosts"
+    ur = sc.util.row(host=h) if sc.util is not None else None
+    judged, tail = sc.judged, sc.tail
+    pw = nan_median(pr[judged])
+    uu = nan_median(ur[judged]) if ur is not None else float("nan")
+    low = int((np.nan_to_num(pr[judged], nan=0.0) < sc.ratio * sc.active).sum())
+    ok = (
+        math.isfinite(pw)
+        and pw >= sc.ratio * sc.active
+        and low <= 0.2 * judged.sum()
+        and (not math.isfinite(uu) or uu >= sc.umin)
+    )
+    # up to the kill it moves with its peers (training, saving a checkpoint, or waiting with them)
+    lag = 0
+    if tail.any():
+        with np.errstate(invalid="ignore"):
+            moves = np.nan_to_num(pr[tail], nan=0.0) >= sc.ratio * sc.pack_p[tail]
+            if ur is not None and sc.pack_u is not None:
+                moves &= np.nan_to_num(ur[tail], nan=0.0) >= sc.ratio * sc.pack_u[tail]
+        lag = int((~moves).sum())
+        ok = ok and lag <= 0.2 * tail.sum()
+    presence = rule.params.get("presence", ())
+    for q in presence:
+        pg = ctx.grid(str(q))
+        prs = pg.row(host=h) if pg is not None else None
+        if pg is not None and prs is not None and _gaps(prs[pg.mask(sc.a, sc.crash + pg.step)]):
+            ok = False
+    n_before = int((judged & (sc.power.t <= sc.hb_stop)).sum())
+    n_after = int((judged & (sc.power.t > sc.hb_stop)).sum())
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {"host": h},
+            pw,
+            f"{pw:.0f} W ({pw / sc.active:.0%} of the job's training power) and {uu:.0f} % utilisation at "
+            f"the {int(judged.sum())} instants its peers trained between {fmt_time(sc.a)} and {fmt_time(sc.b)} "
+            f"({n_before} before, {n_after} after the heartbeat-stop time {fmt_time(sc.hb_stop)}); "
+            f"{int(tail.sum()) - lag}/{int(tail.sum())} instants in step with its peers up to the kill: "
+            f"{'training' if ok else 'NOT training'}",
+        )
+    ]
+    for q in [q for q in rule.queries[2:] if q not in presence]:
+        g = ctx.grid(q)
+        r = g.row(host=h) if g is not None else None
+        if g is not None and r is not None:
+            at = nan_median(r[g.mask(sc.hb_stop - sc.margin, sc.hb_stop)])
+            ev.append(_ev(ctx, q, {"host": h}, at, "at the heartbeat-stop time"))
+    return bool(ok), ev
