@@ -33,10 +33,13 @@ print(json.dumps({
     "tsdb_views": str(s.STEPWISE_TSDB_VIEWS),
     "prometheus_bin": s.STEPWISE_PROMETHEUS_BIN,
     "session_cookie_secure": s.SESSION_COOKIE_SECURE,
+    "session_engine": s.SESSION_ENGINE,
     "eager": s.CELERY_TASK_ALWAYS_EAGER,
     "acks_late": s.CELERY_TASK_ACKS_LATE,
     "prefetch": s.CELERY_WORKER_PREFETCH_MULTIPLIER,
     "middleware": s.MIDDLEWARE,
+    "static_storage": getattr(s, "STORAGES", {}).get("staticfiles", {}).get("BACKEND", ""),
+    "static_finders": s.WHITENOISE_USE_FINDERS,
 }))
 """
 
@@ -44,7 +47,7 @@ print(json.dumps({
 _SCRUB = (
     "DATABASE_URL", "REDIS_URL", "SECRET_KEY", "SECRET_KEY_FILE", "DEBUG", "ALLOWED_HOSTS",
     "STEPWISE_BIND", "STEPWISE_ALLOWED_PROMETHEUS", "STEPWISE_JOB_ROOTS", "STEPWISE_PROMETHEUS_BIN",
-    "STEPWISE_TSDB_VIEWS", "STEPWISE_TLS", "DJANGO_SETTINGS_MODULE",
+    "STEPWISE_TSDB_VIEWS", "STEPWISE_TLS", "STEPWISE_STATIC_COLLECTED", "DJANGO_SETTINGS_MODULE",
 )  # fmt: skip
 
 
@@ -115,10 +118,22 @@ def test_it_reads_secrets_from_name_file(tmp_path: Path) -> None:
     assert not (tmp_path / "secret_key").exists()
 
 
+def test_collected_static_files_are_served_hashed_and_compressed(tmp_path: Path) -> None:
+    """Where collectstatic ran (the Docker image), hashed names and compressed copies; else the finders."""
+    plain = _load(tmp_path)
+    assert (plain["static_storage"], plain["static_finders"]) == ("", True)
+    collected = _load(tmp_path, STEPWISE_STATIC_COLLECTED="1")
+    assert collected["static_storage"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    assert collected["static_finders"] is False
+
+
 def test_it_uses_redis_and_tls_settings_from_the_environment(tmp_path: Path) -> None:
-    """REDIS_URL switches the broker; STEPWISE_TLS turns on secure cookies."""
+    """REDIS_URL switches the broker and reads sessions from Redis first; STEPWISE_TLS turns on secure
+    cookies."""
+    assert _load(tmp_path)["session_engine"] == "django.contrib.sessions.backends.db"
     s = _load(tmp_path, REDIS_URL="redis://127.0.0.1:6379/3", STEPWISE_TLS="1", DEBUG="true")
     assert s["broker"] == "redis://127.0.0.1:6379/3"
+    assert s["session_engine"] == "django.contrib.sessions.backends.cached_db"
     assert s["session_cookie_secure"] is True
     assert s["debug"] is True
 

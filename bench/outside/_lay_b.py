@@ -69,6 +69,15 @@ def _gpu_target(job: Job, om: OpenMetrics, cfg: dict[str, Any], h: int, port: in
     return tg
 
 
+def _gpu_seen(job: Job, h: int, g: int) -> np.ndarray:
+    """False from the scrape on which a GPU that fell off the bus stops answering its exporter."""
+    seen = np.ones(len(job.grid), dtype=bool)
+    lost = job.meta.get("gpu_lost")
+    if lost and lost[:2] == (h, g):
+        seen[lost[2] :] = False
+    return seen
+
+
 DCGM_FIELDS = {
     "DCGM_FI_DEV_GPU_UTIL": "util",
     "DCGM_FI_DEV_POWER_USAGE": "power",
@@ -111,9 +120,11 @@ def emit_dcgm(job: Job, om: OpenMetrics, cfg: dict[str, Any]) -> None:
                 lab.update(
                     pod=f"{job.meta['job_name']}-worker-{h}", namespace="training", container="trainer"
                 )
+            seen = _gpu_seen(job, h, g)
             for f, arr in arrays.items():
-                _put(om, f, lab, tg, arr[h, g])
-            _put(om, "DCGM_FI_DEV_FB_FREE", lab, tg, fb_total - arrays["DCGM_FI_DEV_FB_USED"][h, g])
+                _put(om, f, lab, tg, arr[h, g], seen)
+            free = fb_total - arrays["DCGM_FI_DEV_FB_USED"][h, g]
+            _put(om, "DCGM_FI_DEV_FB_FREE", lab, tg, free, seen)
 
 
 def emit_amd(job: Job, om: OpenMetrics, cfg: dict[str, Any]) -> None:

@@ -232,7 +232,10 @@ def apply_hardware(job: Job) -> None:
         job.gpu["xid"][h, g, i0:] = 64.0
     else:
         job.gpu["ecc_dbe"][h, g, i0:] += float(rng.integers(1, 4))
-        job.gpu["xid"][h, g, i0:] = float(rng.choice([48, 48, 79]))
+        xid = float(rng.choice([48, 48, 79]))
+        job.gpu["xid"][h, g, i0:] = xid
+        if xid == 79:  # fallen off the bus: its exporter reads nothing more from it, the host goes on
+            job.meta["gpu_lost"] = (h, g, idx(job, t_on + float(rng.uniform(1, 3)) * job.interval))
     _kill_after_crash(job)
     job.meta["hw_gpu"] = (h, g)
     story = "uncorrectable memory error on one GPU, the trainer aborts; the host keeps reporting"

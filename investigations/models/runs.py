@@ -136,6 +136,12 @@ class DiagnosisRun(RunProgress, models.Model):
         indexes = [
             models.Index(fields=["status"], name="diagnosisrun_status_idx"),
             models.Index(fields=["investigation", "kind", "-created"], name="diagnosisrun_kind_idx"),
+            # A job's latest finished diagnosis (its stored step series: every report link's step).
+            models.Index(
+                fields=["job", "kind", "-finished", "-id"],
+                condition=Q(status=TaskStatus.DONE),
+                name="diagnosisrun_job_done_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -116,6 +116,9 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
         last_ts = st.barrier_time + sum(st.steps[s][0] for s in steps)
         out.details["last_step_time_estimated"] = True
     prog["last_step_time"] = round(last_ts, 3) if last_ts is not None else None
+    first_ts = st.steps[steps[0]][3] if steps else None
+    if first_ts is not None:
+        out.details["first_step_time"] = round(first_ts, 3)
     last_ckpt = None
     if ckpt_on and out.last_step is not None:
         if st.saved:

@@ -138,10 +138,13 @@ def action_item_set_done(item: ActionItem, *, done: bool, user) -> ActionItem:
 
 
 def presence_touch(report: Report, user, section: str = "") -> None:
-    """Record that `user` has the report open now, editing `section` (blank: reading)."""
-    Presence.objects.update_or_create(
-        report=report, user=user, defaults={"section": section[:32], "seen": timezone.now()}
-    )
+    """Record that `user` has the report open now, editing `section` (blank: reading).
+
+    One UPDATE for a reader already present (every page view and every live poll, each few seconds),
+    instead of a transaction locking the row first; the row is created on the first visit."""
+    values = {"section": section[:32], "seen": timezone.now()}
+    if not Presence.objects.filter(report=report, user=user).update(**values):
+        Presence.objects.update_or_create(report=report, user=user, defaults=values)
 
 
 def presence_list(report: Report) -> list[Presence]:

@@ -53,8 +53,7 @@ def live(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
 
     The page sends `v_<section>` (the version it shows) for each section it displays, `editing` (a section
     open in an editor, which is never replaced) and `t_<region>` tokens."""
-    report, role = report_of(request, investigation_id)
-    svc.report_refresh(report)
+    report, role = report_of(request, investigation_id)  # refreshed from the machine's inputs if they changed
     for pending in report.human_findings.filter(kind="query", evidence__state="running"):
         findings.human_finding_freeze(pending)  # a query the worker finished: its result is frozen now
     editing = request.GET.get("editing", "")
