@@ -332,6 +332,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
             i -= 1
         starts.append(float(g.t[i]) - g.step / 2)
     onset = _refine_settle(ctx.grid(rule.queries[0]), float(np.median(starts)), float(g.t[e]), g.step)
+    onset = max(onset, _power_settle(ctx.grid(rule.queries[1]), onset, float(g.t[e])))
     sets = _busy_sets(g, final, util_min, set())
     odd = _odd_hosts(sets)
     n_hosts = len(sets)
@@ -376,3 +377,25 @@ def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: fl
         if len(low) and low[-1] + 1 < len(util.t):
             times.append(float(util.t[low[-1] + 1]) - util.step / 2)
     return float(np.median(times)) if times else coarse
+
+
+def _power_settle(power: Grid | None, since: float, end: float) -> float:
+    """Return when the hosts' power settled at its busy-wait level: the median over hosts of the last instant
+    (after `since`) their power stood clearly above it. GPUs that computed at high utilisation and then
+    spin (the first step's work before its first collective) spin only from when their power fell; a host
+    whose power never stood clearly above its final level gives no time. `since` when no host does."""
+    if power is None or len(power.t) < 3:
+        return since
+    final = power.mask(end - 3 * power.step, end)
+    seen = power.mask(since, end)
+    times = []
+    for v in power.values:
+        level = nan_median(v[final])
+        x = np.where(seen, np.nan_to_num(v, nan=0.0), 0.0)
+        top = float(x.max()) if len(x) else 0.0
+        if not math.isfinite(level) or top < 1.5 * max(level, 1e-9):
+            continue
+        high = np.nonzero(x > level + 0.5 * (top - level))[0]
+        if len(high) and high[-1] + 1 < len(power.t):
+            times.append(float(power.t[high[-1] + 1]) - power.step / 2)
+    return float(np.median(times)) if times else since
