@@ -116,3 +116,16 @@ def test_a_restored_job_with_a_busy_runnable_background_is_healthy_without_a_bas
     assert result["diagnosis"]["class"] == "healthy"
     assert not [f for f in result["findings"] if f["severity"] in ("warning", "critical")]
     assert any(f["class"] == "restore-resource-leak" for f in result["findings"])  # still said, as a hint
+
+
+def test_a_checkpoint_save_seen_by_one_host_alone_is_no_sign_it_stopped(served_job, outside_root):
+    """Seed 10's job 23 as drawn: 60 s scrapes, each exporter on its own offset, and a checkpoint save at the
+    heartbeat-stop time that only the accused host's sample fell into. The step gauge (polled every 60 s)
+    skips the checkpoint step itself, so the save is found where its samples cross a multiple of the
+    period, and instants within a save are not used to judge the accused: a heartbeat false positive."""
+    result, truth = _diagnose(served_job, outside_root, "heartbeat-false-positive", 0, 23, seed=10)
+    assert truth["class"] == "heartbeat-false-positive" and truth["scrape_s"] == 60
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive"
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 3
