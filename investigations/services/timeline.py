@@ -107,7 +107,12 @@ def _store(session: TimelineSession, cache_keys: dict[str, str], fetched: Sequen
 def timeline_warm(ds: DataSource | None) -> int:
     """Compute the data source's default timeline (the whole job, every default panel) into the shared
     cache, so that the first person to open it is served from the cache; return the queries sent (0 when
-    it was cached already). Raises TimelineViewError when the source cannot be reached."""
+    it was cached already). Only a finished job's TSDB: a live source (a Prometheus URL, a tunnel, a TSDB
+    still written) is left alone, since its entries expire within minutes and its Prometheus serves the
+    training job. Raises TimelineViewError when the source cannot be reached."""
+    identity = panel_cache.files_identity(ds) if ds is not None else None
+    if identity is None or identity.live:
+        return 0
     view = TimelineView()
     session = timeline_open(ds, view)
     try:

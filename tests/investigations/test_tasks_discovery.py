@@ -109,3 +109,10 @@ def test_a_discovered_source_has_its_timeline_computed_ahead(
     with django_capture_on_commit_callbacks(execute=True), pytest.raises(PrometheusUnreachable):
         datasource_discover_task(url_source.pk)
     assert sent == [job_source.pk]
+
+
+def test_a_live_source_is_not_computed_ahead(url_source: DataSource) -> None:
+    """A Prometheus URL (a live head node, which serves the training job) is left alone: nothing is sent."""
+    from investigations.services import timeline
+
+    assert timeline.timeline_warm(url_source) == 0  # nothing listens on its port: no query was tried
