@@ -1,0 +1,60 @@
+"""What blind-b's outside corpus (bench/outside/gen_b.py, #10) exposed, each on a real TSDB or a real log.
+
+- A counter's single increment between two grid points was lost: windows exactly one grid step long share
+  no scrape, so a UE counter's 0 -> 1 that straddled a grid point fell in neither window.
+- A log without a start stamp whose wall time is shorter than its steps plus the setup allowance gave a
+  negative stall, and the diagnosis window ended twenty minutes before the last step.
+"""
+
+from __future__ import annotations
+
+import time
+
+from playbooks.diagnose import render_query
+from playbooks.loader import load_playbooks
+from playbooks.prometheus import PrometheusClient
+from playbooks.triage import triage_log
+from tests.support.prometheus import Family, build_tsdb, points, served, write_openmetrics
+
+
+def test_one_uncorrectable_error_between_two_grid_points_is_counted(tmp_path):
+    """A coarse per-host increase() grid sees a 0 -> 1 step whichever grid point it straddles."""
+    end = float(int(time.time() - 7200))
+    start = end - 4 * 3600
+    interval = 10.0
+    q = next(q for q in load_playbooks()["gpu_health"].queries if q.name == "ecc_ue_host")
+    pq = render_query(q, "amd", start=start, end=end, interval=interval)
+    assert pq.step is not None and pq.step > 4 * interval, "a coarse grid coarser than the auto window"
+    grid = [pq.start + k * pq.step for k in range(int((pq.end - pq.start) // pq.step) + 1)]
+    # the last sample before the increment is just before a grid point, the first after it just after
+    g = grid[len(grid) // 2]
+    t0 = start + ((g - 4.0 - start) % interval)  # scrapes at g - 4 and g + 6
+    lab = {"host": "h1", "gpu": "3", "instance": "h1:9400", "job": "node_hw"}
+    fams = [
+        Family("hw_gpu_ras_umc_ue_total", series=[(lab, points(t0, end, interval, lambda t: float(t > g)))]),
+        Family("hw_gpu_power_watts", series=[(lab, points(t0, end, interval, lambda t: 700.0))]),
+    ]
+    tsdb = build_tsdb(write_openmetrics(tmp_path / "m.om", fams), tmp_path / "tsdb")
+    with served(tsdb, tmp_path / "views") as server, PrometheusClient(server.url, retries=1) as client:
+        series = client.query_range(pq.promql, pq.start, pq.end, pq.step)
+    seen = [(ts, v) for s in series for ts, v in zip(s.timestamps, s.values, strict=True) if v > 0.5]
+    assert seen and min(ts for ts, _ in seen) >= g, "the increment is on a grid point after it happened"
+
+
+def test_a_short_wall_time_without_a_start_stamp_is_no_negative_stall():
+    """Wall minus steps minus the setup allowance below zero means no stall, not an end before the last step."""
+    lines = ["JOB_ID=958103", "NNODES=1", "JOB_NODELIST=n1", 'PASSTHROUGH_ARGS="steps=300"']
+    lines += [
+        f"I1103 08:{10 + i // 6:02d}:{i % 6 * 10:02d}.000000 1 metric_logger.py:190] completed step: {i}, "
+        f"seconds: 10.000, TFLOP/s/device: 1.0, Tokens/s/device: 100.0, total_weights: 1, loss: 2.0"
+        for i in range(150)
+    ]
+    lines += [
+        "Traceback (most recent call last):",
+        "FloatingPointError: non-finite loss (inf) at step 150",
+        "========================== JOB SUMMARY ==========================",
+        "  Wall:   35m 0s",
+        "  Status: FAILED (exit 1) \u2014 Training FAILED (exit=1)",
+    ]
+    d = triage_log(lines).to_dict()
+    assert d["details"]["stall_after_last_step_s"] == 0.0
