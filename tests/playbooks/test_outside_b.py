@@ -4,12 +4,17 @@
   no scrape, so a UE counter's 0 -> 1 that straddled a grid point fell in neither window.
 - A log without a start stamp whose wall time is shorter than its steps plus the setup allowance gave a
   negative stall, and the diagnosis window ended twenty minutes before the last step.
+- A gradient norm or loss that climbs (a divergence) was missed: each point is only a little above the last
+  few, so no jump against them fires.
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
+
+from playbooks.anomaly import change_points, climbs, walk_back
 from playbooks.diagnose import render_query
 from playbooks.loader import load_playbooks
 from playbooks.prometheus import PrometheusClient
@@ -58,3 +63,19 @@ def test_a_short_wall_time_without_a_start_stamp_is_no_negative_stall():
     ]
     d = triage_log(lines).to_dict()
     assert d["details"]["stall_after_last_step_s"] == 0.0
+
+
+def test_a_gradient_norm_that_climbs_many_fold_is_found_and_dated_where_it_left_its_level():
+    """A divergence climbs a little each point (no jump against the last few), yet is 20x its level in minutes."""
+    t = np.arange(0.0, 3600.0, 15.0)
+    rng = np.random.default_rng(3)
+    on = 2400.0
+    x = 1.0 + rng.normal(0, 0.08, len(t))
+    x = x * np.exp(np.clip((t - on) / 200.0, 0, None))
+    valid = np.ones(len(t), bool)
+    jumps = change_points(x, t, valid, window=1200.0, z=10.0, min_rel=1.0)
+    assert all(t[i] > on + 300 for i in jumps), "against the last few points the climb barely shows"
+    found, levels = climbs(x, t, valid, window=1200.0, z=10.0, min_rel=1.0)
+    assert found and t[found[0]] < on + 600
+    start = walk_back(x, found[0], levels[found[0]])
+    assert abs(t[start] - on) <= 60.0
