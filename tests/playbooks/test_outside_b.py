@@ -6,6 +6,7 @@
   negative stall, and the diagnosis window ended twenty minutes before the last step.
 - A gradient norm or loss that climbs (a divergence) was missed: each point is only a little above the last
   few, so no jump against them fires.
+- A training instability that ended in a crash lost to the stall it caused (the hang is the fallback).
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import time
 import numpy as np
 
 from playbooks.anomaly import change_points, climbs, walk_back
+from playbooks.decision import decide_diagnosis
 from playbooks.diagnose import render_query
 from playbooks.loader import load_playbooks
 from playbooks.prometheus import PrometheusClient
 from playbooks.triage import triage_log
+from tests.playbooks.test_failure_modes import _ctx, _f
 from tests.support.prometheus import Family, build_tsdb, points, served, write_openmetrics
 
 
@@ -79,3 +82,15 @@ def test_a_gradient_norm_that_climbs_many_fold_is_found_and_dated_where_it_left_
     assert found and t[found[0]] < on + 600
     start = walk_back(x, found[0], levels[found[0]])
     assert abs(t[start] - on) <= 60.0
+
+
+def test_a_training_instability_before_the_stall_explains_it():
+    """The stall (the fallback) yields to a cause of a class that stops jobs and began before it."""
+    loss = _f("loss_jump", "training-instability", "warning", [], 4000.0)
+    stall = _f("step_stall", "collective-hang", "critical", [], 5000.0)
+    d = decide_diagnosis(_ctx(stalled=True, last_advance=5000.0), [loss, stall])
+    assert d["class"] == "training-instability" and d["onset"] == 4000.0
+    late = _f("loss_jump", "training-instability", "warning", [], 6000.0)
+    stall = _f("step_stall", "collective-hang", "critical", [], 5000.0)  # the first decision re-classed it
+    d = decide_diagnosis(_ctx(stalled=True, last_advance=5000.0), [late, stall])
+    assert d["class"] == "collective-hang", "what starts after the stall does not explain it"
