@@ -18,13 +18,16 @@ WORKDIR /app
 COPY pyproject.toml manage.py gunicorn.conf.py ./
 COPY stepwise ./stepwise
 COPY investigations ./investigations
+COPY reports ./reports
 COPY playbooks ./playbooks
 COPY templates ./templates
 COPY static ./static
 RUN pip install -e .
 
 # Collected at build time with a throwaway key and data dir, so nothing secret lands in the image.
-ENV STEPWISE_STATIC_ROOT=/app/staticfiles
+# Hashed names and gzip/brotli copies, served compressed and cached for a year (settings.py).
+ENV STEPWISE_STATIC_ROOT=/app/staticfiles \
+    STEPWISE_STATIC_COLLECTED=1
 RUN SECRET_KEY=build-time-only-not-a-secret-0123456789abcdef STEPWISE_DATA_DIR=/tmp/build-data \
     python manage.py collectstatic --noinput -v 0 && rm -rf /tmp/build-data
 

@@ -15,7 +15,7 @@ temporary data directory).
    cache (Redis) by drawing each job's timeline once: the load test measures the app, not Prometheus.
    Then prints each page's own server cost, in this process through Django's test client, one request
    at a time (median of `--repeat`, and its database queries): the figure without contention.
-3. Starts gunicorn (3 workers x 4 threads) and 2 Celery workers on the same settings
+3. Starts gunicorn (3 workers x 4 threads, as the Docker image; `--workers`, `--threads`) and 2 Celery workers on the same settings
    (DATABASE_URL, REDIS_URL), as in production.
 4. Runs locust headless (`bench/locustfile.py`): the signed-in users browse the list (plain and
    searched), investigation pages, reports and timeline panels (cached) for `--seconds`.
@@ -257,6 +257,8 @@ def main() -> None:
     ap.add_argument("--redis-db", type=int, default=13)
     ap.add_argument("--investigations", type=int, default=120)
     ap.add_argument("--repeat", type=int, default=15, help="requests per page for the in-process cost")
+    ap.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
+    ap.add_argument("--threads", type=int, default=4, help="threads of each gunicorn worker")
     ap.add_argument("--in-process-only", action="store_true", help="measure each page's cost; no locust")
     args = ap.parse_args()
     jobs = _jobs()
@@ -275,12 +277,14 @@ def main() -> None:
             return
         bind = f"127.0.0.1:{args.port}"
         procs.append(_spawn([sys.executable, "-m", "gunicorn", "stepwise.wsgi:application", "--bind", bind,
-                             "--workers", "3", "--threads", "4"], env, data_dir / "gunicorn.log"))  # fmt: skip
+                             "--workers", str(args.workers), "--threads", str(args.threads)], env, data_dir / "gunicorn.log"))  # fmt: skip
         for name in ("w1", "w2"):
             procs.append(_spawn([sys.executable, "-m", "celery", "-A", "stepwise", "worker", "-l", "warning",
                                  "--concurrency", "1", "-n", f"{name}@%h"], env, data_dir / f"{name}.log"))  # fmt: skip
         _wait_ready(f"http://{bind}/login/", procs)
-        print(f"gunicorn (3 workers x 4 threads) + 2 Celery workers + PostgreSQL + Redis up; {_load()}")
+        print(
+            f"gunicorn ({args.workers} workers x {args.threads} threads) + 2 Celery workers + PostgreSQL + Redis up; {_load()}"
+        )
         times = data_dir / "times.json"
         t0 = time.monotonic()
         subprocess.run(

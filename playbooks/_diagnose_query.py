@@ -6,7 +6,8 @@ import dataclasses
 import math
 from typing import Any
 
-from ._diagnose_types import COARSE_POINTS, FINE_POINTS, PlannedQuery
+from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
+from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
 from .profiles import PROFILES
 from .prometheus import choose_step
@@ -26,11 +27,25 @@ def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: flo
 
 
 def render_query(
-    q: QuerySpec, profile_name: str, *, start: float, end: float, interval: float
+    q: QuerySpec,
+    profile_name: str,
+    *,
+    start: float,
+    end: float,
+    interval: float,
+    hosts: int = 0,
+    gpus: int = 0,
 ) -> PlannedQuery:
-    """Return the PromQL of a declared query for a profile (raises ProfileError if it lacks a signal)."""
+    """Return the PromQL of a declared query for a profile (raises ProfileError if it lacks a signal).
+
+    `hosts` and `gpus` (the source's counts, 0 when unknown) bound the work of a query over many series:
+    Prometheus evaluates every series it reads at every step, so the fine grid of a query that reads one
+    series per GPU has at most `SERIES_POINTS / gpus` points (8,192 GPUs over 2 h: a 60 s step, not 15 s).
+    """
     prof = PROFILES[profile_name]
-    fine = choose_step(start, end, min_step=max(1.0, interval), max_points=FINE_POINTS)
+    reads = gpus if any(prof.signal(s).scope == "gpu" for s in q.signals) else hosts
+    points = min(FINE_POINTS, max(COARSE_POINTS, SERIES_POINTS // reads)) if reads > 0 else FINE_POINTS
+    fine = choose_step(start, end, min_step=max(1.0, interval), max_points=points)
     step = fine if q.resolution == "fine" else max(fine, choose_step(start, end, max_points=COARSE_POINTS))
     w = _window_s(q, step, interval, start, end)
     wtxt = f"{int(math.ceil(w))}s"
@@ -38,7 +53,16 @@ def render_query(
         sig = prof.signal(q.signal)
         fn = q.fn or None
         parts = sig.selector.split(" | ")
-        if len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
+        # the grid's own start (see below): the pack and the screen cover the points the query returns
+        first = end - math.ceil((end - start) / step - 1e-9) * step
+        if (
+            q.peers
+            and sig.scope == "gpu"
+            and not fn
+            and gpus * ((end - first) / step + 1) >= PEERS_MIN_POINTS
+        ):
+            expr = peer_expr(sig, q.agg or sig.agg, direction=q.peers, start=first, end=end)
+        elif len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
             # Sum each counter by the output labels first, then join the small results: joining every raw
             # series of several counters with `or` at each step costs ten times more on a large job.
             by = tuple(q.by if q.by is not None else sig.labels)

@@ -11,6 +11,8 @@ from .errors import PlaybooksError
 #: Points of the fine grid every range query shares, and of the coarse grid of per-GPU queries.
 FINE_POINTS = 720
 COARSE_POINTS = 120
+#: Series x points one query may read on the fine grid (a query over more series gets a coarser step).
+SERIES_POINTS = 1_000_000
 
 
 class DiagnosisError(PlaybooksError):

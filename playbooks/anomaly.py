@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,22 +42,30 @@ class Grid:
         t: grid times (unix seconds), shape (N,).
         labels: one label dict per row.
         values: shape (S, N), NaN where the series had no value.
+        pack: statistics of the whole pack when Prometheus computed them and returned only some of its
+            series (`playbooks._diagnose_peers`): "median", "mad", "count", each of shape (N,); else empty.
     """
 
     t: np.ndarray
     labels: list[dict[str, str]]
     values: np.ndarray
+    pack: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_result(cls, data: Mapping[str, Any]) -> Grid:
         """Return the grid of a stored range result ({"start", "step", "n", "series": [...]})."""
         n = int(data["n"])
         t = float(data["start"]) + float(data["step"]) * np.arange(n)
-        rows = data.get("series", [])
-        vals = np.full((len(rows), n), np.nan)
-        for i, s in enumerate(rows):
-            vals[i] = np.array([np.nan if v is None else v for v in s["values"]], dtype=float)
-        return cls(t=t, labels=[dict(s["labels"]) for s in rows], values=vals)
+        rows, pack = [], {}
+        for s in data.get("series", []):
+            v = np.array([np.nan if x is None else x for x in s["values"]], dtype=float)
+            stat = s["labels"].get("stepwise_stat")
+            if stat:
+                pack[str(stat)] = v
+            else:
+                rows.append((dict(s["labels"]), v))
+        vals = np.array([v for _, v in rows]) if rows else np.full((0, n), np.nan)
+        return cls(t=t, labels=[lab for lab, _ in rows], values=vals, pack=pack)
 
     @property
     def step(self) -> float:
@@ -168,26 +176,39 @@ def step_noise(x: np.ndarray) -> float:
 
 
 def peer_deviation(
-    values: np.ndarray, baseline_cols: np.ndarray
+    values: np.ndarray, baseline_cols: np.ndarray, pack: Mapping[str, np.ndarray] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (deviation, spread, median) of each row against the pack at each instant.
 
     deviation[s, t] = x[s, t] - median_s(x[:, t]) - offset[s], where offset is the row's own median
     deviation over `baseline_cols` (its habitual place in the pack: a GPU that always runs 4 degC warmer is
-    not anomalous). spread is the typical (median over time) robust spread of the pack.
+    not anomalous). spread is the typical (median over time) robust spread of the pack. `pack` (a
+    `Grid.pack`): the rows are only some of the pack, whose median and median absolute deviation
+    Prometheus computed over all of it.
     """
+    if pack and "median" in pack and "mad" in pack:
+        med = pack["median"]
+        with np.errstate(all="ignore"):
+            mad = pack["mad"][np.isfinite(pack["mad"])]
+        spread = MAD_SCALE * float(np.median(mad)) if len(mad) else 0.0
+        return _offset(values - med[None, :], baseline_cols), np.full(values.shape[1], spread), med
     with np.errstate(all="ignore"):
         med = np.nanmedian(values, axis=0)
-        dev = values - med[None, :]
-        if baseline_cols.any():
+        spread_t = robust_spread(values, axis=0)
+        spread = float(np.nanmedian(spread_t)) if np.isfinite(spread_t).any() else 0.0
+    return _offset(values - med[None, :], baseline_cols), np.full(values.shape[1], spread), med
+
+
+def _offset(dev: np.ndarray, baseline_cols: np.ndarray) -> np.ndarray:
+    """Return each row's deviation less its own median deviation over `baseline_cols` (0 without any)."""
+    with np.errstate(all="ignore"):
+        if baseline_cols.any() and len(dev):
             offset = np.nanmedian(dev[:, baseline_cols], axis=1)
             offset = np.where(np.isnan(offset), 0.0, offset)
         else:
-            offset = np.zeros(len(values))
-        dev = dev - offset[:, None]
-        spread_t = robust_spread(values, axis=0)
-        spread = float(np.nanmedian(spread_t)) if np.isfinite(spread_t).any() else 0.0
-    return dev, np.full(values.shape[1], spread), med
+            offset = np.zeros(len(dev))
+        out: np.ndarray = dev - offset[:, None]
+    return out
 
 
 def background(

@@ -53,10 +53,11 @@ class Timeline:
     restored: bool = False
     gauge_lag_s: float = 0.0  # how far the step gauge's last advance lags the log's last step
 
-    def in_checkpoint(self, t: np.ndarray) -> np.ndarray:
+    def in_checkpoint(self, t: np.ndarray, pad: float = 0.0) -> np.ndarray:
+        """Instants within a checkpoint window, widened by `pad` seconds on each side."""
         m = np.zeros(len(t), bool)
         for a, b in self.checkpoints:
-            m |= (t >= a) & (t <= b)
+            m |= (t >= a - pad) & (t <= b + pad)
         return m
 
     def steady_mask(self, t: np.ndarray) -> np.ndarray:
@@ -211,7 +212,7 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         tl.step_s = nan_median(st_row)
     if not isinstance(step, Grid) or not len(step.labels):
         tl.step_s = tl.step_s or triage_get(triage, "progress", "step_time_s")
-        return tl
+        return _log_timeline(tl, results, triage)
     t, s = step.t, step.single()
     assert s is not None, "a grid with labels has a row"
     have = ~np.isnan(s)
@@ -236,9 +237,35 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     tl.warm_end = float(t[warm[0]]) if len(warm) else tl.train_start + 10 * step_s
     tl.checkpoints += _checkpoints(step, s, st if isinstance(st, Grid) else None, triage, step_s)
     tl.stalled = _stalled(tl, results, triage, step_s)
+    _set_steady(tl, tl.warm_end)
+    return tl
+
+
+def _set_steady(tl: Timeline, warm_end: float) -> None:
+    """The early steady window after warm-up: the job's own baseline."""
     train_end = tl.last_advance or tl.end
-    length = max(600.0, 0.25 * max(0.0, train_end - tl.warm_end))
-    tl.steady = (tl.warm_end, min(train_end, tl.warm_end + length))
+    length = max(600.0, 0.25 * max(0.0, train_end - warm_end))
+    tl.steady = (warm_end, min(train_end, warm_end + length))
+
+
+def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str, Any] | None) -> Timeline:
+    """No step series in the TSDB (many trainers export none): the log's timed steps stand in for it.
+
+    The first and last logged steps' times bound training; warm-up is the first ten typical steps. Without
+    timed steps in the log the timeline stays unknown (no training start), as before.
+    """
+    first_t = triage_get(triage, "details", "first_step_time")
+    last_t = triage_get(triage, "progress", "last_step_time")
+    last = triage_get(triage, "job", "last_step")
+    if not all(isinstance(x, int | float) for x in (first_t, last_t, last)):
+        return tl
+    if not (tl.start - 60 <= float(first_t) <= float(last_t) <= tl.end + 60):
+        return tl
+    step_s = float(tl.step_s or 30.0)
+    tl.train_start, tl.last_advance, tl.last_step = float(first_t), float(last_t), float(last)
+    tl.warm_end = min(tl.train_start + 10 * step_s, tl.last_advance)
+    tl.stalled = _stalled(tl, results, triage, step_s)
+    _set_steady(tl, tl.warm_end)
     return tl
 
 
@@ -295,7 +322,11 @@ def _checkpoints(
     if period:
         after = min(after, 0.5 * period * step_s)
         prev = np.concatenate([[np.nan], s[:-1]])
-        hit = have & (s != prev) & (np.mod(s, period) == 0)
+        # a gauge sampled less often than steps complete skips most steps: a save is where the samples
+        # cross a multiple of the period, not only where one lands on it
+        with np.errstate(invalid="ignore"):
+            crossed = np.floor(s / period) > np.floor(prev / period)
+        hit = have & (s != prev) & ((np.mod(s, period) == 0) | crossed)
         out += [(float(t[i]) - step.step, float(t[i]) + after) for i in np.nonzero(hit)[0]]
     if st is not None and len(st.labels):
         x = st.single()

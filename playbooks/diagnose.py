@@ -101,7 +101,17 @@ def plan(
             if lacking:
                 missing += [s for s in lacking if s not in missing]
                 continue
-            queries.append(render_query(q, source.profile, start=a, end=b, interval=source.interval))
+            queries.append(
+                render_query(
+                    q,
+                    source.profile,
+                    start=a,
+                    end=b,
+                    interval=source.interval,
+                    hosts=len(source.hosts),
+                    gpus=len(source.hosts) * (source.gpus_per_host or 0),
+                )
+            )
         anchor = {
             "crash": job.get("crash_time") or prog.get("last_step_time"),
             "stall": prog.get("last_step_time"),

@@ -37,6 +37,7 @@ _QUERY_KEYS = {
     "resolution",
     "post",
     "description",
+    "peers",
 }
 _RULE_KEYS = {"id", "detector", "queries", "class", "severity", "role", "title", "meaning", "params"}
 _AGGS = {"", "sum", "max", "min", "avg", "count", "stddev"}
@@ -104,6 +105,9 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
     window = str(raw.get("window", "auto"))
     if window not in ("auto", "job"):
         _duration(window, where)
+    peers = str(raw.get("peers", ""))
+    if peers not in ("", "up", "down") or (peers and (not signal or kind != "range" or by is not None)):
+        raise PlaybookError(f"{where}: peers is up or down, on a range query of a per-GPU signal")
     q = QuerySpec(
         name=name,
         signal=signal,
@@ -116,6 +120,7 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
         resolution=resolution,
         post=str(raw.get("post", "")),
         description=str(raw.get("description", "")),
+        peers=peers,
     )
     for s in q.signals:
         if s not in SIGNALS:

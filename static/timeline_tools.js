@@ -2,7 +2,8 @@
  *
  * - layoutLabels(plot): the marks' labels (onsets, warm-up end, checkpoints, crash) are stacked in rows
  *   above the chart so that no two label boxes intersect; every label stays where it is on the x-axis and
- *   every finding's label stays clickable (nothing is drawn on top of it).
+ *   every finding's label stays clickable (nothing is drawn on top of it). At most 6 rows (3 on a phone):
+ *   the labels that would go lower fold into the nearest one kept, which says "+N" and lists them on hover.
  * - steadyRange(plot): a y-range that follows the steady state (quartiles -/+ 3 IQR, padded), when
  *   spikes (checkpoint saves: ~100 s against a ~10 s step) would otherwise flatten it; the points beyond
  *   it are counted, so the page can say what was clipped and offer the full range.
@@ -18,6 +19,9 @@
   var ROW_PX = 14; // one label row (9 px font, with its padding)
   var GAP_PX = 6; // horizontal room kept between two labels on one row
   var TOP_PX = 26; // the panel title above the label rows
+  var WIDE_PX = 600; // a plot area narrower than this (a phone) keeps fewer label rows
+  var WIDE_ROWS = 6;
+  var NARROW_ROWS = 3;
 
   /* Assign each box [left, right] a row: the first row whose last box ends before it (greedy by left edge). */
   function packRows(boxes) {
@@ -41,33 +45,80 @@
     notes.forEach(function (note, i) {
       if (note.yref === "paper" && note.y >= 1 && note.textangle) upright["annotations[" + i + "].textangle"] = 0;
     });
+    plot._foldedLabels = {}; // a new figure: its labels are all unfolded
     var first = Object.keys(upright).length ? Plotly.relayout(plot, upright) : Promise.resolve();
     return first.then(function () { return stackLabels(plot); });
   }
 
-  function stackLabels(plot) {
+  /* Return the marks' labels above the chart: their indices in layout.annotations and their boxes. */
+  function measure(plot) {
     var notes = (plot.layout && plot.layout.annotations) || [];
-    var fl = plot._fullLayout;
-    if (!fl || !fl._size) return Promise.resolve();
-    var boxes = [];
-    var index = [];
+    var out = { boxes: [], index: [] };
     plot.querySelectorAll(".annotation").forEach(function (g) {
       var i = parseInt(g.getAttribute("data-index"), 10);
       var note = notes[i];
       if (!note || note.yref !== "paper" || note.y < 1) return; // only the marks' labels above the chart
       var box = g.getBoundingClientRect();
       if (!box.width) return;
-      boxes.push({ left: box.left, right: box.left + box.width });
-      index.push(i);
+      out.boxes.push({ left: box.left, right: box.left + box.width });
+      out.index.push(i);
     });
-    if (!boxes.length) return Promise.resolve();
-    var packed = packRows(boxes);
+    return out;
+  }
+
+  /* At most this many label rows above a chart (a phone's is about 270 px wide). */
+  function maxRows(plot) {
+    return plot._fullLayout._size.w < WIDE_PX ? NARROW_ROWS : WIDE_ROWS;
+  }
+
+  /* Return the relayout that folds the labels packed below the last row into the nearest label kept (by x):
+   * they are hidden, and it says "+N" and lists them on hover. */
+  function fold(plot, found, packed, limit) {
+    var notes = plot.layout.annotations;
+    var counts = plot._foldedLabels = plot._foldedLabels || {};
+    var update = {};
+    var kept = [];
+    var carried = {};
+    found.index.forEach(function (i, k) { if (packed.rows[k] < limit) kept.push(k); });
+    found.index.forEach(function (i, k) {
+      if (packed.rows[k] < limit) return;
+      var left = found.boxes[k].left;
+      var near = kept.reduce(function (best, j) {
+        return Math.abs(found.boxes[j].left - left) < Math.abs(found.boxes[best].left - left) ? j : best;
+      }, kept[0]);
+      update["annotations[" + i + "].visible"] = false;
+      var to = found.index[near];
+      (carried[to] = carried[to] || []).push(notes[i].hovertext || notes[i].text);
+      counts[to] = (counts[to] || 0) + 1 + (counts[i] || 0); // with those it carried itself
+    });
+    Object.keys(carried).forEach(function (i) {
+      var own = notes[i].hovertext || notes[i].text;
+      var more = counts[i];
+      update["annotations[" + i + "].hovertext"] = [own].concat(carried[i]).join("<br>");
+      update["annotations[" + i + "].text"] = notes[i].text.replace(/ \+\d+$/, "") + " +" + more;
+    });
+    return update;
+  }
+
+  function stackLabels(plot, round) {
+    var fl = plot._fullLayout;
+    if (!fl || !fl._size) return Promise.resolve();
+    var found = measure(plot);
+    if (!found.boxes.length) return Promise.resolve();
+    var packed = packRows(found.boxes);
+    var limit = maxRows(plot);
+    // Too many rows for the room (a cluster of onsets on a phone): fold the lowest labels into their
+    // neighbours and pack again (a longer "+N" label may push another down: a few rounds at most).
+    if (packed.count > limit && (round || 0) < 4) {
+      var folded = fold(plot, found, packed, limit);
+      return Plotly.relayout(plot, folded).then(function () { return stackLabels(plot, (round || 0) + 1); });
+    }
     // The rows live in the top margin, which grows to hold them, and the figure with it: the plot area
     // keeps its height (paper coordinates are fractions of it).
     var top = Math.max(fl.margin.t, TOP_PX + packed.count * ROW_PX + 4);
     var h = fl._size.h;
     var update = { height: fl.height + (top - fl.margin.t) };
-    index.forEach(function (i, k) {
+    found.index.forEach(function (i, k) {
       update["annotations[" + i + "].y"] = 1 + (2 + packed.rows[k] * ROW_PX) / h;
       update["annotations[" + i + "].yanchor"] = "bottom";
     });

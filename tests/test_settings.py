@@ -38,6 +38,8 @@ print(json.dumps({
     "acks_late": s.CELERY_TASK_ACKS_LATE,
     "prefetch": s.CELERY_WORKER_PREFETCH_MULTIPLIER,
     "middleware": s.MIDDLEWARE,
+    "static_storage": getattr(s, "STORAGES", {}).get("staticfiles", {}).get("BACKEND", ""),
+    "static_finders": s.WHITENOISE_USE_FINDERS,
 }))
 """
 
@@ -45,7 +47,7 @@ print(json.dumps({
 _SCRUB = (
     "DATABASE_URL", "REDIS_URL", "SECRET_KEY", "SECRET_KEY_FILE", "DEBUG", "ALLOWED_HOSTS",
     "STEPWISE_BIND", "STEPWISE_ALLOWED_PROMETHEUS", "STEPWISE_JOB_ROOTS", "STEPWISE_PROMETHEUS_BIN",
-    "STEPWISE_TSDB_VIEWS", "STEPWISE_TLS", "DJANGO_SETTINGS_MODULE",
+    "STEPWISE_TSDB_VIEWS", "STEPWISE_TLS", "STEPWISE_STATIC_COLLECTED", "DJANGO_SETTINGS_MODULE",
 )  # fmt: skip
 
 
@@ -114,6 +116,15 @@ def test_it_reads_secrets_from_name_file(tmp_path: Path) -> None:
     secret.write_text("k" * 40 + "\n")
     assert _load(tmp_path, SECRET_KEY_FILE=str(secret))["secret_key"] == "k" * 40
     assert not (tmp_path / "secret_key").exists()
+
+
+def test_collected_static_files_are_served_hashed_and_compressed(tmp_path: Path) -> None:
+    """Where collectstatic ran (the Docker image), hashed names and compressed copies; else the finders."""
+    plain = _load(tmp_path)
+    assert (plain["static_storage"], plain["static_finders"]) == ("", True)
+    collected = _load(tmp_path, STEPWISE_STATIC_COLLECTED="1")
+    assert collected["static_storage"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    assert collected["static_finders"] is False
 
 
 def test_it_uses_redis_and_tls_settings_from_the_environment(tmp_path: Path) -> None:

@@ -72,7 +72,12 @@ def make_plan(seed: int, index: int, cls: str, variant: int) -> Plan:
 
 def build_job(seed: int, index: int, cls: str, variant: int, out: Path) -> dict[str, object]:
     """Write one job directory; return its truth."""
-    plan = make_plan(seed, index, cls, variant)
+    return write_job(make_plan(seed, index, cls, variant), index, out)
+
+
+def write_job(plan: Plan, index: int, out: Path) -> dict[str, object]:
+    """Write the job directory of a plan under `out`; return its truth."""
+    seed = plan.seed
     rng = np.random.default_rng([seed, index, 0xB])
     job_dir = out / plan.name
     if job_dir.exists():

@@ -79,8 +79,13 @@ def _steady_level(ctx: Context, g: Grid) -> float:
 
 
 def _gaps(seg: np.ndarray) -> bool:
-    """Whether a host's presence series (samples or `up`) over a window misses at least one instant."""
-    return bool(len(seg)) and not bool((np.nan_to_num(seg, nan=0.0) > 0).all())
+    """Whether a host's presence series (samples or `up`) over a window shows it silent: missing at the
+    window's end or at two instants running. One missed scrape with the host reporting right after is an
+    exporter's hiccup that every fleet shows now and then, no silence."""
+    if not len(seg):
+        return False
+    miss = ~(np.nan_to_num(seg, nan=0.0) > 0)
+    return bool(miss[-1] or (miss[1:] & miss[:-1]).any())
 
 
 def _gkey(g: str) -> tuple[int, str]:

@@ -102,10 +102,13 @@ def _excess(
     length = min(length, max(1, int(g.mask(a, b).sum())))
     # each host against its own history before its change first, the pack's (before theirs) second; the
     # history must be training (before it, traffic and its counters had not started): with no step data, the
-    # pack's background over the whole data alone
+    # pack's background over the whole data alone. A hang's trigger may start a scrape or two before the
+    # stall and go on after it: its change is sought up to the end of the judged window, so that the burst
+    # is not taken for the host's own background
+    cols = job | g.mask(a, b) if "before_stall" in p and tl.train_start is not None else job
     own, pack = background(
         g.values,
-        job,
+        cols,
         floor=floor,
         length=length if tl.train_start is not None else 0,
         min_points=max(20, 2 * length),
@@ -113,11 +116,18 @@ def _excess(
     ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
     exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
+    # once a job hangs no host's traffic flows: a hang's trigger goes on being judged after the stall (a
+    # burst that began shortly before it and went on), against the pack, which then sends nothing either
+    stalled_after = (
+        g.t > tl.last_advance
+        if "before_stall" in p and tl.last_advance is not None
+        else np.zeros(len(g.t), bool)
+    )
     if traffic is not None and len(traffic.t) == len(g.t):
         for r, lab in enumerate(g.labels):
             tx = traffic.row(host=lab.get("host", ""))
             if tx is not None and np.isfinite(tx[job]).any():
-                exc[r] &= np.nan_to_num(tx, nan=0.0) >= 0.1 * nan_median(tx[job])
+                exc[r] &= (np.nan_to_num(tx, nan=0.0) >= 0.1 * nan_median(tx[job])) | stalled_after
     return exc, own, ref, length
 
 

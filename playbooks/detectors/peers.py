@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from playbooks.anomaly import first_sustained, nan_median, peer_deviation, walk_back
+from playbooks.anomaly import Grid, first_sustained, nan_median, peer_deviation, walk_back
 from playbooks.context import Context, Finding
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
@@ -16,7 +16,9 @@ def _det_peer_outlier(
     ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
 ) -> Finding | None:
     g = ctx.grid(rule.queries[0])
-    if g is None or len(g.labels) < 3:
+    # the pack: every row, or (Prometheus judged the whole pack and sent its stand-outs) its statistics
+    size = _pack_size(g)
+    if g is None or size < 3:
         return None
     p = rule.params
     tl = ctx.timeline
@@ -33,12 +35,12 @@ def _det_peer_outlier(
         m &= tl.training_mask(g.t)
         if tl.warm_end is not None:
             m &= g.t >= tl.warm_end
-    enough = (~np.isnan(vals)).sum(axis=0) >= 3
+    enough = (~np.isnan(vals)).sum(axis=0) >= 3 if not g.pack else np.isfinite(g.pack["median"])
     m &= enough
     if not m.any():
         return None
     base = tl.steady_mask(g.t) & enough
-    dev, spread, med = peer_deviation(vals, base)
+    dev, spread, med = peer_deviation(vals, base, g.pack)
     d = sign * dev
     scale = np.maximum(spread, 0.01 * np.abs(med))
     scale = np.where(scale > 0, scale, np.nan)
@@ -53,7 +55,7 @@ def _det_peer_outlier(
         i = first_sustained(cond[r], length, float(p.get("min_fraction", 0.8)))
         if i is not None:
             flagged.append((r, i))
-    if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * len(g.labels)):
+    if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
         return None
     hosts, gpus, ev, onset = [], [], [], None
     for r, i in flagged:
@@ -81,6 +83,16 @@ def _det_peer_outlier(
             )
         )
     return _finding(pb, rule, hosts, gpus, onset, ev)
+
+
+def _pack_size(g: Grid | None) -> int:
+    """Return how many series the pack holds: the grid's rows, or the count Prometheus sent with them."""
+    if g is None:
+        return 0
+    if g.pack:
+        count = g.pack.get("count")
+        return int(np.nanmax(count)) if count is not None and np.isfinite(count).any() else 0
+    return len(g.labels)
 
 
 def _extrapolate_onset(t: np.ndarray, z: np.ndarray, j: int, t_on: float, step: float) -> float:

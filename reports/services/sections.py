@@ -48,6 +48,7 @@ def report_for(investigation: Investigation, user=None) -> Report:
     if report is None:
         with transaction.atomic():
             report, _ = Report.objects.get_or_create(investigation=investigation)
+    report.investigation = investigation  # the caller's, with what it selected (its owner): not read again
     report_refresh(report)
     return report
 

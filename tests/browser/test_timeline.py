@@ -103,6 +103,34 @@ def test_hovering_one_panel_draws_the_crosshair_on_every_panel(page, case, x) ->
         expect(line).to_be_hidden()
 
 
+def test_panels_below_the_screen_are_fetched_when_near_and_drawn_when_scrolled_to(page, case) -> None:
+    """Every default panel: the first screen's are asked for first and drawn; those within 300 px below are
+    fetched but not drawn ("pending"); those further down are not even asked for until scrolled to."""
+    ids, _ = case("thermal-straggler")
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/timeline/panels/" in r.url else None)
+    page.goto(f"/investigations/{ids['inv']}/timeline/")
+    expect(plot(page, "loss")).to_have_attribute("data-state", "drawn")
+    where = """() => [...document.querySelectorAll('.timeline-panel:not([hidden])')].map(el => {
+        const r = el.getBoundingClientRect();
+        return {panel: el.dataset.panel, top: r.top, bottom: r.bottom, height: innerHeight,
+                state: el.querySelector('.timeline-plot').dataset.state}; })"""
+    panels = page.evaluate(where)
+    on_screen = [p["panel"] for p in panels if p["top"] < p["height"] and p["bottom"] > 0]
+    near = [p["panel"] for p in panels if p["panel"] not in on_screen and p["top"] < p["height"] + 300]
+    far = [p for p in panels if p["top"] > p["height"] + 600]
+    assert on_screen and near and far, panels
+    for panel in on_screen:
+        expect(plot(page, panel)).to_have_attribute("data-state", "drawn")
+    for panel in near:
+        expect(plot(page, panel)).to_have_attribute("data-state", "pending")  # fetched, not drawn
+    fetched = [u.split("/timeline/panels/")[1].split("/")[0] for u in asked]
+    assert set(fetched[: len(on_screen)]) == set(on_screen), fetched  # the first screen first
+    assert not {p["panel"] for p in far} & set(fetched), fetched
+    assert all(p["state"] == "idle" for p in far)
+    drawn(page, far[-1]["panel"])  # scrolled to: fetched and drawn
+
+
 def test_the_step_time_toggle_switches_every_x_axis(page, case) -> None:
     """Step is the default x-axis; choosing UTC time redraws every panel on a date axis and goes into the URL."""
     ids, _ = case("thermal-straggler")
@@ -132,9 +160,13 @@ def test_zoom_requeries_and_a_deep_link_reproduces_the_view(page, case, browser,
         " {'xaxis.range[0]': a, 'xaxis.range[1]': b})",
         [a * 1000, b * 1000],
     )
+    # A panel below the screen is drawn when scrolled to.
+    page.locator("#timeline-panel-gpu_temp").scroll_into_view_if_needed()
     page.wait_for_function(
-        "() => { const m = document.querySelector('#timeline-panel-gpu_temp .timeline-plot').layout.meta;"
-        " return m.end - m.start < 0.2 * " + str(end - start) + "; }"
+        "() => { const p = document.querySelector('#timeline-panel-gpu_temp .timeline-plot');"
+        " const m = p.layout && p.layout.meta; return m && m.end - m.start < 0.2 * "
+        + str(end - start)
+        + "; }"
     )
     after = _layout(page, "gpu_temp")["meta"]
     assert after["start"] == pytest.approx(a, abs=1) and after["end"] == pytest.approx(b, abs=1)

@@ -9,8 +9,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from .conftest import EXPECT_TIMEOUT_MS
-from .timeline_helpers import drawn, open_case
+from .timeline_helpers import drawn, open_case, phone_page
 
 
 @pytest.fixture(scope="module")
@@ -55,19 +54,10 @@ def test_a_note_picked_on_a_chart_is_drawn_on_every_panel_and_kept(page, stepwis
 
 
 def test_the_notes_and_promql_forms_fit_a_phone(browser, stepwise_app, case, _signed_in_state) -> None:
-    context = browser.new_context(
-        base_url=stepwise_app.base_url,
-        storage_state=str(_signed_in_state),
-        viewport={"width": 390, "height": 844},
-    )
-    context.set_default_timeout(EXPECT_TIMEOUT_MS)
-    try:
-        page = context.new_page()
+    with phone_page(browser, stepwise_app, _signed_in_state) as page:
         page.goto(f"/investigations/{case['inv']}/timeline/?panels=step_time")
         drawn(page, "step_time")
         page.locator("#timeline-notes summary").click()
         expect(page.get_by_role("button", name="Add note")).to_be_visible()
         expect(page.get_by_label("PromQL expression")).to_be_visible()
         assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
-    finally:
-        context.close()

@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from .conftest import EXPECT_TIMEOUT_MS
-from .timeline_helpers import drawn, open_case, plot
+from .timeline_helpers import drawn, open_case, phone_page, plot
 
 # Three more findings whose onsets sit within a minute of the culprit's: their labels would be drawn on
 # top of each other.
@@ -170,3 +170,38 @@ def test_the_range_label_uses_the_chosen_zone(browser, stepwise_app, cluster, _s
         expect(page.locator(".timeline-range")).to_have_text("2026-05-09 20:00:00 – 2026-05-09 20:30:00 UTC")
     finally:
         context.close()
+
+
+def test_on_a_phone_the_onset_labels_stay_a_short_block_and_never_overlap(
+    browser, stepwise_app, cluster, _signed_in_state
+) -> None:
+    """At 390 px the marks' labels (a cluster of onsets, checkpoints, warm-up end) keep to three rows above
+    the chart; the labels past them fold into their neighbour ("+N", listed on hover); the culprit's still
+    opens its finding."""
+    ids, _, _ = cluster
+    with phone_page(browser, stepwise_app, _signed_in_state) as page:
+        page.goto(f"/investigations/{ids['inv']}/?panels=gpu_temp")
+        page.locator("#timeline").scroll_into_view_if_needed()
+        drawn(page, "gpu_temp")
+        boxes = [b for b in _boxes(page, "gpu_temp") if b["w"]]
+        assert len(boxes) >= 4, boxes
+        clashes = [
+            (a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if _overlap(a, b)
+        ]
+        assert not clashes, clashes
+        assert int(plot(page, "gpu_temp").get_attribute("data-label-rows")) <= 3
+        block = max(b["y"] + b["h"] for b in boxes) - min(b["y"] for b in boxes)
+        assert block <= 3 * 16, (block, boxes)  # three rows of 9 px text (was about 200 px)
+        notes = page.evaluate(
+            "() => document.querySelector('#timeline-panel-gpu_temp .timeline-plot').layout.annotations"
+        )
+        # the labels past the third row are folded into a neighbour: "+N", their texts on its hover
+        folded = [n for n in notes if n.get("visible") is False]
+        carriers = [n for n in notes if re.search(r" \+\d+$", n["text"])]
+        assert folded and carriers, notes
+        hover = " ".join(n["hovertext"] for n in carriers)
+        assert all(n["text"] in hover for n in folded)
+        assert sum(int(n["text"].rsplit("+", 1)[1]) for n in carriers) == len(folded)
+        page.locator("#timeline-panel-gpu_temp .annotation-text", has_text="Culprit found").click()
+        expect(page.locator(f"#finding-{ids['finding']}")).to_have_class(re.compile("finding-highlight"))
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390

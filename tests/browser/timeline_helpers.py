@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -36,6 +38,22 @@ def open_case(app: Any, job_dir: Path, truth: dict, title: str) -> dict:
         onset=truth["onset"],
     )
     return json.loads(app.shell(code).strip().splitlines()[-1])
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+@contextmanager
+def phone_page(browser: Any, app: Any, signed_in_state: Path) -> Iterator[Any]:
+    """Yield a signed-in page of a 390 px phone; its context is closed afterwards."""
+    from .conftest import EXPECT_TIMEOUT_MS
+
+    context = browser.new_context(base_url=app.base_url, storage_state=str(signed_in_state), viewport=PHONE)
+    context.set_default_timeout(EXPECT_TIMEOUT_MS)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
 
 
 def plot(page, panel: str):

@@ -225,7 +225,7 @@ def test_aggregating_before_renaming_hosts_gives_the_same_series(served_job, vie
     source = discover_source(client)
     prof = PROFILES["nvidia"]
     checked = 0
-    for name in ("power_by_host", "temp_gpu", "util_min_host", "gpu_samples", "procs_running", "tcp_retx"):
+    for name in ("power_by_host", "util_gpu", "util_min_host", "gpu_samples", "procs_running", "tcp_retx"):
         q = next(q for pb in load_playbooks().values() for q in pb.queries if q.name == name)
         pq = render_query(
             q, "nvidia", start=source.time_range[0], end=source.time_range[1], interval=source.interval

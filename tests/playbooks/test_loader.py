@@ -82,6 +82,9 @@ def test_good_declaration_parses_into_dataclasses():
         ('min_duration = "3m"', 'min_duration = "soon"', "is not a duration"),
         ('title = "Demo"', 'title = "Demo"\ncolour = "red"', "unknown key(s) colour"),
         ('name = "power"', 'name = "power"\npromql = "{gpu_power}"', "exactly one of `signal` or `promql`"),
+        # a peer query returns the pack and its stand-outs of one per-GPU range query
+        ('agg = "avg"', 'agg = "avg"\npeers = "sideways"', "peers is up or down"),
+        ('agg = "avg"', 'agg = "avg"\npeers = "up"', "on a range query of a per-GPU signal"),
         # the detector registry: parameters and query roles are checked at load time, naming the rule
         (
             'min_duration = "3m"',

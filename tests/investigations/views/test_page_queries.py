@@ -96,9 +96,9 @@ def test_the_report_page_reads_the_diagnosis_once_per_purpose(alice_client) -> N
 PAGE_QUERIES = {
     "/": 6,
     "/investigations/{pk}/": 14,
-    "/investigations/{pk}/report/": 31,
+    "/investigations/{pk}/report/": 30,
     # The report's live poll, every few seconds per reader: who is here, nothing changed.
-    "/investigations/{pk}/report/live/": 17,
+    "/investigations/{pk}/report/live/": 16,
 }
 
 

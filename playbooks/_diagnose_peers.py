@@ -1,0 +1,81 @@
+"""A per-GPU series judged against its peers, aggregated by Prometheus: the pack, and the few that stand out.
+
+On 8,192 GPUs, pulling one series per GPU to compare each with the others costs Prometheus and Stepwise a
+million points per signal. What the peer detector reasons on is smaller: the pack's median at each
+instant, the pack's typical robust spread, and the GPUs that leave the pack. One range query returns
+
+- the pack's median at each step (`stepwise_stat="median"`);
+- its median absolute deviation from that median at each step (`stepwise_stat="mad"`; the detector takes
+  its median over the window as the pack's spread, scaled to a standard deviation, as it did from every row);
+- its size, the GPUs reporting at the window's end (`stepwise_stat="count"`, constant);
+- the full series of the candidates only: the `CANDIDATES` GPUs whose excursion from the pack, beyond their
+  own usual level, is the largest in the direction asked (the peak of `x - median` less the GPU's own
+  median over the window: "up"), or the deepest ("down"); for "up" also the `CANDIDATES` hottest in
+  absolute terms (a rule against a model's limit reads the same query).
+
+The candidates are chosen on a grid of `SCREEN_S` (a subquery pinned at the window's end, so
+Prometheus evaluates it once): every peer rule needs a GPU out of the pack for at least 5 minutes, which puts
+it out of the pack at one point of that grid at least. The detector then judges the candidates exactly as it
+judged every GPU: against the median at each step, beyond their own offset over the steady state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+#: Below this many points (GPUs x steps), the GPUs' own series are cheaper to read than the pack: Prometheus
+#: reads every sample of the window once per selector, and this query has nine (1,024 GPUs x 49 points: 0.15 s
+#: of Prometheus's CPU for every series, 0.6 s for the pack and its stand-outs; 8,192 x 61 points: a million
+#: points per signal for Stepwise to parse and hold).
+PEERS_MIN_POINTS = 200_000
+#: How many GPUs come back per criterion.
+CANDIDATES = 32
+#: The grid (seconds) of the candidate screen: the shortest duration a peer rule needs.
+SCREEN_S = 300
+
+
+def _tag(expr: str, stat: str) -> str:
+    return f'label_replace({expr}, "stepwise_stat", "{stat}", "", "")'
+
+
+def peer_expr(sig: Any, agg: str, *, direction: str, start: float, end: float) -> str:
+    """Return the PromQL of the pack and the candidates of a per-GPU signal over [start, end].
+
+    `sig` is a `playbooks.profiles.Signal` of GPU scope; `agg` combines the series of one GPU.
+    """
+    plain = " | " not in sig.selector and not sig.fill_filter and not sig.host_join
+    if plain:
+        # the raw series: one per GPU, without the relabelling every step would pay for
+        base, keys = sig.selector, (sig.host_from, sig.gpu_from or "gpu")
+        scale = f" * {sig.scale:g}" if sig.scale != 1.0 else ""
+    else:
+        base, keys, scale = sig.expr(None, by=("host", "gpu"), agg=agg), ("host", "gpu"), ""
+    at = f"@ {end:.3f}"
+    rng = f"{max(SCREEN_S, int(end - start))}s"
+    grid = f"[{rng}:{SCREEN_S}s] {at}"
+    dev = f"({base} - scalar(quantile(0.5, {base})))"
+    # a GPU's own usual level: its median over the window (its median place in the pack, less the pack's
+    # median level, which is the same for every GPU and so leaves the ranking alone)
+    own = (
+        f"quantile_over_time(0.5, {base}[{rng}] {at})" if plain else f"quantile_over_time(0.5, {base}{grid})"
+    )
+    if direction == "up":
+        level = f"max_over_time({base}[{rng}] {at})" if plain else f"max_over_time({base}{grid})"
+        screen = f"topk({CANDIDATES}, max_over_time({dev}{grid}) - {own}) or topk({CANDIDATES}, {level})"
+    else:
+        screen = f"topk({CANDIDATES}, {own} - min_over_time({dev}{grid}))"
+    on = f"on ({', '.join(keys)})"
+    if plain:
+        chosen = dataclasses.replace(sig, selector=f"({base} and {on} ({screen}))")
+        candidates = chosen.expr(None, by=("host", "gpu"), agg=agg)
+    else:
+        candidates = f"({base} and {on} ({screen}))"
+    # the pack's size: the GPUs reporting at the end (one lookback, not the window's every sample)
+    seen = f"{base} {at}" if plain else f"count_over_time({base}{grid})"
+    pack = [
+        _tag(f"quantile(0.5, {base}){scale}", "median"),
+        _tag(f"quantile(0.5, abs({dev})){scale}", "mad"),
+        _tag(f"count({seen})", "count"),
+    ]
+    return " or ".join([*pack, candidates])
