@@ -174,7 +174,8 @@ def write_job(job: _sim_b.Job, cfg: dict[str, Any], out: Path) -> dict[str, Any]
 
 def _job_id(rng: np.random.Generator, cfg: dict[str, Any], t0: float) -> str:
     if cfg["k8s"]:
-        return time.strftime("k8s-%Y%m%d-%H%M%S-", time.gmtime(t0)) + f"{int(rng.integers(0, 65536)):04x}"
+        stamp = time.gmtime(t0 - _log_b.LOG_LEAD)  # when the job (its log) started
+        return time.strftime("k8s-%Y%m%d-%H%M%S-", stamp) + f"{int(rng.integers(0, 65536)):04x}"
     return str(int(rng.integers(100000, 999999)))
 
 
