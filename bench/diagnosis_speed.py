@@ -95,20 +95,8 @@ def _time_command(job: Path, runs: int) -> None:
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--job-dir", default=None, help="diagnose this job instead of the cached generated one")
-    ap.add_argument("--scenario", default="thermal-straggler")
-    ap.add_argument("--profile", default="amd")
-    ap.add_argument("--nodes", type=int, default=128)
-    ap.add_argument("--gpus", type=int, default=8)
-    ap.add_argument("--hours", type=float, default=4.0)
-    ap.add_argument(
-        "--runs", type=int, default=2, help="diagnoses to time (the first warms the server's caches)"
-    )
-    ap.add_argument("--command-runs", type=int, default=2, help="times to run `manage.py diagnose --job-dir`")
-    args = ap.parse_args()
-    job = _job(args)
+def _time_in_process(job: Path, runs: int) -> None:
+    """Serve the job's TSDB, run `run_diagnosis` `runs` times and print each run's figures."""
     work_root = Path(tempfile.mkdtemp(prefix="stepwise-bench-diagnose-"))
     try:
         t0 = time.monotonic()
@@ -120,7 +108,7 @@ def main() -> None:
         print(f"served {job} in {time.monotonic() - t0:.1f} s")
         triage = triage_job(job).to_dict()
         with PrometheusClient(served.url, timeout=120.0, retries=1) as client:
-            for run in range(1, args.runs + 1):
+            for run in range(1, runs + 1):
                 prom0, own0 = _cpu_seconds(served.pid), time.process_time()
                 result = run_diagnosis(client, triage=triage, time_range=served.time_range)
                 prom_cpu, own_cpu = _cpu_seconds(served.pid) - prom0, time.process_time() - own0
@@ -147,6 +135,27 @@ def main() -> None:
     finally:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--job-dir", default=None, help="diagnose this job instead of the cached generated one")
+    ap.add_argument("--scenario", default="thermal-straggler")
+    ap.add_argument("--profile", default="amd")
+    ap.add_argument("--nodes", type=int, default=128)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--hours", type=float, default=4.0)
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=2,
+        help="diagnoses to time in process (the first warms the server's caches; 0: none)",
+    )
+    ap.add_argument("--command-runs", type=int, default=2, help="times to run `manage.py diagnose --job-dir`")
+    args = ap.parse_args()
+    job = _job(args)
+    if args.runs > 0:
+        _time_in_process(job, args.runs)
     _time_command(job, args.command_runs)
 
 

@@ -1,7 +1,7 @@
 """Score the diagnosis engine on an outside corpus (job directories with a `truth.json`) (#10).
 
 Usage: .venv/bin/python bench/outside_score.py ROOT [ROOT ...] [--jobs 2] [--json OUT] [--timeout 600]
-       [--only CLASS,...]
+       [--only CLASS,...] [--repo CHECKOUT]
 
 Every directory under ROOT holding a `truth.json` is one case: a job directory is judged with
 `manage.py diagnose --job-dir D --format json`; a pair directory (with `a/` and `b/`) with
@@ -82,7 +82,7 @@ def find_cases(roots: list[Path], only: set[str]) -> list[Case]:
     return cases
 
 
-def run_case(case: Case, timeout: float) -> Case:
+def run_case(case: Case, timeout: float, repo: Path = REPO) -> Case:
     """Run the engine on one case and read its answer."""
     d = Path(case.truth["_dir"])
     if case.kind == "compare":
@@ -93,7 +93,7 @@ def run_case(case: Case, timeout: float) -> Case:
     try:
         done = subprocess.run(
             [sys.executable, "manage.py", *cmd, "--format", "json"],
-            cwd=REPO,
+            cwd=repo,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -247,12 +247,15 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="write the figures and every case's answer here")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds before a case counts as failed")
     ap.add_argument("--only", default="", help="comma-separated classes to judge")
+    ap.add_argument(
+        "--repo", type=Path, default=REPO, help="the checkout whose engine judges (another commit's worktree)"
+    )
     args = ap.parse_args()
     cases = find_cases(args.roots, {c for c in args.only.split(",") if c})
     if not cases:
         sys.exit(f"no truth.json under {', '.join(map(str, args.roots))}")
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        cases = list(pool.map(lambda c: run_case(c, args.timeout), cases))
+        cases = list(pool.map(lambda c: run_case(c, args.timeout, args.repo), cases))
     summary = summarise(cases)
     report(summary)
     if args.json:

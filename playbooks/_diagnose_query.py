@@ -6,7 +6,7 @@ import dataclasses
 import math
 from typing import Any
 
-from ._diagnose_peers import peer_expr
+from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
 from .profiles import PROFILES
@@ -50,9 +50,14 @@ def render_query(
         sig = prof.signal(q.signal)
         fn = q.fn or None
         parts = sig.selector.split(" | ")
-        if q.peers and sig.scope == "gpu" and not fn:
-            # the grid's own start (see below): the pack and the screen cover the points the query returns
-            first = end - math.ceil((end - start) / step - 1e-9) * step
+        # the grid's own start (see below): the pack and the screen cover the points the query returns
+        first = end - math.ceil((end - start) / step - 1e-9) * step
+        if (
+            q.peers
+            and sig.scope == "gpu"
+            and not fn
+            and gpus * ((end - first) / step + 1) >= PEERS_MIN_POINTS
+        ):
             expr = peer_expr(sig, q.agg or sig.agg, direction=q.peers, start=first, end=end)
         elif len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
             # Sum each counter by the output labels first, then join the small results: joining every raw

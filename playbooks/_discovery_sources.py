@@ -131,12 +131,23 @@ def source_hosts(client: PrometheusClient, profile: Profile, win: str, at: float
 
     The one host list of a source: discovery and the diagnosis both take it from here.
     """
+    exprs = [
+        f"group by (host) ({profile.signal(name).expr('last_over_time', window=win)})"
+        for name in _available(profile, _HOST_SIGNALS)
+    ]
+    if not exprs:
+        return set()
+    try:  # one request for every signal; should it fail short of an unreachable server, each is asked alone
+        return {s.labels["host"] for s in client.query(" or ".join(exprs), at=at) if s.labels.get("host")}
+    except PrometheusUnreachable:
+        raise
+    except PrometheusError:
+        pass
     hosts: set[str] = set()
     errors: list[PrometheusError] = []
-    for name in _available(profile, _HOST_SIGNALS):
-        sig = profile.signal(name)
+    for expr in exprs:
         try:
-            samples = client.query(f"group by (host) ({sig.expr('last_over_time', window=win)})", at=at)
+            samples = client.query(expr, at=at)
         except PrometheusError as exc:
             errors.append(exc)
             continue

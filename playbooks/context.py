@@ -53,10 +53,11 @@ class Timeline:
     restored: bool = False
     gauge_lag_s: float = 0.0  # how far the step gauge's last advance lags the log's last step
 
-    def in_checkpoint(self, t: np.ndarray) -> np.ndarray:
+    def in_checkpoint(self, t: np.ndarray, pad: float = 0.0) -> np.ndarray:
+        """Instants within a checkpoint window, widened by `pad` seconds on each side."""
         m = np.zeros(len(t), bool)
         for a, b in self.checkpoints:
-            m |= (t >= a) & (t <= b)
+            m |= (t >= a - pad) & (t <= b + pad)
         return m
 
     def steady_mask(self, t: np.ndarray) -> np.ndarray:
@@ -321,7 +322,11 @@ def _checkpoints(
     if period:
         after = min(after, 0.5 * period * step_s)
         prev = np.concatenate([[np.nan], s[:-1]])
-        hit = have & (s != prev) & (np.mod(s, period) == 0)
+        # a gauge sampled less often than steps complete skips most steps: a save is where the samples
+        # cross a multiple of the period, not only where one lands on it
+        with np.errstate(invalid="ignore"):
+            crossed = np.floor(s / period) > np.floor(prev / period)
+        hit = have & (s != prev) & ((np.mod(s, period) == 0) | crossed)
         out += [(float(t[i]) - step.step, float(t[i]) + after) for i in np.nonzero(hit)[0]]
     if st is not None and len(st.labels):
         x = st.single()

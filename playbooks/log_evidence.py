@@ -10,6 +10,8 @@ never sampled. Each event is weighed as a diagnostician would:
   failed, and a host Slurm reported failed that the data never saw go silent is still a dead node;
 - a hardware Xid (48, 79, 94, ...) mapped to a host corroborates a GPU fault on that host, is a GPU fault
   by itself where the data shows none, and is the onset of a node death when that host then went silent.
+  It names a PCI bus, not a GPU: the GPU is the one DCGM labels with that `pci_bus_id` on that host, else
+  the one nvidia-smi's lines in the log put there, else unknown (null).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .context import Context, Finding, triage_get
-from .triage import HW_XIDS
+from .triage import HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence"]
 
@@ -40,7 +42,27 @@ def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
             )
     _node_failures(ctx, findings, by_kind.get("node-failure", []))
     _kills(findings, by_kind.get("oom-kill", []), by_kind.get("killed", []))
-    _xids(ctx, findings, [e for e in by_kind.get("xid", []) if e.get("code") in HW_XIDS])
+    xids = [e for e in by_kind.get("xid", []) if e.get("code") in HW_XIDS]
+    buses = _bus_map(ctx, known) if xids else {}
+    for e in xids:
+        e["gpu"] = buses.get((e["host"], e.get("pci"))) or buses.get((None, e.get("pci")))
+    _xids(ctx, findings, xids)
+
+
+def _bus_map(ctx: Context, known: Sequence[str]) -> dict[tuple[str | None, Any], str]:
+    """Return (host, or None for any host, bus key) -> GPU index: DCGM's `pci_bus_id` labels (the
+    `gpu_health.gpu_pci` query), then the nvidia-smi lines of the log."""
+    out: dict[tuple[str | None, Any], str] = {}
+    for s in ctx.instant("gpu_pci"):
+        lab = s.get("labels") or {}
+        key = bus_key(str(lab.get("pci_bus_id") or ""))
+        if key and lab.get("host") and lab.get("gpu") is not None:
+            out.setdefault((str(lab["host"]), key), str(lab["gpu"]))
+    for b in triage_get(ctx.triage, "details", "gpu_bus") or []:
+        if isinstance(b, Mapping) and b.get("pci") and b.get("gpu") is not None:
+            host = _tsdb_host(str(b["host"]), known) if b.get("host") else None
+            out.setdefault((host, str(b["pci"])), str(b["gpu"]))
+    return out
 
 
 def _tsdb_host(host: str, known: Sequence[str]) -> str:
@@ -54,7 +76,7 @@ def _tsdb_host(host: str, known: Sequence[str]) -> str:
 def _evidence(e: Mapping[str, Any], meaning: str) -> dict[str, Any]:
     return {
         "query": f"job log, line {e.get('line')}",
-        "labels": {"host": str(e["host"])},
+        "labels": {"host": str(e["host"])} | ({"gpu": str(e["gpu"])} if e.get("gpu") is not None else {}),
         "value": str(e.get("text") or "")[:300],
         "interpretation": meaning,
     }
@@ -68,9 +90,12 @@ def _cause(
     onset: float | None,
     title: str,
     ev: list[dict[str, Any]],
+    gpus: list[str] | None = None,
 ) -> Finding:
     """Return a critical cause finding the log alone gives (the data did not show it)."""
-    return Finding(playbook, rule, klass, "critical", "cause", hosts, [], onset, title, ev, {"source": "log"})
+    return Finding(
+        playbook, rule, klass, "critical", "cause", hosts, gpus or [], onset, title, ev, {"source": "log"}
+    )
 
 
 def _active(findings: list[Finding], rule: str | None = None, klass: str | None = None) -> list[Finding]:
@@ -172,7 +197,9 @@ def _xids(ctx: Context, findings: list[Finding], events: list[dict[str, Any]]) -
         tl = ctx.timeline
         onset = min(times) if times else tl.last_advance if tl.stalled else tl.crash_time
         codes = ", ".join(str(c) for c in dict.fromkeys(e.get("code") for e in mine))
+        gpus = list(dict.fromkeys(str(e["gpu"]) for e in mine if e.get("gpu") is not None))
         ev = [_evidence(e, f"The NVIDIA driver reported Xid {e.get('code')} on this host.") for e in mine]
+        where = f"GPU {', '.join(gpus)} on {host}" if gpus else host
         findings.append(
             _cause(
                 "gpu_health",
@@ -180,7 +207,8 @@ def _xids(ctx: Context, findings: list[Finding], events: list[dict[str, Any]]) -
                 "gpu-hardware-fault",
                 [host],
                 onset,
-                f"Xid {codes} on {host} (job log)",
+                f"Xid {codes} on {where} (job log)",
                 ev,
+                gpus,
             )
         )

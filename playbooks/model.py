@@ -94,9 +94,9 @@ class QuerySpec:
         resolution: "fine" (the diagnosis grid) or "coarse" (about 120 points: per-GPU queries).
         post: PromQL appended to the expression (a filter such as "> 0").
         description: what it shows, for people.
-        peers: "up" or "down" for a per-GPU series judged against its peers: Prometheus returns the pack (its
-            median at each step, its robust spread, its size) and only the GPUs that could stand out in that
-            direction (`playbooks._diagnose_peers`), not one series per GPU; "" for the plain series.
+        peers: "up" or "down" for a per-GPU series judged against its peers: on a large job Prometheus returns
+            the pack (its median at each step, its robust spread, its size) and only the GPUs that could stand
+            out in that direction (`playbooks._diagnose_peers`), not one series per GPU; "" for the plain series.
     """
 
     name: str

@@ -110,9 +110,11 @@ def _derive_windows(plan: Plan, base: float) -> None:
     for i in range(1, len(plan.step_end)):
         step = plan.first_step + i
         extra = plan.step_secs[i] - base
+        # a loader stall is a step slower than its neighbours (a job slowed as a whole has none)
+        local = float(np.median(plan.step_secs[max(1, i - 10) : i + 11]))
         if step % plan.ckpt_period == 0 and extra > base:
             plan.ckpts.append((float(starts[i]), float(starts[i] + extra)))
-        elif plan.step_secs[i] > 1.25 * base and i > 8:
+        elif plan.step_secs[i] > 1.25 * local and i > 8:
             plan.hiccups.append((float(starts[i]), float(plan.step_end[i])))
 
 

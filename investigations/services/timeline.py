@@ -51,6 +51,7 @@ __all__ = [
     "timeline_open",
     "timeline_panels",
     "timeline_view_parse",
+    "timeline_warm",
 ]
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,42 @@ def _panel_keys(
             "panel", session.identity, key, plan.mode, queries, plan.step, session.start, session.end
         )
     return out
+
+
+def _cached(
+    session: TimelineSession, keys: Sequence[str], max_lines: int, hosts: Sequence[str]
+) -> tuple[dict[str, str], dict[str, Any], list[str]]:
+    """Return ({panel: its cache key}, {cache key: the panel's data} found in the shared cache, the panels
+    not found)."""
+    cache_keys = _panel_keys(session, keys, max_lines, hosts)
+    cached = panel_cache.get_many(list(cache_keys.values()))
+    return cache_keys, cached, [k for k in keys if cache_keys[k] not in cached]
+
+
+def _store(session: TimelineSession, cache_keys: dict[str, str], fetched: Sequence[tl.PanelData]) -> None:
+    """Keep the fetched panels in the shared cache; a failed panel is asked again next time."""
+    panel_cache.set_many({cache_keys[p.spec.key]: p for p in fetched if p.mode != "error"}, session.identity)
+
+
+def timeline_warm(ds: DataSource | None) -> int:
+    """Compute the data source's default timeline (the whole job, every default panel) into the shared
+    cache, so that the first person to open it is served from the cache; return the queries sent (0 when
+    it was cached already). Only a finished job's TSDB: a live source (a Prometheus URL, a tunnel, a TSDB
+    still written) is left alone, since its entries expire within minutes and its Prometheus serves the
+    training job. Raises TimelineViewError when the source cannot be reached."""
+    identity = panel_cache.files_identity(ds) if ds is not None else None
+    if identity is None or identity.live:
+        return 0
+    view = TimelineView()
+    session = timeline_open(ds, view)
+    try:
+        keys = tl.default_panels(session.ctx.profile)
+        cache_keys, _, missing = _cached(session, keys, tl.DEFAULT_MAX_LINES, view.hosts)
+        fetched, _ = _fetch(session, view, keys, missing, [], None, tl.DEFAULT_MAX_LINES)
+        _store(session, cache_keys, fetched)
+        return session.queries + sum(len(p.queries) for p in fetched)
+    finally:
+        session.close()
 
 
 def _fetch(
@@ -157,9 +194,7 @@ def timeline_figures(
             keys = tl.parse_panels(panels if panels is not None else view.panels, ctx.profile)
         except tl.TimelineError as exc:
             raise TimelineViewError(str(exc)) from exc
-        cache_keys = _panel_keys(session, keys, max_lines, view.hosts)
-        cached = panel_cache.get_many(list(cache_keys.values()))
-        missing = [k for k in keys if cache_keys[k] not in cached]
+        cache_keys, cached, missing = _cached(session, keys, max_lines, view.hosts)
         notes: list[str] = []
         steps = _compare_steps(view, session) if links else None
         if links and view.xmode != "step":
@@ -170,10 +205,7 @@ def timeline_figures(
         elif links:
             compared = _compare_open(links, keys, steps or None)
         fetched, overlays = _fetch(session, view, keys, missing, compared, steps or None, max_lines)
-        # A failed panel is asked again next time; the others are kept for the source's lifetime.
-        panel_cache.set_many(
-            {cache_keys[p.spec.key]: p for p in fetched if p.mode != "error"}, session.identity
-        )
+        _store(session, cache_keys, fetched)
         for item, (found, _) in zip(compared, overlays, strict=True):
             _compare_store(item, found, steps or None)
         notes += _queue_notes(session, compared)

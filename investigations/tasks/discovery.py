@@ -1,4 +1,5 @@
-"""Discovery as a task: claim the data source's queued discovery, run it, mark the outcome."""
+"""Discovery as a task: claim the data source's queued discovery, run it, mark the outcome; a discovered
+source's default timeline is then computed ahead (`timeline_warm_task`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.conf import settings
 from investigations.services import discovery
 
 from .shell import Row, run_claimed
+from .timeline import timeline_warm_task
 
 
 @shared_task(
@@ -29,4 +31,6 @@ def datasource_discover_task(self, datasource_id: int) -> None:
         requeue=partial(discovery.discovery_requeue, datasource_id),
         finish=partial(discovery.discovery_finish, datasource_id),
     )
-    run_claimed(self, row, partial(discovery.discovery_execute, datasource_id))
+    if run_claimed(self, row, partial(discovery.discovery_execute, datasource_id)) is not None:
+        # Discovered: compute its default timeline ahead, so that the first view is a cache hit.
+        timeline_warm_task.delay_on_commit(datasource_id)

@@ -132,10 +132,13 @@ def _scene(
         return None  # nothing trained after the heartbeats stopped: the accusation may be true
     margin = _dur(rule, "margin", 120.0)
     need = max(3, int(round(margin / max(power.step, 1e-9) / 2)))
+    # a checkpoint save is no instant to judge a host by: each exporter samples on its own offset, so with
+    # coarse scrapes one host's sample may fall inside the save while its peers' fall outside
+    quiet = ~tl.in_checkpoint(power.t, pad=power.step)
     # widen the window (up to 4x) until enough instants where the job trained are seen
     for k in (1, 2, 4):
         a, b = hb_stop - k * margin, min(hb_stop + k * margin, crash)
-        judged = pack_trains & power.mask(a, b)
+        judged = pack_trains & quiet & power.mask(a, b)
         if judged.sum() >= need:
             break
     if judged.sum() < need:

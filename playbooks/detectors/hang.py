@@ -10,11 +10,11 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from playbooks.anomaly import Grid, nan_median
-from playbooks.context import Context, Finding
+from playbooks.context import Context, Finding, triage_get
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
-from ._base import _dur, _ev, _finding, _gaps, _gkey, _steady_level
+from ._base import _dur, _ev, _finding, _gaps, _gkey, _match_host, _steady_level
 
 
 def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -169,7 +169,12 @@ def _idle_hosts(
 def _det_host_silent(
     ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
 ) -> Finding | None:
-    """At most half the hosts went silent (no samples, exporter down, or GPUs at 0 W) up to the data end."""
+    """At most half the hosts went silent (no samples, exporter down, or GPUs at 0 W) up to the data end.
+
+    The silence must last `min_duration`, or several scrapes when it began as the steps stopped. A silence in
+    the data's last scrape or two (the capture ended soon after the death) is too short to stand alone: it
+    counts when the job's log reports that host dead (Slurm's node failure, the heartbeat accusation).
+    """
     samples = ctx.grid(rule.queries[0])
     up, power, util = (ctx.grid(q) for q in rule.queries[1:4])
     ref = samples or power
@@ -192,6 +197,7 @@ def _det_host_silent(
     # ends the job soon after): then a shorter silence, still several scrapes long, is enough
     tl = ctx.timeline
     short, near = max(60.0, 4 * ref.step), max(120.0, 2 * (tl.step_s or 0.0))
+    reported = _reported_dead(ctx, hosts) if e == len(t) - 1 else set()
     out_hosts, ev, onset = [], [], None
     for h in hosts:
         d = dead[h]
@@ -201,7 +207,7 @@ def _det_host_silent(
         while i > 0 and d[i - 1]:
             i -= 1
         at_stall = tl.stalled and tl.last_advance is not None and abs(float(t[i]) - tl.last_advance) <= near
-        if i == 0 or t[e] - t[i] < (short if at_stall else length):
+        if i == 0 or (t[e] - t[i] < (short if at_stall else length) and h not in reported):
             continue
         if via_up[h][i]:
             t_on = float(t[i]) - ref.step / 2
@@ -219,6 +225,16 @@ def _det_host_silent(
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
     return _finding(pb, rule, out_hosts, [], onset, ev)
+
+
+def _reported_dead(ctx: Context, hosts: list[str]) -> set[str]:
+    """Return the hosts the job's log reports dead: a Slurm node failure on it, or its tasks accused of
+    missing heartbeats."""
+    tr = ctx.triage or {}
+    events = triage_get(tr, "details", "host_events") or []
+    names = [str(e.get("host")) for e in events if isinstance(e, Mapping) and e.get("kind") == "node-failure"]
+    names += [str(a) for a in tr.get("heartbeat_accused") or []]
+    return {h for h in (_match_host(n, hosts) for n in names if n and n != "None") if h is not None}
 
 
 def _silences(
@@ -316,6 +332,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
             i -= 1
         starts.append(float(g.t[i]) - g.step / 2)
     onset = _refine_settle(ctx.grid(rule.queries[0]), float(np.median(starts)), float(g.t[e]), g.step)
+    onset = max(onset, _power_settle(ctx.grid(rule.queries[1]), onset, float(g.t[e])))
     sets = _busy_sets(g, final, util_min, set())
     odd = _odd_hosts(sets)
     n_hosts = len(sets)
@@ -360,3 +377,25 @@ def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: fl
         if len(low) and low[-1] + 1 < len(util.t):
             times.append(float(util.t[low[-1] + 1]) - util.step / 2)
     return float(np.median(times)) if times else coarse
+
+
+def _power_settle(power: Grid | None, since: float, end: float) -> float:
+    """Return when the hosts' power settled at its busy-wait level: the median over hosts of the last instant
+    (after `since`) their power stood clearly above it. GPUs that computed at high utilisation and then
+    spin (the first step's work before its first collective) spin only from when their power fell; a host
+    whose power never stood clearly above its final level gives no time. `since` when no host does."""
+    if power is None or len(power.t) < 3:
+        return since
+    final = power.mask(end - 3 * power.step, end)
+    seen = power.mask(since, end)
+    times = []
+    for v in power.values:
+        level = nan_median(v[final])
+        x = np.where(seen, np.nan_to_num(v, nan=0.0), 0.0)
+        top = float(x.max()) if len(x) else 0.0
+        if not math.isfinite(level) or top < 1.5 * max(level, 1e-9):
+            continue
+        high = np.nonzero(x > level + 0.5 * (top - level))[0]
+        if len(high) and high[-1] + 1 < len(power.t):
+            times.append(float(power.t[high[-1] + 1]) - power.step / 2)
+    return float(np.median(times)) if times else since

@@ -13,11 +13,12 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _emit, _log, _sim, _tsdb
+from . import _emit, _log, _sim, _tsdb, _variants
 from ._deploy import PERTURBATIONS, Exporters, apply_to_job
 from ._models import GPU_MODELS, SCENARIO_TABLE, SCENARIOS, Scenario
 from ._tsdb import SynthError
@@ -224,6 +225,7 @@ def generate_job(
     prometheus: str = "prometheus",
     keep_openmetrics: bool = False,
     exporters: Exporters | str | None = None,
+    variants: Collection[str] = (),
 ) -> GeneratedJob:
     """Build the job directory `out` (log at `<out>.log`, `out/log` symlink, `out/prometheus/`, truth).
 
@@ -231,7 +233,8 @@ def generate_job(
     `<out>-baseline`. `wal_tail_minutes` (default 30; 0 disables) is the final part of the data that
     lives only in the WAL, as in a real finished job. `exporters` (standard profiles only) is how they
     are deployed: an `Exporters`, a perturbation name of `PERTURBATIONS`, "random" (drawn from the
-    seed) or None (the plain deployment).
+    seed) or None (the plain deployment). `variants` names off-by-default variants of the scenario
+    (`_variants.OPT_IN`: node-death's `death_at_end`); their values are drawn from the seed.
     """
     if scenario not in SCENARIO_TABLE:
         raise SynthError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
@@ -240,10 +243,15 @@ def generate_job(
     ex = _exporters(profile, seed, exporters)
     if nodes < 1 or gpus < 1 or interval <= 0:
         raise SynthError("nodes, gpus and interval must be positive")
+    for v in variants:
+        if _variants.OPT_IN.get(v) != scenario:
+            known = ", ".join(f"{k} ({s})" for k, s in _variants.OPT_IN.items())
+            raise SynthError(f"scenario {scenario!r} has no variant {v!r}; known: {known}")
     out = Path(out).resolve()
     tail_min = 30.0 if wal_tail_minutes is None else float(wal_tail_minutes)
     sim_profile = "amd" if profile == "amd-dme" else profile
     params: dict[str, Any] = {"profile": sim_profile, "gpus": gpus, "interval": interval, "hours": hours}
+    params["variants"] = tuple(variants)
     sims = _simulate_jobs(scenario, seed, nodes, params, ex.host_domain if ex is not None else "")
     jobs = list(zip(sims, [out, out.with_name(out.name + "-baseline")][: len(sims)], strict=True))
     for job, _ in jobs:

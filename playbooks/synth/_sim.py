@@ -100,6 +100,8 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
     if "error_at_end" in job.variants:
         job.crash_time = job.stall_time = onset + min(15.0, 0.5 * job.variants["error_at_end"])
         job.job_end = onset + job.variants["error_at_end"]
+    if "death_at_end" in job.variants:
+        job.job_end = onset + job.variants["death_at_end"]  # the capture ends; the job (and its log) go on
 
 
 def _slowdown(job: Job, rng: np.random.Generator, onset: float) -> Slowdown:
@@ -258,7 +260,9 @@ def _gpu_signals(job: Job, rng: np.random.Generator, grid: Grid, slowdown: Slowd
 
 
 def _idle(job: Job, grid: Grid) -> np.ndarray:
-    """After the crash and in the job's last 30 s the GPUs idle."""
+    """After the crash and in the job's last 30 s the GPUs idle (not when the capture ends before the job)."""
+    if "death_at_end" in job.variants:
+        return grid.after_crash
     return grid.after_crash | (grid.t >= job.job_end - 30)
 
 

@@ -179,7 +179,8 @@ def _tb_export(job: Job, rng: np.random.Generator) -> None:
     fills: list[tuple[float, int]] = []
     times = job.step_end[exported]
     idxs = np.nonzero(exported)[0]
-    end = job.crash_time if job.crash_time is not None else job.job_end
+    # no fill after the crash, nor after the capture ends (it may end before the crash: death_at_end)
+    end = min(job.crash_time, job.job_end) if job.crash_time is not None else job.job_end
     for j in range(len(times)):
         nxt = times[j + 1] if j + 1 < len(times) else end
         f = times[j] + 150.0

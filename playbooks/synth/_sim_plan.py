@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import zlib
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,7 @@ class Job:
     notes: list[str] = field(default_factory=list)
     red_herrings: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, Any] = field(default_factory=dict)
+    opt_in: frozenset[str] = frozenset()  # the off-by-default variants asked for (_variants.OPT_IN)
     # steps (index i = i-th completed step of this run)
     step_num: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     step_end: np.ndarray = field(default_factory=lambda: np.zeros(0))
@@ -154,8 +156,10 @@ def plan(
     hours: float | None = None,
     restored_from: int | None = None,
     base: Job | None = None,
+    variants: Collection[str] = (),
 ) -> Job:
-    """Return the decided (not yet simulated) job for a scenario and seed."""
+    """Return the decided (not yet simulated) job for a scenario and seed (`variants`: off-by-default variants
+    to apply where the scenario has them)."""
     sc = SCENARIO_TABLE[scenario]
     rng = np.random.default_rng([seed, 0 if restored_from is None else 1])
     if base is not None:
@@ -198,6 +202,7 @@ def plan(
         first_step=0 if restored_from is None else restored_from + 1,
         restored_from=restored_from,
     )
+    job.opt_in = frozenset(variants)
     job.job_id = _job_identity(rng, seed, start, profile, scenario)
     job.train_start = start + job.setup_s
     job.job_end = start + hours * 3600.0

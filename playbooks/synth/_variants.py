@@ -21,6 +21,12 @@ functions change the simulated arrays in place.
 - gpu-hardware-fault: the uncorrectable error comes in the last minute of the data (the trainer aborts
   seconds later and the capture ends soon after), so a grid anchored at the data's start may miss it;
 - every scenario, half the seeds: one host's exporter comes up a scrape or two late.
+
+Off by default (a caller asks for them: `generate_job(..., variants=...)`), so no seed's job changes:
+
+- node-death `death_at_end`: the node dies in the data's last minute, a scrape or two before the capture
+  ends (the TSDB was copied while the job still waited for its heartbeat timeout or Slurm), so a grid
+  anchored at the data's start, or a silence that must last minutes, misses it.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from typing import Any
 import numpy as np
 
 TIB = 1024.0**4
+#: the variants a caller may ask for, by the scenario that has them
+OPT_IN = {"death_at_end": "node-death"}
 
 
 def stream(job: Any, k: int) -> np.random.Generator:
@@ -60,6 +68,9 @@ def choose(job: Any) -> dict[str, Any]:
         v["majority_degraded"] = True
     if name == "gpu-hardware-fault" and stream(job, 8).random() < 0.3:
         v["error_at_end"] = float(stream(job, 8).uniform(5.0, 50.0, 2)[1])  # data after the error, seconds
+    if name == "node-death" and "death_at_end" in job.opt_in:
+        # data after the death: the final scrape or two
+        v["death_at_end"] = float(stream(job, 9).uniform(0.7, 2.3)) * job.interval
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v

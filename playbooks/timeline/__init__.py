@@ -24,8 +24,9 @@ one trace per job computed by its own Prometheus (the series for job-scope signa
 
 Points are downsampled on the server to a budget per trace with min/max per bucket (spikes survive),
 and the budget shrinks so that a figure stays under its payload budget. Figures are Plotly JSON as
-plain dicts (SVG `scatter`, or `scattergl` above GL_MIN_POINTS points), with vertical annotations: checkpoints, warm-up end, restores, crash, hang
-start, heartbeat stop and each finding's onset.
+plain dicts (SVG `scatter`; `scattergl` only above GL_MIN_POINTS points, more than a panel sends),
+with vertical annotations: checkpoints, warm-up end, restores, crash, hang start, heartbeat stop and
+each finding's onset.
 
 Usage::
 

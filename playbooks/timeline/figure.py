@@ -22,8 +22,9 @@ from .traces import PanelData, Trace
 #: Points per trace sent to the browser, and per figure (the payload budget: about 20 bytes a point).
 POINTS_PER_TRACE = 800
 POINTS_PER_FIGURE = 12_000
-#: A figure with fewer points is drawn as SVG (faster to start than WebGL below this, no context limit).
-GL_MIN_POINTS = 5_000
+#: A figure with fewer points is drawn as SVG (faster to start than WebGL below this, no context limit):
+#: above a figure's budget, so a timeline panel is SVG; WebGL is for a caller that asks for more points.
+GL_MIN_POINTS = 20_000
 #: Points of the step axis's clock (layout.meta.clock): the hover names the time of the step it shows.
 CLOCK_POINTS = 1_200
 
@@ -208,8 +209,9 @@ def _traces_data(
         if tr.role in counts:
             counts[tr.role] += 1
         data.append(trace)
-    # Each WebGL plot costs a context (browsers keep about 16 alive) and ~150 ms to start: a figure of a
-    # few thousand points draws faster as SVG; only many points (lines mode at its budget) use WebGL.
+    # Each WebGL plot costs a context (browsers keep about 16 alive, fewer than a page's 18 panels) and
+    # 150-400 ms to start: lines mode at its budget (16 lines, 8,640 points at 128 GPUs) draws in 60-100 ms
+    # as SVG in headless Chromium, 150-440 ms as WebGL; only far more points use WebGL.
     if sum(len(d["x"]) for d in data) < GL_MIN_POINTS:
         for d in data:
             d["type"] = "scatter"

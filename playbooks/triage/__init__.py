@@ -11,6 +11,7 @@ points).
 
 from ._api import find_job_log, triage_job, triage_log
 from ._events import HW_XIDS
+from ._gpu_bus import bus_key
 from ._model import CLASS_ORDER, MAX_LINE, MAX_MATCHES_PER_CLASS, Match, Triage, TriageError
 from ._patterns import HARMLESS, SIGNATURES, expand_nodelist
 from ._read import BLOCK
@@ -26,6 +27,7 @@ __all__ = [
     "Match",
     "Triage",
     "TriageError",
+    "bus_key",
     "expand_nodelist",
     "find_job_log",
     "triage_job",

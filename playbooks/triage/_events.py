@@ -9,7 +9,8 @@ An event is one log line that names (or, through its srun label or a rank, maps 
   `srun: error: <host>: task N: Out Of Memory`;
 - `killed`: a task killed by a signal: `srun: error: <host>: task N: Killed` / `Exited with exit code
   137|143`, `NODE_EXIT host=<h> exit=137|143`, a shell's `Killed`, torchrun's `exitcode: -9|-15`;
-- `xid`: `NVRM: Xid (PCI:...): <n>`;
+- `xid`: `NVRM: Xid (PCI:...): <n>` (its `pci`: the bus key of `_gpu_bus`, which nvidia-smi's lines in the
+  log map to a GPU index: `resolve_gpu_bus`);
 - `nccl-timeout`: an NCCL warning about a timeout, or PyTorch's NCCL watchdog timeout of `[Rank N]` (the
   rank mapped to its host through the `NCCL INFO comm ... rank N` lines, the srun label or a one-node job).
 
@@ -27,9 +28,10 @@ from typing import Any
 
 from playbooks.textclean import printable
 
+from ._gpu_bus import bus_key, smi_line
 from ._patterns import _abs_time
 
-__all__ = ["HW_XIDS", "KINDS", "EventScan", "event_line", "merge_events", "resolve_events"]
+__all__ = ["HW_XIDS", "KINDS", "EventScan", "event_line", "merge_events", "resolve_events", "resolve_gpu_bus"]
 
 KINDS = ("node-failure", "oom-kill", "killed", "xid", "nccl-timeout")
 #: Xids of a failing GPU, not of the program (13, 31, 43, 45 are the application's own faults or cleanup):
@@ -53,6 +55,7 @@ _TRIGGERS = (
     "Watchdog caught",
     "Root Cause",
     "Failures:",
+    "0000:",  # a PCI address: nvidia-smi's GPU table or CSV
 )
 _HOST = re.compile(r"[A-Za-z0-9._-]{1,253}")
 _NODE_FAIL = re.compile(r"srun: error: Node failure on ([^\s,;]+)")
@@ -101,6 +104,7 @@ class _Raw:
     time: float | None
     code: int | None
     text: str
+    pci: str | None = None  # an Xid's bus key
 
 
 @dataclass
@@ -113,7 +117,8 @@ class EventScan:
         torch: the fields of torchrun's failure report being read (time, host, rank).
         torch_open: the line where that report began (it is read for at most 40 lines).
         node_failure: a Slurm node failure was reported.
-        seen: (kind, host, label, rank, code) already kept (the first line of each is the event).
+        seen: (kind, host, label, rank, code, pci) already kept (the first line of each is the event).
+        gpu_bus: (srun label or None, bus key) -> GPU index, from nvidia-smi's lines.
     """
 
     raw: list[_Raw] = field(default_factory=list)
@@ -122,6 +127,7 @@ class EventScan:
     torch_open: int = -1
     node_failure: bool = False
     seen: set[tuple[Any, ...]] = field(default_factory=set)
+    gpu_bus: dict[tuple[int | None, str], str] = field(default_factory=dict)
 
 
 def _host(text: str | None) -> str | None:
@@ -176,9 +182,14 @@ def event_line(
         return None
     found = _slurm(msg) or _kernel(msg, year) or _launcher(ev, msg) or _nccl(ev, msg)
     if found is None:
+        smi = smi_line(msg) if "0000:" in msg and len(ev.gpu_bus) < MAX_EVENTS else None
+        if smi is not None:
+            ev.gpu_bus.setdefault((label, smi[1]), smi[0])
         return None
     kind, host, rank, t, code = found
-    _keep(ev, _Raw(kind, n, host, label, rank, t if t is not None else ts, code, msg))
+    x = _XID.search(msg) if kind == "xid" else None
+    pci = bus_key(x.group(1)) if x else None
+    _keep(ev, _Raw(kind, n, host, label, rank, t if t is not None else ts, code, msg, pci))
     if kind == "node-failure":
         ev.node_failure = True
     if kind == "xid":
@@ -263,7 +274,7 @@ def _nccl(ev: EventScan, msg: str) -> _Found | None:
 
 
 def _keep(ev: EventScan, r: _Raw) -> None:
-    key = (r.kind, r.host, r.label, r.rank, r.code)
+    key = (r.kind, r.host, r.label, r.rank, r.code, r.pci)
     if key in ev.seen or len(ev.raw) >= MAX_EVENTS:
         return
     ev.seen.add(key)
@@ -290,9 +301,8 @@ def resolve_events(ev: EventScan, nodes: list[str]) -> list[dict[str, Any]]:
         if host is None and len(nodes) == 1:
             host = nodes[0]
         host = _host(short.get(host.split(".")[0], host) if host and host not in nodes else host)
-        out.append(
-            {"kind": r.kind, "host": host, "time": r.time, "line": r.line, "code": r.code, "text": r.text}
-        )
+        e = {"kind": r.kind, "host": host, "time": r.time, "line": r.line, "code": r.code, "text": r.text}
+        out.append(e | ({"pci": r.pci} if r.pci else {}))
     failed = {e["host"] for e in out if e["kind"] == "node-failure" and e["host"]}
     when = min((e["time"] for e in out if e["kind"] == "node-failure" and e["time"]), default=None)
     for e in out:
@@ -311,10 +321,23 @@ def merge_events(
 ) -> None:
     """Append `more` to `events`, one per (kind, host, code); `more` came from the log `name` (a k8s
     rank-N.log: its events without a host are that rank's node `host`)."""
-    seen = {(e["kind"], e["host"], e["code"]) for e in events}
+    seen = {(e["kind"], e["host"], e["code"], e.get("pci")) for e in events}
     for e in more:
         e = dict(e, host=e["host"] or _host(host), text=f"[{name}] {e['text']}" if name else e["text"])
-        key = (e["kind"], e["host"], e["code"])
+        key = (e["kind"], e["host"], e["code"], e.get("pci"))
         if key not in seen and len(events) < MAX_EVENTS:
             seen.add(key)
             events.append(e)
+
+
+def resolve_gpu_bus(ev: EventScan, nodes: list[str]) -> list[dict[str, Any]]:
+    """Return nvidia-smi's GPU index per bus key: `host` is the node of the line's srun label, or None for a
+    line without one (the job's nodes are alike)."""
+    return [
+        {
+            "host": nodes[label] if label is not None and 0 <= label < len(nodes) else None,
+            "pci": key,
+            "gpu": gpu,
+        }
+        for (label, key), gpu in ev.gpu_bus.items()
+    ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ._events import resolve_events
+from ._events import resolve_events, resolve_gpu_bus
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
@@ -51,6 +51,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         crash = st.cancel_time or end_time
     out.crash_time = crash
     out.details["host_events"] = resolve_events(st.events, out.nodes)
+    if st.events.gpu_bus:
+        out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if not steps and out.details.get("lines"):
         out.unreadable.append("no 'completed step:' lines found")
 

@@ -90,3 +90,29 @@ def test_it_records_a_permanent_error_without_retrying(job_root: Path, tmp_path:
     source.refresh_from_db()
     assert source.discovery_status == TaskStatus.FAILED
     assert "outside the allowed job roots" in source.discovery_error
+
+
+def test_a_discovered_source_has_its_timeline_computed_ahead(
+    job_source: DataSource, url_source: DataSource, django_capture_on_commit_callbacks, monkeypatch
+) -> None:
+    """Once discovered, the source's default timeline is queued for the worker (after commit); a discovery
+    that did not finish queues nothing."""
+    from investigations.tasks import timeline as timeline_tasks
+
+    sent: list[int] = []
+    monkeypatch.setattr(timeline_tasks.timeline_warm_task, "delay", lambda pk: sent.append(pk))
+    disc.discovery_request(job_source)
+    with django_capture_on_commit_callbacks(execute=True):
+        datasource_discover_task(job_source.pk)
+    assert sent == [job_source.pk]
+    disc.discovery_request(url_source)  # nothing listens on its port
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(PrometheusUnreachable):
+        datasource_discover_task(url_source.pk)
+    assert sent == [job_source.pk]
+
+
+def test_a_live_source_is_not_computed_ahead(url_source: DataSource) -> None:
+    """A Prometheus URL (a live head node, which serves the training job) is left alone: nothing is sent."""
+    from investigations.services import timeline
+
+    assert timeline.timeline_warm(url_source) == 0  # nothing listens on its port: no query was tried

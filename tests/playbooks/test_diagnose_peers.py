@@ -68,6 +68,7 @@ def test_a_few_candidates_name_the_hot_gpu_as_every_gpu_did(served_job, view_roo
     )
     triage = triage_job(job_dir).to_dict()
     monkeypatch.setattr(_diagnose_peers, "CANDIDATES", 2)
+    monkeypatch.setattr("playbooks._diagnose_query.PEERS_MIN_POINTS", 0)  # 48 GPUs, judged as 8,192 would be
     source = discover_source(client)
     (gpu_plan,) = plan(source, triage=triage, playbooks=["gpu_health"])
     series = execute(client, gpu_plan).results["temp_gpu"]["series"]
@@ -96,3 +97,12 @@ def test_a_query_over_every_gpu_of_a_large_job_gets_a_coarser_step():
     small = render_query(every["power_by_host"], "amd", hosts=8, gpus=64, **kw)
     assert (big.step, host.step, small.step) == (60.0, 15.0, 15.0)
     assert big.end == small.end == 7200.0
+
+
+def test_the_pack_is_aggregated_only_where_reading_every_gpu_costs_more():
+    """Temperature of 1,024 GPUs over 4 h comes back per GPU; of 8,192 GPUs over 2 h, as the pack and its
+    stand-outs."""
+    temp = next(q for q in load_playbooks()["gpu_health"].queries if q.name == "temp_gpu")
+    small = render_query(temp, "amd", start=0.0, end=14400.0, interval=15.0, hosts=128, gpus=1024)
+    big = render_query(temp, "amd", start=0.0, end=7200.0, interval=15.0, hosts=1024, gpus=8192)
+    assert "stepwise_stat" not in small.promql and "stepwise_stat" in big.promql and "topk(" in big.promql

@@ -179,12 +179,18 @@ def test_the_variants_are_drawn_from_their_own_streams():
             self.name = name
 
     class _J:
-        def __init__(self, name, seed):
+        def __init__(self, name, seed, opt_in=()):
             self.scenario, self.seed, self.restored_from = _S(name), seed, None
+            self.opt_in, self.interval = frozenset(opt_in), 15.0
 
     assert "pre_step" in _variants.choose(_J("collective-hang", 3))
     assert "errors_before_death" in _variants.choose(_J("node-death", 4))
     assert _variants.choose(_J("node-death", 4))["slurm_node_failure"]
+    # an off-by-default variant is drawn only when asked for, and asking changes no other variant
+    assert "death_at_end" not in _variants.choose(_J("node-death", 4))
+    asked = _variants.choose(_J("node-death", 4, ["death_at_end"]))
+    assert 0 < asked.pop("death_at_end") < 2.5 * 15.0
+    assert asked == _variants.choose(_J("node-death", 4))
     assert "staircase" in _variants.choose(_J("host-oom", 1))
     assert "near_limit_save" in _variants.choose(_J("healthy", 1))
 

@@ -128,6 +128,28 @@ def test_a_hardware_xid_in_the_last_minute_is_a_gpu_fault_on_its_host(served_job
         assert result["diagnosis"]["onset"] == pytest.approx(int(truth["data_range"][1] - 30), abs=1)
 
 
+@pytest.mark.parametrize(
+    ("profile", "smi", "bus", "gpu"),
+    [("nvidia", False, "38", "2"), ("amd", False, "4b", None), ("amd", True, "4b", "3")],
+)
+def test_an_xid_is_placed_on_the_gpu_at_its_pci_bus(served_job, profile, smi, bus, gpu):
+    """#10 a: an Xid names a PCI bus, not a GPU. DCGM labels each GPU with its `pci_bus_id` (the generator's
+    GPU g sits at bus 0x18 + 0x10 g); the seed system's exporters have none, so the GPU stays unknown
+    unless nvidia-smi's lines in the log (here another board layout: 0x1b + 0x10 g) place it."""
+
+    def extra(tr, near):
+        t = tr["data_range"][1] - 30
+        table = [f"{g}, 00000000:{0x1B + 0x10 * g:02X}:00.0" for g in range(4)] if smi else []
+        xid = f"{_syslog(t)} {tr['hosts'][1]} kernel: NVRM: Xid (PCI:0000:{bus}:00): 79, pid=1, name=python3"
+        return [*table, xid]
+
+    _, result, truth, triage = _diagnose(served_job, "healthy", 1, profile, extra)
+    (e,) = [e for e in triage["details"]["host_events"] if e["kind"] == "xid"]
+    assert e["pci"] == f"0000:{bus}:00"
+    assert result["diagnosis"]["class"] == "gpu-hardware-fault"
+    assert result["diagnosis"]["culprits"] == [{"host": truth["hosts"][1], "gpu": gpu}]
+
+
 # ------------------------------------------------------------------------------ the weighing, hand-made findings
 
 

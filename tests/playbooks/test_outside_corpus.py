@@ -92,3 +92,40 @@ def test_one_missed_scrape_of_an_accused_host_is_no_silence(served_job, outside_
     assert diag["class"] == "heartbeat-false-positive"
     assert diag["culprits"] == []
     assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 3
+
+
+def test_a_hang_before_the_first_step_settles_when_the_power_falls(served_job, outside_root):
+    """Seed 8's job 10 as drawn: the GPUs compute the first step at full power for over a minute, then spin in its first collective:
+    utilisation stays high throughout, so the busy-wait settled when the power fell, not when utilisation
+    rose. The host spinning on fewer GPUs is the culprit."""
+    result, truth = _diagnose(served_job, outside_root, "collective-hang", 3, 10, seed=8)
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 2
+
+
+def test_a_restored_job_with_a_busy_runnable_background_is_healthy_without_a_baseline(
+    served_job, outside_root
+):
+    """Seed 8's job 6 as drawn: a restored job that trains to its end on hosts whose usual runnable background
+    (loader workers, proxy threads) is above the engine's prior for their GPUs. Without the fresh start's own
+    level that is a hint (info), not a restore leak: the verdict is compare's."""
+    result, truth = _diagnose(served_job, outside_root, "healthy", 0, 6, seed=8)
+    assert truth["class"] == "healthy" and truth["layout"]["first_step"] > 0
+    assert result["diagnosis"]["class"] == "healthy"
+    assert not [f for f in result["findings"] if f["severity"] in ("warning", "critical")]
+    assert any(f["class"] == "restore-resource-leak" for f in result["findings"])  # still said, as a hint
+
+
+def test_a_checkpoint_save_seen_by_one_host_alone_is_no_sign_it_stopped(served_job, outside_root):
+    """Seed 10's job 23 as drawn: 60 s scrapes, each exporter on its own offset, and a checkpoint save at the
+    heartbeat-stop time that only the accused host's sample fell into. The step gauge (polled every 60 s)
+    skips the checkpoint step itself, so the save is found where its samples cross a multiple of the
+    period, and instants within a save are not used to judge the accused: a heartbeat false positive."""
+    result, truth = _diagnose(served_job, outside_root, "heartbeat-false-positive", 0, 23, seed=10)
+    assert truth["class"] == "heartbeat-false-positive" and truth["scrape_s"] == 60
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive"
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 3

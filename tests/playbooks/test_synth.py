@@ -185,13 +185,15 @@ def test_same_seed_same_job_other_seed_other_job(tmp_path):
 
 
 def test_bad_arguments_raise_a_clear_error(tmp_path):
-    """Unknown scenarios, profiles and non-positive sizes are refused before anything is written."""
+    """Unknown scenarios, profiles, variants and non-positive sizes are refused before anything is written."""
     with pytest.raises(SynthError, match="unknown scenario"):
         generate_job("meteor-strike", 1, 2, tmp_path / "x")
     with pytest.raises(SynthError, match="unknown profile"):
         generate_job("healthy", 1, 2, tmp_path / "x", profile="tpu")
     with pytest.raises(SynthError, match="positive"):
         generate_job("healthy", 1, 0, tmp_path / "x")
+    with pytest.raises(SynthError, match="no variant 'death_at_end'"):
+        generate_job("healthy", 1, 2, tmp_path / "x", variants=("death_at_end",))
     assert not (tmp_path / "x").exists()
 
 

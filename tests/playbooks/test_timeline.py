@@ -618,14 +618,18 @@ def test_served_unique_band_matches_the_aggregated_band(served_job, profile) -> 
     assert (bare[0].outliers[0]["host"], bare[0].outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
 
 
-def test_many_points_are_drawn_with_webgl() -> None:
-    """Lines mode at its point budget (16 series) is WebGL; a band of a few hundred points per edge is SVG."""
+def test_only_far_more_points_than_a_panels_budget_are_drawn_with_webgl() -> None:
+    """Lines mode at its point budget (16 series) and a band are SVG (no WebGL context per panel); a figure
+    asked for with far more points is WebGL."""
     t = np.arange(2000.0) * 1.8 + NOW  # within the step axis
     panel = tl.PanelData(tl.PANELS["gpu_temp"], "lines", step=15.0, start=START, end=END)
     panel.traces = [
         tl.Trace(f"h GPU {g}", "line", {"host": "h", "gpu": str(g)}, t, np.sin(t + g)) for g in range(16)
     ]
-    assert {d["type"] for d in tl.figure_build(panel, _ctx())["data"]} == {"scattergl"}
+    data = tl.figure_build(panel, _ctx())["data"]
+    assert {d["type"] for d in data} == {"scatter"} and sum(len(d["x"]) for d in data) > 10_000
+    many = tl.figure_build(panel, _ctx(), points_per_trace=2000, points_per_figure=32_000)["data"]
+    assert {d["type"] for d in many} == {"scattergl"}
     panel.traces = [tl.Trace(r, r, {}, t[:480], np.ones(480)) for r in ("min", "median", "max")]
     assert {d["type"] for d in tl.figure_build(panel, _ctx())["data"]} == {"scatter"}
 

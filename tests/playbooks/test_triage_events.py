@@ -33,7 +33,7 @@ def _events(lines: list[str]) -> list[dict]:
 
 def _one(lines: list[str]) -> dict:
     (ev,) = _events(lines)
-    assert set(ev) == EVENT_KEYS
+    assert set(ev) == EVENT_KEYS | ({"pci"} if ev["kind"] == "xid" else set())
     return ev
 
 
@@ -142,6 +142,27 @@ def test_torchruns_failure_report_names_host_time_and_signal() -> None:
         ]
     )
     assert (ev["kind"], ev["host"], ev["time"], ev["code"]) == ("killed", "gpu-103", T0 + 1200, 137)
+
+
+def test_an_xid_keeps_its_bus_and_nvidia_smi_lines_give_each_bus_its_gpu() -> None:
+    """#10 a: the Xid's PCI address becomes a bus key that nvidia-smi's table (a node's, by its srun label) and
+    CSV (no label: any node) map to GPU indices; two GPUs of one host with the same Xid are two events."""
+    t = triage_log(
+        HEAD
+        + STEPS
+        + [
+            "2: |   3  NVIDIA H100 80GB HBM3          On  |   00000000:4B:00.0 Off |                    0 |",
+            "index, pci.bus_id",
+            "5, 00000000:9C:00.0",
+            "Mar  1 10:15:02 gpu-102 kernel: NVRM: Xid (PCI:0000:4b:00): 79, pid=1, GPU has fallen off the bus.",
+            "Mar  1 10:15:03 gpu-102 kernel: NVRM: Xid (PCI:0000:9c:00): 79, pid=1, GPU has fallen off the bus.",
+        ]
+    )
+    assert [e["pci"] for e in t.details["host_events"]] == ["0000:4b:00", "0000:9c:00"]
+    assert t.details["gpu_bus"] == [
+        {"host": "gpu-103", "pci": "0000:4b:00", "gpu": "3"},
+        {"host": None, "pci": "0000:9c:00", "gpu": "5"},
+    ]
 
 
 def test_other_exits_and_application_xids_are_not_kills_or_hardware() -> None:

@@ -154,3 +154,23 @@ def test_two_close_trickle_ticks_in_a_short_job_are_no_burst_before_the_hang(ser
     assert diag["class"] == "collective-hang"
     assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
     assert not [f for f in result["findings"] if f["class"] == "network-hang" and f["severity"] != "info"]
+
+
+@pytest.mark.parametrize(("profile", "seed"), [("amd", 1), ("nvidia", 2)])
+def test_a_node_that_dies_in_the_last_scrapes_is_a_node_death(served_job, profile, seed):
+    """Item b: the node dies a scrape or two before the capture ends (variant death_at_end; seed 2 is the
+    death Slurm reports). Too short a silence to stand alone, it is the death the log reports on that host:
+    node-death from the data, on that host, dated on the fine grid. Without the log it is not called."""
+    client, truth, job_dir = served_job("node-death", seed, profile, variants=("death_at_end",))
+    assert truth["data_range"][1] - truth["onset"] < 2.5 * truth["interval_s"]
+    result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
+    diag = result["diagnosis"]
+    assert diag["class"] == "node-death"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert _scrapes(result, truth) <= 3
+    from_data = [
+        f for f in result["findings"] if f["class"] == "node-death" and "(job log)" not in f["title"]
+    ]
+    assert [f["hosts"] for f in from_data] == [[c["host"] for c in truth["culprits"]]]
+    blind = run_diagnosis(client, triage=None)
+    assert not [f for f in blind["findings"] if f["class"] == "node-death"]

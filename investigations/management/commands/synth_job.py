@@ -43,6 +43,12 @@ class Command(BaseCommand):
         parser.add_argument("--promtool", default="promtool")
         parser.add_argument("--prometheus", default="prometheus")
         parser.add_argument("--keep-openmetrics", action="store_true")
+        parser.add_argument(
+            "--variant",
+            action="append",
+            default=[],
+            help="an off-by-default variant of the scenario (node-death: death_at_end); repeatable",
+        )
 
     def handle(self, *args, **opts):
         try:
@@ -60,6 +66,7 @@ class Command(BaseCommand):
                 prometheus=opts["prometheus"],
                 keep_openmetrics=opts["keep_openmetrics"],
                 exporters=opts["exporters"],
+                variants=opts["variant"],
             )
         except SynthError as exc:
             raise CommandError(str(exc)) from exc

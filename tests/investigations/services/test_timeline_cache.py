@@ -142,3 +142,27 @@ def test_a_url_source_that_holds_still_is_cached_like_a_finished_job(own_job, tm
         ds = DataSource.objects.create(kind=DataSource.Kind.URL, address=server.url)
         assert _view(investigation, job, ds)["queries"] > 0
         assert _view(investigation, job, ds)["queries"] == 0
+
+
+def test_a_timeline_computed_ahead_by_the_worker_makes_the_first_view_a_cache_hit(own_job, settings) -> None:
+    """After discovery the worker computes the default timeline (every default panel, the whole job) into
+    the shared cache: the first person to open it sends no query and serves nothing."""
+    from investigations.tasks.timeline import timeline_warm_task
+
+    investigation, job, ds, _job_dir = own_job
+    timeline_warm_task(ds.pk)  # the task's body, as the worker runs it
+    tsdb_server.reap_leftovers(settings.STEPWISE_TSDB_VIEWS)
+    first = svc.timeline_figures(investigation, job, ds, svc.TimelineView())
+    assert first["queries"] == 0 and len(first["figures"]) == len(first["panels"]) > len(KEYS)
+    assert tsdb_server.list_served(settings.STEPWISE_TSDB_VIEWS) == []
+    assert svc.timeline_warm(ds) == 0  # computed once
+
+
+def test_a_source_that_cannot_be_served_is_not_computed_ahead_and_raises_nothing(own_job) -> None:
+    """Best effort: the worker logs that the source did not answer; the page computes the timeline then."""
+    from investigations.tasks.timeline import timeline_warm_task
+
+    _investigation, _job, ds, job_dir = own_job
+    shutil.rmtree(job_dir / "prometheus")
+    timeline_warm_task(ds.pk)
+    timeline_warm_task(999_999)  # a data source deleted meanwhile
