@@ -15,7 +15,10 @@ from .prometheus import choose_step
 
 def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: float) -> float:
     if q.window == "auto":
-        return max(step, 4.0 * interval)
+        # consecutive windows share a scrape: with windows exactly a grid step long, an increment between
+        # the last sample of one window and the first of the next falls in neither (a UE counter's 0 -> 1
+        # vanishes whenever it straddles a grid point)
+        return max(step + interval, 4.0 * interval)
     if q.window == "job":
         return max(step, end - start)
     from .prometheus import parse_duration

@@ -315,6 +315,39 @@ def change_points(
     return out
 
 
+def climbs(
+    x: np.ndarray, t: np.ndarray, valid: np.ndarray, *, window: float, z: float, min_rel: float
+) -> tuple[list[int], dict[int, float]]:
+    """Return indices where x stands far above its own level of `window` to `window`/2 earlier, and for each
+    the level (that reference plus one noise scale) it climbed from.
+
+    A divergence climbs: each point is only a little above the last few (a jump against them never fires),
+    yet within minutes it is many times its earlier level. The noise scale comes from the point-to-point
+    changes of that earlier stretch, as in `change_points`.
+    """
+    out: list[int] = []
+    levels: dict[int, float] = {}
+    idx = np.nonzero(valid & ~np.isnan(x))[0]
+    tv, xv = t[idx], x[idx]
+    lo = hi = 0
+    for k in range(len(idx)):
+        while lo < k and tv[lo] < tv[k] - window:
+            lo += 1
+        while hi < k and tv[hi] <= tv[k] - window / 2:
+            hi += 1
+        if hi - lo < 6:
+            continue
+        earlier = xv[lo:hi]
+        ref = float(np.median(earlier))
+        steps = np.abs(np.diff(earlier))
+        steps = steps[steps > 0]
+        scale = max(MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0, 0.01 * abs(ref), 1e-12)
+        if ref and (xv[k] - ref) / scale >= z and (xv[k] - ref) / abs(ref) >= min_rel:
+            out.append(int(idx[k]))
+            levels[int(idx[k])] = ref + scale
+    return out, levels
+
+
 def nan_median(x: Sequence[float] | np.ndarray) -> float:
     arr = np.asarray(x, dtype=float)
     arr = arr[~np.isnan(arr)]

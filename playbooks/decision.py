@@ -32,9 +32,9 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
     ranked = sorted(
         cands, key=lambda f: (-round(score(ctx, f, findings), 6), f.onset if f.onset is not None else inf)
     )
-    primary = ranked[0]
-    klass = primary.klass
     tol = max(90.0, 2 * (tl.step_s or 0.0))
+    primary = _unless_explained(ctx, ranked, tol)
+    klass = primary.klass
     klass, primary, onset = _reconcile(ctx, klass, primary, findings, tol)
     same = [f for f in findings if f.klass == klass]
     hosts = _culprit_hosts(ctx, klass, primary, findings)
@@ -62,6 +62,20 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
         "summary": _summary(ctx, klass, hosts, gpus, onset, primary, findings),
         "chain": chain,
     }
+
+
+def _unless_explained(ctx: Context, ranked: list[Finding], tol: float) -> Finding:
+    """Return the best-scored cause, unless it is the fallback (a hang, the effect of nearly anything) and a
+    cause of a class that stops jobs began before the steps stopped: that cause explains the stall."""
+    classes = load_classes()
+    last = ctx.timeline.last_advance
+    if not classes[ranked[0].klass].fallback or last is None:
+        return ranked[0]
+    for f in ranked[1:]:
+        spec = classes[f.klass]
+        if spec.stops_job and not spec.fallback and f.onset is not None and f.onset <= last + tol:
+            return f
+    return ranked[0]
 
 
 def _n_hosts(ctx: Context) -> int:
@@ -347,7 +361,8 @@ def _summary(
         {
             f.title.removesuffix(" jumps")
             for f in findings
-            if f.klass == "training-instability" and SEV_RANK[f.severity] >= 1
+            # the training metrics that moved (not the stall it explains)
+            if f.klass == "training-instability" and f.playbook == "training" and SEV_RANK[f.severity] >= 1
         },
         key=str.lower,
     )

@@ -58,6 +58,7 @@ def emit_training(job: Job, om: OpenMetrics, cfg: dict[str, Any]) -> None:
         _put(om, "training_grad_norm", lab, tg, job.grad[i], have)
 
 
+LOG_LEAD = 240.0  # the log's header comes this long before the TSDB's first sample
 STAGES = (("preflight", "900s"), ("pull", "900s"), ("ecc", "300s"), ("train", "none"))
 
 
@@ -108,7 +109,7 @@ def write_log(job: Job, path: Any, cfg: dict[str, Any]) -> None:
         *(f"  {k:<12} {v}" for k, v in STAGES),
         "=" * 65,
     ]
-    t = job.t0 - 240.0
+    t = job.t0 - LOG_LEAD
     ev += [(t, 0, x) for x in head]
     ev.append((t + 1, 0, "== Preflight BEGIN (timeout=900s) =="))
     for r in ranks:
@@ -162,7 +163,7 @@ def _ending(job: Job, ev: list[tuple[float, int, str]], ranks: Any, lab: Any, cf
         return
     jid = m["job_id"]
     t = job.crash_time if job.crash_time is not None else job.last_step_time() + 5
-    wall = _wall(t - job.t0 + 300)
+    wall = _wall(t + 11 - (job.t0 - LOG_LEAD))  # from the header to the JOB SUMMARY
     code = 0
     if end == "failed":
         code = _failure_lines(job, ev, t, lab, jid)

@@ -53,7 +53,9 @@ class OpenMetrics:
                     _, first = np.unique(np.round(ts, 3), return_index=True)
                     ts, vals = ts[first], vals[first]
                     integral = bool(np.all(vals == np.round(vals))) and np.abs(vals).max() < 1e15
-                    fmt = "{:.0f}" if integral else "{:.6g}"
+                    fmt = (
+                        "{:.0f}" if integral else "{:.15g}"
+                    )  # 15 digits: exact for unix times and byte counters
                     head = name + lbl + " "
                     fh.write(
                         "".join(f"{head}{fmt.format(v)} {t:.3f}\n" for t, v in zip(ts, vals, strict=True))

@@ -211,6 +211,7 @@ def apply_driver(job: Job) -> None:
     job.gpu["dmesg"][h, 0] = np.cumsum(inc)
     gaps = np.zeros(N, dtype=bool)
     gaps[i0 + 1 :] = rng.random(N - i0 - 1) < rng.uniform(0.3, 0.5)
+    gaps[i0] = True  # the first error is also the first timed-out collection (not all layouts show dmesg)
     job.gpu_gap[h] = gaps
     job.gpu_scrape_s[h, gaps] = rng.uniform(12.0, 12.4, int(gaps.sum()))
     job.gpu_scrape_s[h, i0:][~gaps[i0:]] = rng.uniform(0.4, 2.8, int((~gaps[i0:]).sum()))

@@ -49,7 +49,8 @@ def _layout_cfg(rng: np.random.Generator, layout: str, job: _sim_b.Job) -> dict[
         "dcgm_host": {"dcgm-Hostname": "Hostname", "dcgm-hostname": "hostname"}.get(layout),
         "k8s": layout == "dcgm-k8s",
         "dcgm_period": 30.0 if rng.random() < 0.4 else job.interval,
-        "ecc_mode": "remap" if rng.random() < 0.5 else "ecc",
+        # the default DCGM counters carry remapped rows, not ECC; the AMD exporters have only ECC/RAS counts
+        "ecc_mode": "remap" if layout.startswith("dcgm") and rng.random() < 0.5 else "ecc",
         "gpu_job": str(rng.choice(["dcgm-exporter", "nvidia-dcgm-exporter", "gpu-metrics"]))
         if layout != "amd"
         else str(rng.choice(["amd-device-metrics-exporter", "gpu-metrics"])),
@@ -173,7 +174,8 @@ def write_job(job: _sim_b.Job, cfg: dict[str, Any], out: Path) -> dict[str, Any]
 
 def _job_id(rng: np.random.Generator, cfg: dict[str, Any], t0: float) -> str:
     if cfg["k8s"]:
-        return time.strftime("k8s-%Y%m%d-%H%M%S-", time.gmtime(t0)) + f"{int(rng.integers(0, 65536)):04x}"
+        stamp = time.gmtime(t0 - _log_b.LOG_LEAD)  # when the job (its log) started
+        return time.strftime("k8s-%Y%m%d-%H%M%S-", stamp) + f"{int(rng.integers(0, 65536)):04x}"
     return str(int(rng.integers(100000, 999999)))
 
 

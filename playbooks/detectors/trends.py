@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from playbooks.anomaly import change_points, first_sustained, nan_median, walk_back
+from playbooks.anomaly import change_points, climbs, first_sustained, nan_median, walk_back
 from playbooks.context import Context, Finding
 from playbooks.model import Playbook, RuleSpec
 from playbooks.profiles import PROFILES
@@ -40,10 +40,28 @@ def _det_change_point(
     )
     # an isolated one-step spike is ordinary noise in real training; instability lasts several points
     need, span = int(p.get("min_points", 3)), _dur(rule, "confirm_window", 600.0)
-    firsts = [i for i in idx if sum(1 for k in idx if g.t[i] <= g.t[k] <= g.t[i] + span) >= need]
-    if not firsts:
-        return None
-    i = firsts[0]
+
+    def confirmed(found: list[int]) -> list[int]:
+        return [i for i in found if sum(1 for k in found if g.t[i] <= g.t[k] <= g.t[i] + span) >= need]
+
+    firsts = confirmed(idx)
+    if firsts:
+        i = firsts[0]
+    else:
+        # no jump against the last few points: a climb far above the series' own earlier level, dated where
+        # it left that level
+        idx, levels = climbs(
+            x,
+            g.t,
+            valid,
+            window=_dur(rule, "baseline_window", 1200.0),
+            z=float(p.get("z", 8.0)),
+            min_rel=float(p.get("min_rel", 0.3)),
+        )
+        firsts = confirmed(idx)
+        if not firsts:
+            return None
+        i = walk_back(np.where(valid, x, np.nan), firsts[0], levels[firsts[0]])
     prev = x[:i][valid[:i] & ~np.isnan(x[:i])]
     base = nan_median(prev[-30:]) if len(prev) else float("nan")
     peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])

@@ -204,6 +204,9 @@ def _timing(
     elif st.wall_s is not None and secs:
         stall = st.wall_s - train_s - 1800.0  # minus a generous setup + compile allowance
     if stall is not None:
+        # the job cannot have ended before its last step: an estimate below zero (a wall time shorter than
+        # the steps plus the setup allowance) means no stall, not a window that ends before the last step
+        stall = max(0.0, stall)
         out.details["stall_after_last_step_s"] = round(stall, 1)
     if last_ts is not None and step_time and now is not None and out.status == "running" and steps:
         out.details["expected_step_now"] = int(steps[-1] + (now - last_ts) / step_time)
