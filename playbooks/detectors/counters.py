@@ -65,8 +65,13 @@ def _det_rate_outlier(
     top = max(s for s, *_ in found)
     found = [f for f in found if f[0] >= 0.1 * top]
     common = len(found) > max(3, float(p.get("max_share", 0.25)) * len(g.labels))
+    tl = ctx.timeline
+    # a host with too short a history for its own background still left a clean stretch of training when
+    # its excess starts a judging length (or more) after warm-up
+    start = tl.warm_end if tl.warm_end is not None else tl.train_start
+    clean_after = start + length * g.step if start is not None else math.inf
     # a hang's trigger is on one or two hosts; a slow fabric may be most of them at once
-    fabric = "before_stall" not in p and _common_change(found, own, max(length, 4) * g.step)
+    fabric = "before_stall" not in p and _common_change(found, own, max(length, 4) * g.step, clean_after)
     if common and not fabric:
         return None
     hosts, ev = [], []
@@ -152,11 +157,17 @@ def _sustained(
     return found
 
 
-def _common_change(found: list[tuple[float, int, float, float]], own: np.ndarray, span: float) -> bool:
-    """Whether an excess on many hosts is one fabric event: every host left its own history (it has one),
-    all within `span` seconds. Otherwise an excess on most hosts is the job's background, no one's fault."""
+def _common_change(
+    found: list[tuple[float, int, float, float]], own: np.ndarray, span: float, clean_after: float = math.inf
+) -> bool:
+    """Whether an excess on many hosts is one fabric event: every host left its own history (it has one,
+    or its excess starts after `clean_after`: a clean stretch of training came first), all within `span`
+    seconds. Otherwise an excess on most hosts is the job's background, no one's fault."""
     onsets = [t for _, _, t, _ in found]
-    return all(np.isfinite(own[r]) for _, r, _, _ in found) and max(onsets) - min(onsets) <= span
+    return (
+        all(np.isfinite(own[r]) or t >= clean_after for _, r, t, _ in found)
+        and max(onsets) - min(onsets) <= span
+    )
 
 
 def _det_counter_increase(

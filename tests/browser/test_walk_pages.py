@@ -130,4 +130,5 @@ def test_a_timeline_found_busy_loads_by_itself_once_a_copy_is_free(
         for served in held:
             stop(served)
     expect(page.get_by_test_id("busy")).to_have_count(0)
+    page.locator("#timeline-panel-step_time").scroll_into_view_if_needed()  # drawn when on the screen
     expect(page.locator("#timeline-panel-step_time .timeline-plot")).to_have_attribute("data-state", "drawn")

@@ -129,3 +129,16 @@ def test_a_checkpoint_save_seen_by_one_host_alone_is_no_sign_it_stopped(served_j
     assert diag["class"] == "heartbeat-false-positive"
     assert diag["culprits"] == []
     assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 3
+
+
+def test_a_leaf_fault_on_a_third_of_the_hosts_names_every_one_of_them(served_job, outside_root):
+    """Seed 9's job 28 as drawn: 4 of 12 hosts (one leaf switch) start retransmitting together about 10 min
+    into training, at 5 s scrapes; the 8 others stay clean. Their history is too short for their own
+    background, but a clean stretch of training came first: one fabric event, all four named (the ACK
+    timeouts stand out on three of them only)."""
+    result, truth = _diagnose(served_job, outside_root, "rdma-degradation", 1, 28, seed=9)
+    assert len(truth["culprits"]) == 4
+    diag = result["diagnosis"]
+    assert diag["class"] == "rdma-degradation"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 3
