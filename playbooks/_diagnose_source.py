@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import cast
 
 from ._diagnose_types import DiagnosisError, SourceInfo
 from .discovery import gpus_per_host, source_hosts, typical_count
-from .gpus import choose_gpu_model, gpu_model_named
-from .profiles import ProfileError, resolve_profile
+from .gpus import GpuModel, choose_gpu_model, gpu_model_named
+from .profiles import Profile, ProfileError, resolve_profile
 from .prometheus import PrometheusClient, PrometheusError
 
 
@@ -27,12 +28,7 @@ def discover_source(
     DiagnosisError when the TSDB is empty, no known profile matches or the GPU model is unknown;
     PrometheusError when the server cannot be reached.
     """
-    chosen = None
-    if gpu_model and gpu_model.strip().lower() != "auto":
-        try:
-            chosen = gpu_model_named(gpu_model)
-        except ValueError as exc:
-            raise DiagnosisError(str(exc)) from None
+    chosen = _user_gpu_model(gpu_model)
     names = tuple(sorted(client.label_values("__name__")))
     try:
         prof = resolve_profile(client, names, prefer=profile)
@@ -52,32 +48,10 @@ def discover_source(
         return typical_count(list(gpus_per_host(client, prof, span, end).values()))
 
     def q_interval() -> float:
-        sig = (
-            "up"
-            if avail.get("up")
-            else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
-        )
-        if sig is None:
-            return 15.0
-        w = min(1800.0, max(120.0, (end - start) / 2))
-        expr = prof.expr(sig, "count_over_time", window=f"{int(w)}s", by=("host",), agg="max")
-        res = client.query(f"max({expr})", at=start + w + (end - start - w) / 2)
-        n = max((s.value for s in res if math.isfinite(s.value)), default=0.0)
-        return float(w / n) if n > 1 else 15.0
+        return _scrape_interval(client, prof, avail, start, end)
 
     def q_model() -> tuple[list[str], float | None, float | None]:
-        model_names: list[str] = []
-        for sig in ("gpu_temp", "gpu_util", "gpu_power"):
-            if prof.gpu_model_label and avail.get(sig):
-                model_names += client.label_values(prof.gpu_model_label, [prof.signal(sig).metrics[0]])
-        vram = power = None
-        if avail.get("gpu_vram_total"):
-            r = client.query(f"max({prof.expr('gpu_vram_total', 'max_over_time', window=span)})", at=end)
-            vram = r[0].value if r else None
-        if avail.get("gpu_power"):
-            r = client.query(f"max({prof.expr('gpu_power', 'max_over_time', window=span)})", at=end)
-            power = r[0].value if r else None
-        return model_names, vram, power
+        return _model_evidence(client, prof, avail, span, end)
 
     results = client.run_parallel([q_hosts, q_gpus, q_interval, q_model], max_concurrency=4)
     for r in results[:3]:
@@ -105,3 +79,45 @@ def discover_source(
         gpu_model=model.name if model else None,
         interval=float(interval),
     )
+
+
+def _user_gpu_model(gpu_model: str | None) -> GpuModel | None:
+    """The GPU model the user named (None or "auto": chosen from the data); DiagnosisError if unknown."""
+    if not gpu_model or gpu_model.strip().lower() == "auto":
+        return None
+    try:
+        return gpu_model_named(gpu_model)
+    except ValueError as exc:
+        raise DiagnosisError(str(exc)) from None
+
+
+def _scrape_interval(
+    client: PrometheusClient, prof: Profile, avail: Mapping[str, object], start: float, end: float
+) -> float:
+    """The scrape interval: a window's length over the most samples a host's series holds in it (15 s if unknown)."""
+    sig = "up" if avail.get("up") else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
+    if sig is None:
+        return 15.0
+    w = min(1800.0, max(120.0, (end - start) / 2))
+    expr = prof.expr(sig, "count_over_time", window=f"{int(w)}s", by=("host",), agg="max")
+    res = client.query(f"max({expr})", at=start + w + (end - start - w) / 2)
+    n = max((s.value for s in res if math.isfinite(s.value)), default=0.0)
+    return float(w / n) if n > 1 else 15.0
+
+
+def _model_evidence(
+    client: PrometheusClient, prof: Profile, avail: Mapping[str, object], span: str, end: float
+) -> tuple[list[str], float | None, float | None]:
+    """What names the GPU model: the model label's values, the largest VRAM total and the highest power."""
+    model_names: list[str] = []
+    for sig in ("gpu_temp", "gpu_util", "gpu_power"):
+        if prof.gpu_model_label and avail.get(sig):
+            model_names += client.label_values(prof.gpu_model_label, [prof.signal(sig).metrics[0]])
+    vram = power = None
+    if avail.get("gpu_vram_total"):
+        r = client.query(f"max({prof.expr('gpu_vram_total', 'max_over_time', window=span)})", at=end)
+        vram = r[0].value if r else None
+    if avail.get("gpu_power"):
+        r = client.query(f"max({prof.expr('gpu_power', 'max_over_time', window=span)})", at=end)
+        power = r[0].value if r else None
+    return model_names, vram, power

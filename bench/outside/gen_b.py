@@ -218,7 +218,9 @@ def make_pair(rng: np.random.Generator, leak: bool, t0: float, layout: str, root
     b.t_end = b.t0 + (a.t_end - a.t0) * float(rng.uniform(0.8, 1.2))
     cfg = _layout_cfg(rng, layout, a)
     finish_plan(a, "completed")
-    b.first_step = int(a.ckpt_period * int(rng.integers(2, 6))) + 1
+    # b restores a checkpoint from the first half of a's steps: the runs share steps to compare
+    kmax = max(1, int(0.5 * a.steps_planned / a.ckpt_period))
+    b.first_step = int(a.ckpt_period * int(rng.integers(1, kmax + 1))) + 1
     finish_plan(b, "completed")
     b.ckpt_period, b.meta["config"] = a.ckpt_period, dict(a.meta["config"])
     b.meta["threads_per_gpu"] = a.meta["threads_per_gpu"]  # same code and config, same threads

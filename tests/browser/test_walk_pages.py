@@ -99,6 +99,31 @@ def test_a_report_with_wide_tables_fits_a_phone(sized, stepwise_app, long_value_
     assert page.evaluate("(t) => t.scrollWidth > t.clientWidth", table.element_handle())  # it scrolls inside
 
 
+_LONG_QUERY = """
+from investigations.models import Investigation
+from reports.models import Section
+from reports.services.sections import report_for
+report = report_for(Investigation.objects.get(pk={inv}))
+body = "Query: `sum by (host) (increase(hw_rdma_req_tx_retry_excd_err_total[60s]))`"
+print(Section.objects.filter(report=report, key="metric_evidence").update(body=body))
+"""
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_a_long_query_in_a_report_section_wraps_on_a_phone(sized, stepwise_app, long_value_finding) -> None:
+    """A PromQL query quoted inline (one unbreakable word of 40 letters) wraps inside its section."""
+    page = sized
+    inv = long_value_finding["inv"]
+    page.goto(f"/investigations/{inv}/report/")
+    assert stepwise_app.shell(_LONG_QUERY.format(inv=inv)).strip().splitlines()[-1] == "1"
+    page.reload()
+    code = page.locator("#section-metric_evidence .md code")
+    expect(code).to_contain_text("retry_excd_err_total[60s]")
+    _fits(page)
+    box, section = code.bounding_box(), page.locator("#section-metric_evidence").bounding_box()
+    assert box["x"] + box["width"] <= section["x"] + section["width"]
+
+
 _REGISTER = """
 import json
 from investigations import services
@@ -130,4 +155,5 @@ def test_a_timeline_found_busy_loads_by_itself_once_a_copy_is_free(
         for served in held:
             stop(served)
     expect(page.get_by_test_id("busy")).to_have_count(0)
+    page.locator("#timeline-panel-step_time").scroll_into_view_if_needed()  # drawn when on the screen
     expect(page.locator("#timeline-panel-step_time .timeline-plot")).to_have_attribute("data-state", "drawn")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import prometheus_pids_under
+from tests.support.processes import private_work_roots, prometheus_pids_under
 
 REPO = Path(__file__).resolve().parents[2]
-WORK_ROOT_PREFIX = "stepwise-compare-"
+ENV, WORK_ROOT_PREFIX = private_work_roots("stepwise-compare-")
 
 
 def _compare_servers() -> list[int]:
@@ -29,6 +29,7 @@ def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=ENV,
     )
 
 
@@ -96,6 +97,7 @@ def test_a_signal_stops_every_server_it_started(pair, sig):
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env=ENV,
     )
     try:
         deadline = time.monotonic() + 60

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -13,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import prometheus_pids_under
+from tests.support.processes import private_work_roots, prometheus_pids_under
 
 REPO = Path(__file__).resolve().parents[2]
-WORK_ROOT_PREFIX = "stepwise-diagnose-"
+OWN_ENV, WORK_ROOT_PREFIX = private_work_roots("stepwise-diagnose-")
+ENV = OWN_ENV | {"STEPWISE_ALLOWED_PROMETHEUS": "127.0.0.1,localhost,::1"}
 CLASSES = {
     "healthy",
     "collective-hang",
@@ -43,8 +43,7 @@ def _cmd(*args: str) -> list[str]:
 
 
 def _run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    env = os.environ | {"STEPWISE_ALLOWED_PROMETHEUS": "127.0.0.1,localhost,::1"}
-    return subprocess.run(_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(_cmd(*args), cwd=REPO, capture_output=True, text=True, timeout=timeout, env=ENV)
 
 
 def test_it_prints_the_contract_json_alone_and_exits_0(job_factory):
@@ -165,7 +164,12 @@ def test_sigterm_stops_the_served_copy(job_factory):
     """SIGTERM while diagnosing still stops the Prometheus the command started."""
     job_dir, _ = job_factory("healthy")
     proc = subprocess.Popen(
-        _cmd("--job-dir", str(job_dir)), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        _cmd("--job-dir", str(job_dir)),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _servers() and proc.poll() is None:

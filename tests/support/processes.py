@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 
@@ -18,3 +20,13 @@ def prometheus_pids_under(work_root_prefix: str) -> list[int]:
         if cmd and cmd[0].endswith(b"prometheus") and any(work_root_prefix.encode() in a for a in cmd):
             pids.append(int(entry.name))
     return pids
+
+
+def private_work_roots(work_root_prefix: str) -> tuple[dict[str, str], str]:
+    """An environment whose TMPDIR is a fresh folder, and the prefix its command's work roots will carry.
+
+    A command run with that environment makes its work roots (`tempfile.mkdtemp`) in that folder, so a test
+    counts only the servers its own commands started, not those of a `diagnose` someone else runs meanwhile.
+    """
+    folder = tempfile.mkdtemp(prefix="stepwise-cmdtest-")
+    return os.environ | {"TMPDIR": folder}, f"{folder}/{work_root_prefix}"
