@@ -323,10 +323,16 @@ def _checkpoints(
         after = min(after, 0.5 * period * step_s)
         prev = np.concatenate([[np.nan], s[:-1]])
         # a gauge sampled less often than steps complete skips most steps: a save is where the samples
-        # cross a multiple of the period, not only where one lands on it
+        # cross a multiple of the period, not only where one lands on it. The save then lies anywhere in the
+        # hold since the gauge's last change: the crossing dates it only when that hold is no longer than
+        # the save's own window (a gauge the trainer refreshes every 10 min crosses at each refresh)
+        moved = have & (s != prev)
+        hold = np.full(len(s), np.inf)
+        at = np.nonzero(moved)[0]
+        hold[at[1:]] = t[at[1:]] - t[at[:-1]]
         with np.errstate(invalid="ignore"):
-            crossed = np.floor(s / period) > np.floor(prev / period)
-        hit = have & (s != prev) & ((np.mod(s, period) == 0) | crossed)
+            crossed = (np.floor(s / period) > np.floor(prev / period)) & (hold <= after)
+        hit = moved & ((np.mod(s, period) == 0) | crossed)
         out += [(float(t[i]) - step.step, float(t[i]) + after) for i in np.nonzero(hit)[0]]
     if st is not None and len(st.labels):
         x = st.single()

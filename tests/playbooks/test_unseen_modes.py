@@ -87,6 +87,19 @@ def test_a_lagging_step_gauge_without_the_log_is_no_stall_while_gpus_train(serve
     assert not [f for f in result["findings"] if "stopped advancing" in f["title"]]
 
 
+def test_a_lagging_step_gauge_refresh_is_no_checkpoint_save(served_job):
+    """Mode 8 under a 10-min gauge (bench/diagnosis_robustness.py seed 40, 10 s scrapes): each refresh jumps
+    past a multiple of the checkpoint period, but the save lies anywhere in the hold before it; taken as a
+    save at the refresh, it hid the hot GPU's first minute and the onset came 6.5 scrapes late."""
+    result, truth = _diagnose(
+        served_job, "thermal-straggler", 40, "nvidia", exporters="lagging-gauge", interval=10.0, hours=1.0
+    )
+    diag = result["diagnosis"]
+    assert diag["class"] == "thermal-straggler"
+    assert _hosts(diag["culprits"]) == _hosts(truth["culprits"])
+    assert _scrapes(result, truth) <= 3
+
+
 @pytest.mark.parametrize("profile", ["amd", "nvidia"])
 def test_an_uncorrectable_error_in_the_last_seconds_of_data_is_seen(served_job, profile):
     """Mode 10: the uncorrectable error comes 12 s before the data ends (the trainer aborts, the capture
