@@ -12,17 +12,27 @@ from django.utils import timezone
 
 from investigations.models import Investigation
 
-from .models import Report
+from .models import Membership, Report, Role, Team
 from .services import conversation, findings, sections
 
 #: The scenario whose investigation opens with a written report.
 SCENARIO = "thermal-straggler"
+#: The team every demo investigation belongs to.
+TEAM = "demo"
 
 SOURCE_TRACE = """No code path: the slowdown is physical, not in the training code.
 
 1. One GPU's inlet runs hot (fan or airflow) → it throttles its clock to stay under its limit.
 2. Every step waits for the slowest rank in the all-reduce → **the whole job** runs at that GPU's pace.
 3. Throughput (TGS) drops across all hosts although only one GPU is unhealthy."""
+
+
+def demo_team(owner) -> Team:
+    """Return the demo's team, `owner` its owner: the investigations say "team demo", and the Teams page
+    lists it with its members instead of "You belong to no team yet"."""
+    team, _ = Team.objects.get_or_create(name=TEAM)
+    Membership.objects.get_or_create(team=team, user=owner, defaults={"role": Role.OWNER})
+    return team
 
 
 def write_demo_report(investigation: Investigation, author) -> Report:

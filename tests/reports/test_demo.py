@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from reports import demo
-from reports.models import InboxItem, Report
+from reports.models import InboxItem, Membership, Report
 
 pytestmark = pytest.mark.django_db
 
@@ -37,3 +37,8 @@ def test_rundemo_writes_the_report_of_its_thermal_investigation(thermal, django_
     report = Report.objects.get(investigation__title__startswith="Thermal straggler")
     assert report.status == Report.Status.IN_REVIEW and report.comments.count() == 1
     assert report.action_items.get().owner.username == "demo"
+    # The team the investigations name exists, the demo user its owner (the Teams page lists it).
+    assert report.investigation.team == demo.TEAM
+    assert Membership.objects.get(team__name=demo.TEAM).user.username == "demo"
+    Command()._demo_investigations([thermal["job_dir"]])  # a second start changes nothing
+    assert Membership.objects.filter(team__name=demo.TEAM).count() == 1

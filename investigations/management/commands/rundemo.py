@@ -231,6 +231,7 @@ class Command(BaseCommand):
         a diagnosis plan that finds its triage still running waits for it.
         """
         owner = get_user_model().objects.get(username="demo")
+        report_demo.demo_team(owner)
         baselines = {d.name.removesuffix("-baseline"): d for d in job_dirs if d.name.endswith("-baseline")}
         for job_dir in job_dirs:
             if job_dir.name.endswith("-baseline"):
@@ -246,7 +247,7 @@ class Command(BaseCommand):
                     severity=Investigation.Severity.SEV4
                     if scenario == "healthy"
                     else Investigation.Severity.SEV2,
-                    team="demo",
+                    team=report_demo.TEAM,
                     owner=owner,
                     source=inv.SourceRequest(kind="job_dir", job_dir=str(job_dir), cluster="demo"),
                 )
