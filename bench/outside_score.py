@@ -78,7 +78,7 @@ def find_cases(roots: list[Path], only: set[str]) -> list[Case]:
                 continue
             kind = "compare" if (d / "a").is_dir() and (d / "b").is_dir() else "diagnose"
             cases.append(Case(name=str(d.relative_to(root.parent)), truth=truth, kind=kind))
-            cases[-1].truth["_dir"] = str(d)
+            cases[-1].truth["_dir"] = str(d.resolve())
     return cases
 
 

@@ -205,3 +205,24 @@ def test_on_a_phone_the_onset_labels_stay_a_short_block_and_never_overlap(
         page.locator("#timeline-panel-gpu_temp .annotation-text", has_text="Culprit found").click()
         expect(page.locator(f"#finding-{ids['finding']}")).to_have_class(re.compile("finding-highlight"))
         assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+
+
+def test_on_a_phone_the_toolbar_scrolls_away_and_never_covers_a_chart(
+    browser, stepwise_app, cluster, _signed_in_state
+) -> None:
+    """At 390 px the toolbar (x-axis, range, panels, the job's profile) wraps to a fifth of the screen: it
+    stays at the top of the timeline instead of following the reader over every chart below it."""
+    ids, _, _ = cluster
+    with phone_page(browser, stepwise_app, _signed_in_state) as page:
+        page.goto(f"/investigations/{ids['inv']}/timeline/")
+        drawn(page, "step_time")
+        page.evaluate(
+            "() => scrollBy(0, document.querySelector('#timeline-panel-step_time .timeline-plot')"
+            ".getBoundingClientRect().top - 20)"
+        )
+        top = page.evaluate(
+            """() => { const p = document.querySelector('#timeline-panel-step_time .timeline-plot');
+                       const r = p.getBoundingClientRect();
+                       return p.contains(document.elementFromPoint(r.left + r.width / 2, r.top + 40)); }"""
+        )
+        assert top, page.locator(".timeline-toolbar").bounding_box()
