@@ -163,6 +163,7 @@
     var above = 0;
     var below = 0;
     values.forEach(function (v) { if (v > hi) above++; else if (v < lo) below++; });
+    if (above + below === 0) return null;  // a flat series (all zeros): nothing to clip, the range is Plotly's
     // Where the clipped points are, drawn as marks on the edge they cross.
     var marks = { x: [], y: [] };
     (plot.data || []).forEach(function (t) {

@@ -226,3 +226,17 @@ def test_on_a_phone_the_toolbar_scrolls_away_and_never_covers_a_chart(
                        return p.contains(document.elementFromPoint(r.left + r.width / 2, r.top + 40)); }"""
         )
         assert top, page.locator(".timeline-toolbar").bounding_box()
+
+
+def test_a_flat_panel_claims_no_clipped_points(page, cluster) -> None:
+    """OOM kills are zero all along a thermal job: no "0 points beyond the steady range clipped", no
+    "Full range" button; the chart keeps Plotly's own range."""
+    ids, _, _ = cluster
+    page.goto(f"/investigations/{ids['inv']}/timeline/?panels=oom_kills,step_time")
+    drawn(page, "oom_kills")
+    panel = page.locator("#timeline-panel-oom_kills")
+    expect(panel).to_have_attribute("data-yrange", "auto")
+    expect(panel.locator(".timeline-clipped")).to_have_text("")
+    expect(panel.locator(".timeline-yrange")).to_be_hidden()
+    drawn(page, "step_time")  # a panel with checkpoint spikes still clips them
+    expect(page.locator("#timeline-panel-step_time")).to_have_attribute("data-yrange", "steady")
