@@ -240,3 +240,19 @@ def test_a_flat_panel_claims_no_clipped_points(page, cluster) -> None:
     expect(panel.locator(".timeline-yrange")).to_be_hidden()
     drawn(page, "step_time")  # a panel with checkpoint spikes still clips them
     expect(page.locator("#timeline-panel-step_time")).to_have_attribute("data-yrange", "steady")
+
+
+def test_on_a_phone_a_panel_s_outliers_read_on_one_line(
+    browser, stepwise_app, cluster, _signed_in_state
+) -> None:
+    """At 390 px the outlier names ("outliers: <host> GPU 3") take a line of their own under the panel's
+    title instead of a column of a few letters squeezed between the title and the buttons."""
+    ids, _, _ = cluster
+    with phone_page(browser, stepwise_app, _signed_in_state) as page:
+        page.goto(f"/investigations/{ids['inv']}/timeline/?panels=gpu_temp")
+        drawn(page, "gpu_temp")
+        names = page.get_by_test_id("outliers-gpu_temp")
+        expect(names).to_contain_text("outliers: ")
+        box = names.bounding_box()
+        line = page.evaluate("(e) => parseFloat(getComputedStyle(e).lineHeight)", names.element_handle())
+        assert box["height"] <= 1.5 * line, (box, line, names.inner_text())
