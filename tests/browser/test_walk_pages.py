@@ -157,3 +157,17 @@ def test_a_timeline_found_busy_loads_by_itself_once_a_copy_is_free(
     expect(page.get_by_test_id("busy")).to_have_count(0)
     page.locator("#timeline-panel-step_time").scroll_into_view_if_needed()  # drawn when on the screen
     expect(page.locator("#timeline-panel-step_time .timeline-plot")).to_have_attribute("data-state", "drawn")
+
+
+@pytest.mark.parametrize("sized", [LAPTOP], ids=["laptop"], indirect=True)
+def test_the_investigation_header_fields_line_up(sized, long_value_finding) -> None:
+    """Status, severity, owner and team: four boxes of one height on one line, their labels on one line."""
+    page = sized
+    page.goto(f"/investigations/{long_value_finding['inv']}/")
+    boxes = [
+        b.bounding_box() for b in page.locator(".inv-meta .field > select, .inv-meta .field > input").all()
+    ]
+    labels = [s.bounding_box() for s in page.locator(".inv-meta .field > span").all()]
+    assert len(boxes) == 4 and len(labels) == 4
+    assert max(b["height"] for b in boxes) - min(b["height"] for b in boxes) <= 1, boxes
+    assert max(b["y"] for b in labels) - min(b["y"] for b in labels) <= 1, labels
