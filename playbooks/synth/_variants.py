@@ -27,6 +27,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - node-death `death_at_end`: the node dies in the data's last minute, a scrape or two before the capture
   ends (the TSDB was copied while the job still waited for its heartbeat timeout or Slurm), so a grid
   anchored at the data's start, or a silence that must last minutes, misses it.
+- monitoring-ghost-data `short_freeze`: the exporter stays frozen only 5-15 minutes: either for the data's
+  last minutes (the capture was taken while it hung) or mid-run until it is restarted and serves live
+  values again.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import numpy as np
 
 TIB = 1024.0**4
 #: the variants a caller may ask for, by the scenario that has them
-OPT_IN = {"death_at_end": "node-death"}
+OPT_IN = {"death_at_end": "node-death", "short_freeze": "monitoring-ghost-data"}
 
 
 def stream(job: Any, k: int) -> np.random.Generator:
@@ -71,6 +74,9 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "node-death" and "death_at_end" in job.opt_in:
         # data after the death: the final scrape or two
         v["death_at_end"] = float(stream(job, 9).uniform(0.7, 2.3)) * job.interval
+    if name == "monitoring-ghost-data" and "short_freeze" in job.opt_in:
+        r = stream(job, 10).random(2)
+        v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v
@@ -168,3 +174,16 @@ def late_exporter(job: Any, present: np.ndarray) -> None:
     h, k = int(rng.integers(0, present.shape[0])), int(rng.integers(1, 3))
     present[h, :k] = False
     job.red_herrings["late_exporter"] = job.hosts[h]
+
+
+def short_freeze(job: Any, t: np.ndarray, onset: float) -> tuple[int, int]:
+    """Return the grid indices [from, to) of a 5-15 min freeze: the data's last minutes, or from the onset
+    until the exporter is restarted; set the truth's onset to the freeze's start."""
+    secs, at_end = job.variants["short_freeze"]
+    start = float(t[-1]) - secs if at_end else onset
+    i, j = int(np.searchsorted(t, start)), int(np.searchsorted(t, start + secs))
+    job.onset = float(t[min(i, len(t) - 1)])
+    job.notes.append(
+        f"exporter frozen {secs / 60:.1f} min " + ("to the data's end" if at_end else "then restarted")
+    )
+    return i, j
