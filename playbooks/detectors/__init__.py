@@ -118,7 +118,7 @@ DETECTORS: dict[str, DetectorSpec] = {
             _det_peer_outlier,
             ("series",),
             ("up",),
-            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z extrapolate",
+            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z ramp_window",
         ),
         _spec(
             "frozen_exporter",

@@ -6,6 +6,7 @@ import numpy as np
 
 from playbooks.anomaly import Grid, first_sustained, peer_deviation, walk_back
 from playbooks.context import Context, Finding
+from playbooks.departure import departure
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
@@ -63,8 +64,11 @@ def _det_peer_outlier(
         j = walk_back(z, i, float(p.get("onset_z", 2.0)))
         t_on = float(g.t[j]) - g.step / 2
         h, gpu = g.key(r)
-        if p.get("extrapolate"):
-            t_on = _extrapolate_onset(g.t, z, j, t_on, g.step)
+        if p.get("ramp_window"):
+            # a slow ramp is beyond the pack's spread long after it left its own level: date that departure
+            y = np.where(m & ~np.isnan(vals[r]), d[r], np.nan)
+            tau = departure(g.t, y, i, j, earliest=float(g.t[j]) - _dur(rule, "ramp_window", 3600.0))
+            t_on = min(t_on, tau) if tau is not None else t_on
         onset = t_on if onset is None else min(onset, t_on)
         if h not in hosts:
             hosts.append(h)
@@ -93,27 +97,6 @@ def _pack_size(g: Grid | None) -> int:
         count = g.pack.get("count")
         return int(np.nanmax(count)) if count is not None and np.isfinite(count).any() else 0
     return len(g.labels)
-
-
-def _extrapolate_onset(t: np.ndarray, z: np.ndarray, j: int, t_on: float, step: float) -> float:
-    """Return where a ramp that left the pack at index j started: the straight line through its rising
-    part (from z = 2 up to 60 % of its peak), extended back to zero deviation. A gradual ramp is only
-    distinguishable from noise some way in; the line recovers its start. Bounded to 4 steps before j.
-    The rising part is taken up to 60 % of the peak, at least two points."""
-    zz = np.where(np.isfinite(z), z, np.nan)
-    peak = np.nanmax(zz[j : j + 20]) if np.isfinite(zz[j : j + 20]).any() else np.nan
-    if not np.isfinite(peak) or peak < 6:
-        return t_on
-    k = j
-    while k < len(zz) - 1 and np.isfinite(zz[k]) and zz[k] < 0.6 * peak:
-        k += 1
-    if k - j < 1 or not np.isfinite(zz[j : k + 1]).all():
-        return t_on
-    a, b = np.polyfit(t[j : k + 1], zz[j : k + 1], 1)
-    if a <= 0:
-        return t_on
-    t0 = -b / a
-    return float(min(t_on, max(t0, float(t[j]) - 4 * step)))
 
 
 def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:

@@ -308,6 +308,11 @@ def test_annotations_come_from_triage_axis_and_findings() -> None:
     assert heartbeat.time == NOW + 3400
     finding = next(m for m in marks if m.kind == "finding")
     assert (finding.finding_id, finding.step, finding.hosts) == (7, 20.0, ("n12",))
+    long = [{"id": 9, "title": "High TCP retransmits on tx-hpc-0238, tx-hpc-0239", "onset": NOW + 600}]
+    label = next(m.label for m in tl.annotations_build(_ctx(), triage, long) if m.kind == "finding")
+    assert (
+        label == "High TCP retransmits on tx-hpc-0238, tx…" and len(label) == 40
+    )  # a cut label says it was cut
 
 
 @pytest.mark.parametrize(
