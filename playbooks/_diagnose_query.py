@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+from collections.abc import Sequence
 from typing import Any
 
 from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
 from .profiles import PROFILES
+from .profiles._signal import _regex_literal
 from .prometheus import choose_step
 
 
@@ -35,12 +38,15 @@ def render_query(
     interval: float,
     hosts: int = 0,
     gpus: int = 0,
+    only_hosts: Sequence[str] = (),
 ) -> PlannedQuery:
     """Return the PromQL of a declared query for a profile (raises ProfileError if it lacks a signal).
 
     `hosts` and `gpus` (the source's counts, 0 when unknown) bound the work of a query over many series:
     Prometheus evaluates every series it reads at every step, so the fine grid of a query that reads one
     series per GPU has at most `SERIES_POINTS / gpus` points (8,192 GPUs over 2 h: a 60 s step, not 15 s).
+    `only_hosts` (normalised names) narrows the signal's selector to those hosts where the exporter's own label
+    names them, so Prometheus reads no other host's series.
     """
     prof = PROFILES[profile_name]
     reads = gpus if any(prof.signal(s).scope == "gpu" for s in q.signals) else hosts
@@ -50,7 +56,7 @@ def render_query(
     w = _window_s(q, step, interval, start, end)
     wtxt = f"{int(math.ceil(w))}s"
     if q.signal:
-        sig = prof.signal(q.signal)
+        sig = _narrowed(prof.signal(q.signal), only_hosts)
         fn = q.fn or None
         parts = sig.selector.split(" | ")
         # the grid's own start (see below): the pack and the screen cover the points the query returns
@@ -95,6 +101,21 @@ def render_query(
     # anchored at the start may stop up to a step short of the end)
     aligned = end - math.ceil((end - start) / step - 1e-9) * step
     return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
+
+
+def _narrowed(sig: Any, hosts: Sequence[str]) -> Any:
+    """Return `sig` reading only `hosts`' series (a matcher on its host label), or `sig` itself when its host
+    name is not one plain label of one selector (taken from `instance`, joined, aliased, or a sum of parts)."""
+    plain = re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", sig.selector)
+    if not hosts or not plain or sig.host_from in ("", "instance") or "," in sig.host_from:
+        return sig
+    if sig.host_join or sig.host_alias or sig.fill_filter:
+        return sig
+    alternatives = "|".join(_regex_literal(h) for h in sorted(hosts))
+    matcher = f'{sig.host_from}=~"{alternatives}"'
+    sel = sig.selector
+    sel = f"{sel[:-1]}, {matcher}}}" if sel.endswith("}") else f"{sel}{{{matcher}}}"
+    return dataclasses.replace(sig, selector=sel)
 
 
 _OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}

@@ -38,6 +38,7 @@ _QUERY_KEYS = {
     "post",
     "description",
     "peers",
+    "log_hosts",
 }
 _RULE_KEYS = {"id", "detector", "queries", "class", "severity", "role", "title", "meaning", "params"}
 _AGGS = {"", "sum", "max", "min", "avg", "count", "stddev"}
@@ -108,6 +109,11 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
     peers = str(raw.get("peers", ""))
     if peers not in ("", "up", "down") or (peers and (not signal or kind != "range" or by is not None)):
         raise PlaybookError(f"{where}: peers is up or down, on a range query of a per-GPU signal")
+    log_hosts = str(raw.get("log_hosts", ""))
+    if log_hosts not in ("", "xid"):
+        raise PlaybookError(
+            f"{where}: log_hosts is xid (the hosts the log reports a hardware Xid on) or absent"
+        )
     q = QuerySpec(
         name=name,
         signal=signal,
@@ -121,6 +127,7 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
         post=str(raw.get("post", "")),
         description=str(raw.get("description", "")),
         peers=peers,
+        log_hosts=log_hosts,
     )
     for s in q.signals:
         if s not in SIGNALS:

@@ -98,6 +98,8 @@ class QuerySpec:
         peers: "up" or "down" for a per-GPU series judged against its peers: on a large job Prometheus returns
             the pack (its median at each step, its robust spread, its size) and only the GPUs that could stand
             out in that direction (`playbooks._diagnose_peers`), not one series per GPU; "" for the plain series.
+        log_hosts: "xid" for a query only the log's events need: it runs over the hosts the job's log reports
+            a hardware Xid on, and not at all when it reports none; "" for every host.
     """
 
     name: str
@@ -112,6 +114,7 @@ class QuerySpec:
     post: str = ""
     description: str = ""
     peers: str = ""
+    log_hosts: str = ""
 
     @property
     def signals(self) -> tuple[str, ...]:

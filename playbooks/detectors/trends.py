@@ -70,9 +70,13 @@ def _det_change_point(
     # a training metric is reported when its step completes: the anomaly began when that step started
     step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
     # a climb crosses the thresholds late: it began where the series left its own baseline (a jump: midway
-    # between the samples either side of it)
+    # between the samples either side of it). A positive training metric diverges by factors, its noise in
+    # proportion to it: judged on a log scale, where an exponential climb is a straight one
     window = _dur(rule, "baseline_window", 1200.0)
-    tau = departure(g.t, np.where(valid, x, np.nan), cross, i, earliest=float(g.t[i]) - window)
+    y = np.where(valid, x, np.nan)
+    with np.errstate(all="ignore"):
+        y = np.log(y) if np.nanmin(y) > 0 else y
+    tau = departure(g.t, y, cross, i, earliest=float(g.t[i]) - window)
     t_on = min(float(g.t[i]) - g.step / 2, tau if tau is not None else np.inf) - step_s
     ev = [
         _ev(
