@@ -30,12 +30,11 @@ def _moving(rate: float = 12.0) -> dict[str, np.ndarray]:
     return {h: np.full(N, rate) for h in HOSTS}
 
 
-def _evaluate(power, temp=None, clock=None, scrape=None, samples=None, level=None):
+def _evaluate(power, temp=None, scrape=None, samples=None, level=None):
     results = {
         "power_changes": _grid(power),
         "temp_changes": _grid(temp or _moving(2.0)),
-        "clock_changes": _grid(clock or {h: np.zeros(N) for h in HOSTS}),  # clocks pinned everywhere
-        "power_samples": _grid(samples or {h: np.full(N, 4.0) for h in HOSTS}),
+        "gpu_samples": _grid(samples or {h: np.full(N, 16.0) for h in HOSTS}),  # 4 GPUs x 4 scrapes
         "power_by_host": _grid(level or {h: np.full(N, 600.0) for h in HOSTS}),
     }
     if scrape is not None:
@@ -104,13 +103,13 @@ def test_an_idle_phase_of_the_whole_job_is_no_freeze():
 
 
 def test_an_exporter_that_comes_up_late_is_no_freeze():
-    """A host's first windows hold one or two samples (its exporter came up late): too few to show a
+    """A host's first windows hold one to three samples a GPU (its exporter came up late): too few to show a
     change, so they are not quiet windows."""
     power, temp = _moving(), _moving(2.0)
-    samples = {h: np.full(N, 4.0) for h in HOSTS}
+    samples = {h: np.full(N, 16.0) for h in HOSTS}
     for rows in (power, temp):
         _frozen(rows, "c", 0, 40)
-    samples["c"][:40] = np.r_[np.full(38, np.nan), 1.0, 2.0]
+    samples["c"][:40] = np.r_[np.full(37, np.nan), 4.0, 8.0, 12.0]
     assert _evaluate(power, temp, samples=samples) == []
 
 
