@@ -53,9 +53,13 @@ def _ids(rows: Any) -> list[int]:
 
 
 def report_marks(
-    report: Report, *, tickets: list[int] | None = None, charts: list[int] | None = None
+    report: Report,
+    *,
+    tickets: list[int] | None = None,
+    charts: list[int] | None = None,
+    humans: list[HumanFinding] | None = None,
 ) -> Marks:
-    """Read the report's marks; `tickets` and `charts` are the ticket links' and pinned charts' ids when
+    """Read the report's marks; `tickets`, `charts` (ids) and `humans` (people's findings) are given when
     the caller has just read them (the report page: not read again)."""
     row: dict[str, Any] = dict(
         Report.objects.filter(pk=report.pk)
@@ -104,7 +108,11 @@ def report_marks(
         actions=row.get("actions_h"),
         verdicts=(row.get("verdicts_t"), row.get("verdicts_n") or 0),
         comments=(row.get("comments_m"), row.get("comments_n") or 0),
-        human_states=list(report.human_findings.order_by("pk").values_list("pk", "kind", "evidence__state")),
+        human_states=(
+            sorted((h.pk, h.kind, (h.evidence or {}).get("state")) for h in humans)
+            if humans is not None
+            else list(report.human_findings.order_by("pk").values_list("pk", "kind", "evidence__state"))
+        ),
         tickets=sorted(tickets) if tickets is not None else _ids(investigation.ticket_links),
         charts=sorted(charts) if charts is not None else _ids(investigation.pinned_charts),
     )

@@ -22,7 +22,8 @@ def investigation_for(
 ) -> tuple[Investigation, str]:
     """Return the investigation and the user's role; 404 when it is not visible to them, 403 when the
     role does not allow `action` (a viewer editing)."""
-    investigation = get_object_or_404(Investigation.objects.select_related("owner"), pk=investigation_id)
+    rows = access.with_restricted(Investigation.objects.select_related("owner"))
+    investigation = get_object_or_404(rows, pk=investigation_id)
     role = access.role_for(request.user, investigation)
     if role is None:
         raise Http404("No such investigation.")
@@ -56,9 +57,11 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
     section_rows = list(report.sections.select_related("updated_by"))
     finding_rows = findings.report_findings(report)
     lookup = steps.StepLookup()
-    charts = list(investigation.pinned_charts.all())
+    charts = list(investigation.pinned_charts.select_related("created_by").defer("figure"))
     tickets = list(investigation.ticket_links.all())
-    marks = report_marks(report, tickets=[t.pk for t in tickets], charts=[c.pk for c in charts])
+    marks = report_marks(
+        report, tickets=[t.pk for t in tickets], charts=[c.pk for c in charts], humans=humans
+    )
     comments = conversation.comments_tree(report)
     # Every Markdown text the page shows, read from the shared cache at once (rendered once for everyone).
     markdown.warm(
