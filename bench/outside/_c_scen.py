@@ -198,6 +198,8 @@ def _step_memory(w: World, hosts: list[int], fatal: int, killed: list[int]) -> f
 
 def host_oom(w: World) -> None:
     """Replica-0 memory climbs save after save; the last save hits the limit and the kernel kills."""
+    n_steps = (w.end_t - w.t_train) / (w.spec.step_s + w.save_s / 50)
+    w.ckpt_period = max(10, int(n_steps / w.rng.uniform(6, 9)) // 10 * 10)
     sim.run_steps(w)
     w.writers = w.writers or [0]
     if len(w.saves) < 3:

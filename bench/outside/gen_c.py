@@ -115,7 +115,11 @@ def build_case(spec: Spec, out: Path) -> str:
         return f"{spec.name}: kept"
     shutil.rmtree(d, ignore_errors=True)
     t0 = time.monotonic()
-    truth = build_pair(spec, d) if spec.variant == "pair" else build_single(spec, d)
+    try:
+        truth = build_pair(spec, d) if spec.variant == "pair" else build_single(spec, d)
+    except (ValueError, RuntimeError, IndexError) as exc:
+        shutil.rmtree(d, ignore_errors=True)
+        return f"{spec.name}: FAILED {type(exc).__name__}: {exc}"
     hosts = ",".join(c["host"] for c in truth["culprits"]) or "-"
     return f"{spec.name}: {len(spec.hosts)}x{spec.gpus} @{spec.interval:.0f}s {spec.hours}h [{hosts}] {time.monotonic() - t0:.1f}s"
 
