@@ -2,10 +2,14 @@
 
 Usage: .venv/bin/python bench/diagnosis_accuracy.py [--seeds 2] [--seed-from 1] [--nodes 8,16,32] [--profiles amd,nvidia]
        [--scenarios a,b] [--gpus 8] [--hours H] [--out data/bench/accuracy] [--rebuild] [--json FILE]
+       [--variant NAME[,NAME]]
 
 1. Corpus: every scenario x seed x profile, the node count cycling through --nodes (8-64 nodes; the default
    keeps a first run to about 10-15 minutes on 2 cores). Jobs are cached under --out and reused while their
-   build options are unchanged; --rebuild regenerates them.
+   build options are unchanged; --rebuild regenerates them. `--variant` asks for off-by-default generator
+   variants (`playbooks/synth/_variants.py` OPT_IN, e.g. coarse_staircase): each applies to the scenario
+   that has it (the others are built plain), and only the scenarios named by a variant are judged unless
+   --scenarios is given.
 2. Each job is served read-only (a private copy on a loopback port), triaged from its log and diagnosed with
    `run_diagnosis` (profile "auto"); restore-resource-leak is judged by `compare_jobs` against its fresh-start
    baseline, as the contract defines it; the baselines are diagnosed too, as healthy jobs.
@@ -36,6 +40,7 @@ from playbooks.diagnose import run_diagnosis, serves_copy
 from playbooks.model import CLASSES
 from playbooks.prometheus import PrometheusClient, PrometheusError
 from playbooks.synth import SCENARIOS, generate_job
+from playbooks.synth._variants import OPT_IN
 from playbooks.triage import TriageError, triage_job
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +70,7 @@ def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     nodes = [int(n) for n in args.nodes.split(",")]
+    variants = [v for v in (args.variant or "").split(",") if v]
     entries: list[dict[str, Any]] = []
     i = 0
     for scenario in args.scenarios.split(","):
@@ -81,7 +87,11 @@ def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "hours": args.hours,
                     "interval": args.interval,
                 }
-                job_dir = out / f"{scenario}-{profile}-s{seed}-n{n}"
+                mine = sorted(v for v in variants if OPT_IN.get(v) == scenario)
+                if mine:
+                    opts["variants"] = mine
+                tag = "".join(f"-{v}" for v in mine)
+                job_dir = out / f"{scenario}-{profile}-s{seed}-n{n}{tag}"
                 marker = job_dir.with_name(job_dir.name + ".opts.json")
                 fresh = (
                     marker.is_file()
@@ -99,6 +109,7 @@ def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
                         gpus=args.gpus,
                         hours=args.hours,
                         interval=args.interval,
+                        variants=mine,
                     )
                     marker.write_text(json.dumps(opts))
                     print(f"  built {job_dir.name} in {time.monotonic() - t0:.1f} s", file=sys.stderr)
@@ -372,7 +383,8 @@ def main() -> None:
     ap.add_argument("--seed-from", type=int, default=1, help="the first seed (seeds FROM..FROM+N-1)")
     ap.add_argument("--nodes", default="8,16,32", help="node counts, cycled over the corpus (8-64)")
     ap.add_argument("--profiles", default="amd,nvidia")
-    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--scenarios", default=None, help="default: all, or those the variants apply to")
+    ap.add_argument("--variant", default=None, help="off-by-default generator variants, comma-separated")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument(
         "--hours", type=float, default=None, help="job length (default: the generator's, 2.2-3.2 h)"
@@ -383,6 +395,12 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--json", default=None, help="also write the per-job results here")
     args = ap.parse_args()
+    unknown = [v for v in (args.variant or "").split(",") if v and v not in OPT_IN]
+    if unknown:
+        ap.error(f"unknown variant {', '.join(unknown)}; known: {', '.join(OPT_IN)}")
+    if args.scenarios is None:
+        named = [OPT_IN[v] for v in (args.variant or "").split(",") if v]
+        args.scenarios = ",".join(dict.fromkeys(named)) if named else ",".join(SCENARIOS)
 
     t0 = time.monotonic()
     corpus = build_corpus(args)

@@ -26,9 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _query_cost import Recording, print_costs, replay_costs
+
 from playbooks import tsdb_server
 from playbooks.diagnose import run_diagnosis
-from playbooks.prometheus import PrometheusClient
 from playbooks.synth import _emit, generate_job
 from playbooks.triage import triage_job
 
@@ -86,26 +87,6 @@ def _proc(pid: int, field: str) -> float:
     return 0.0
 
 
-class _Timed(PrometheusClient):
-    """A client that records each query's wall time and how many series it returned."""
-
-    def __init__(self, *a, **kw) -> None:
-        super().__init__(*a, **kw)
-        self.log: list[tuple[float, int, str]] = []
-
-    def query_range(self, promql, start, end, step=None):
-        t0 = time.perf_counter()
-        out = super().query_range(promql, start, end, step)
-        self.log.append((time.perf_counter() - t0, len(out), promql))
-        return out
-
-    def query(self, promql, at=None):
-        t0 = time.perf_counter()
-        out = super().query(promql, at)
-        self.log.append((time.perf_counter() - t0, len(out), promql))
-        return out
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", default="thermal-straggler")
@@ -118,7 +99,7 @@ def main() -> None:
     try:
         served = tsdb_server.ensure_served(job / "prometheus", work_root=work_root)
         triage = triage_job(job).to_dict()
-        with _Timed(served.url, timeout=300.0, retries=1) as client:
+        with Recording(served.url, timeout=300.0, retries=1) as client:
             load0 = os.getloadavg()[0]
             prom0, own0, rss0 = _proc(served.pid, "cpu"), time.process_time(), _peak_gb()
             result = run_diagnosis(client, triage=triage, time_range=served.time_range)
@@ -133,16 +114,10 @@ def main() -> None:
             f"Stepwise {own_cpu:.1f} s; load {load0:.1f} before, {os.getloadavg()[0]:.1f} after"
         )
         print(f"memory: this process peak {max(rss0, _peak_gb()):.2f} GB, Prometheus peak {prom_rss:.2f} GB")
-        print("slowest queries: seconds, series returned, PromQL")
-        for seconds, series, promql in sorted(client.log, reverse=True)[:8]:
-            flag = "  <- one series per GPU" if series >= gpus > 16 else ""
-            print(f"  {seconds:6.2f} {series:>6}  {promql[:110]}{flag}")
-        per_gpu = [(series, promql) for _, series, promql in client.log if series >= gpus > 16]
-        print(f"queries returning one series per GPU: {len(per_gpu)} of {len(client.log)}")
-        for series, promql in per_gpu:
-            print(f"  {series:>6}  {promql[:140]}")
+        costs = replay_costs(client, served.pid)
         d = result["diagnosis"]
         truth = json.loads((job / "truth.json").read_text())
+        print_costs(costs, gpus=gpus)
         err = None if d["onset"] is None or truth.get("onset") is None else d["onset"] - truth["onset"]
         print(
             f"diagnosis: {d['class']} culprits={d['culprits']}; truth: {truth['class']} "

@@ -26,9 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _query_cost import Recording, print_costs, process_cpu, replay_costs
+
 from playbooks import tsdb_server
 from playbooks.diagnose import run_diagnosis, serves_copy
-from playbooks.prometheus import PrometheusClient
 from playbooks.synth import generate_job
 from playbooks.triage import triage_job
 
@@ -54,12 +55,6 @@ def _job(args: argparse.Namespace) -> Path:
         )
         print(f"generated {job} in {time.monotonic() - t0:.0f} s")
     return job
-
-
-def _cpu_seconds(pid: int) -> float:
-    """Return the CPU time (user + system) a process has used so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _children_cpu() -> float:
@@ -95,7 +90,7 @@ def _time_command(job: Path, runs: int) -> None:
         )
 
 
-def _time_in_process(job: Path, runs: int) -> None:
+def _time_in_process(job: Path, runs: int, costs: bool) -> None:
     """Serve the job's TSDB, run `run_diagnosis` `runs` times and print each run's figures."""
     work_root = Path(tempfile.mkdtemp(prefix="stepwise-bench-diagnose-"))
     try:
@@ -107,11 +102,12 @@ def _time_in_process(job: Path, runs: int) -> None:
             )
         print(f"served {job} in {time.monotonic() - t0:.1f} s")
         triage = triage_job(job).to_dict()
-        with PrometheusClient(served.url, timeout=120.0, retries=1) as client:
+        with Recording(served.url, timeout=120.0, retries=1) as client:
             for run in range(1, runs + 1):
-                prom0, own0 = _cpu_seconds(served.pid), time.process_time()
+                client.log.clear()
+                prom0, own0 = process_cpu(served.pid), time.process_time()
                 result = run_diagnosis(client, triage=triage, time_range=served.time_range)
-                prom_cpu, own_cpu = _cpu_seconds(served.pid) - prom0, time.process_time() - own0
+                prom_cpu, own_cpu = process_cpu(served.pid) - prom0, time.process_time() - own0
                 t = result["timings"]
                 src = result["source"]
                 print(
@@ -124,6 +120,9 @@ def _time_in_process(job: Path, runs: int) -> None:
                 f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (wall time includes the "
                 "wait for CPUs other processes hold)"
             )
+            if costs:
+                gpus = len(result["source"]["hosts"]) * (result["source"]["gpus_per_host"] or 0)
+                print_costs(replay_costs(client, served.pid), gpus=gpus)
         d = result["diagnosis"]
         truth = json.loads((job / "truth.json").read_text()) if (job / "truth.json").exists() else {}
         print(
@@ -151,11 +150,16 @@ def main() -> None:
         default=2,
         help="diagnoses to time in process (the first warms the server's caches; 0: none)",
     )
+    ap.add_argument(
+        "--query-costs",
+        action="store_true",
+        help="after the in-process runs, replay each query one at a time and print its Prometheus CPU",
+    )
     ap.add_argument("--command-runs", type=int, default=2, help="times to run `manage.py diagnose --job-dir`")
     args = ap.parse_args()
     job = _job(args)
     if args.runs > 0:
-        _time_in_process(job, args.runs)
+        _time_in_process(job, args.runs, args.query_costs)
     _time_command(job, args.command_runs)
 
 

@@ -62,6 +62,13 @@ def _job(args: argparse.Namespace) -> Path:
     return job_dir
 
 
+def _cpu_seconds(pid: int) -> float:
+    """Return the CPU seconds (user + system) process `pid` has used: Prometheus's share of a view, which the
+    machine's load does not inflate as it does wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
@@ -95,9 +102,9 @@ class _Recorder:
 
         PrometheusClient._api = api  # type: ignore[method-assign]
 
-    def evaluation(self) -> tuple[float, float, int, list[tuple[float, str]]]:
-        """Return (Prometheus's evalTotalTime summed, its execTotalTime summed, queries, the costliest five
-        as (evalTotalTime, PromQL)) of the recorded queries."""
+    def evaluation(self) -> tuple[float, float, list[tuple[float, int, int, str]]]:
+        """Return (Prometheus's evalTotalTime summed, its execTotalTime summed, every recorded query as
+        (evalTotalTime, samples read, series returned, PromQL) in the order sent)."""
         import httpx
 
         evals = execs = 0.0
@@ -105,14 +112,16 @@ class _Recorder:
         for base, path, params in self.sent:
             with httpx.Client(base_url=base, timeout=300, trust_env=False) as http:
                 body = http.post(path, data={**params, "stats": "all"}).json()
-            timings = body["data"]["stats"]["timings"]
+            stats = body["data"]["stats"]
+            timings = stats["timings"]
             evals += timings["evalTotalTime"]
             execs += timings["execTotalTime"]
-            each.append((timings["evalTotalTime"], params["query"]))
-        return evals, execs, len(self.sent), sorted(each, reverse=True)[:5]
+            samples = stats.get("samples", {}).get("totalQueryableSamples", 0)
+            each.append((timings["evalTotalTime"], samples, len(body["data"]["result"]), params["query"]))
+        return evals, execs, each
 
 
-def _views(job_dir: Path, triage: dict, recorder: _Recorder) -> dict:
+def _views(job_dir: Path, data_dir: Path, triage: dict, recorder: _Recorder) -> dict:
     """Return the cold view, the cache hits and what they cost, through the app's timeline service."""
     from django.core.cache import cache
 
@@ -127,11 +136,15 @@ def _views(job_dir: Path, triage: dict, recorder: _Recorder) -> dict:
     InvestigationJob.objects.create(investigation=investigation, job=job, role=InvestigationJob.Role.PRIMARY)
     with services.datasource_client(ds):  # serve the TSDB first: starting Prometheus is not the view's cost
         pass
+    from playbooks import tsdb_server
+
+    (served,) = tsdb_server.list_served(data_dir / "tsdb-views")
     cache.clear()
     out: dict = {"load_before": _load()}
-    t0 = time.perf_counter()
+    t0, cpu0, prom0 = time.perf_counter(), time.process_time(), _cpu_seconds(served.pid)
     cold = svc.timeline_figures(investigation, job, ds, svc.TimelineView())
     out["cold_s"], out["cold_queries"], out["cold_load"] = time.perf_counter() - t0, cold["queries"], _load()
+    out["cold_cpu"], out["cold_prom_cpu"] = time.process_time() - cpu0, _cpu_seconds(served.pid) - prom0
     out["figures"] = cold["figures"]
     sent = list(recorder.sent)
     t0 = time.perf_counter()
@@ -201,6 +214,9 @@ def main() -> None:
     ap.add_argument(
         "--figures", type=Path, help="write the cold view's figures to this JSON file (to compare runs)"
     )
+    ap.add_argument(
+        "--per-query", action="store_true", help="print every query's evaluation and samples read"
+    )
     args = ap.parse_args()
     job_dir = _job(args)
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-bench-"))
@@ -219,22 +235,24 @@ def _run(args: argparse.Namespace, job_dir: Path, data_dir: Path) -> None:
     # The app reads the triage stored on the job; triaging the log here is not part of the server time.
     triage = triage_job(job_dir).to_dict()
     recorder = _Recorder()
-    views = _views(job_dir, triage, recorder)
-    evals, execs, n, costliest = recorder.evaluation()
+    views = _views(job_dir, data_dir, triage, recorder)
+    evals, execs, each = recorder.evaluation()
+    n, costliest = len(each), sorted(each, reverse=True)[:5]
     meta = {k: f["layout"]["meta"] for k, f in views["figures"].items()}
     if args.figures:
         args.figures.write_text(json.dumps(views["figures"], sort_keys=True))
     print(f"job: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h, culprit {truth['culprits']}")
     print(
         f"cold view, all {len(meta)} default panels: {views['cold_s']:.2f} s server time, "
-        f"{views['cold_queries']} queries ({views['load_before']} before, {views['cold_load']} after)"
+        f"{views['cold_queries']} queries ({views['load_before']} before, {views['cold_load']} after); CPU: "
+        f"Prometheus {views['cold_prom_cpu']:.2f} s, the app {views['cold_cpu']:.2f} s"
     )
     print(
         f"Prometheus's own evaluation of the same {n} queries, one at a time: {evals:.2f} s "
         f"(execTotalTime {execs:.2f} s); cold view / evaluation = {views['cold_s'] / evals:.2f} ({_load()})"
     )
-    for secs, promql in costliest:
-        print(f"  {secs:6.3f} s  {promql[:110]}")
+    for secs, samples, _, promql in each if args.per_query else costliest:
+        print(f"  {secs:6.3f} s {samples:>11,} samples  {promql[: 2000 if args.per_query else 110]}")
     print(
         f"cache hit, same view by another user: {views['hit_s']:.3f} s, {views['hit_queries']} queries; "
         f"one panel: {views['hit_one_s']:.3f} s, {views['hit_one_queries']} queries; identical figures: "

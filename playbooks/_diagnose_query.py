@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
+from collections.abc import Sequence
 from typing import Any
 
+from ._diagnose_bits import bits_expr, with_matcher
 from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
 from .profiles import PROFILES
+from .profiles._signal import _regex_literal
 from .prometheus import choose_step
 
 
@@ -35,12 +39,15 @@ def render_query(
     interval: float,
     hosts: int = 0,
     gpus: int = 0,
+    only_hosts: Sequence[str] = (),
 ) -> PlannedQuery:
     """Return the PromQL of a declared query for a profile (raises ProfileError if it lacks a signal).
 
     `hosts` and `gpus` (the source's counts, 0 when unknown) bound the work of a query over many series:
     Prometheus evaluates every series it reads at every step, so the fine grid of a query that reads one
     series per GPU has at most `SERIES_POINTS / gpus` points (8,192 GPUs over 2 h: a 60 s step, not 15 s).
+    `only_hosts` (normalised names) narrows the signal's selector to those hosts where the exporter's own label
+    names them, so Prometheus reads no other host's series.
     """
     prof = PROFILES[profile_name]
     reads = gpus if any(prof.signal(s).scope == "gpu" for s in q.signals) else hosts
@@ -50,12 +57,32 @@ def render_query(
     w = _window_s(q, step, interval, start, end)
     wtxt = f"{int(math.ceil(w))}s"
     if q.signal:
-        sig = prof.signal(q.signal)
+        sig = _narrowed(prof.signal(q.signal), only_hosts)
         fn = q.fn or None
         parts = sig.selector.split(" | ")
         # the grid's own start (see below): the pack and the screen cover the points the query returns
         first = end - math.ceil((end - start) / step - 1e-9) * step
         if (
+            q.at_least is not None
+            and sig.scope == "gpu"
+            and not fn
+            and _plain(sig)
+            and gpus * ((end - first) / step + 1) >= PEERS_MIN_POINTS
+        ):
+            # which GPUs reach a value, as bits per host: only where one series per GPU costs more to send
+            # and parse than the bits cost Prometheus (8,192 GPUs; not 1,024, where the bits cost it 0.1 s more)
+            agg = q.agg or sig.agg
+            expr = bits_expr(
+                sig,
+                q.at_least,
+                round(gpus / max(hosts, 1)),
+                agg,
+                lambda s: (
+                    _pushdown(s, None, wtxt, ("host", "gpu"), agg)
+                    or s.expr(None, by=("host", "gpu"), agg=agg)
+                ),
+            )
+        elif (
             q.peers
             and sig.scope == "gpu"
             and not fn
@@ -95,6 +122,22 @@ def render_query(
     # anchored at the start may stop up to a step short of the end)
     aligned = end - math.ceil((end - start) / step - 1e-9) * step
     return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
+
+
+def _plain(sig: Any) -> bool:
+    """Return whether a signal reads one metric selector as it is (no sum of parts, no fill filter)."""
+    return not sig.fill_filter and bool(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", sig.selector))
+
+
+def _narrowed(sig: Any, hosts: Sequence[str]) -> Any:
+    """Return `sig` reading only `hosts`' series (a matcher on its host label), or `sig` itself when its host
+    name is not one plain label of one selector (taken from `instance`, joined, aliased, or a sum of parts)."""
+    if not hosts or not _plain(sig) or sig.host_from in ("", "instance") or "," in sig.host_from:
+        return sig
+    if sig.host_join or sig.host_alias:
+        return sig
+    alternatives = "|".join(_regex_literal(h) for h in sorted(hosts))
+    return with_matcher(sig, f'{sig.host_from}=~"{alternatives}"')
 
 
 _OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}

@@ -32,6 +32,7 @@ from ._diagnose_types import (
 from .analysis import Finding, build_context, decide_diagnosis, evaluate
 from .context import Timeline
 from .loader import load_playbooks
+from .log_evidence import hw_xid_hosts
 from .model import Playbook
 from .profiles import PROFILES
 from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series
@@ -101,6 +102,9 @@ def plan(
             if lacking:
                 missing += [s for s in lacking if s not in missing]
                 continue
+            only = tuple(hw_xid_hosts(triage, source.hosts)) if q.log_hosts == "xid" else ()
+            if q.log_hosts and not only:
+                continue  # what it would place is not in the log
             queries.append(
                 render_query(
                     q,
@@ -110,6 +114,7 @@ def plan(
                     interval=source.interval,
                     hosts=len(source.hosts),
                     gpus=len(source.hosts) * (source.gpus_per_host or 0),
+                    only_hosts=only,
                 )
             )
         anchor = {

@@ -22,7 +22,7 @@ from typing import Any
 from .context import Context, Finding, triage_get
 from .triage import HW_XIDS, bus_key
 
-__all__ = ["apply_log_evidence"]
+__all__ = ["apply_log_evidence", "hw_xid_hosts"]
 
 _LOOKBACK_S = 1800.0  # errors this long before a node went silent are its onset (as the decision's own)
 
@@ -47,6 +47,17 @@ def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
     for e in xids:
         e["gpu"] = buses.get((e["host"], e.get("pci"))) or buses.get((None, e.get("pci")))
     _xids(ctx, findings, xids)
+
+
+def hw_xid_hosts(triage: Mapping[str, Any] | None, known: Sequence[str]) -> list[str]:
+    """Return the TSDB names of the hosts the log reports a hardware Xid on (the ones `_bus_map` places)."""
+    events = triage_get(triage, "details", "host_events") or []
+    hosts = [
+        _tsdb_host(str(e["host"]), known)
+        for e in events
+        if isinstance(e, Mapping) and e.get("kind") == "xid" and e.get("host") and e.get("code") in HW_XIDS
+    ]
+    return sorted(set(hosts))
 
 
 def _bus_map(ctx: Context, known: Sequence[str]) -> dict[tuple[str | None, Any], str]:

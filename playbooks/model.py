@@ -98,6 +98,12 @@ class QuerySpec:
         peers: "up" or "down" for a per-GPU series judged against its peers: on a large job Prometheus returns
             the pack (its median at each step, its robust spread, its size) and only the GPUs that could stand
             out in that direction (`playbooks._diagnose_peers`), not one series per GPU; "" for the plain series.
+        log_hosts: "xid" for a query only the log's events need: it runs over the hosts the job's log reports
+            a hardware Xid on, and not at all when it reports none; "" for every host.
+        at_least: for a per-GPU gauge whose readers only ask whether each GPU stands at or above this value
+            (the busy-wait's sets of spinning GPUs): Prometheus returns one series per host whose bits say
+            which of its GPUs report and which stand at or above it (`playbooks._diagnose_bits`), not one
+            series per GPU; the grid reads back one row per GPU (this value, 0, or missing). None: the values.
     """
 
     name: str
@@ -112,6 +118,8 @@ class QuerySpec:
     post: str = ""
     description: str = ""
     peers: str = ""
+    log_hosts: str = ""
+    at_least: float | None = None
 
     @property
     def signals(self) -> tuple[str, ...]:

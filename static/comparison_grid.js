@@ -6,6 +6,7 @@
   "use strict";
 
   var CONFIG = { displaylogo: false, responsive: true, displayModeBar: false };
+  var PHONE = "(max-width: 640px)"; // as static/stepwise.css, which stacks the jobs there
   var TOOLS = window.StepwiseTimelineTools; // static/timeline_tools.js: stepClock, steadyRange
 
   function whenPlotly(fn) {
@@ -38,7 +39,7 @@
         // A cell is small: the row names the panel, the column the job; marks keep their lines, not labels.
         layout.title = { text: "" };
         layout.annotations = [];
-        layout.height = 220;
+        layout.height = window.matchMedia(PHONE).matches ? 160 : 220; // a phone stacks the jobs: shorter cells
         layout.margin = { l: 50, r: 8, t: 10, b: 30 };
         layout.showlegend = false;
         TOOLS.stepClock(figure);

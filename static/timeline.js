@@ -23,6 +23,8 @@
       plot.dataset.drawn = "1";
       VIEW.whenPlotly(function () {
         Plotly.newPlot(plot, figure.data, figure.layout, PANELS.CONFIG).then(function () {
+          return TOOLS.fitChrome(plot);
+        }).then(function () {
           plot.dataset.state = "drawn";
         });
       });

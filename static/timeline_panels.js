@@ -141,9 +141,13 @@
     plot.dataset.state = "drawing";
     VIEW.whenPlotly(function () {
       Plotly.react(plot, figure.data, figure.layout, CONFIG).then(function () {
+        return TOOLS.plotRoom(plot);
+      }).then(function () {
         return TOOLS.layoutLabels(plot);
       }).then(function () {
         return TOOLS.yRange(el, plot);
+      }).then(function () {
+        return TOOLS.fitChrome(plot);
       }).then(function () {
         plot.dataset.state = "drawn";
         plot.dataset.plotted = "1";

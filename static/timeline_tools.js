@@ -12,6 +12,10 @@
  *   UTC (layout.meta.clock from the server: each drawn step and its time), as an invisible trace.
  * - pickPlace(...): a click on a chart writes its step or UTC time into the note form's place.
  * - promqlForm(region, st, redraw): the free PromQL panel's form (the expression is st.promql, q= in the URL).
+ * - plotRoom(plot): a figure grows so that its plot area keeps 160 px (a phone's legend rows ate it).
+ * - fitChrome(plot): the chart's own texts clear of each other: the title below Plotly's mode bar where
+ *   they would share a line (a phone), the legend below the x-axis's tick labels (a date axis writes the
+ *   day, "Mar 11, 2026", on a second line under its first tick, which the legend covered).
  */
 (function () {
   "use strict";
@@ -270,6 +274,56 @@
     setTimeout(function () { URL.revokeObjectURL(link.href); link.remove(); }, 0);
   }
 
+  /* ---- the chart's own texts: title, mode bar, tick labels and legend never cover each other ---- */
+
+  var BAR_PX = 26; // Plotly's mode bar: one row of buttons at the top right
+
+  function overlapX(a, b) { return a.width && b.width && a.left < b.right + 4 && b.left < a.right + 4; }
+
+  /* Return the relayout that moves the title under the mode bar, and the legend under the tick labels; the
+   * figure grows by the room they take (the plot area keeps its height: paper coordinates stay right). */
+  function chromeUpdate(plot) {
+    var fl = plot._fullLayout;
+    var update = {};
+    var grow = 0;
+    var title = plot.querySelector(".gtitle");
+    var bar = plot.querySelector(".modebar");
+    var lowered = fl.title && fl.title.y < 1 - BAR_PX / fl.height;
+    if (title && bar && !lowered && overlapX(title.getBoundingClientRect(), bar.getBoundingClientRect())) {
+      grow = BAR_PX;
+      update["margin.t"] = fl.margin.t + BAR_PX;
+      update["title.y"] = 1 - ((1 - fl.title.y) * fl.height + BAR_PX) / (fl.height + BAR_PX);
+      update["title.yanchor"] = "top";
+    }
+    var ticks = plot.querySelector(".xaxislayer-above");
+    var legend = plot.querySelector(".legend");
+    if (ticks && legend && fl.showlegend !== false) {
+      var below = ticks.getBoundingClientRect().bottom + 4 - legend.getBoundingClientRect().top;
+      if (below > 1) {
+        grow += Math.ceil(below);
+        update["legend.y"] = fl.legend.y - below / fl._size.h;
+      }
+    }
+    if (grow) update.height = fl.height + grow;
+    return update;
+  }
+
+  var MIN_PLOT_PX = 160; // the plot area's least height: a phone's legend rows took it down to 100 px
+
+  /* Grow the figure (before its labels are stacked) so that its plot area keeps MIN_PLOT_PX. */
+  function plotRoom(plot) {
+    var fl = plot._fullLayout;
+    if (!fl || !fl._size || fl._size.h >= MIN_PLOT_PX) return Promise.resolve();
+    return Plotly.relayout(plot, { height: fl.height + MIN_PLOT_PX - fl._size.h });
+  }
+
+  function fitChrome(plot, round) {
+    if (!plot._fullLayout || !plot._fullLayout._size) return Promise.resolve();
+    var update = chromeUpdate(plot);
+    if (!Object.keys(update).length || (round || 0) >= 2) return Promise.resolve();
+    return Plotly.relayout(plot, update).then(function () { return fitChrome(plot, (round || 0) + 1); });
+  }
+
   /* ---- notes: a click on a chart picks the note's place (a step, or the time in UTC) ---- */
 
   function pickPlace(region, xmode, x, tzMinutes) {
@@ -313,6 +367,6 @@
   window.StepwiseTimelineTools = {
     pickPlace: pickPlace, promqlForm: promqlForm,
     layoutLabels: layoutLabels, steadyRange: steadyRange, csv: csv, packRows: packRows, stepClock: stepClock,
-    yRange: yRange, toggleYRange: toggleYRange, downloadCsv: downloadCsv,
+    yRange: yRange, toggleYRange: toggleYRange, downloadCsv: downloadCsv, fitChrome: fitChrome, plotRoom: plotRoom,
   };
 })();

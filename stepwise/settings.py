@@ -223,10 +223,17 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # WhiteNoise warns on every star
 # when collectstatic has not been run, so the demo needs no extra step and no CDN.
 # STEPWISE_STATIC_COLLECTED=1 (the Docker image, which runs collectstatic when it is built): the files get
 # content-hashed names and compressed copies, which WhiteNoise serves compressed (plotly-gl2d.min.js: 1.5 MB,
-# 0.4 MB with brotli) and cacheable for a year, instead of revalidated every minute.
+# 0.4 MB with brotli) and cacheable for a year, instead of revalidated on each page.
 STEPWISE_STATIC_COLLECTED = envbool("STEPWISE_STATIC_COLLECTED", False)
 WHITENOISE_USE_FINDERS = not STEPWISE_STATIC_COLLECTED
-if STEPWISE_STATIC_COLLECTED:
+# Served from the source tree (the demo, a developer's run), a file is looked up again on each request:
+# WhiteNoise otherwise records every file's size when it starts, and a file edited while the app runs was
+# served cut off at its old length; and the browser asks again on each page (max-age 0: a 304 when the file
+# did not change), so an edit shows on the next load. Collected files never change: read once, cached.
+WHITENOISE_AUTOREFRESH = not STEPWISE_STATIC_COLLECTED
+if not STEPWISE_STATIC_COLLECTED:
+    WHITENOISE_MAX_AGE = 0
+else:
     STORAGES = {
         "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
         "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},

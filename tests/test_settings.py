@@ -40,6 +40,7 @@ print(json.dumps({
     "middleware": s.MIDDLEWARE,
     "static_storage": getattr(s, "STORAGES", {}).get("staticfiles", {}).get("BACKEND", ""),
     "static_finders": s.WHITENOISE_USE_FINDERS,
+    "static_refresh": (s.WHITENOISE_AUTOREFRESH, getattr(s, "WHITENOISE_MAX_AGE", None)),
 }))
 """
 
@@ -119,12 +120,19 @@ def test_it_reads_secrets_from_name_file(tmp_path: Path) -> None:
 
 
 def test_collected_static_files_are_served_hashed_and_compressed(tmp_path: Path) -> None:
-    """Where collectstatic ran (the Docker image), hashed names and compressed copies; else the finders."""
+    """Where collectstatic ran (the Docker image), hashed names and compressed copies, read once and cached
+    (WhiteNoise's default max-age); else the finders, each file looked up again on each request (an edit made
+    while the demo runs is served whole) and revalidated by the browser on each page."""
     plain = _load(tmp_path)
-    assert (plain["static_storage"], plain["static_finders"]) == ("", True)
+    assert (plain["static_storage"], plain["static_finders"], plain["static_refresh"]) == (
+        "",
+        True,
+        [True, 0],
+    )
     collected = _load(tmp_path, STEPWISE_STATIC_COLLECTED="1")
     assert collected["static_storage"] == "whitenoise.storage.CompressedManifestStaticFilesStorage"
     assert collected["static_finders"] is False
+    assert collected["static_refresh"] == [False, None]
 
 
 def test_it_uses_redis_and_tls_settings_from_the_environment(tmp_path: Path) -> None:

@@ -197,14 +197,8 @@ def _det_counter_increase(
         if mg is not None:
             row = mg.row(host=h)
             if row is not None:
-                k = mg.index(float(g.t[i]))
-                # the rise that reached the limit ends shortly before the kill: its highest sample there
-                # (with coarse scrapes an earlier save's bump may be higher than what was seen of it)
-                k0 = mg.index(float(g.t[i]) - max(600.0, 4 * mg.step))
-                seg = row[k0 : k + 1]
-                if np.isfinite(seg).any():
-                    # the start of the final rise before the kill (earlier saves' plateaus are not it)
-                    j = _final_rise(ctx, mg, row, k0 + int(np.nanargmax(seg)))
+                j = _fatal_rise(ctx, mg, row, mg.index(float(g.t[i])))
+                if j is not None:
                     t_on = min(t_on, float(mg.t[j]) - mg.step / 2)
         onset = t_on if onset is None else min(onset, t_on)
         hosts.append(h)
@@ -229,6 +223,29 @@ def _det_counter_increase(
                 _ev(ctx, str(p["gpu_detail"]), s["labels"], s["value"], "increase over the whole window")
             )
     return _finding(pb, rule, hosts, gpus, onset, ev)
+
+
+def _fatal_rise(ctx: Context, g: Grid, x: np.ndarray, k: int) -> int | None:
+    """Return where the rise that ended in the kill near index k began (None without data before k).
+
+    The kill frees the killed process's memory. Walking back from k: over level samples (after the kill,
+    or a hold at the top before it), then up what the kill freed, to the last sample before the kill: the
+    top of the fatal rise as far as the scrapes saw it. Its start is where the walk down that rise meets
+    the plateau that earlier saves left (`_final_rise`). With coarse scrapes an earlier save's peak may
+    stand higher than anything seen of the fatal rise: it lies beyond that plateau and is never reached.
+    A rise seen by one sample only is dated between that sample and the plateau's last."""
+    seen = np.nonzero(np.isfinite(x[: k + 1]))[0]
+    if not len(seen):
+        return None
+    sm = ctx.timeline.steady_mask(g.t)
+    base = x[sm] if sm.sum() >= 5 else x
+    noise = max(3 * step_noise(base), 0.005 * abs(nan_median(base))) if np.isfinite(base).any() else 0.0
+    pos = len(seen) - 1
+    while pos > 0 and abs(x[seen[pos - 1]] - x[seen[pos]]) <= noise:
+        pos -= 1  # level: after the kill, or held at the top before it
+    while pos > 0 and x[seen[pos - 1]] > x[seen[pos]] + noise:
+        pos -= 1  # up what the kill freed, to the last sample before it
+    return _final_rise(ctx, g, x, int(seen[pos]))
 
 
 def _final_rise(ctx: Context, g: Grid, x: np.ndarray, i: int) -> int:

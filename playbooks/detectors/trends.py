@@ -8,6 +8,7 @@ import numpy as np
 
 from playbooks.anomaly import change_points, climbs, first_sustained, nan_median, walk_back
 from playbooks.context import Context, Finding
+from playbooks.departure import departure
 from playbooks.model import Playbook, RuleSpec
 from playbooks.profiles import PROFILES
 from playbooks.report import fmt_time
@@ -46,7 +47,7 @@ def _det_change_point(
 
     firsts = confirmed(idx)
     if firsts:
-        i = firsts[0]
+        i = cross = firsts[0]
     else:
         # no jump against the last few points: a climb far above the series' own earlier level, dated where
         # it left that level
@@ -61,13 +62,22 @@ def _det_change_point(
         firsts = confirmed(idx)
         if not firsts:
             return None
-        i = walk_back(np.where(valid, x, np.nan), firsts[0], levels[firsts[0]])
+        cross = firsts[0]
+        i = walk_back(np.where(valid, x, np.nan), cross, levels[cross])
     prev = x[:i][valid[:i] & ~np.isnan(x[:i])]
     base = nan_median(prev[-30:]) if len(prev) else float("nan")
     peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])
     # a training metric is reported when its step completes: the anomaly began when that step started
     step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
-    t_on = float(g.t[i]) - g.step / 2 - step_s
+    # a climb crosses the thresholds late: it began where the series left its own baseline (a jump: midway
+    # between the samples either side of it). A positive training metric diverges by factors, its noise in
+    # proportion to it: judged on a log scale, where an exponential climb is a straight one
+    window = _dur(rule, "baseline_window", 1200.0)
+    y = np.where(valid, x, np.nan)
+    with np.errstate(all="ignore"):
+        y = np.log(y) if np.nanmin(y) > 0 else y
+    tau = departure(g.t, y, cross, i, earliest=float(g.t[i]) - window)
+    t_on = min(float(g.t[i]) - g.step / 2, tau if tau is not None else np.inf) - step_s
     ev = [
         _ev(
             ctx,

@@ -108,7 +108,8 @@ def _slowdown(job: Job, rng: np.random.Generator, onset: float) -> Slowdown:
     """Return how the scenario stretches step times (no slowdown for most)."""
     name = job.scenario.name
     if name == "thermal-straggler":
-        return Slowdown(t0=onset, factor=float(rng.uniform(1.08, 1.16)), ramp=float(rng.uniform(600, 1200)))
+        factor, ramp = float(rng.uniform(1.08, 1.16)), float(rng.uniform(600, 1200))
+        return Slowdown(t0=onset, factor=factor, ramp=float(job.variants.get("slow_heating", ramp)))
     if name == "rdma-degradation":
         return Slowdown(t0=onset, factor=float(rng.uniform(1.2, 1.33)), ramp=120.0)
     if name == "restore-resource-leak" and job.restored_from is not None:
@@ -146,7 +147,10 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
         # The instability starts at the first step that completes after the planned onset.
         i0 = int(np.searchsorted(job.step_end, onset))
         job.onset = float(job.step_end[max(0, i0 - 1)]) if i0 else float(job.step_end[0])
-        _instability(job, rng, i0)
+        if "smooth_divergence" in job.variants:
+            _variants.smooth_divergence(job, i0)
+        else:
+            _instability(job, rng, i0)
 
     # steps config: complete jobs ran all their steps; others meant to go further.
     last = job.last_step if job.last_step is not None else 0

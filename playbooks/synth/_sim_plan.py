@@ -13,6 +13,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from ._deploy import Exporters
+from . import _variants
 from ._models import GPU_MODELS, HOST_SCHEMES, MODEL_NAMES, SCENARIO_TABLE, VENDOR_MODELS, GpuModel, Scenario
 
 NAN = float("nan")
@@ -95,6 +96,9 @@ class Job:
     present: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) exporter answers
     gpu_present: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) GPU plugin produced data
     frozen_from: dict[int, int] = field(default_factory=dict)  # host index -> grid index
+    frozen_to: dict[int, int] = field(
+        default_factory=dict
+    )  # host index -> grid index it thaws at (else never)
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
     exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
     # what the simulation decided on the way, for the log and the truth
@@ -176,6 +180,7 @@ def plan(
     start = day0 + float(rng.integers(0, 90)) * 86400 + float(rng.integers(0, 86400))
     if base is not None:
         start = base.job_end + float(rng.uniform(1800, 7200))
+    interval = _variants.scrape_interval(seed, interval, variants)
     start = math.floor(start / interval) * interval
     hours = float(hours) if hours else float(rng.uniform(2.2, 3.2))
     ckpt_period, hb_timeout, replicas, passthrough = _run_config(rng, sc, nodes, moe, base)

@@ -27,6 +27,16 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - node-death `death_at_end`: the node dies in the data's last minute, a scrape or two before the capture
   ends (the TSDB was copied while the job still waited for its heartbeat timeout or Slurm), so a grid
   anchored at the data's start, or a silence that must last minutes, misses it.
+- monitoring-ghost-data `short_freeze`: the exporter stays frozen only 5-15 minutes: either for the data's
+  last minutes (the capture was taken while it hung) or mid-run until it is restarted and serves live
+  values again.
+- host-oom `coarse_staircase`: the staircase, scraped every 30 or 60 s, and each earlier save peaks well
+  above the floor it leaves (90-95 % of the memory during its write-back) before it falls back: the
+  fatal rise is seen by a sample or two, which may stand lower than an earlier save's peak.
+- thermal-straggler `slow_heating`: the hot GPU heats over 25-45 min instead of 10-20, so its
+  temperature crosses any threshold against the pack long after it left its own level.
+- training-instability `smooth_divergence`: gradient norm, loss and MoE load-balance loss climb smoothly
+  (exponentially, over minutes) from the onset instead of jumping.
 """
 
 from __future__ import annotations
@@ -38,7 +48,20 @@ import numpy as np
 
 TIB = 1024.0**4
 #: the variants a caller may ask for, by the scenario that has them
-OPT_IN = {"death_at_end": "node-death"}
+OPT_IN = {
+    "death_at_end": "node-death",
+    "coarse_staircase": "host-oom",
+    "slow_heating": "thermal-straggler",
+    "smooth_divergence": "training-instability",
+    "short_freeze": "monitoring-ghost-data",
+}
+
+
+def scrape_interval(seed: int, interval: float, opt_in: Any) -> float:
+    """Return the scrape interval of a job: the caller's, or 30 or 60 s for a `coarse_staircase`."""
+    if "coarse_staircase" not in opt_in:
+        return interval
+    return max(interval, float(np.random.default_rng([seed, 110]).choice([30.0, 60.0])))
 
 
 def stream(job: Any, k: int) -> np.random.Generator:
@@ -60,8 +83,14 @@ def choose(job: Any) -> dict[str, Any]:
         v["slurm_node_failure"] = bool(draws[1] < 0.5)
         if draws[2] < 0.5:
             v["errors_before_death"] = float(rng.uniform(60, 300))
-    if name == "host-oom" and draws[1] < 0.6:
+    if name == "host-oom" and (draws[1] < 0.6 or "coarse_staircase" in job.opt_in):
         v["staircase"] = float(rng.uniform(0.80, 0.88))
+    if name == "host-oom" and "coarse_staircase" in job.opt_in:
+        v["save_peaks"] = float(stream(job, 10).uniform(0.90, 0.95))
+    if name == "thermal-straggler" and "slow_heating" in job.opt_in:
+        v["slow_heating"] = float(stream(job, 11).uniform(1500, 2700))  # seconds of the ramp
+    if name == "training-instability" and "smooth_divergence" in job.opt_in:
+        v["smooth_divergence"] = float(stream(job, 12).uniform(150, 400))  # e-folding time, seconds
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -71,6 +100,9 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "node-death" and "death_at_end" in job.opt_in:
         # data after the death: the final scrape or two
         v["death_at_end"] = float(stream(job, 9).uniform(0.7, 2.3)) * job.interval
+    if name == "monitoring-ghost-data" and "short_freeze" in job.opt_in:
+        r = stream(job, 10).random(2)
+        v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v
@@ -135,8 +167,39 @@ def staircase(job: Any, mem: np.ndarray, h: int, t: np.ndarray, ramp_start: floa
     floor = float(np.median(mem[h][before])) if before.any() else float(mem[h][0])
     each = max(0.0, level - floor) / len(saves)
     rise = sum((t >= s).astype(float) for s in saves) * each
-    mem[h] = np.where(t < ramp_start, mem[h] + rise, mem[h])
+    until = ramp_start
+    if "save_peaks" in job.variants:
+        rise = rise + _save_peaks(job, mem[h] + rise, t, saves)
+        until = float(job.oom["kill"])  # the fatal save's rise starts from the retained level
+    mem[h] = np.where(t < until, mem[h] + rise, mem[h])
     job.notes.append(f"{len(saves)} earlier saves left {each / 2 / TIB:.1%} of memory each on {job.hosts[h]}")
+
+
+def _save_peaks(job: Any, mem: np.ndarray, t: np.ndarray, saves: list[float]) -> np.ndarray:
+    """Return what each save adds while it writes back: up to `save_peaks` of the memory over 60-120 s,
+    held 30-60 s, then released within 20 s (what it retains is the staircase's step)."""
+    rng = stream(job, 10)
+    rng.random()  # the draw of the peak level
+    peak = float(job.variants["save_peaks"]) * 2 * TIB
+    add = np.zeros_like(t)
+    for s in saves:
+        up, hold = float(rng.uniform(60, 120)), float(rng.uniform(30, 60))
+        shape = np.clip((t - s) / up, 0, 1) * np.clip(1 - (t - s - up - hold) / 20.0, 0, 1)
+        add = np.maximum(add, np.clip(peak - mem, 0, None) * shape)
+    return add
+
+
+def smooth_divergence(job: Any, i0: int) -> None:
+    """Training metrics climb smoothly from step i0: exponentially with the variant's e-folding time."""
+    n = len(job.step_num)
+    rng = stream(job, 12)
+    tau = float(job.variants["smooth_divergence"])
+    dt = np.clip(job.step_end - job.step_end[min(i0, n - 1)], 0, None)
+    grow = np.expm1(np.minimum(dt / tau, 3.0))  # 0 at the onset, ~19x after three e-folding times
+    job.grad_norm = job.grad_norm * (1 + float(rng.uniform(0.5, 1.0)) * grow)
+    job.raw_grad_norm = job.grad_norm * rng.uniform(1.5, 3.0, n)
+    job.loss = job.loss + float(rng.uniform(0.05, 0.12)) * grow
+    job.moe_lb = job.moe_lb * (1 + float(rng.uniform(0.3, 0.8)) * grow)
 
 
 def near_limit_save(job: Any, mem: np.ndarray, rep0: np.ndarray, t: np.ndarray) -> None:
@@ -168,3 +231,16 @@ def late_exporter(job: Any, present: np.ndarray) -> None:
     h, k = int(rng.integers(0, present.shape[0])), int(rng.integers(1, 3))
     present[h, :k] = False
     job.red_herrings["late_exporter"] = job.hosts[h]
+
+
+def short_freeze(job: Any, t: np.ndarray, onset: float) -> tuple[int, int]:
+    """Return the grid indices [from, to) of a 5-15 min freeze: the data's last minutes, or from the onset
+    until the exporter is restarted; set the truth's onset to the freeze's start."""
+    secs, at_end = job.variants["short_freeze"]
+    start = float(t[-1]) - secs if at_end else onset
+    i, j = int(np.searchsorted(t, start)), int(np.searchsorted(t, start + secs))
+    job.onset = float(t[min(i, len(t) - 1)])
+    job.notes.append(
+        f"exporter frozen {secs / 60:.1f} min " + ("to the data's end" if at_end else "then restarted")
+    )
+    return i, j

@@ -55,6 +55,11 @@ def _num(value: Any) -> float | None:
     return out if math.isfinite(out) else None
 
 
+def _clip(text: str, size: int) -> str:
+    """Return text cut to size characters, an ellipsis saying where it was cut (a label, not the whole title)."""
+    return text if len(text) <= size else text[: size - 1].rstrip() + "…"
+
+
 def annotations_build(
     ctx: TimelineContext,
     triage: Mapping[str, Any] | None = None,
@@ -120,7 +125,7 @@ def annotations_build(
         marks.append(
             Annotation(
                 "finding",
-                str(f.get("title") or "finding")[:40],
+                _clip(str(f.get("title") or "finding"), 40),
                 onset,
                 _num(axis.step_at(onset)),
                 finding_id=f.get("id"),

@@ -171,3 +171,70 @@ def test_the_investigation_header_fields_line_up(sized, long_value_finding) -> N
     assert len(boxes) == 4 and len(labels) == 4
     assert max(b["height"] for b in boxes) - min(b["height"] for b in boxes) <= 1, boxes
     assert max(b["y"] for b in labels) - min(b["y"] for b in labels) <= 1, labels
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_on_a_phone_findings_and_their_evidence_read_down_the_screen(sized, long_value_finding) -> None:
+    """The findings table and a finding's evidence stack on a phone: the title and the interpretation run
+    across the screen, nothing scrolls sideways (the severity and class columns took most of the width and
+    the title was cut at the screen's edge, the evidence row 400 px tall behind a sideways scroll)."""
+    page = sized
+    page.goto(f"/investigations/{long_value_finding['inv']}/")
+    title = page.locator("#findings-table a.finding-title").first
+    title.click()
+    interpretation = page.locator(
+        ".finding-evidence-table td.stack-wide", has_text="the exporters never have"
+    )
+    expect(interpretation).to_be_visible()
+    width = page.viewport_size["width"]
+    for cell in (page.locator("#findings-table td.stack-wide").first, interpretation):
+        box = cell.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width, box
+        assert box["width"] >= width * 0.6, box  # across the screen, not a narrow column
+    table = page.locator("#findings-table")
+    assert table.evaluate("t => t.scrollWidth <= t.clientWidth"), table.bounding_box()
+    _fits(page)
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_on_a_phone_the_new_investigation_button_stays_on_the_screen(sized) -> None:
+    page = sized
+    page.goto("/")
+    button = page.get_by_role("link", name="New investigation").first
+    box = button.bounding_box()
+    container = page.locator(".page-head").bounding_box()
+    assert box["x"] + box["width"] <= container["x"] + container["width"] + 0.5, (box, container)
+
+
+_NEWCOMER = """
+from django.contrib.auth import get_user_model
+U = get_user_model()
+if not U.objects.filter(username="newcomer").exists():
+    U.objects.create_user("newcomer", password="newcomer-correct-horse-7")
+print("ok")
+"""
+
+
+def test_with_nothing_unread_the_inbox_shows_no_count(anon_page, stepwise_app) -> None:
+    """A user with an empty inbox sees "Inbox" alone (an empty count was drawn as a small blank pill)."""
+    stepwise_app.shell(_NEWCOMER)
+    page = anon_page
+    page.goto("/login/")
+    page.get_by_label("Username").fill("newcomer")
+    page.get_by_label("Password").fill("newcomer-correct-horse-7")
+    with page.expect_response(lambda r: "/inbox/count/" in r.url) as count:
+        page.get_by_role("button", name="Sign in").click()
+    assert count.value.ok
+    badge = page.locator(".topnav .badge")
+    expect(badge).to_have_text("")
+    expect(badge).to_be_hidden()
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_on_a_phone_the_new_action_item_field_is_wide_enough_to_type_in(sized, long_value_finding) -> None:
+    page = sized
+    page.goto(f"/investigations/{long_value_finding['inv']}/report/")
+    field = page.locator("#section-actions input[name=text]")
+    field.scroll_into_view_if_needed()
+    assert field.bounding_box()["width"] >= 200, field.bounding_box()  # was squeezed to a 24 px box
+    _fits(page)

@@ -150,17 +150,18 @@ def test_peer_outlier_finds_the_hot_gpu_and_its_onset():
     assert 0 <= f.onset - (NOW + 120 * STEP) <= 6 * STEP
 
 
-def test_peer_outlier_extrapolates_a_ramp_back_to_its_start():
-    """With extrapolate on, the start of a gradual ramp is found by extending its line back to the pack."""
+def test_peer_outlier_dates_a_ramp_where_it_left_its_own_level():
+    """With a ramp window, the start of a gradual ramp is where the GPU's deviation from the pack left its
+    own level (the break of a baseline-then-rise fit), not where it crossed the pack's spread."""
     rng = np.random.default_rng(2)
     rows = {(h, str(g)): 70 + rng.normal(0, 0.5, N) for h in ("a", "b") for g in range(4)}
     rows[("a", "3")] = rows[("a", "3")] + np.clip((np.arange(N) - 100) * 0.4, 0, 25)
     pb, rule = _rule(
-        "peer_outlier", ["temp"], direction="up", z=6.0, min_rel=0.08, min_duration="5m", extrapolate=True
+        "peer_outlier", ["temp"], direction="up", z=6.0, min_rel=0.08, min_duration="5m", ramp_window="60m"
     )
     f = evaluate(_ctx({"temp": _grid(rows)}), [_with_rules(pb, rule)])[0]
     assert f.hosts == ["a"] and f.gpus == ["3"]
-    assert abs(f.onset - (NOW + 100 * STEP)) <= 3 * STEP
+    assert abs(f.onset - (NOW + 100 * STEP)) <= 1.5 * STEP
 
 
 def test_counter_increase_ignores_static_lifetime_counters():
@@ -172,22 +173,6 @@ def test_counter_increase_ignores_static_lifetime_counters():
     grows[("b", None)] = np.r_[np.zeros(100), np.ones(4), np.zeros(N - 104)]
     f = evaluate(_ctx({"inc": _grid(grows)}), [_with_rules(pb, rule)])[0]
     assert f.hosts == ["b"] and abs(f.onset - (NOW + 100 * STEP)) <= STEP
-
-
-def test_flatline_flags_a_frozen_exporter_but_not_a_dead_host():
-    """Values that stop changing while the host still reads a live level are ghost data; 0 W is not."""
-    changes = {(h, None): np.full(N, 30.0) for h in "abcde"}
-    changes[("b", None)][150:] = 0
-    changes[("c", None)][150:] = 0
-    level = {(h, None): np.full(N, 700.0) for h in "abcde"}
-    level[("c", None)][150:] = 0.0
-    pb = load_playbooks()["exporter_health"]
-    rule = next(r for r in pb.rules if r.id == "ghost_data")
-    ctx = _ctx({"power_changes": _grid(changes), "power_by_host": _grid(level)})
-    ctx.meta["power_changes"]["window_s"] = 600.0
-    f = evaluate(ctx, [_with_rules(pb, rule)])[0]
-    assert f.hosts == ["b"]
-    assert f.onset == pytest.approx(NOW + 150 * STEP - 600)
 
 
 def test_no_findings_decide_healthy():

@@ -193,7 +193,10 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
     assert panel.outliers[0]["score"] == pytest.approx(30.0)
     assert [t.role for t in panel.traces] == ["min", "median", "max", "outlier", "outlier", "top"]
     assert len(client.asked) == 3  # band, score, then the top-k in one query by label
-    fetch = client.asked[-1]
+    (fetch,) = [q for q in client.asked if "vector(1)" in q]
+    assert client.asked.index(fetch) > client.asked.index(
+        next(q for q in client.asked if q.startswith("max_over_time("))
+    )
     assert 'label_replace(label_replace(vector(1), "host", "n12", "", ""), "gpu", "5", "", "")' in fetch
     names = [d["name"] for d in tl.figure_build(panel, _ctx(gpus=1024))["data"]]
     assert "n12 GPU 5 (outlier)" in names and "n01 GPU 0 (top deviation)" in names
@@ -308,6 +311,11 @@ def test_annotations_come_from_triage_axis_and_findings() -> None:
     assert heartbeat.time == NOW + 3400
     finding = next(m for m in marks if m.kind == "finding")
     assert (finding.finding_id, finding.step, finding.hosts) == (7, 20.0, ("n12",))
+    long = [{"id": 9, "title": "High TCP retransmits on tx-hpc-0238, tx-hpc-0239", "onset": NOW + 600}]
+    label = next(m.label for m in tl.annotations_build(_ctx(), triage, long) if m.kind == "finding")
+    assert (
+        label == "High TCP retransmits on tx-hpc-0238, tx…" and len(label) == 40
+    )  # a cut label says it was cut
 
 
 @pytest.mark.parametrize(
@@ -414,12 +422,14 @@ def test_a_band_panel_sends_its_band_as_one_query_and_scores_every_series_once(
     monkeypatch.setattr(client, "_api", logged)
     (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], start, end, max_lines=4)
     assert panel.mode == "band"
-    # The band and the score run in parallel (either may be sent first); the top-k by label come after both.
-    assert sorted((p, n) for p, _, n in sent[:2]) == [
-        ("/api/v1/query", ctx.gpu_series),  # every GPU's score, once
-        ("/api/v1/query_range", 3),  # min, median, max: one query
-    ], sent
-    assert [(p, n) for p, _, n in sent[2:]] == [("/api/v1/query_range", 3)], sent  # the top-k, by label
+    # The band and the score run in parallel (either may be answered first); the top-k by label follow the
+    # score at once, without waiting for the band.
+    scores = [i for i, (p, _, n) in enumerate(sent) if p == "/api/v1/query"]
+    assert [sent[i][2] for i in scores] == [ctx.gpu_series], sent  # every GPU's score, once
+    bands = [i for i, (p, q, _) in enumerate(sent) if '"stat"' in q]
+    assert [sent[i][2] for i in bands] == [3], sent  # min, median, max: one query
+    (top,) = set(range(3)) - set(scores) - set(bands)
+    assert top > scores[0] and sent[top][0] == "/api/v1/query_range" and sent[top][2] == 3, sent  # by label
     assert all("topk" not in q for _, q, _ in sent)
     (culprit,) = truth["culprits"]
     assert (panel.outliers[0]["host"], panel.outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])

@@ -1,0 +1,100 @@
+"""Onsets a diagnostician would date (#10): the start of the fatal rise of a memory staircase under coarse
+scrapes, and the start of a slow ramp that a threshold crosses late. Jobs are built by the generator with
+its off-by-default variants, served by a real Prometheus and diagnosed end to end; the departure itself is
+checked on arrays first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from playbooks.departure import departure
+from playbooks.diagnose import run_diagnosis
+from playbooks.triage import triage_job
+
+T = np.arange(0.0, 3600.0, 15.0)
+
+
+def _scrapes(result, truth):
+    return abs(result["diagnosis"]["onset"] - truth["onset"]) / truth["interval_s"]
+
+
+def _diagnose(served_job, scenario, seed, profile, variant, drawn, **kw):
+    client, truth, job_dir = served_job(scenario, seed, profile, variants=(variant,), **kw)
+    assert drawn in truth["variants"]
+    return run_diagnosis(client, triage=triage_job(job_dir).to_dict()), truth
+
+
+@pytest.mark.parametrize("start", [1500.0, 1800.0, 2400.0])
+def test_a_slow_ramp_departs_where_its_baseline_stops_holding(start):
+    """A ramp of 25 units over 30 min on noise of 0.5 crosses +8 about 10 min in; its departure is dated
+    within two samples of where it began (the ramp rises by a noise's width in about two samples)."""
+    rng = np.random.default_rng(int(start))
+    y = 60 + rng.normal(0, 0.5, len(T)) + 25 * np.clip((T - start) / 1800, 0, 1)
+    cross = int(np.argmax(y - 60 > 8))
+    assert T[cross] - start > 8 * 15  # the threshold alone is many samples late
+    tau = departure(T, y, cross, cross - 3, earliest=0.0)
+    assert tau is not None and abs(tau - start) <= 2 * 15
+
+
+def test_a_jump_departs_midway_between_its_samples():
+    rng = np.random.default_rng(1)
+    y = 1 + rng.normal(0, 0.03, len(T))
+    y[T >= 2000] *= 5
+    i = int(np.argmax(T >= 2000))
+    assert departure(T, y, i, i, earliest=0.0) == pytest.approx(T[i] - 7.5)
+
+
+def test_a_climb_from_a_falling_baseline_departs_where_it_left_the_trend():
+    """A loss that falls slowly, then grows exponentially (e-folding in 250 s): the trend is part of the
+    baseline. An exponential starts flat, so a straight rise fitted to it breaks a little late: within four
+    samples (its first noise width), where the threshold of +0.2 is 17 samples late."""
+    rng = np.random.default_rng(2)
+    trend = 3 - 0.0002 * T
+    y = trend + rng.normal(0, 0.02, len(T)) + 0.1 * np.expm1(np.clip((T - 2000) / 250, 0, 3))
+    cross = int(np.argmax((T > 2000) & (y > trend + 0.2)))
+    tau = departure(T, y, cross, cross, earliest=T[cross] - 1200)
+    assert T[cross] - 2000 > 12 * 15
+    assert tau is not None and abs(tau - 2000) <= 4 * 15
+
+
+def test_noise_has_no_departure():
+    y = 1 + np.random.default_rng(3).normal(0, 0.03, len(T))
+    assert departure(T, y, 200, 195, earliest=0.0) is None
+
+
+@pytest.mark.parametrize(("profile", "seed"), [("nvidia", 1), ("amd", 2), ("nvidia", 3)])
+def test_a_coarse_staircase_is_dated_at_the_fatal_rise(served_job, profile, seed):
+    """Saves that retain memory, each peaking above what 30-60 s scrapes see of the fatal rise: the onset
+    is the start of the rise that ended in the kill, not an earlier save's peak."""
+    result, truth = _diagnose(
+        served_job, "host-oom", seed, profile, "coarse_staircase", "save_peaks", hours=1.5
+    )
+    assert truth["interval_s"] >= 30
+    diag = result["diagnosis"]
+    assert diag["class"] == "host-oom"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+    assert _scrapes(result, truth) <= 1
+
+
+@pytest.mark.parametrize(("profile", "seed"), [("amd", 1), ("nvidia", 2)])
+def test_a_gpu_that_heats_slowly_is_dated_where_it_left_its_level(served_job, profile, seed):
+    """A GPU that heats over 25-45 min leaves the pack's spread long after it began to heat."""
+    result, truth = _diagnose(
+        served_job, "thermal-straggler", seed, profile, "slow_heating", "slow_heating", hours=2.5
+    )
+    diag = result["diagnosis"]
+    assert diag["class"] == "thermal-straggler"
+    assert _scrapes(result, truth) <= 3
+
+
+@pytest.mark.parametrize(("profile", "seed"), [("amd", 1), ("nvidia", 2)])
+def test_a_smooth_divergence_is_dated_where_the_training_metric_left_its_level(served_job, profile, seed):
+    """Gradient norm and loss climb exponentially from the onset: they double minutes later."""
+    result, truth = _diagnose(
+        served_job, "training-instability", seed, profile, "smooth_divergence", "smooth_divergence"
+    )
+    diag = result["diagnosis"]
+    assert diag["class"] == "training-instability"
+    assert _scrapes(result, truth) <= 3
