@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python bench/load_test.py [--users 20] [--seconds 60] [--port 8106] [--redis-db 13]
                                           [--investigations 120] [--repeat 15] [--in-process-only]
+                                          [--profile "report page"]
 
 Needs PostgreSQL at 127.0.0.1:5432 (user postgres, trust auth) and Redis at 127.0.0.1:6379, as the
 `postgres` and `redis` test marks do. Bounded in time and count; everything it starts is stopped and
@@ -181,6 +182,31 @@ def _in_process(plan: dict, repeat: int) -> None:
         )
 
 
+def _profile(plan: dict, page: str) -> None:
+    """Print one warm request of `page`: each database query (its start) and cProfile's top functions."""
+    import cProfile
+    import pstats
+
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(SERVER_NAME="127.0.0.1")
+    client.force_login(get_user_model().objects.get(username="engineer00"))
+    url = _page_urls(plan, 1)[page]
+    client.get(url)  # warm: what every later visit finds
+    with CaptureQueriesContext(connection) as captured:
+        profiler = cProfile.Profile()
+        response = profiler.runcall(client.get, url)
+    print(f"{page} ({url}, {response.status_code}): {len(captured.captured_queries)} queries")
+    for q in captured.captured_queries:
+        print(f"  {q['time']:>6} s  {q['sql'][:150]}")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(25)
+
+
 def _spawn(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     out = open(log, "wb")  # noqa: SIM115 - closed with the process
     return subprocess.Popen(
@@ -260,6 +286,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=3, help="gunicorn worker processes")
     ap.add_argument("--threads", type=int, default=4, help="threads of each gunicorn worker")
     ap.add_argument("--in-process-only", action="store_true", help="measure each page's cost; no locust")
+    ap.add_argument(
+        "--profile", metavar="PAGE", help="also print the queries and a cProfile of one PAGE request"
+    )
     args = ap.parse_args()
     jobs = _jobs()
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-load-"))
@@ -273,6 +302,8 @@ def main() -> None:
         plan_path = data_dir / "plan.json"
         plan_path.write_text(json.dumps(plan))
         _in_process(plan, args.repeat)
+        if args.profile:
+            _profile(plan, args.profile)
         if args.in_process_only:
             return
         bind = f"127.0.0.1:{args.port}"

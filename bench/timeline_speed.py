@@ -1,17 +1,19 @@
 """How fast the timeline is at scale: 128 nodes x 8 GPUs (1,024 GPUs) x 4 h at 15 s.
 
 Usage: .venv/bin/python bench/timeline_speed.py [--nodes 128] [--gpus 8] [--hours 4] [--rebuild] [--no-browser]
-                                               [--figures FILE.json]
+                                               [--figures FILE.json] [--per-query]
 
 1. Generates a thermal-straggler job once into data/bench/timeline-<nodes>x<gpus>x<hours>h/ (about 100 s and
    3 GB peak, promtool's; a marker file records it, later runs reuse it).
 2. Registers it in a private Stepwise database (a temporary data directory: SQLite, the database cache
    table) and serves a read-only copy of its TSDB with a real Prometheus (not timed).
 3. Cold view: every default panel through the app's service (`timeline_figures`) with an empty cache:
-   context, panel queries in parallel, annotations, one Plotly figure per panel. Server time, queries.
+   context, panel queries in parallel, annotations, one Plotly figure per panel. Server time, queries, and
+   the CPU seconds Prometheus and the app spent on it (what the machine's load inflates least).
 4. Prometheus's own evaluation time of the same queries: each query the cold view sent is sent again,
    one at a time, with `stats=all`; the sum of Prometheus's evalTotalTime is the physical limit of a
-   cold view (on one core), printed with the ratio of the cold view to it, and the five costliest queries.
+   cold view (on one core), printed with the ratio of the cold view to it, and the five costliest queries
+   (`--per-query`: every query, in the order sent, with the samples it read).
 5. Cache hit: the same view again (another user), then one panel alone, as the page loads it: server
    time and queries sent (0: nothing is served or queried).
 6. Prints bytes per panel, the panel modes and the outliers named (the hot GPU should be first in GPU
@@ -62,6 +64,13 @@ def _job(args: argparse.Namespace) -> Path:
     return job_dir
 
 
+def _cpu_seconds(pid: int) -> float:
+    """Return the CPU seconds (user + system) process `pid` has used: Prometheus's share of a view, which the
+    machine's load does not inflate as it does wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _load() -> str:
     return f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
 
@@ -95,9 +104,9 @@ class _Recorder:
 
         PrometheusClient._api = api  # type: ignore[method-assign]
 
-    def evaluation(self) -> tuple[float, float, int, list[tuple[float, str]]]:
-        """Return (Prometheus's evalTotalTime summed, its execTotalTime summed, queries, the costliest five
-        as (evalTotalTime, PromQL)) of the recorded queries."""
+    def evaluation(self) -> tuple[float, float, list[tuple[float, int, int, str]]]:
+        """Return (Prometheus's evalTotalTime summed, its execTotalTime summed, every recorded query as
+        (evalTotalTime, samples read, series returned, PromQL) in the order sent)."""
         import httpx
 
         evals = execs = 0.0
@@ -105,14 +114,16 @@ class _Recorder:
         for base, path, params in self.sent:
             with httpx.Client(base_url=base, timeout=300, trust_env=False) as http:
                 body = http.post(path, data={**params, "stats": "all"}).json()
-            timings = body["data"]["stats"]["timings"]
+            stats = body["data"]["stats"]
+            timings = stats["timings"]
             evals += timings["evalTotalTime"]
             execs += timings["execTotalTime"]
-            each.append((timings["evalTotalTime"], params["query"]))
-        return evals, execs, len(self.sent), sorted(each, reverse=True)[:5]
+            samples = stats.get("samples", {}).get("totalQueryableSamples", 0)
+            each.append((timings["evalTotalTime"], samples, len(body["data"]["result"]), params["query"]))
+        return evals, execs, each
 
 
-def _views(job_dir: Path, triage: dict, recorder: _Recorder) -> dict:
+def _views(job_dir: Path, data_dir: Path, triage: dict, recorder: _Recorder) -> dict:
     """Return the cold view, the cache hits and what they cost, through the app's timeline service."""
     from django.core.cache import cache
 
@@ -127,11 +138,15 @@ def _views(job_dir: Path, triage: dict, recorder: _Recorder) -> dict:
     InvestigationJob.objects.create(investigation=investigation, job=job, role=InvestigationJob.Role.PRIMARY)
     with services.datasource_client(ds):  # serve the TSDB first: starting Prometheus is not the view's cost
         pass
+    from playbooks import tsdb_server
+
+    (served,) = tsdb_server.list_served(data_dir / "tsdb-views")
     cache.clear()
     out: dict = {"load_before": _load()}
-    t0 = time.perf_counter()
+    t0, cpu0, prom0 = time.perf_counter(), time.process_time(), _cpu_seconds(served.pid)
     cold = svc.timeline_figures(investigation, job, ds, svc.TimelineView())
     out["cold_s"], out["cold_queries"], out["cold_load"] = time.perf_counter() - t0, cold["queries"], _load()
+    out["cold_cpu"], out["cold_prom_cpu"] = time.process_time() - cpu0, _cpu_seconds(served.pid) - prom0
     out["figures"] = cold["figures"]
     sent = list(recorder.sent)
     t0 = time.perf_counter()
@@ -201,6 +216,9 @@ def main() -> None:
     ap.add_argument(
         "--figures", type=Path, help="write the cold view's figures to this JSON file (to compare runs)"
     )
+    ap.add_argument(
+        "--per-query", action="store_true", help="print every query's evaluation and samples read"
+    )
     args = ap.parse_args()
     job_dir = _job(args)
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-bench-"))
@@ -219,22 +237,24 @@ def _run(args: argparse.Namespace, job_dir: Path, data_dir: Path) -> None:
     # The app reads the triage stored on the job; triaging the log here is not part of the server time.
     triage = triage_job(job_dir).to_dict()
     recorder = _Recorder()
-    views = _views(job_dir, triage, recorder)
-    evals, execs, n, costliest = recorder.evaluation()
+    views = _views(job_dir, data_dir, triage, recorder)
+    evals, execs, each = recorder.evaluation()
+    n, costliest = len(each), sorted(each, reverse=True)[:5]
     meta = {k: f["layout"]["meta"] for k, f in views["figures"].items()}
     if args.figures:
         args.figures.write_text(json.dumps(views["figures"], sort_keys=True))
     print(f"job: {args.nodes} nodes x {args.gpus} GPUs x {args.hours:g} h, culprit {truth['culprits']}")
     print(
         f"cold view, all {len(meta)} default panels: {views['cold_s']:.2f} s server time, "
-        f"{views['cold_queries']} queries ({views['load_before']} before, {views['cold_load']} after)"
+        f"{views['cold_queries']} queries ({views['load_before']} before, {views['cold_load']} after); CPU: "
+        f"Prometheus {views['cold_prom_cpu']:.2f} s, the app {views['cold_cpu']:.2f} s"
     )
     print(
         f"Prometheus's own evaluation of the same {n} queries, one at a time: {evals:.2f} s "
         f"(execTotalTime {execs:.2f} s); cold view / evaluation = {views['cold_s'] / evals:.2f} ({_load()})"
     )
-    for secs, promql in costliest:
-        print(f"  {secs:6.3f} s  {promql[:110]}")
+    for secs, samples, _, promql in each if args.per_query else costliest:
+        print(f"  {secs:6.3f} s {samples:>11,} samples  {promql[: 2000 if args.per_query else 110]}")
     print(
         f"cache hit, same view by another user: {views['hit_s']:.3f} s, {views['hit_queries']} queries; "
         f"one panel: {views['hit_one_s']:.3f} s, {views['hit_one_queries']} queries; identical figures: "

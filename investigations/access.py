@@ -12,7 +12,6 @@ from typing import Any, Literal
 
 from django.db.models import QuerySet
 from django.http import Http404
-from django.shortcuts import get_object_or_404
 
 from .models import Investigation
 
@@ -55,7 +54,15 @@ def get_investigation_or_404(
     A refusal is a 404, not a 403: it does not tell whether the investigation exists. `queryset` lets
     a view add its `select_related`; it must be a queryset of investigations.
     """
-    investigation = get_object_or_404(queryset if queryset is not None else Investigation.objects, pk=pk)
-    if not investigation_allowed(user, investigation, action):
-        raise Http404("No Investigation matches the given query.")
+    investigation = (queryset if queryset is not None else Investigation.objects).filter(pk=pk).first()
+    if investigation is None or not investigation_allowed(user, investigation, action):
+        raise not_visible(pk)
     return investigation
+
+
+def not_visible(pk: object) -> Http404:
+    """Return the 404 of an investigation that is missing or hidden from the user: one message for both (the
+    404 page shows it), so it does not tell which."""
+    return Http404(
+        f"No investigation #{pk} that you can see: it was deleted, or its team has not shared it with you."
+    )

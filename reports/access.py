@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from investigations.models import Investigation
 
@@ -34,7 +34,7 @@ def role_for(user, investigation: Investigation) -> str | None:
     membership = Membership.objects.filter(team=team, user=user).first()
     if membership is not None:
         return membership.role
-    if Restriction.objects.filter(investigation=investigation).exists():
+    if is_restricted(investigation):
         return None
     return Role.EDITOR
 
@@ -59,9 +59,18 @@ def restrict(investigation: Investigation, restricted: bool) -> None:
         Restriction.objects.get_or_create(investigation=investigation)
     else:
         Restriction.objects.filter(investigation=investigation).delete()
+    investigation.restricted = restricted  # type: ignore[attr-defined]  # `is_restricted` answers it now
+
+
+def with_restricted(queryset: QuerySet[Investigation]) -> QuerySet[Investigation]:
+    """The investigations, each read with whether it is restricted (`is_restricted` asks nothing more)."""
+    return queryset.annotate(restricted=Exists(Restriction.objects.filter(investigation=OuterRef("pk"))))
 
 
 def is_restricted(investigation: Investigation) -> bool:
+    known = getattr(investigation, "restricted", None)  # read with it (`with_restricted`), or set since
+    if known is not None:
+        return bool(known)
     return Restriction.objects.filter(investigation=investigation).exists()
 
 

@@ -3,10 +3,13 @@ sanitised with nh3, so script, event handlers, `javascript:` links and raw HTML 
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import re
+import threading
+from collections.abc import Iterable
 
 import nh3
+from django.core.cache import cache
 from django.utils.safestring import SafeString, mark_safe
 from markdown_it import MarkdownIt
 
@@ -48,16 +51,61 @@ _MENTION = re.compile(r"(?<![\w@])@([\w.+-]{1,150})")
 
 
 def render(text: str) -> SafeString:
-    """Return `text` (Markdown) as sanitised HTML, safe to put in a page."""
+    """Return `text` (Markdown) as sanitised HTML, safe to put in a page (from the caches when there)."""
     text = text or ""
-    html = _render_cached(text) if len(text) <= CACHED_CHARS else _render(text)
-    return mark_safe(html)  # noqa: S308 - sanitised by _render
+    if len(text) > CACHED_CHARS:
+        return mark_safe(_render(text))  # noqa: S308 - sanitised by _render
+    key = _key(text)
+    html = _LOCAL.get(key)
+    if html is None:  # not warmed (a page that shows one text), or dropped since
+        html = warm([text])[key]
+    return mark_safe(html)  # noqa: S308 - sanitised by _render (or cached from it under its text's hash)
 
 
-#: Texts up to this long are rendered once per process (at most 512 kept, a few MB): a report page shows
-#: a few dozen texts (sections, comments, findings) that rarely change between its views, and the HTML
-#: depends on the text alone.
+#: Texts up to this long are cached, under a hash of the text and of this renderer's version (the HTML
+#: depends on nothing else, so a new version of a section, comment or note has a new key and shows at
+#: once): in this process (about LOCAL_CHARS of HTML, the oldest dropped first) and in the shared cache
+#: (Redis in production), which every web process and worker reads, for SHARED_TTL_S after its last write.
 CACHED_CHARS = 50_000
+LOCAL_CHARS = 8_000_000
+SHARED_TTL_S = 7 * 24 * 3600
+#: Changes when the rendering or the sanitiser's allow-list changes: the cached HTML of before is not used.
+RENDERER = "md1"
+
+_LOCAL: dict[str, str] = {}
+_LOCAL_SIZE = [0]
+_LOCK = threading.Lock()
+
+
+def _key(text: str) -> str:
+    digest = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    return f"{RENDERER}:{digest}"
+
+
+def _remember(rendered: dict[str, str]) -> None:
+    with _LOCK:
+        for key, html in rendered.items():
+            if key not in _LOCAL:
+                _LOCAL[key] = html
+                _LOCAL_SIZE[0] += len(html)
+        while _LOCAL_SIZE[0] > LOCAL_CHARS and _LOCAL:
+            _LOCAL_SIZE[0] -= len(_LOCAL.pop(next(iter(_LOCAL))))
+
+
+def warm(texts: Iterable[str]) -> dict[str, str]:
+    """Make the coming `render` of each of `texts` a lookup: what this process lacks is read from the
+    shared cache in one request, and what that lacks too is rendered and stored there for the others.
+    Return {key: HTML} of what this process lacked."""
+    wanted = {_key(t): t for t in (x or "" for x in texts) if len(t) <= CACHED_CHARS}
+    missing = {f"markdown:{k}": k for k in wanted if k not in _LOCAL}
+    if not missing:
+        return {}
+    found = {missing[k]: html for k, html in cache.get_many(list(missing)).items()}
+    rendered = {k: _render(wanted[k]) for k in missing.values() if k not in found}
+    if rendered:
+        cache.set_many({f"markdown:{k}": html for k, html in rendered.items()}, timeout=SHARED_TTL_S)
+    _remember(found | rendered)
+    return found | rendered
 
 
 def _render(text: str) -> str:
@@ -71,9 +119,6 @@ def _render(text: str) -> str:
         filter_style_properties={"text-align"},
     )
     return clean  # nh3 leaves only the allow-listed tags, attributes and schemes
-
-
-_render_cached = functools.lru_cache(maxsize=512)(_render)
 
 
 def mentions(text: str) -> list[str]:

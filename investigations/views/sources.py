@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib import messages
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -30,16 +30,17 @@ logger = logging.getLogger(__name__)
 # Every signed-in user may read and query every data source: there are no teams yet. The helpers
 # are the one place to add that check, and partials go through them too.
 def _get_datasource(request: HttpRequest, source_id: int) -> DataSource:
-    datasource = get_object_or_404(DataSource.objects.select_related("job"), pk=source_id)
-    if not roles.datasource_visible(request.user, datasource):  # a restricted investigation's job
-        raise Http404("No DataSource matches the given query.")
+    datasource = DataSource.objects.select_related("job").filter(pk=source_id).first()
+    # A restricted investigation's job: the same words as a missing one (they do not tell which).
+    if datasource is None or not roles.datasource_visible(request.user, datasource):
+        raise Http404(f"No data source #{source_id} that you can see.")
     return datasource
 
 
 def _get_run(request: HttpRequest, run_id: int) -> QueryRun:
-    run = get_object_or_404(QueryRun.objects.select_related("datasource__job"), pk=run_id)
-    if not roles.run_visible(request.user, run):
-        raise Http404("No QueryRun matches the given query.")
+    run = QueryRun.objects.select_related("datasource__job").filter(pk=run_id).first()
+    if run is None or not roles.run_visible(request.user, run):
+        raise Http404(f"No run #{run_id} of sample queries that you can see.")
     return run
 
 

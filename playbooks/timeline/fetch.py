@@ -12,7 +12,7 @@ from playbooks.prometheus import PrometheusClient, PrometheusError
 from .context import TimelineContext
 from .panels import PANELS, TimelineError
 from .promql import _bare_expr, _fmt_seconds, _label_vector, _select
-from .queries import DEFAULT_MAX_LINES, DEFAULT_TOPK, budget_note, panel_queries
+from .queries import DEFAULT_MAX_LINES, DEFAULT_TOPK, PanelPlan, budget_note, panel_queries
 from .traces import PanelData, _panel_from_results, _scored, _unavailable_message
 
 
@@ -30,8 +30,8 @@ def panels_fetch(
 ) -> list[PanelData]:
     """Return the data of each panel over [start, end].
 
-    1. Every panel's range queries and outlier scores, all in parallel.
-    2. The top-k outlier series of the band panels, fetched by label, all in parallel.
+    Every panel's range queries and outlier scores run in parallel, the costliest first; a band panel's
+    top-k outlier series are fetched by label as soon as its scores are in, in the same worker.
     """
     if not end > start:
         raise TimelineError(f"empty range: start {start} is not before end {end}")
@@ -42,43 +42,26 @@ def panels_fetch(
             raise TimelineError(f"unknown panel {key!r}")
         plans.append(panel_queries(spec, ctx, start, end, max_lines=max_lines, topk=topk, hosts=hosts))
     per_panel: list[dict[str, Any]] = [{} for _ in plans]
-
-    def run(jobs: list[tuple[int, str, Callable[[], Any]]]) -> None:
-        results = client.run_parallel([call for _, _, call in jobs], max_concurrency=max_concurrency)
-        for (i, role, _), result in zip(jobs, results, strict=True):
-            per_panel[i][role] = result
-
-    first: list[tuple[int, str, Callable[[], Any]]] = []
+    jobs: list[tuple[int, str, Callable[[], Any]]] = []
     for i, plan in enumerate(plans):
         for role, promql in plan.queries.items():
+            call: Callable[[], Any]
             if role == "score":
-                first.append((i, role, partial(client.query, promql, end)))
+                # the top-k by label follow their panel's score in the same worker: no round waits for all
+                call = partial(_score_and_outliers, client, ctx, plan, promql, start, end, topk)
             else:
-                first.append((i, role, partial(client.query_range, promql, start, end, plan.step)))
-    run(first)
-    second: list[tuple[int, str, Callable[[], Any]]] = []
-    for i, plan in enumerate(plans):
-        scored = per_panel[i].get("score")
-        top = (
-            []
-            if plan.mode != "band" or isinstance(scored, PrometheusError)
-            else _scored(scored or [], 0.0, topk)[0]
-        )
-        if not top:
-            continue
-        rows = [{n: s.labels.get(n, "") for n in plan.labels} for s in top]
-        if plan.bare:
-            sig = ctx.profile.signal(plan.spec.signal)
-            fn = plan.spec.fn if sig.is_counter else None
-            window = _fmt_seconds(max(4 * ctx.interval, plan.step))
-            q = " or ".join(
-                _bare_expr(replace(sig, selector=_select(sig.selector, r)), fn, window) for r in rows
-            )
-        else:
-            q = f"{plan.expr} and on ({', '.join(plan.labels)}) ({_label_vector(rows)})"
-        per_panel[i]["outliers_query"] = q
-        second.append((i, "outliers", partial(client.query_range, q, start, end, plan.step)))
-    run(second)
+                call = partial(client.query_range, promql, start, end, plan.step)
+            jobs.append((i, role, call))
+    # Costliest first (the most samples a query reads): the cheap ones fill the cores at the end, so the
+    # view does not wait on one long query started last.
+    jobs.sort(key=lambda job: -_cost(plans[job[0]], job[1], ctx))
+    results = client.run_parallel([call for _, _, call in jobs], max_concurrency=max_concurrency)
+    for (i, role, _), result in zip(jobs, results, strict=True):
+        if role == "score" and not isinstance(result, PrometheusError):
+            result, outliers = result
+            if outliers is not None:
+                per_panel[i]["outliers_query"], per_panel[i]["outliers"] = outliers
+        per_panel[i][role] = result
     out = []
     for plan, res in zip(plans, per_panel, strict=True):
         if plan.mode == "unavailable":
@@ -90,3 +73,42 @@ def panels_fetch(
         panel.notes = [note] if note else []
         out.append(panel)
     return out
+
+
+def _cost(plan: PanelPlan, role: str, ctx: TimelineContext) -> float:
+    """Return a query's relative cost: the series it reads times its points (a band query aggregates three
+    times, a score is evaluated on a coarser grid), to start the costliest first."""
+    series = max(1, ctx.series_count(plan.spec))
+    weight = {"band": 3.0, "score": 1.5}.get(role, 1.0)
+    return weight * series / max(plan.step, 1.0)
+
+
+def _score_and_outliers(
+    client: PrometheusClient,
+    ctx: TimelineContext,
+    plan: PanelPlan,
+    score: str,
+    start: float,
+    end: float,
+    topk: int,
+) -> tuple[Any, tuple[str, Any] | None]:
+    """Return (every series' score, (the query, the series) of the top-k fetched by label or None).
+
+    The score raising PrometheusError raises it (the panel shows the error); the top-k's error is returned
+    in their place, as any other query's."""
+    scored = client.query(score, end)
+    top = _scored(scored or [], 0.0, topk)[0]
+    if not top:
+        return scored, None
+    rows = [{n: s.labels.get(n, "") for n in plan.labels} for s in top]
+    if plan.bare:
+        sig = ctx.profile.signal(plan.spec.signal)
+        fn = plan.spec.fn if sig.is_counter else None
+        window = _fmt_seconds(max(4 * ctx.interval, plan.step))
+        q = " or ".join(_bare_expr(replace(sig, selector=_select(sig.selector, r)), fn, window) for r in rows)
+    else:
+        q = f"{plan.expr} and on ({', '.join(plan.labels)}) ({_label_vector(rows)})"
+    try:
+        return scored, (q, client.query_range(q, start, end, plan.step))
+    except PrometheusError as exc:
+        return scored, (q, exc)

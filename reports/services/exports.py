@@ -8,6 +8,7 @@ import datetime as dt
 import zoneinfo
 from typing import Any
 
+from django.core.cache import cache
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -202,24 +203,23 @@ def report_markdown(report: Report, *, base_url: str = "") -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def ticket_block(report: Report, *, base_url: str = "") -> str:
+def ticket_block(report: Report, *, base_url: str = "", summary: str | None = None) -> str:
     """Return the "Copy for ticket" Markdown: class, culprits, onset (of the investigation's verdict, the
-    diagnosis reconciled with the comparison), summary, permalink."""
+    diagnosis reconciled with the comparison), summary (the summary section's body, read when not
+    given), permalink."""
     inv: Investigation = report.investigation
-    verdict = investigation_verdict(inv)
-    d = verdict.diagnosis if verdict is not None else {}
-    culprits = remedies.culprits_text(d)
-    summary = report.sections.filter(key="summary").values_list("body", flat=True).first() or d.get(
-        "summary", ""
-    )
+    d = _ticket_verdict(report)
+    if summary is None:
+        summary = report.sections.filter(key="summary").values_list("body", flat=True).first()
+    summary = summary or d["summary"]
     return (
         "\n".join(
             [
                 f"**Stepwise: {inv.title}** ({inv.get_severity_display()}, {inv.get_status_display()})",
                 "",
-                f"- Class: `{d.get('class') or inv.incident_class or 'unknown'}`",
-                f"- Culprits: {culprits}",
-                f"- Onset: {shown(d.get('onset'), zoneinfo.ZoneInfo('UTC'))}",
+                f"- Class: `{d['class'] or inv.incident_class or 'unknown'}`",
+                f"- Culprits: {d['culprits']}",
+                f"- Onset: {shown(d['onset'], zoneinfo.ZoneInfo('UTC'))}",
                 f"- Report: {base_url}/investigations/{inv.pk}/report/",
                 "",
                 summary.strip()[:1500],
@@ -227,6 +227,32 @@ def ticket_block(report: Report, *, base_url: str = "") -> str:
         )
         + "\n"
     )
+
+
+def _ticket_verdict(report: Report) -> dict[str, Any]:
+    """Return what the ticket block takes from the investigation's verdict (class, culprits, onset,
+    summary). The verdict follows from the finished runs alone, which the report's machine fingerprint
+    stands for (current once `sections.report_for` gave the report): read once per fingerprint from the
+    runs' results, then from the shared cache, by every process."""
+    key = f"report-ticket:{report.investigation_id}:{report.fingerprint}"
+    facts = cache.get(key) if report.fingerprint else None
+    if facts is None:
+        verdict = investigation_verdict(report.investigation)
+        d = verdict.diagnosis if verdict is not None else {}
+        facts = {
+            "class": d.get("class"),
+            "culprits": remedies.culprits_text(d),
+            "onset": d.get("onset"),
+            "summary": d.get("summary", ""),
+        }
+        if report.fingerprint:
+            cache.set(key, facts, timeout=TICKET_TTL_S)
+    return facts
+
+
+#: How long the shared cache keeps a ticket block's verdict after its last write (a new fingerprint is a
+#: new key: the old one is only left to expire).
+TICKET_TTL_S = 7 * 24 * 3600
 
 
 def report_html(report: Report, *, base_url: str = "", public: bool = False) -> str:

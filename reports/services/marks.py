@@ -48,7 +48,19 @@ class Marks:
         return sum(1 for _, kind, state in self.human_states if kind == "query" and state == "running")
 
 
-def report_marks(report: Report) -> Marks:
+def _ids(rows: Any) -> list[int]:
+    return list(rows.order_by("pk").values_list("pk", flat=True))
+
+
+def report_marks(
+    report: Report,
+    *,
+    tickets: list[int] | None = None,
+    charts: list[int] | None = None,
+    humans: list[HumanFinding] | None = None,
+) -> Marks:
+    """Read the report's marks; `tickets`, `charts` (ids) and `humans` (people's findings) are given when
+    the caller has just read them (the report page: not read again)."""
     row: dict[str, Any] = dict(
         Report.objects.filter(pk=report.pk)
         .annotate(
@@ -96,7 +108,11 @@ def report_marks(report: Report) -> Marks:
         actions=row.get("actions_h"),
         verdicts=(row.get("verdicts_t"), row.get("verdicts_n") or 0),
         comments=(row.get("comments_m"), row.get("comments_n") or 0),
-        human_states=list(report.human_findings.order_by("pk").values_list("pk", "kind", "evidence__state")),
-        tickets=list(investigation.ticket_links.order_by("pk").values_list("pk", flat=True)),
-        charts=list(investigation.pinned_charts.order_by("pk").values_list("pk", flat=True)),
+        human_states=(
+            sorted((h.pk, h.kind, (h.evidence or {}).get("state")) for h in humans)
+            if humans is not None
+            else list(report.human_findings.order_by("pk").values_list("pk", "kind", "evidence__state"))
+        ),
+        tickets=sorted(tickets) if tickets is not None else _ids(investigation.ticket_links),
+        charts=sorted(charts) if charts is not None else _ids(investigation.pinned_charts),
     )

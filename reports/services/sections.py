@@ -56,7 +56,7 @@ def report_for(investigation: Investigation, user=None) -> Report:
 def report_refresh(report: Report, *, force: bool = False) -> bool:
     """Bring the machine's text up to date; return True when anything changed."""
     fp = autofill.fingerprint(report.investigation)
-    if fp == report.fingerprint and not force and report.sections.exists():
+    if fp == report.fingerprint and not force:  # stored with the sections it filled (never empty)
         return False
     texts = autofill.machine_sections(autofill.gather(report.investigation))
     with transaction.atomic():

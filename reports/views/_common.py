@@ -6,12 +6,12 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest
-from django.shortcuts import get_object_or_404
+from django.http import HttpRequest
 
+from investigations.access import not_visible
 from investigations.models import Investigation
 from investigations.services import investigations as inv
-from reports import access
+from reports import access, markdown
 from reports.models import Report
 from reports.services import conversation, findings, pdf, sections, steps
 from reports.services.marks import Marks, report_marks
@@ -22,10 +22,11 @@ def investigation_for(
 ) -> tuple[Investigation, str]:
     """Return the investigation and the user's role; 404 when it is not visible to them, 403 when the
     role does not allow `action` (a viewer editing)."""
-    investigation = get_object_or_404(Investigation.objects.select_related("owner"), pk=investigation_id)
-    role = access.role_for(request.user, investigation)
-    if role is None:
-        raise Http404("No such investigation.")
+    rows = access.with_restricted(Investigation.objects.select_related("owner"))
+    investigation = rows.filter(pk=investigation_id).first()
+    role = access.role_for(request.user, investigation) if investigation is not None else None
+    if investigation is None or role is None:
+        raise not_visible(investigation_id)  # missing or hidden: the same words
     if not access.allows(role, action):
         raise PermissionDenied(f"Your role ({role}) on this investigation does not allow this.")
     return investigation, role
@@ -56,8 +57,19 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
     section_rows = list(report.sections.select_related("updated_by"))
     finding_rows = findings.report_findings(report)
     lookup = steps.StepLookup()
-    marks = report_marks(report)
-    charts = list(investigation.pinned_charts.all())
+    charts = list(investigation.pinned_charts.select_related("created_by").defer("figure"))
+    tickets = list(investigation.ticket_links.all())
+    marks = report_marks(
+        report, tickets=[t.pk for t in tickets], charts=[c.pk for c in charts], humans=humans
+    )
+    comments = conversation.comments_tree(report)
+    # Every Markdown text the page shows, read from the shared cache at once (rendered once for everyone).
+    markdown.warm(
+        [s.body for s in section_rows]
+        + [c.body for thread in comments.values() for top in thread for c in (top, *top.thread)]
+        + [v.note for _, v in finding_rows if v is not None]
+        + [h.body for h in humans]
+    )
     anchors = [("report", "the report")] + [(f"section:{s.key}", s.title) for s in section_rows]
     anchors += [(f"finding:{findings.finding_key(f)}", f"finding: {f.title[:60]}") for f, _ in finding_rows]
     anchors += [(f"human:{h.pk}", f"finding: {h.title[:60]}") for h in humans]
@@ -78,10 +90,10 @@ def page_context(report: Report, role: str, user) -> dict[str, Any]:
         "log_matches": ((job.triage or {}).get("matches") or [])[:200] if job is not None else [],
         "action_items": list(report.action_items.select_related("owner")),
         "users": get_user_model().objects.filter(is_active=True).order_by("username"),
-        "comments": conversation.comments_tree(report),
+        "comments": comments,
         "anchors": anchors,
         "presence": [p for p in conversation.presence_list(report) if p.user_id != user.pk],
-        "tickets": list(investigation.ticket_links.all()),
+        "tickets": tickets,
         "tokens": tokens(report, marks),
         "statuses": Report.Status.choices,
         "pdf_export": pdf.pdf_current(report, marks),

@@ -26,9 +26,11 @@ def page(request: HtmxHttpRequest, investigation_id: int) -> HttpResponse:
     report, role = report_of(request, investigation_id)
     conversation.presence_touch(report, request.user)
     base = request.build_absolute_uri("/").rstrip("/")
-    context = page_context(report, role, request.user) | {
+    context = page_context(report, role, request.user)
+    summary = next((s.body for s in context["sections"] if s.key == "summary"), "")
+    context |= {
         "base_url": base,
-        "ticket_text": exports.ticket_block(report, base_url=base),
+        "ticket_text": exports.ticket_block(report, base_url=base, summary=summary),
         "link_moment": _link_moment(request.GET),
     }
     return render(request, "reports/report.html", context)

@@ -137,6 +137,8 @@ def test_a_wrong_link_gets_the_apps_404_page_and_the_favicon_is_there(sized_page
     response = page.goto("/investigations/999999/")
     assert response.status == 404
     expect(page.get_by_test_id("error-page")).to_contain_text("Not found")
+    # In words a user reads (was Django's "No Investigation matches the given query.")
+    expect(page.get_by_test_id("error-page")).to_contain_text("No investigation #999999 that you can see")
     expect(page.locator(".topbar")).to_be_visible()
     icon = page.goto("/favicon.ico")
     assert icon.status == 200 and "svg" in icon.headers["content-type"]

@@ -48,6 +48,11 @@ def test_on_a_phone_the_toolbar_title_ticks_and_legend_never_cover_each_other(
             if x == "time-utc":  # the day under the first tick, as Plotly writes it
                 assert any("2026" in t["text"] for t in g["ticks"]), g["ticks"]
         expect(plot(page, "gpu_temp")).to_have_attribute("data-state", "drawn")
+        # The x-axis choices wrap whole ("time (UTC)" was broken over two lines, "x-axis" into "x-" "axis").
+        heights = page.evaluate(
+            "[...document.querySelectorAll('.timeline-xmode > *')].map(e => e.offsetHeight)"
+        )
+        assert heights and max(heights) <= 26, heights
 
 
 _TRIAGE = """

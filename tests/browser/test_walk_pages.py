@@ -204,3 +204,52 @@ def test_on_a_phone_the_new_investigation_button_stays_on_the_screen(sized) -> N
     box = button.bounding_box()
     container = page.locator(".page-head").bounding_box()
     assert box["x"] + box["width"] <= container["x"] + container["width"] + 0.5, (box, container)
+
+
+_NEWCOMER = """
+from django.contrib.auth import get_user_model
+U = get_user_model()
+if not U.objects.filter(username="newcomer").exists():
+    U.objects.create_user("newcomer", password="newcomer-correct-horse-7")
+print("ok")
+"""
+
+
+def test_with_nothing_unread_the_inbox_shows_no_count(anon_page, stepwise_app) -> None:
+    """A user with an empty inbox sees "Inbox" alone (an empty count was drawn as a small blank pill)."""
+    stepwise_app.shell(_NEWCOMER)
+    page = anon_page
+    page.goto("/login/")
+    page.get_by_label("Username").fill("newcomer")
+    page.get_by_label("Password").fill("newcomer-correct-horse-7")
+    with page.expect_response(lambda r: "/inbox/count/" in r.url) as count:
+        page.get_by_role("button", name="Sign in").click()
+    assert count.value.ok
+    badge = page.locator(".topnav .badge")
+    expect(badge).to_have_text("")
+    expect(badge).to_be_hidden()
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_on_a_phone_the_new_action_item_field_is_wide_enough_to_type_in(sized, long_value_finding) -> None:
+    page = sized
+    page.goto(f"/investigations/{long_value_finding['inv']}/report/")
+    field = page.locator("#section-actions input[name=text]")
+    field.scroll_into_view_if_needed()
+    assert field.bounding_box()["width"] >= 200, field.bounding_box()  # was squeezed to a 24 px box
+    _fits(page)
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_on_a_phone_the_top_bar_keeps_to_three_short_lines(sized) -> None:
+    """The brand and the user's box share the first line, the links wrap below (the bar took 155 px of an
+    844 px screen on every page, the brand alone beside a column of links)."""
+    page = sized
+    page.goto("/")
+    bar = page.locator(".topbar").bounding_box()
+    assert bar["height"] <= 125, bar
+    brand, user = page.locator(".brand").bounding_box(), page.locator(".userbox").bounding_box()
+    assert abs(brand["y"] - user["y"]) <= 12, (brand, user)  # one line
+    for link in page.locator(".topnav a").all():
+        box = link.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box

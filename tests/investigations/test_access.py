@@ -76,9 +76,17 @@ def test_changing_owner_or_team_needs_manage(alice_client) -> None:
 def test_it_refuses_anonymous_users_and_unknown_actions(alice) -> None:
     investigation = make_investigation()
     assert access.get_investigation_or_404(alice, investigation.pk) == investigation
-    with pytest.raises(Http404):
+    with pytest.raises(Http404) as refused:
         access.get_investigation_or_404(AnonymousUser(), investigation.pk)
-    with pytest.raises(Http404):
+    with pytest.raises(Http404) as missing:
         access.get_investigation_or_404(alice, investigation.pk + 1000)
+    # The 404 page says it in words, the same for a refusal and a missing one (it does not tell which).
+    assert (
+        str(refused.value)
+        == f"No investigation #{investigation.pk} that you can see: it was deleted, or its team has not shared it with you."
+    )
+    assert str(missing.value).replace(str(investigation.pk + 1000), "N") == str(refused.value).replace(
+        str(investigation.pk), "N"
+    )
     with pytest.raises(ValueError, match="unknown action 'delete'"):
         access.get_investigation_or_404(alice, investigation.pk, action="delete")  # type: ignore[arg-type]

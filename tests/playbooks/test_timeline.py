@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -193,10 +194,47 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
     assert panel.outliers[0]["score"] == pytest.approx(30.0)
     assert [t.role for t in panel.traces] == ["min", "median", "max", "outlier", "outlier", "top"]
     assert len(client.asked) == 3  # band, score, then the top-k in one query by label
-    fetch = client.asked[-1]
+    (fetch,) = [q for q in client.asked if "vector(1)" in q]
+    assert client.asked.index(fetch) > client.asked.index(
+        next(q for q in client.asked if q.startswith("max_over_time("))
+    )
     assert 'label_replace(label_replace(vector(1), "host", "n12", "", ""), "gpu", "5", "", "")' in fetch
     names = [d["name"] for d in tl.figure_build(panel, _ctx(gpus=1024))["data"]]
     assert "n12 GPU 5 (outlier)" in names and "n01 GPU 0 (top deviation)" in names
+
+
+def test_a_band_panels_top_k_are_fetched_while_its_band_is_still_running() -> None:
+    """The top-k by label follow the panel's scores at once: the band query answers only after they were asked,
+    which a second round waiting for every first-round query would never reach."""
+    asked_top = threading.Event()
+    waited: list[bool] = []
+
+    def answer(promql: str):
+        if '"stat"' in promql:
+            waited.append(asked_top.wait(30))
+            return [_series({"stat": "median"}, [65] * 241)]
+        asked_top.set()
+        return [_gpu("n12", 5, 65, bump=30)]
+
+    client = CannedClient(answer)
+    client.instant = [InstantSample({"host": "n12", "gpu": "5"}, END, 30.0), *_pack(1.0)]
+    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
+    assert waited == [True]
+    assert [o["name"] for o in panel.outliers] == ["n12 GPU 5"]
+
+
+def test_the_costliest_queries_are_sent_first() -> None:
+    """Every panel's queries start costliest first: the 1,024-GPU band before the 128-host band before the
+    job's one-series line, whatever the panels' order."""
+    asked: list[str] = []
+    client = CannedClient(lambda q: [])
+    client.instant = []
+    client.query_range = lambda promql, *a, **k: asked.append(promql) or []  # type: ignore[method-assign]
+    tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["loss", "procs_running", "gpu_temp"], START, END,
+                    max_concurrency=1)  # fmt: skip
+    assert ["gpu_temperature" in asked[0], "procs_running" in asked[1], "loss" in asked[-1]] == [True] * 3, (
+        asked
+    )
 
 
 def test_band_mode_names_no_outlier_when_nothing_deviates() -> None:
@@ -419,12 +457,14 @@ def test_a_band_panel_sends_its_band_as_one_query_and_scores_every_series_once(
     monkeypatch.setattr(client, "_api", logged)
     (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], start, end, max_lines=4)
     assert panel.mode == "band"
-    # The band and the score run in parallel (either may be sent first); the top-k by label come after both.
-    assert sorted((p, n) for p, _, n in sent[:2]) == [
-        ("/api/v1/query", ctx.gpu_series),  # every GPU's score, once
-        ("/api/v1/query_range", 3),  # min, median, max: one query
-    ], sent
-    assert [(p, n) for p, _, n in sent[2:]] == [("/api/v1/query_range", 3)], sent  # the top-k, by label
+    # The band and the score run in parallel (either may be answered first); the top-k by label follow the
+    # score at once, without waiting for the band.
+    scores = [i for i, (p, _, n) in enumerate(sent) if p == "/api/v1/query"]
+    assert [sent[i][2] for i in scores] == [ctx.gpu_series], sent  # every GPU's score, once
+    bands = [i for i, (p, q, _) in enumerate(sent) if '"stat"' in q]
+    assert [sent[i][2] for i in bands] == [3], sent  # min, median, max: one query
+    (top,) = set(range(3)) - set(scores) - set(bands)
+    assert top > scores[0] and sent[top][0] == "/api/v1/query_range" and sent[top][2] == 3, sent  # by label
     assert all("topk" not in q for _, q, _ in sent)
     (culprit,) = truth["culprits"]
     assert (panel.outliers[0]["host"], panel.outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
