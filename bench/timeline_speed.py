@@ -1,17 +1,19 @@
 """How fast the timeline is at scale: 128 nodes x 8 GPUs (1,024 GPUs) x 4 h at 15 s.
 
 Usage: .venv/bin/python bench/timeline_speed.py [--nodes 128] [--gpus 8] [--hours 4] [--rebuild] [--no-browser]
-                                               [--figures FILE.json]
+                                               [--figures FILE.json] [--per-query]
 
 1. Generates a thermal-straggler job once into data/bench/timeline-<nodes>x<gpus>x<hours>h/ (about 100 s and
    3 GB peak, promtool's; a marker file records it, later runs reuse it).
 2. Registers it in a private Stepwise database (a temporary data directory: SQLite, the database cache
    table) and serves a read-only copy of its TSDB with a real Prometheus (not timed).
 3. Cold view: every default panel through the app's service (`timeline_figures`) with an empty cache:
-   context, panel queries in parallel, annotations, one Plotly figure per panel. Server time, queries.
+   context, panel queries in parallel, annotations, one Plotly figure per panel. Server time, queries, and
+   the CPU seconds Prometheus and the app spent on it (what the machine's load inflates least).
 4. Prometheus's own evaluation time of the same queries: each query the cold view sent is sent again,
    one at a time, with `stats=all`; the sum of Prometheus's evalTotalTime is the physical limit of a
-   cold view (on one core), printed with the ratio of the cold view to it, and the five costliest queries.
+   cold view (on one core), printed with the ratio of the cold view to it, and the five costliest queries
+   (`--per-query`: every query, in the order sent, with the samples it read).
 5. Cache hit: the same view again (another user), then one panel alone, as the page loads it: server
    time and queries sent (0: nothing is served or queried).
 6. Prints bytes per panel, the panel modes and the outliers named (the hot GPU should be first in GPU

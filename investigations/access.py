@@ -56,8 +56,13 @@ def get_investigation_or_404(
     """
     investigation = (queryset if queryset is not None else Investigation.objects).filter(pk=pk).first()
     if investigation is None or not investigation_allowed(user, investigation, action):
-        # One message for both (the 404 page shows it): it does not tell which.
-        raise Http404(
-            f"No investigation #{pk} that you can see: it was deleted, or its team has not shared it with you."
-        )
+        raise not_visible(pk)
     return investigation
+
+
+def not_visible(pk: object) -> Http404:
+    """Return the 404 of an investigation that is missing or hidden from the user: one message for both (the
+    404 page shows it), so it does not tell which."""
+    return Http404(
+        f"No investigation #{pk} that you can see: it was deleted, or its team has not shared it with you."
+    )

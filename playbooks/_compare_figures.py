@@ -160,11 +160,17 @@ def discover(spec: CompareJob, index: int) -> Job:
     profile = PROFILES[src.profile]
     t0, t1 = src.time_range or (0.0, 0.0)
     step_series = client.query_range(profile.expr("step"), t0, t1, choose_step(t0, t1, max_points=4000))
-    if not step_series or not step_series[0].timestamps:
+    if step_series and step_series[0].timestamps:
+        pts = [
+            (t, v) for t, v in zip(step_series[0].timestamps, step_series[0].values, strict=True) if v == v
+        ]
+    else:
+        pts = _log_steps(spec.triage)
+    if not pts:
         raise CompareError(
-            f"job #{index + 1}: no training step gauge ({profile.signal('step').selector}) in its TSDB"
+            f"job #{index + 1}: no training step gauge ({profile.signal('step').selector}) in its TSDB "
+            "and no timed steps in its log"
         )
-    pts = [(t, v) for t, v in zip(step_series[0].timestamps, step_series[0].values, strict=True) if v == v]
     job = Job(
         index=index,
         client=client,
@@ -189,6 +195,21 @@ def discover(spec: CompareJob, index: int) -> Job:
     except ValueError:
         job.ckpt_period = None
     return job
+
+
+def _log_steps(triage: Mapping[str, Any] | None) -> list[tuple[float, float]]:
+    """Return the log's step timeline when the TSDB has no step gauge (many trainers export none): the
+    first and last timed steps, the steps between placed at the run's mean pace, one point a step."""
+    tr = triage or {}
+    job, details = tr.get("job") or {}, tr.get("details") or {}
+    first, last = job.get("first_step"), job.get("last_step")
+    t_first, t_last = details.get("first_step_time"), (tr.get("progress") or {}).get("last_step_time")
+    if first is None or last is None or t_first is None or t_last is None or int(last) <= int(first):
+        return []
+    s0, s1, a, b = int(first), int(last), float(t_first), float(t_last)
+    stride = max(1, (s1 - s0) // 4000)
+    steps = list(range(s0, s1, stride)) + [s1]
+    return [(a + (b - a) * (s - s0) / (s1 - s0), float(s)) for s in steps]
 
 
 def step_range(job: Job) -> tuple[int, int]:

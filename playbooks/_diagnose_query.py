@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ._diagnose_bits import bits_expr, with_matcher
 from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
@@ -62,6 +63,26 @@ def render_query(
         # the grid's own start (see below): the pack and the screen cover the points the query returns
         first = end - math.ceil((end - start) / step - 1e-9) * step
         if (
+            q.at_least is not None
+            and sig.scope == "gpu"
+            and not fn
+            and _plain(sig)
+            and gpus * ((end - first) / step + 1) >= PEERS_MIN_POINTS
+        ):
+            # which GPUs reach a value, as bits per host: only where one series per GPU costs more to send
+            # and parse than the bits cost Prometheus (8,192 GPUs; not 1,024, where the bits cost it 0.1 s more)
+            agg = q.agg or sig.agg
+            expr = bits_expr(
+                sig,
+                q.at_least,
+                round(gpus / max(hosts, 1)),
+                agg,
+                lambda s: (
+                    _pushdown(s, None, wtxt, ("host", "gpu"), agg)
+                    or s.expr(None, by=("host", "gpu"), agg=agg)
+                ),
+            )
+        elif (
             q.peers
             and sig.scope == "gpu"
             and not fn
@@ -103,19 +124,20 @@ def render_query(
     return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
 
 
+def _plain(sig: Any) -> bool:
+    """Return whether a signal reads one metric selector as it is (no sum of parts, no fill filter)."""
+    return not sig.fill_filter and bool(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", sig.selector))
+
+
 def _narrowed(sig: Any, hosts: Sequence[str]) -> Any:
     """Return `sig` reading only `hosts`' series (a matcher on its host label), or `sig` itself when its host
     name is not one plain label of one selector (taken from `instance`, joined, aliased, or a sum of parts)."""
-    plain = re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", sig.selector)
-    if not hosts or not plain or sig.host_from in ("", "instance") or "," in sig.host_from:
+    if not hosts or not _plain(sig) or sig.host_from in ("", "instance") or "," in sig.host_from:
         return sig
-    if sig.host_join or sig.host_alias or sig.fill_filter:
+    if sig.host_join or sig.host_alias:
         return sig
     alternatives = "|".join(_regex_literal(h) for h in sorted(hosts))
-    matcher = f'{sig.host_from}=~"{alternatives}"'
-    sel = sig.selector
-    sel = f"{sel[:-1]}, {matcher}}}" if sel.endswith("}") else f"{sel}{{{matcher}}}"
-    return dataclasses.replace(sig, selector=sel)
+    return with_matcher(sig, f'{sig.host_from}=~"{alternatives}"')
 
 
 _OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}

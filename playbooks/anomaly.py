@@ -15,6 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from ._diagnose_bits import LABEL as BITS_LABEL
+from ._diagnose_bits import expand as expand_bits
+
 __all__ = [
     "Grid",
     "Shift",
@@ -57,7 +60,10 @@ class Grid:
         n = int(data["n"])
         t = float(data["start"]) + float(data["step"]) * np.arange(n)
         rows, pack = [], {}
-        for s in data.get("series", []):
+        series = data.get("series", [])
+        if any(BITS_LABEL in s["labels"] for s in series):
+            series = [{"labels": lab, "values": v} for lab, v in expand_bits(series)]
+        for s in series:
             v = np.array([np.nan if x is None else x for x in s["values"]], dtype=float)
             stat = s["labels"].get("stepwise_stat")
             if stat:

@@ -33,7 +33,7 @@ def departure(
     """
     keep = np.isfinite(y) & (t >= earliest) & (np.arange(len(t)) <= cross)
     tt, yy = t[keep], sign * y[keep]
-    if len(tt) < 8 or not np.isfinite(y[cross]):
+    if len(tt) < 8:
         return None
     step = float(np.median(np.diff(tt)))
     lo, hi = float(tt[3]), float(t[min(latest, cross)])

@@ -39,6 +39,7 @@ _QUERY_KEYS = {
     "description",
     "peers",
     "log_hosts",
+    "at_least",
 }
 _RULE_KEYS = {"id", "detector", "queries", "class", "severity", "role", "title", "meaning", "params"}
 _AGGS = {"", "sum", "max", "min", "avg", "count", "stddev"}
@@ -114,6 +115,13 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
         raise PlaybookError(
             f"{where}: log_hosts is xid (the hosts the log reports a hardware Xid on) or absent"
         )
+    at_least = raw.get("at_least")
+    if at_least is not None and (
+        not isinstance(at_least, int | float) or not signal or kind != "range" or by is not None or peers
+    ):
+        raise PlaybookError(
+            f"{where}: at_least is a number, on a range query of a per-GPU signal's own series"
+        )
     q = QuerySpec(
         name=name,
         signal=signal,
@@ -128,6 +136,7 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
         description=str(raw.get("description", "")),
         peers=peers,
         log_hosts=log_hosts,
+        at_least=None if at_least is None else float(at_least),
     )
     for s in q.signals:
         if s not in SIGNALS:
@@ -232,6 +241,7 @@ def parse_playbook(text: str | Mapping[str, Any], *, source: str = "<string>") -
     if dup:
         raise PlaybookError(f"{where}: duplicate query name(s) {', '.join(sorted(dup))}")
     rules = tuple(_rule(r, set(names), f"{where} rule") for r in raw.get("rules", []))
+    _check_thresholds(rules, {q.name: q for q in queries}, where)
     ids = [r.id for r in rules]
     if len(set(ids)) != len(ids):
         raise PlaybookError(f"{where}: duplicate rule ids")
@@ -246,6 +256,17 @@ def parse_playbook(text: str | Mapping[str, Any], *, source: str = "<string>") -
         rules=rules,
         description=str(raw.get("description", "")),
     )
+
+
+def _check_thresholds(rules: tuple[RuleSpec, ...], queries: Mapping[str, QuerySpec], where: str) -> None:
+    """Raise PlaybookError when a rule reads a GPU query's `at_least` bits at another threshold than it asks."""
+    for r in rules:
+        q = queries.get(str(r.params.get("gpu_query", "")))
+        if q is not None and q.at_least is not None and float(r.params.get("util_min", 70.0)) != q.at_least:
+            raise PlaybookError(
+                f"{where} rule {r.id!r}: params.util_min {r.params.get('util_min', 70.0)} differs from "
+                f"query {q.name!r}'s at_least {q.at_least}: the query only says which GPUs reach at_least"
+            )
 
 
 def validate_set(playbooks: Mapping[str, Playbook]) -> None:

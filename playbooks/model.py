@@ -100,6 +100,10 @@ class QuerySpec:
             out in that direction (`playbooks._diagnose_peers`), not one series per GPU; "" for the plain series.
         log_hosts: "xid" for a query only the log's events need: it runs over the hosts the job's log reports
             a hardware Xid on, and not at all when it reports none; "" for every host.
+        at_least: for a per-GPU gauge whose readers only ask whether each GPU stands at or above this value
+            (the busy-wait's sets of spinning GPUs): Prometheus returns one series per host whose bits say
+            which of its GPUs report and which stand at or above it (`playbooks._diagnose_bits`), not one
+            series per GPU; the grid reads back one row per GPU (this value, 0, or missing). None: the values.
     """
 
     name: str
@@ -115,6 +119,7 @@ class QuerySpec:
     description: str = ""
     peers: str = ""
     log_hosts: str = ""
+    at_least: float | None = None
 
     @property
     def signals(self) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from django.conf import settings
 from django.contrib.auth import logout
 from django.contrib.auth.decorators import login_not_required
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseForbidden
+from django.http import HttpRequest, HttpResponse, HttpResponseForbidden
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
@@ -100,6 +100,7 @@ class InvestigationAccessMiddleware:
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated:
             return None  # LoginRequiredMiddleware sends it to the login page
+        from investigations.access import not_visible
         from investigations.models import Investigation
         from reports import access
 
@@ -108,7 +109,7 @@ class InvestigationAccessMiddleware:
             return None  # the view answers 404 itself
         role = access.role_for(user, investigation)
         if role is None:
-            raise Http404("No such investigation.")
+            raise not_visible(pk)
         if request.method not in self.SAFE and not access.allows(role, "edit"):
             return HttpResponseForbidden("Your role on this investigation does not allow changes.")
         return None

@@ -15,9 +15,10 @@ from playbooks.model import Playbook, RuleSpec
 
 from .accused import _det_accused_alive
 from .counters import _det_counter_increase, _det_near_limit, _det_rate_outlier, _det_threshold_prior
+from .frozen import _det_frozen_exporter
 from .hang import _det_busy_wait, _det_host_silent, _det_step_stall
 from .host import _det_own_excess
-from .peers import _det_flatline, _det_gaps, _det_peer_outlier
+from .peers import _det_gaps, _det_peer_outlier
 from .trends import _det_change_point, _det_level_shift, _det_series_absent, _det_uniform_elevation
 
 __all__ = ["DETECTORS", "DetectorSpec", "evaluate"]
@@ -37,8 +38,8 @@ class DetectorSpec:
         fn: the detector.
         queries: roles of the queries a rule must give, in order.
         optional: roles of the queries a rule may give after those.
-        variadic: any number of queries of the last required role may come first (flatline: the change
-            counts of several series, then the level).
+        variadic: any number of queries of the first required role may come first (frozen_exporter: the
+            change counts of several families, then the samples and the level).
         params: the parameter names it reads (plus COMMON_PARAMS).
     """
 
@@ -120,11 +121,11 @@ DETECTORS: dict[str, DetectorSpec] = {
             params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z ramp_window",
         ),
         _spec(
-            "flatline",
-            _det_flatline,
-            ("changes per window", "level"),
+            "frozen_exporter",
+            _det_frozen_exporter,
+            ("changes per window", "samples per window", "level"),
             variadic=True,
-            params="min_duration level_ratio",
+            params="min_duration alpha level_ratio max_share",
         ),
         _spec("gaps", _det_gaps, ("samples per host",), ("up",), params="mask ratio min_events min_share"),
         _spec(

@@ -1,10 +1,10 @@
-"""Detectors of one host or GPU against its peers: outliers, frozen values, gaps."""
+"""Detectors of one host or GPU against its peers: outliers, gaps (frozen values: frozen.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from playbooks.anomaly import Grid, first_sustained, nan_median, peer_deviation, walk_back
+from playbooks.anomaly import Grid, first_sustained, peer_deviation, walk_back
 from playbooks.context import Context, Finding
 from playbooks.departure import departure
 from playbooks.model import Playbook, RuleSpec
@@ -97,55 +97,6 @@ def _pack_size(g: Grid | None) -> int:
         count = g.pack.get("count")
         return int(np.nanmax(count)) if count is not None and np.isfinite(count).any() else 0
     return len(g.labels)
-
-
-def _det_flatline(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
-    p = rule.params
-    level = ctx.grid(rule.queries[-1])
-    hosts: dict[str, float] = {}
-    ev = []
-    for q in rule.queries[:-1]:
-        g = ctx.grid(q)
-        if g is None or len(g.labels) < 2:
-            continue
-        w = ctx.window_s(q)
-        m = g.mask(*focus)
-        with np.errstate(all="ignore"):
-            peer = np.nanmedian(g.values, axis=0)
-            # A host reading (near) zero is dead, not frozen: below half the pack's lowest level in the job
-            # (its idle level), a flat value belongs to the node playbook.
-            lvl_floor = (
-                float(p.get("level_ratio", 0.5)) * float(np.nanmin(np.nanmedian(level.values, axis=0)))
-                if level is not None and np.isfinite(level.values).any()
-                else None
-            )
-        length = max(1, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
-        for r, lab in enumerate(g.labels):
-            h = lab.get("host", "")
-            flat = (g.values[r] == 0) & (peer > 0) & m
-            if level is not None and lvl_floor is not None:
-                lv = level.row(host=h)
-                if lv is not None and len(lv) == len(flat):
-                    with np.errstate(all="ignore"):
-                        flat &= lv >= lvl_floor
-            i = first_sustained(flat, length, 0.9)
-            if i is None:
-                continue
-            t_on = float(g.t[i]) - w
-            hosts[h] = min(hosts.get(h, t_on), t_on)
-            ev.append(
-                _ev(
-                    ctx,
-                    q,
-                    {"host": h},
-                    0.0,
-                    f"no change at all for {flat[i:].sum() * g.step / 60:.0f} min from {fmt_time(t_on)} "
-                    f"while peers changed {nan_median(peer[flat]):.0f} times per window",
-                )
-            )
-    if not hosts:
-        return None
-    return _finding(pb, rule, sorted(hosts), [], min(hosts.values()), ev)
 
 
 def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:

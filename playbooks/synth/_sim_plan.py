@@ -96,6 +96,9 @@ class Job:
     present: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) exporter answers
     gpu_present: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) GPU plugin produced data
     frozen_from: dict[int, int] = field(default_factory=dict)  # host index -> grid index
+    frozen_to: dict[int, int] = field(
+        default_factory=dict
+    )  # host index -> grid index it thaws at (else never)
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
     exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
     # what the simulation decided on the way, for the log and the truth

@@ -149,6 +149,8 @@ def _restore_resource_leak(s: Sim) -> None:
 def _monitoring_ghost_data(s: Sim) -> None:
     job, ch = s.job, s.inc.host
     job.frozen_from[ch] = int(np.searchsorted(s.grid.t, s.inc.onset))
+    if "short_freeze" in job.variants:
+        job.frozen_from[ch], job.frozen_to[ch] = _variants.short_freeze(job, s.grid.t, s.inc.onset)
     job.culprits = [{"host": job.hosts[ch], "gpu": None}]
 
 

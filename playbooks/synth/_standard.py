@@ -38,7 +38,7 @@ def _mask(job: Job, h: int, vals: np.ndarray, *, gpu: bool = False, hw: bool = T
     v = np.array(vals, dtype=float, copy=True)
     if hw and h in job.frozen_from:
         i = job.frozen_from[h]
-        v[i:] = v[i]
+        v[i : job.frozen_to.get(h, len(v))] = v[i]
     pres = job.gpu_present[h] if gpu else job.present[h]
     v[~pres] = np.nan
     return v

@@ -27,6 +27,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - node-death `death_at_end`: the node dies in the data's last minute, a scrape or two before the capture
   ends (the TSDB was copied while the job still waited for its heartbeat timeout or Slurm), so a grid
   anchored at the data's start, or a silence that must last minutes, misses it.
+- monitoring-ghost-data `short_freeze`: the exporter stays frozen only 5-15 minutes: either for the data's
+  last minutes (the capture was taken while it hung) or mid-run until it is restarted and serves live
+  values again.
 - host-oom `coarse_staircase`: the staircase, scraped every 30 or 60 s, and each earlier save peaks well
   above the floor it leaves (90-95 % of the memory during its write-back) before it falls back: the
   fatal rise is seen by a sample or two, which may stand lower than an earlier save's peak.
@@ -50,6 +53,7 @@ OPT_IN = {
     "coarse_staircase": "host-oom",
     "slow_heating": "thermal-straggler",
     "smooth_divergence": "training-instability",
+    "short_freeze": "monitoring-ghost-data",
 }
 
 
@@ -96,6 +100,9 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "node-death" and "death_at_end" in job.opt_in:
         # data after the death: the final scrape or two
         v["death_at_end"] = float(stream(job, 9).uniform(0.7, 2.3)) * job.interval
+    if name == "monitoring-ghost-data" and "short_freeze" in job.opt_in:
+        r = stream(job, 10).random(2)
+        v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v
@@ -224,3 +231,16 @@ def late_exporter(job: Any, present: np.ndarray) -> None:
     h, k = int(rng.integers(0, present.shape[0])), int(rng.integers(1, 3))
     present[h, :k] = False
     job.red_herrings["late_exporter"] = job.hosts[h]
+
+
+def short_freeze(job: Any, t: np.ndarray, onset: float) -> tuple[int, int]:
+    """Return the grid indices [from, to) of a 5-15 min freeze: the data's last minutes, or from the onset
+    until the exporter is restarted; set the truth's onset to the freeze's start."""
+    secs, at_end = job.variants["short_freeze"]
+    start = float(t[-1]) - secs if at_end else onset
+    i, j = int(np.searchsorted(t, start)), int(np.searchsorted(t, start + secs))
+    job.onset = float(t[min(i, len(t) - 1)])
+    job.notes.append(
+        f"exporter frozen {secs / 60:.1f} min " + ("to the data's end" if at_end else "then restarted")
+    )
+    return i, j

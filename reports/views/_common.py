@@ -6,9 +6,9 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest
-from django.shortcuts import get_object_or_404
+from django.http import HttpRequest
 
+from investigations.access import not_visible
 from investigations.models import Investigation
 from investigations.services import investigations as inv
 from reports import access, markdown
@@ -23,10 +23,10 @@ def investigation_for(
     """Return the investigation and the user's role; 404 when it is not visible to them, 403 when the
     role does not allow `action` (a viewer editing)."""
     rows = access.with_restricted(Investigation.objects.select_related("owner"))
-    investigation = get_object_or_404(rows, pk=investigation_id)
-    role = access.role_for(request.user, investigation)
-    if role is None:
-        raise Http404("No such investigation.")
+    investigation = rows.filter(pk=investigation_id).first()
+    role = access.role_for(request.user, investigation) if investigation is not None else None
+    if investigation is None or role is None:
+        raise not_visible(investigation_id)  # missing or hidden: the same words
     if not access.allows(role, action):
         raise PermissionDenied(f"Your role ({role}) on this investigation does not allow this.")
     return investigation, role

@@ -238,3 +238,18 @@ def test_on_a_phone_the_new_action_item_field_is_wide_enough_to_type_in(sized, l
     field.scroll_into_view_if_needed()
     assert field.bounding_box()["width"] >= 200, field.bounding_box()  # was squeezed to a 24 px box
     _fits(page)
+
+
+@pytest.mark.parametrize("sized", [PHONE], ids=["phone"], indirect=True)
+def test_on_a_phone_the_top_bar_keeps_to_three_short_lines(sized) -> None:
+    """The brand and the user's box share the first line, the links wrap below (the bar took 155 px of an
+    844 px screen on every page, the brand alone beside a column of links)."""
+    page = sized
+    page.goto("/")
+    bar = page.locator(".topbar").bounding_box()
+    assert bar["height"] <= 125, bar
+    brand, user = page.locator(".brand").bounding_box(), page.locator(".userbox").bounding_box()
+    assert abs(brand["y"] - user["y"]) <= 12, (brand, user)  # one line
+    for link in page.locator(".topnav a").all():
+        box = link.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box

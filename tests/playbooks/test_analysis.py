@@ -175,22 +175,6 @@ def test_counter_increase_ignores_static_lifetime_counters():
     assert f.hosts == ["b"] and abs(f.onset - (NOW + 100 * STEP)) <= STEP
 
 
-def test_flatline_flags_a_frozen_exporter_but_not_a_dead_host():
-    """Values that stop changing while the host still reads a live level are ghost data; 0 W is not."""
-    changes = {(h, None): np.full(N, 30.0) for h in "abcde"}
-    changes[("b", None)][150:] = 0
-    changes[("c", None)][150:] = 0
-    level = {(h, None): np.full(N, 700.0) for h in "abcde"}
-    level[("c", None)][150:] = 0.0
-    pb = load_playbooks()["exporter_health"]
-    rule = next(r for r in pb.rules if r.id == "ghost_data")
-    ctx = _ctx({"power_changes": _grid(changes), "power_by_host": _grid(level)})
-    ctx.meta["power_changes"]["window_s"] = 600.0
-    f = evaluate(ctx, [_with_rules(pb, rule)])[0]
-    assert f.hosts == ["b"]
-    assert f.onset == pytest.approx(NOW + 150 * STEP - 600)
-
-
 def test_no_findings_decide_healthy():
     """Without any warning or critical finding the job is healthy, with no culprit."""
     info = Finding("network", "tcp_only", "healthy", "info", "context", ["a"], [], NOW, "TCP", [])

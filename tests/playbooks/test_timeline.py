@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -200,6 +201,40 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
     assert 'label_replace(label_replace(vector(1), "host", "n12", "", ""), "gpu", "5", "", "")' in fetch
     names = [d["name"] for d in tl.figure_build(panel, _ctx(gpus=1024))["data"]]
     assert "n12 GPU 5 (outlier)" in names and "n01 GPU 0 (top deviation)" in names
+
+
+def test_a_band_panels_top_k_are_fetched_while_its_band_is_still_running() -> None:
+    """The top-k by label follow the panel's scores at once: the band query answers only after they were asked,
+    which a second round waiting for every first-round query would never reach."""
+    asked_top = threading.Event()
+    waited: list[bool] = []
+
+    def answer(promql: str):
+        if '"stat"' in promql:
+            waited.append(asked_top.wait(30))
+            return [_series({"stat": "median"}, [65] * 241)]
+        asked_top.set()
+        return [_gpu("n12", 5, 65, bump=30)]
+
+    client = CannedClient(answer)
+    client.instant = [InstantSample({"host": "n12", "gpu": "5"}, END, 30.0), *_pack(1.0)]
+    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
+    assert waited == [True]
+    assert [o["name"] for o in panel.outliers] == ["n12 GPU 5"]
+
+
+def test_the_costliest_queries_are_sent_first() -> None:
+    """Every panel's queries start costliest first: the 1,024-GPU band before the 128-host band before the
+    job's one-series line, whatever the panels' order."""
+    asked: list[str] = []
+    client = CannedClient(lambda q: [])
+    client.instant = []
+    client.query_range = lambda promql, *a, **k: asked.append(promql) or []  # type: ignore[method-assign]
+    tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["loss", "procs_running", "gpu_temp"], START, END,
+                    max_concurrency=1)  # fmt: skip
+    assert ["gpu_temperature" in asked[0], "procs_running" in asked[1], "loss" in asked[-1]] == [True] * 3, (
+        asked
+    )
 
 
 def test_band_mode_names_no_outlier_when_nothing_deviates() -> None:
