@@ -13,6 +13,14 @@ def markdown_filter(text: str):
     return markdown.render(text)
 
 
+@register.simple_tag(takes_context=True)
+def shown_sections(context, sections):
+    """{% shown_sections sections %}: the sections in show mode, each rendered once per content for all."""
+    from reports.fragments import shown_sections as shown
+
+    return shown(context, sections)
+
+
 @register.filter
 def get_item(mapping, key):
     return (mapping or {}).get(key)

@@ -10,7 +10,9 @@ import pytest
 from django.core.cache import cache
 from django.urls import reverse
 
+from investigations.models import Investigation
 from reports import markdown
+from reports.models import Membership, Section, Team
 from reports.services import sections
 
 from .conftest import HTMX, store_diagnosis
@@ -36,11 +38,7 @@ def _shared(text: str) -> str | None:
 def test_a_page_stores_its_rendered_markdown_in_the_shared_cache_for_the_other_processes(
     case, alice_client, bob_client, fresh_process, monkeypatch
 ) -> None:
-    report = sections.report_for(case)
-    s = report.sections.get(key="summary")
-    alice_client.post(
-        url("section_save", case, "summary"), {"base_version": s.version, "body": "**Ours**"}, **HTMX
-    )
+    alice_client.post(url("comment", case), {"body": "**Ours**"}, **HTMX)
     alice_client.get(url("page", case))
     assert _shared("**Ours**") == "<p><strong>Ours</strong></p>\n"
     # Another process (its memory empty) takes the HTML from the shared cache instead of rendering it.
@@ -89,3 +87,33 @@ def test_the_ticket_block_follows_a_new_diagnosis_at_once(case, alice_client, th
     store_diagnosis(case, case.job_links.get().job, result)
     page = alice_client.get(url("page", case)).content.decode()
     assert "Class: `rdma-degradation`" in page
+
+
+def test_a_shown_section_cached_for_an_editor_is_never_shown_to_a_viewer(
+    case, alice, bob, alice_client, bob_client
+) -> None:
+    team = Team.objects.create(name="red")
+    Membership.objects.create(team=team, user=alice, role="editor")
+    Membership.objects.create(team=team, user=bob, role="viewer")
+    Investigation.objects.filter(pk=case.pk).update(team="red")
+    assert 'data-testid="edit"' in alice_client.get(url("page", case)).content.decode()  # cached now
+    page = bob_client.get(url("page", case)).content.decode()
+    assert 'data-testid="role">viewer' in page and 'data-testid="edit"' not in page
+
+
+def test_a_machine_offer_left_by_one_reader_leaves_the_other_readers_page_at_once(
+    case, alice_client, bob_client
+) -> None:
+    report = sections.report_for(case)
+    s = report.sections.get(key="summary")
+    alice_client.post(
+        url("section_save", case, "summary"), {"base_version": s.version, "body": "Ours."}, **HTMX
+    )
+    # A new diagnosis offers its text (kept aside: the section was edited; no new version).
+    Section.objects.filter(pk=s.pk).update(machine_pending="The machine's newer words.")
+    assert 'data-testid="offer"' in alice_client.get(url("page", case)).content.decode()  # cached with it
+    bob_client.post(
+        url("section_machine", case, "summary"), {"action": "leave", "base_version": s.version + 1}, **HTMX
+    )
+    page = alice_client.get(url("page", case)).content.decode()
+    assert 'data-testid="offer"' not in page and "Ours." in page
