@@ -156,11 +156,12 @@ def walk_back(x: np.ndarray, i: int, level: float, *, up: bool = True) -> int:
 def rise_start(x: np.ndarray, i: int, noise: float) -> int:
     """Return the first index of the rise that reached x[i]: walking back, the series keeps falling by more
     than `noise` a step (NaNs skipped). A staircase (plateaus left by earlier rises) stops the walk at the
-    last plateau, so the onset is the start of the final rise, not of the first step of the stairs."""
+    last plateau, so the onset is the start of the final rise, not of the first step of the stairs. A value
+    repeated exactly is one sample that the grid met twice (its step finer than the scrapes): skipped."""
     j = i
     k = i - 1
     while k >= 0:
-        if np.isnan(x[k]):
+        if np.isnan(x[k]) or x[k] == x[j]:
             k -= 1
             continue
         if x[j] - x[k] > noise:

@@ -6,7 +6,8 @@ diagnostician dates the departure from the baseline, and takes the threshold cro
 corroboration. Here the departure is the change point of a segmented regression on the stretch before the
 crossing: a baseline (a level and a slow trend, such as a falling loss) up to a break, a straight rise
 from it up to the crossing. The break that fits best is the last time the baseline still held. A jump
-between two samples fits any break between them equally: it is dated midway, as a jump is.
+between two samples fits any break between them equally: no break is given, and the caller dates it as
+a jump.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ def departure(
 
     `latest` is the index the threshold-based walk back reached (the departure began no later); `earliest`
     the earliest time the baseline may be taken from (the valid data, a window). The break is sought from
-    three baseline samples after `earliest` up to t[latest]. None when there is too little baseline, or the
-    fitted rise at the crossing is not well above the baseline's own noise (the fit does not explain it).
+    three baseline samples after `earliest` up to t[latest]. None when there is too little baseline, for a
+    jump (every break between its two samples fits alike), or when the fitted rise at the crossing is not
+    well above the baseline's own noise (the fit does not explain it).
     """
     keep = np.isfinite(y) & (t >= earliest) & (np.arange(len(t)) <= cross)
     tt, yy = t[keep], sign * y[keep]
@@ -45,7 +47,9 @@ def departure(
     sse = np.array([f[0] for f in fits])
     best = float(sse.min())
     tied = np.nonzero(sse <= best * (1 + 1e-7) + 1e-12 * float(np.sum(yy**2)))[0]
-    k = int(tied[len(tied) // 2]) if tied[-1] - tied[0] + 1 == len(tied) else int(np.argmin(sse))
+    if len(tied) > 1:
+        return None  # a jump: any break between its two samples fits; it is dated as a jump
+    k = int(tied[0])
     tau, (_, rise, resid) = float(taus[k]), fits[k]
     base = resid[tt <= tau]
     noise = MAD_SCALE * float(np.median(np.abs(base - np.median(base)))) if len(base) >= 4 else np.inf

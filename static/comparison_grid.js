@@ -43,6 +43,7 @@
         layout.margin = { l: 50, r: 8, t: 10, b: 30 };
         layout.showlegend = false;
         TOOLS.stepClock(figure);
+        TOOLS.touchScroll(figure, plot);
         return new Promise(function (done) {
           whenPlotly(function () {
             plot.textContent = "";

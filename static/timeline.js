@@ -20,6 +20,7 @@
       if (!plot || !script || plot.dataset.drawn) return;
       var figure = JSON.parse(script.textContent);
       TOOLS.stepClock(figure);
+      TOOLS.touchScroll(figure, plot);
       plot.dataset.drawn = "1";
       VIEW.whenPlotly(function () {
         Plotly.newPlot(plot, figure.data, figure.layout, PANELS.CONFIG).then(function () {

@@ -138,6 +138,7 @@
     // On the step axis the hover names a whole step (a step is an integer; the figure's points may not be)
     // and when the job reached it.
     TOOLS.stepClock(figure);
+    TOOLS.touchScroll(figure, plot);
     plot.dataset.state = "drawing";
     VIEW.whenPlotly(function () {
       Plotly.react(plot, figure.data, figure.layout, CONFIG).then(function () {

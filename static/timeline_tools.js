@@ -208,6 +208,15 @@
     });
   }
 
+  // On a touch screen a finger drawn over a chart scrolls the page (Plotly's default drag zooms, so a phone's
+  // user could not scroll past a chart); hover still answers a tap, and the mode bar's zoom or pan buttons
+  // give the drag back to whoever picks them (a redraw keeps that choice).
+  function touchScroll(figure, plot) {
+    if (!window.matchMedia("(pointer: coarse)").matches) return;
+    var chosen = plot && plot.layout ? plot.layout.dragmode : undefined;
+    figure.layout.dragmode = chosen === undefined ? false : chosen;
+  }
+
   function csvCell(value) {
     var text = value === null || value === undefined ? "" : String(value);
     return /[",\n]/.test(text) ? '"' + text.replace(/"/g, '""') + '"' : text;
@@ -367,6 +376,7 @@
   window.StepwiseTimelineTools = {
     pickPlace: pickPlace, promqlForm: promqlForm,
     layoutLabels: layoutLabels, steadyRange: steadyRange, csv: csv, packRows: packRows, stepClock: stepClock,
+    touchScroll: touchScroll,
     yRange: yRange, toggleYRange: toggleYRange, downloadCsv: downloadCsv, fitChrome: fitChrome, plotRoom: plotRoom,
   };
 })();

@@ -67,16 +67,19 @@ def _det_change_point(
     prev = x[:i][valid[:i] & ~np.isnan(x[:i])]
     base = nan_median(prev[-30:]) if len(prev) else float("nan")
     peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])
-    # a training metric is reported when its step completes: the anomaly began when that step started
     step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
     # a climb crosses the thresholds late: it began where the series left its own baseline (a jump: midway
     # between the samples either side of it). A positive training metric diverges by factors, its noise in
     # proportion to it: judged on a log scale, where an exponential climb is a straight one
     window = _dur(rule, "baseline_window", 1200.0)
     y = np.where(valid, x, np.nan)
+    # a step's value is one observation however many scrapes see it (a long step, a save): repeats are dropped
+    seen = np.nonzero(np.isfinite(y))[0]
+    y[seen[1:][y[seen[1:]] == y[seen[:-1]]]] = np.nan
     with np.errstate(all="ignore"):
         y = np.log(y) if np.nanmin(y) > 0 else y
     tau = departure(g.t, y, cross, i, earliest=float(g.t[i]) - window)
+    # a training metric is reported when its step completes: the anomaly began when that step started
     t_on = min(float(g.t[i]) - g.step / 2, tau if tau is not None else np.inf) - step_s
     ev = [
         _ev(

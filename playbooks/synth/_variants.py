@@ -190,7 +190,8 @@ def _save_peaks(job: Any, mem: np.ndarray, t: np.ndarray, saves: list[float]) ->
 
 
 def smooth_divergence(job: Any, i0: int) -> None:
-    """Training metrics climb smoothly from step i0: exponentially with the variant's e-folding time."""
+    """Training metrics climb smoothly from step i0 (which began at the onset): exponentially with the
+    variant's e-folding time."""
     n = len(job.step_num)
     rng = stream(job, 12)
     tau = float(job.variants["smooth_divergence"])

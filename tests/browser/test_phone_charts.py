@@ -2,9 +2,12 @@
 title or its marks' labels; the x-axis's tick labels (the day written under the first tick of a time axis)
 stay whole, inside the chart and clear of the legend; the plot area keeps a readable height; and a
 comparison of two jobs stays compact: a metric row with its likely cause is a few lines tall, and a row of
-small multiples (two jobs stacked) fits about half the screen."""
+small multiples (two jobs stacked) fits about half the screen. On a touch screen a finger drawn over a
+chart scrolls the page instead of zooming the chart."""
 
 from __future__ import annotations
+
+import time
 
 from playwright.sync_api import expect
 
@@ -80,3 +83,46 @@ def test_on_a_phone_a_comparison_stays_compact(browser, stepwise_app, job_factor
         _aligned(page, ids)
         row = page.get_by_test_id("sm-row-step_time").bounding_box()
         assert row["height"] <= PHONE["height"] / 2, row  # two jobs stacked: was 520 px
+
+
+def _swipe_up(page, x: float, y: float) -> None:
+    """A finger put down at (x, y) and drawn 300 px up, as the touch screen reports it (CDP touch events)."""
+    cdp = page.context.new_cdp_session(page)
+    moves = [("touchMove", y - 20 * i) for i in range(1, 16)]
+    for kind, at in (("touchStart", y), *moves, ("touchEnd", None)):
+        cdp.send(
+            "Input.dispatchTouchEvent",
+            {"type": kind, "touchPoints": [] if at is None else [{"x": x, "y": at}]},
+        )
+        page.wait_for_timeout(16)
+    cdp.detach()
+
+
+def test_on_a_touch_screen_a_swipe_over_a_chart_scrolls_the_page(
+    browser, stepwise_app, job_factory, _signed_in_state
+) -> None:
+    job_dir, truth = job_factory("thermal-straggler", 21)
+    ids = open_case(stepwise_app, job_dir, truth, "a swipe over a chart")
+    url = f"/investigations/{ids['inv']}/timeline/?panels=gpu_temp,gpu_power,gpu_util&x=time-utc"
+    with phone_page(browser, stepwise_app, _signed_in_state, touch=True) as page:
+        page.goto(url)
+        drawn(page, "gpu_temp")
+        assert page.evaluate("matchMedia('(pointer: coarse)').matches")
+        before = page.evaluate(f"({_PLOT}._fullLayout.xaxis.range.join(' '))")
+        box = plot(page, "gpu_temp").bounding_box()
+        assert box is not None
+        y0 = page.evaluate("window.scrollY")
+        _swipe_up(page, box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        deadline = time.monotonic() + 10
+        while page.evaluate("window.scrollY") < y0 + 100 and time.monotonic() < deadline:
+            page.wait_for_timeout(100)
+        assert page.evaluate("window.scrollY") >= y0 + 100, (y0, page.evaluate("window.scrollY"))
+        assert page.evaluate(f"({_PLOT}._fullLayout.xaxis.range.join(' '))") == before  # not zoomed
+        assert page.evaluate(f"{_PLOT}._fullLayout.dragmode") is False  # a redraw keeps the page scrolling
+    with phone_page(browser, stepwise_app, _signed_in_state) as page:  # a mouse still drags a zoom box
+        page.goto(url)
+        drawn(page, "gpu_temp")
+        assert page.evaluate(f"{_PLOT}._fullLayout.dragmode") == "zoom"
+
+
+_PLOT = "document.querySelector('#timeline-panel-gpu_temp .timeline-plot')"

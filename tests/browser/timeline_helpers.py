@@ -44,11 +44,17 @@ PHONE = {"width": 390, "height": 844}
 
 
 @contextmanager
-def phone_page(browser: Any, app: Any, signed_in_state: Path) -> Iterator[Any]:
-    """Yield a signed-in page of a 390 px phone; its context is closed afterwards."""
+def phone_page(browser: Any, app: Any, signed_in_state: Path, *, touch: bool = False) -> Iterator[Any]:
+    """Yield a signed-in page of a 390 px phone (with `touch`, a touch screen); its context is closed afterwards."""
     from .conftest import EXPECT_TIMEOUT_MS
 
-    context = browser.new_context(base_url=app.base_url, storage_state=str(signed_in_state), viewport=PHONE)
+    context = browser.new_context(
+        base_url=app.base_url,
+        storage_state=str(signed_in_state),
+        viewport=PHONE,
+        has_touch=touch,
+        is_mobile=touch,
+    )
     context.set_default_timeout(EXPECT_TIMEOUT_MS)
     try:
         yield context.new_page()
