@@ -96,8 +96,8 @@ DETECTORS: dict[str, DetectorSpec] = {
             "host_silent",
             _det_host_silent,
             ("samples per host",),
-            ("up", "power per host", "utilisation per host"),
-            params="min_duration zero_ratio",
+            ("up", "power per host", "utilisation per host", "GPUs reporting per host"),
+            params="min_duration zero_ratio lookback",
         ),
         _spec(
             "counter_increase",

@@ -1,4 +1,4 @@
-"""A frozen exporter (ghost data): every gauge of one host's exporter bit-identical while its peers move.
+"""A frozen exporter (ghost data): every value of one host's exporter bit-identical while its peers move.
 
 An exporter whose collection loop hung keeps serving its last values: `up` stays 1, scrapes get fresh
 timestamps, and every series it exports repeats the same value. One quiet gauge proves nothing (a pinned
@@ -8,6 +8,11 @@ job's own noise says how often a live host is quiet while its peers move (DCGM's
 15 s scrape, coarse scrapes, integer gauges all show in it): a run of quiet windows is a freeze when a live
 host would be that quiet that long with a probability below `alpha`, counted over every host and window
 tested, and the run lasts at least `min_duration`. A host that read (near) zero is dead, not frozen.
+
+The rule's queries: the change families (as many as given; a window is quiet when none moved), then the
+samples per window, then the live level. The GPU exporter is judged on its power, temperature and own
+collection time; node_exporter on the counters a live kernel never holds still (context switches,
+interrupts, network bytes: one summed `increase`), with its target's `up` as the level.
 """
 
 from __future__ import annotations

@@ -95,6 +95,7 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "io_pressure_full": ("host", "host", "gauge", "%", "I/O pressure (full)"),
     "cpu_util": ("host", "host", "gauge", "%", "CPU utilisation"),
     "context_switches": ("host", "host", "counter", "switches", "Context switches"),
+    "kernel_activity": ("host", "host", "counter", "events", "Counters a live kernel never holds still"),
     "dmesg_gpu_errors": ("host", "host", "counter", "errors", "GPU errors in dmesg"),
     "gpu_processes": ("host", "host", "gauge", "processes", "Processes using GPUs"),
     # monitoring (the data about the data)

@@ -151,6 +151,8 @@ def _monitoring_ghost_data(s: Sim) -> None:
     job.frozen_from[ch] = int(np.searchsorted(s.grid.t, s.inc.onset))
     if "short_freeze" in job.variants:
         job.frozen_from[ch], job.frozen_to[ch] = _variants.short_freeze(job, s.grid.t, s.inc.onset)
+    if "node_freeze" in job.variants:
+        job.notes.append("the node_exporter froze, not the GPU exporter")
     job.culprits = [{"host": job.hosts[ch], "gpu": None}]
 
 

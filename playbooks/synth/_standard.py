@@ -36,7 +36,8 @@ def _suffix(job: Job, h: int, n: int = 5) -> str:
 
 def _mask(job: Job, h: int, vals: np.ndarray, *, gpu: bool = False, hw: bool = True) -> np.ndarray:
     v = np.array(vals, dtype=float, copy=True)
-    if hw and h in job.frozen_from:
+    # hw: a GPU exporter's series; the others are node_exporter's, which `node_freeze` freezes instead
+    if hw != ("node_freeze" in job.variants) and h in job.frozen_from:
         i = job.frozen_from[h]
         v[i : job.frozen_to.get(h, len(v))] = v[i]
     pres = job.gpu_present[h] if gpu else job.present[h]

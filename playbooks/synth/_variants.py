@@ -30,6 +30,8 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - monitoring-ghost-data `short_freeze`: the exporter stays frozen only 5-15 minutes: either for the data's
   last minutes (the capture was taken while it hung) or mid-run until it is restarted and serves live
   values again.
+- monitoring-ghost-data `node_freeze`: the host's node_exporter freezes instead of its GPU exporter (every
+  node_* value constant, `up` still 1, the GPU exporter live); node_exporter deployments (nvidia) only.
 - host-oom `coarse_staircase`: the staircase, scraped every 30 or 60 s, and each earlier save peaks well
   above the floor it leaves (90-95 % of the memory during its write-back) before it falls back: the
   fatal rise is seen by a sample or two, which may stand lower than an earlier save's peak.
@@ -54,6 +56,7 @@ OPT_IN = {
     "slow_heating": "thermal-straggler",
     "smooth_divergence": "training-instability",
     "short_freeze": "monitoring-ghost-data",
+    "node_freeze": "monitoring-ghost-data",
 }
 
 
@@ -103,6 +106,8 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "monitoring-ghost-data" and "short_freeze" in job.opt_in:
         r = stream(job, 10).random(2)
         v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
+    if name == "monitoring-ghost-data" and "node_freeze" in job.opt_in:
+        v["node_freeze"] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v

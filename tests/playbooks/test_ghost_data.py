@@ -1,7 +1,8 @@
 """Ghost data of any length (#10): an exporter frozen 5-15 min (generator variant `short_freeze`, mid-run
 until a restart or the data's last minutes) is found on its host and dated at the freeze, at several scrape
 intervals; healthy jobs under the deployments that repeat values (DCGM's 30 s collection, an exporter that
-comes up late, coarse scrapes) stay healthy. Built by the generator, served by a real Prometheus."""
+comes up late, coarse scrapes) stay healthy. A frozen node_exporter (variant `node_freeze`: its counters
+constant, `up` still 1, the GPU exporter live) is ghost data too. Built by the generator, served by a real Prometheus."""
 
 from __future__ import annotations
 
@@ -30,6 +31,20 @@ def test_an_exporter_frozen_for_minutes_is_ghost_data(served_job, profile, seed,
     assert diag["class"] == "monitoring-ghost-data"
     assert [c["host"] for c in diag["culprits"]] == [c["host"] for c in truth["culprits"]]
     assert abs(diag["onset"] - truth["onset"]) <= 1.5 * interval
+
+
+@pytest.mark.parametrize(("seed", "interval"), [(2, 15.0), (4, 30.0)])
+def test_a_frozen_node_exporter_is_ghost_data(served_job, seed, interval):
+    result, truth = _diagnose(
+        served_job, "monitoring-ghost-data", seed, "nvidia", interval=interval, variants=("node_freeze",)
+    )
+    assert truth["variants"]["node_freeze"]
+    diag = result["diagnosis"]
+    assert diag["class"] == "monitoring-ghost-data"
+    assert [c["host"] for c in diag["culprits"]] == [c["host"] for c in truth["culprits"]]
+    assert abs(diag["onset"] - truth["onset"]) <= 1.5 * interval
+    titles = [f["title"] for f in result["findings"] if f["class"] == "monitoring-ghost-data"]
+    assert titles and all("node_exporter" in x for x in titles)  # the node_exporter's rule, not the GPU's
 
 
 @pytest.mark.parametrize(

@@ -98,8 +98,8 @@ def test_good_declaration_parses_into_dataclasses():
         ),
         (
             'queries = ["power"]',
-            'queries = ["power", "power", "power", "power", "power"]',
-            "detector 'host_silent' reads 1-4 queries",
+            'queries = ["power", "power", "power", "power", "power", "power"]',
+            "detector 'host_silent' reads 1-5 queries",
         ),
         (
             'detector = "host_silent"',

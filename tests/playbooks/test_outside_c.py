@@ -4,6 +4,9 @@ that generator served by a real Prometheus and diagnosed end to end.
 - One burst of correctable ECC errors on one GPU of a healthy job made it a gpu-hardware-fault (and beat a
   real thermal straggler): corrected errors are no fault by themselves, only corroboration of an
   uncorrectable error, a fatal Xid or a host that then went silent, where they still date a node death.
+- On an AMD device-metrics-exporter host one GPU's series vanished (fallen off the bus) minutes before the
+  host went silent; the death was dated at the silence: a drop in the host's count of reporting GPUs within
+  a bounded lookback before it is the onset.
 - A restore comparison was refused when the trainer exports no step gauge, although both logs carry timed
   steps: the log's step timeline aligns the two runs.
 """
@@ -60,14 +63,28 @@ def test_one_correctable_ecc_burst_on_a_healthy_job_is_a_note(served_job, root):
     assert not _alarms(result)
 
 
-def test_correctable_errors_climbing_before_a_node_dies_still_date_the_death(served_job, root):
-    spec = _spec("node-death", "slurm", [], gpu="dcgm", dcgm_ecc="sbe-dbe", host_label="Hostname", kube=False)
-    spec = dataclasses.replace(spec, interval=20.0, hours=1.5)
-    result, truth = _diagnose(served_job, root, spec)
+def _node_death(served_job, root: Path, spec: Spec) -> tuple[dict, dict, dict]:
+    """Diagnose the node death (1.5 h at 20 s) and check its class and dead host."""
+    result, truth = _diagnose(served_job, root, dataclasses.replace(spec, interval=20.0, hours=1.5))
     diag = result["diagnosis"]
     assert diag["class"] == "node-death"
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+    return result, truth, diag
+
+
+def test_correctable_errors_climbing_before_a_node_dies_still_date_the_death(served_job, root):
+    spec = _spec("node-death", "slurm", [], gpu="dcgm", dcgm_ecc="sbe-dbe", host_label="Hostname", kube=False)
+    result, truth, diag = _node_death(served_job, root, spec)
     assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 3, "the errors before the silence"
+
+
+def test_a_gpu_that_falls_off_the_bus_before_its_host_goes_silent_dates_the_death(served_job, root):
+    spec = _spec("node-death", "xid79", [], gpu="amd-dme", host_label="hostname")
+    result, truth, diag = _node_death(served_job, root, spec)
+    # the AMD exporter drops the fallen GPU's series minutes before the host stops reporting
+    assert abs(diag["onset"] - truth["onset"]) / truth["scrape_s"] <= 1.5, "dated when the GPU vanished"
+    silent = next(f for f in result["findings"] if f["title"].startswith("Host "))
+    assert any("series vanished" in e["interpretation"] for e in silent["evidence"])
 
 
 def test_a_restore_pair_without_a_step_gauge_is_aligned_by_the_logs(served_job, root):
