@@ -12,7 +12,7 @@ tested, and the run lasts at least `min_duration`. A host that read (near) zero 
 The rule's queries: the change families (as many as given; a window is quiet when none moved), then the
 samples per window, then the live level. The GPU exporter is judged on its power, temperature and own
 collection time; node_exporter on the counters a live kernel never holds still (context switches,
-interrupts, network bytes: one summed `increase`), with its target's `up` as the level.
+interrupts: one summed `increase`; both from the default `stat` collector), with its target's `up` as the level.
 """
 
 from __future__ import annotations
