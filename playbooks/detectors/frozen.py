@@ -98,7 +98,11 @@ def _quiet_windows(
     ctx: Context, names: tuple[str, ...], hosts: list[str], t: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return (quiet, moving) per host and time: no series of any family changed in the window; the
-    host's peers (their median, in some family) changed."""
+    host's peers (their median, in some family) changed.
+
+    The changes are counts (never negative), so the peers' median is above zero exactly when at least half
+    of the peers that reported changed: counted once for the pack, minus the host itself (one pass, not a
+    median of the others per host)."""
     quiet = np.ones((len(hosts), len(t)), bool)
     moving = np.zeros((len(hosts), len(t)), bool)
     for q in names:
@@ -107,12 +111,12 @@ def _quiet_windows(
             continue
         rows = [_on(g, h, t) for h in hosts]
         vals = np.array([r if r is not None else np.full(len(t), np.nan) for r in rows])
-        for r in range(len(hosts)):
-            others = np.delete(vals, r, axis=0)
-            with np.errstate(all="ignore"):
-                peer = np.nanmedian(others, axis=0)
-            moving[r] |= peer > 0
-            quiet[r] &= ~(vals[r] > 0)
+        changed = np.nan_to_num(vals, nan=0.0) > 0
+        reported = np.isfinite(vals)
+        peers = reported.sum(axis=0) - reported
+        peers_changed = changed.sum(axis=0) - changed
+        moving |= (peers > 0) & (2 * peers_changed >= peers)
+        quiet &= ~changed
     return quiet, moving
 
 
