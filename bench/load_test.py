@@ -29,6 +29,7 @@ deliberately slow password hash once per user, which is not what a page costs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import secrets
@@ -290,6 +291,10 @@ def main() -> None:
         "--profile", metavar="PAGE", help="also print the queries and a cProfile of one PAGE request"
     )
     args = ap.parse_args()
+    if not args.in_process_only and importlib.util.find_spec("locust") is None:
+        sys.exit(
+            "load_test: locust is not installed; install the bench extra: .venv/bin/pip install -e '.[bench]'"
+        )
     jobs = _jobs()
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-load-"))
     db = f"stepwise_load_{os.getpid()}"
