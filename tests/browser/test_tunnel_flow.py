@@ -265,8 +265,9 @@ def test_resolving_the_investigation_closes_its_tunnel(
         ("resolved",)
     ]
     # The web server closed it while saving the status; a zombie waits only for its parent to reap it.
+    # Closing ends ssh first, then removes the tunnel's entry: wait for both (the test once looked between them).
     deadline = time.monotonic() + 15
-    while _running(opened.pid) and time.monotonic() < deadline:
+    while (_running(opened.pid) or Path(opened.entry_dir).exists()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _running(opened.pid), f"ssh {opened.pid} still runs after the investigation was resolved"
     assert not Path(opened.entry_dir).exists()
