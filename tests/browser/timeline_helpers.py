@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
+
+from .conftest import EXPECT_TIMEOUT_MS
 
 _SETUP = """
 import json
@@ -67,7 +71,17 @@ def plot(page, panel: str):
 
 
 def drawn(page, panel: str) -> None:
-    page.locator(f"#timeline-panel-{panel}").scroll_into_view_if_needed()
+    """Scroll the panel into view and wait until it is drawn. The timeline region loads when it comes into view;
+    content loading above it (the diagnosis) can push it out again first, so scroll to it until it has loaded."""
+    slot = page.locator(f"#timeline-panel-{panel}")
+    deadline = time.monotonic() + EXPECT_TIMEOUT_MS / 1000
+    while not slot.count():
+        assert time.monotonic() < deadline, f"the timeline region never loaded panel {panel}"
+        # The region is swapped out for the panels once loaded, maybe while it is being scrolled to.
+        with suppress(PlaywrightError):
+            page.locator("#timeline-region").scroll_into_view_if_needed(timeout=1_000)
+        page.wait_for_timeout(200)
+    slot.scroll_into_view_if_needed()
     expect(plot(page, panel)).to_have_attribute("data-state", "drawn")
 
 

@@ -122,7 +122,7 @@ def test_the_page_shows_pinned_charts_without_a_data_source(alice_client, case) 
     html = response.content.decode()
     assert response.status_code == 200
     assert f'id="pinned-chart-{chart.pk}"' in html and "dgx034 (outlier)" in html
-    assert 'hx-trigger="revealed"' in html
+    assert 'hx-trigger="intersect once"' in html
     assert "vendor/plotly-gl2d.min.js" in html and "timeline.js" in html
 
 
