@@ -137,7 +137,11 @@ class PrometheusClient:
         transport: httpx.BaseTransport | None = None,
         gate: Callable[[], contextlib.AbstractContextManager[float]] | None = None,
         auth: tuple[str, str] | None = None,
+        compress: bool = True,
     ) -> None:
+        """`compress=False` asks for uncompressed answers: for a Prometheus on this machine (a served TSDB copy)
+        gzip costs it more CPU than the JSON it compresses (a 2.6 MB answer: 0.07 s plain, 0.25 s gzipped)
+        and saves no network; a remote one (a URL, a tunnel) keeps gzip."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"Prometheus URL must look like http://host:port, got {base_url!r}")
@@ -154,7 +158,7 @@ class PrometheusClient:
             transport=transport,
             # A job's Prometheus is reached directly or through an SSH tunnel, never via an HTTP proxy.
             trust_env=False,
-            headers={"Accept": "application/json"},
+            headers={"Accept": "application/json", **({} if compress else {"Accept-Encoding": "identity"})},
             # Basic-auth credentials are passed apart from the URL, so no message ever shows them.
             auth=auth,
         )

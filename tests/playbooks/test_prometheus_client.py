@@ -178,6 +178,18 @@ def test_a_long_query_is_sent_as_a_post_form(client: PrometheusClient) -> None:
     assert methods == ["POST", "GET"]
 
 
+def test_a_client_of_a_local_server_asks_for_uncompressed_answers(server_url: str) -> None:
+    """By default answers come gzipped (a remote Prometheus: less network); `compress=False` (a served copy on
+    this machine) asks for them plain, which spares the server compressing them, and reads them alike."""
+    encodings = []
+    for compress in (True, False):
+        with PrometheusClient(server_url, compress=compress) as c:
+            c._http.event_hooks["response"] = [lambda r: encodings.append(r.headers.get("content-encoding"))]
+            got = c.query_range("hw_gpu_power_watts", T0, T0 + 3600, 15.0)
+            assert got and len(got[0].values) == 241
+    assert encodings == ["gzip", None]
+
+
 def _dead_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
