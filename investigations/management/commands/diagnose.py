@@ -28,6 +28,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
+from investigations.management import early_serve
 from investigations.management.os_signals import CommandExit as _Exit
 from investigations.management.os_signals import ExitOnSignal, run_command
 from investigations.services import DataSourceError, prometheus_url_check
@@ -174,7 +175,8 @@ class Command(BaseCommand):
             self._phases[phase] = round(time.monotonic() - t0, 3)
 
     def _served(self, tsdb: Path, triage, profile, start, end, playbooks) -> dict:
-        work_root = Path(tempfile.mkdtemp(prefix="stepwise-diagnose-"))
+        # where manage.py started serving it while Django started, else a work root of our own
+        work_root = early_serve.work_root(tsdb) or Path(tempfile.mkdtemp(prefix=early_serve.WORK_ROOT_PREFIX))
         served = None
         t0 = time.monotonic()
         try:
