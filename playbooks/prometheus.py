@@ -9,6 +9,7 @@ Prometheus rejects (HTTP 400/422) is never retried and carries Prometheus's own 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import random
 import re
@@ -117,6 +118,29 @@ def _floats(points: Sequence[Sequence[Any]]) -> tuple[tuple[float, ...], tuple[f
     return tuple(map(float, ts)), values
 
 
+def _headers(hostname: str) -> dict[str, str]:
+    """Return the request headers for a Prometheus at `hostname`.
+
+    On the loopback (a served TSDB copy, an SSH tunnel's local end) a response is asked for uncompressed:
+    bytes cost nothing there, while gzip costs Prometheus about twice the CPU of the query itself (a range
+    query returning 128 series x 481 points: 0.25 s of its CPU for gzip). Elsewhere gzip saves the network.
+    """
+    headers = {"Accept": "application/json"}
+    if _loopback(hostname):
+        headers["Accept-Encoding"] = "identity"
+    return headers
+
+
+def _loopback(hostname: str) -> bool:
+    """Return True when `hostname` is localhost or a loopback address (127.0.0.0/8, ::1)."""
+    if hostname.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
+
+
 class PrometheusClient:
     """Read-only client for one Prometheus server.
 
@@ -137,11 +161,7 @@ class PrometheusClient:
         transport: httpx.BaseTransport | None = None,
         gate: Callable[[], contextlib.AbstractContextManager[float]] | None = None,
         auth: tuple[str, str] | None = None,
-        compress: bool = True,
     ) -> None:
-        """`compress=False` asks for uncompressed answers: for a Prometheus on this machine (a served TSDB copy)
-        gzip costs it more CPU than the JSON it compresses (a 2.6 MB answer: 0.07 s plain, 0.25 s gzipped)
-        and saves no network; a remote one (a URL, a tunnel) keeps gzip."""
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"Prometheus URL must look like http://host:port, got {base_url!r}")
@@ -158,7 +178,7 @@ class PrometheusClient:
             transport=transport,
             # A job's Prometheus is reached directly or through an SSH tunnel, never via an HTTP proxy.
             trust_env=False,
-            headers={"Accept": "application/json", **({} if compress else {"Accept-Encoding": "identity"})},
+            headers=_headers(parts.hostname or ""),
             # Basic-auth credentials are passed apart from the URL, so no message ever shows them.
             auth=auth,
         )

@@ -249,12 +249,7 @@ def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, 
         return PrometheusClient(
             url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT), auth=auth
         ), time_range
-    # A served copy answers on this machine's loopback: uncompressed answers spare its CPU (the tunnel's far
-    # end is another machine: gzip saves its network).
-    local = ds.kind == DataSource.Kind.JOB_TSDB
-    return PrometheusClient(
-        url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT), compress=not local
-    ), time_range
+    return PrometheusClient(url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT)), time_range
 
 
 def datasource_client(ds: DataSource) -> PrometheusClient:
