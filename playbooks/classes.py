@@ -23,7 +23,7 @@ __all__ = ["CLASSES_FILE", "ClassError", "ClassSpec", "load_classes", "parse_cla
 
 CLASSES_FILE = Path(__file__).with_name("classes.toml")
 _KEYS = {"family", "priority", "stops_job", "fallback", "absorbs", "explains", "summary"}
-_FIELDS = {"hosts", "onset", "stall", "gpu", "what", "accused", "odd"}
+_FIELDS = {"hosts", "onset", "stall", "gpu", "what", "accused", "odd", "exporter", "data"}
 
 
 class ClassError(PlaybooksError):

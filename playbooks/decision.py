@@ -378,6 +378,8 @@ def _summary(
         gpu=gpu,
         what=what,
         accused=", ".join(primary.hosts),
+        exporter=primary.extra.get("exporter", "exporter"),
+        data=primary.extra.get("data", "metrics"),
     )
     others = sorted(
         {f.klass for f in findings if SEV_RANK[f.severity] >= 1 and f.klass not in (klass, "healthy")}

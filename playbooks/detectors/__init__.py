@@ -125,7 +125,7 @@ DETECTORS: dict[str, DetectorSpec] = {
             _det_frozen_exporter,
             ("changes per window", "samples per window", "level"),
             variadic=True,
-            params="min_duration alpha level_ratio max_share",
+            params="min_duration alpha level_ratio max_share exporter data",
         ),
         _spec("gaps", _det_gaps, ("samples per host",), ("up",), params="mask ratio min_events min_share"),
         _spec(

@@ -81,7 +81,9 @@ def _det_frozen_exporter(
         )
         for h, (t0, span, chance) in sorted(flagged.items())
     ]
-    return _finding(pb, rule, sorted(flagged), [], min(v[0] for v in flagged.values()), ev)
+    # what froze and whose data it spoils, for the summary
+    named = {k: str(p[k]) for k in ("exporter", "data") if k in p}
+    return _finding(pb, rule, sorted(flagged), [], min(v[0] for v in flagged.values()), ev, **named)
 
 
 def _on(g: Grid, host: str, t: np.ndarray) -> np.ndarray | None:

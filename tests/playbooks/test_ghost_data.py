@@ -2,7 +2,8 @@
 until a restart or the data's last minutes) is found on its host and dated at the freeze, at several scrape
 intervals; healthy jobs under the deployments that repeat values (DCGM's 30 s collection, an exporter that
 comes up late, coarse scrapes) stay healthy. A frozen node_exporter (variant `node_freeze`: its counters
-constant, `up` still 1, the GPU exporter live) is ghost data too. Built by the generator, served by a real Prometheus."""
+constant, `up` still 1, the GPU exporter live) is ghost data too, and the summary names what froze. Built
+by the generator, served by a real Prometheus."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ def test_an_exporter_frozen_for_minutes_is_ghost_data(served_job, profile, seed,
     assert diag["class"] == "monitoring-ghost-data"
     assert [c["host"] for c in diag["culprits"]] == [c["host"] for c in truth["culprits"]]
     assert abs(diag["onset"] - truth["onset"]) <= 1.5 * interval
+    assert "The GPU exporter on " in diag["summary"] and "GPU metrics" in diag["summary"]
 
 
 @pytest.mark.parametrize(("seed", "interval"), [(2, 15.0), (4, 30.0)])
@@ -45,6 +47,9 @@ def test_a_frozen_node_exporter_is_ghost_data(served_job, seed, interval):
     assert abs(diag["onset"] - truth["onset"]) <= 1.5 * interval
     titles = [f["title"] for f in result["findings"] if f["class"] == "monitoring-ghost-data"]
     assert titles and all("node_exporter" in x for x in titles)  # the node_exporter's rule, not the GPU's
+    # the summary says what froze and whose data it spoils: the host's node data, not its GPUs'
+    assert "The node_exporter on " in diag["summary"] and "host metrics" in diag["summary"]
+    assert "GPU" not in diag["summary"].split(" Also seen:")[0]
 
 
 @pytest.mark.parametrize(
