@@ -98,8 +98,13 @@ def test_good_declaration_parses_into_dataclasses():
         ),
         (
             'queries = ["power"]',
-            'queries = ["power", "power", "power", "power", "power", "power"]',
-            "detector 'host_silent' reads 1-5 queries",
+            "queries = []",
+            "detector 'host_silent' reads 1+ queries",
+        ),
+        (
+            'detector = "host_silent"\nqueries = ["power"]',
+            'detector = "step_stall"\nqueries = ["power", "power", "power"]',
+            "detector 'step_stall' reads 1-2 queries",
         ),
         (
             'detector = "host_silent"',
