@@ -166,7 +166,7 @@ def test_classes_are_declarations_checked_at_load():
         ('family = "node"', 'family = "nodes"', "class 'node-death': family 'nodes'"),
         ("priority = 8", "priority = 80", "priority must be an integer"),
         ('absorbs = ["rdma-degradation"]', 'absorbs = ["rdma"]', "absorbs names unknown class(es) rdma"),
-        ("Host {hosts} stopped", "Host {host} stopped", "summary names unknown field(s) host"),
+        ("Host {hosts} died", "Host {host} died", "summary names unknown field(s) host"),
     ]:
         assert old in text
         with pytest.raises(ClassError, match=message.replace("(", r"\(").replace(")", r"\)")):

@@ -128,3 +128,5 @@ def test_one_remapped_row_before_a_host_goes_silent_dates_its_death(served_job, 
     assert _scrapes(result, truth) <= 1.5
     silent = next(f for f in result["findings"] if f["title"].startswith("Host "))
     assert any("correctable errors changed" in e["interpretation"] for e in silent["evidence"])
+    # the summary dates the first sign, not the silence: it does not say the host stopped then
+    assert "died (its first sign at " in diag["summary"]
