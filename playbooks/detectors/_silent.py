@@ -5,9 +5,10 @@ A host that goes silent is a node death; what it reported in the minutes before 
 
 - a GPU fell off the bus: the host reported fewer GPUs than its own usual count up to the silence;
 - a hardware error counter changed (uncorrectable or correctable ECC/RAS, remapped rows, PCIe fatal
-  errors, a new Xid): one change is specific on a host that then died, so one is enough. A host whose
-  counters also changed in the lookback-long stretch before a change trickles errors all along: that
-  change dates nothing.
+  errors, a new Xid): one change is specific on a host that then died, so one is enough. It must be
+  news: the data shows the host's counters still for a lookback-long stretch before it. A host that
+  trickles errors all along, or whose data began too shortly before (a trickle from the job's start looks
+  the same), is not dated by them.
 
 The rule's queries after the four of `host_silent`'s presence: the GPUs reporting per host, then any number
 of hardware error changes per host (one per error family the profile has).
@@ -49,7 +50,7 @@ def _errors_changed(
     grids: list[tuple[str, Grid]], host: str, t_sil: float, lookback: float
 ) -> tuple[float, str] | None:
     """Return (time, which counter) of the host's first hardware-error change within `lookback` seconds
-    before its silence at `t_sil` that follows a lookback-long quiet stretch, or None.
+    before its silence at `t_sil` that follows a lookback-long quiet stretch within the data, or None.
 
     Each grid holds the change of one error family per window ending at its points (NaN or 0: none). A
     change first seen at a point happened after the point before it: it is dated half a step earlier."""
@@ -61,7 +62,7 @@ def _errors_changed(
         changed = np.nan_to_num(row, nan=0.0) > 0
         quiet = max(1, int(round(lookback / max(g.step, 1e-9))))
         for i in np.nonzero(changed & (g.t >= t_sil - lookback) & (g.t <= t_sil))[0]:
-            if not changed[max(0, i - quiet) : i].any():
+            if i >= quiet and not changed[i - quiet : i].any():
                 t = float(g.t[i]) - g.step / 2
                 if best is None or t < best[0]:
                     best = (t, name.replace("_", " "))
