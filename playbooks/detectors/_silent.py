@@ -5,10 +5,10 @@ A host that goes silent is a node death; what it reported in the minutes before 
 
 - a GPU fell off the bus: the host reported fewer GPUs than its own usual count up to the silence;
 - a hardware error counter changed (uncorrectable or correctable ECC/RAS, remapped rows, PCIe fatal
-  errors, a new Xid): one change is specific on a host that then died, so one is enough. It must be
-  news: the data shows the host's counters still for a lookback-long stretch before it. A host that
-  trickles errors all along, or whose data began too shortly before (a trickle from the job's start looks
-  the same), is not dated by them.
+  errors; a hardware Xid is a finding of its own, which the decision takes as the onset): one change is
+  specific on a host that then died, so one is enough. It must be news: the data shows the host's
+  counters still for a lookback-long stretch before it. A host that trickles errors all along, or whose
+  data began too shortly before (a trickle from the job's start looks the same), is not dated by them.
 
 The rule's queries after the four of `host_silent`'s presence: the GPUs reporting per host, then any number
 of hardware error changes per host (one per error family the profile has).
