@@ -219,30 +219,44 @@ def _run_queries(
     return results, errors, _busy(spans)
 
 
+#: what one distinct query returned: {(promql, kind, start, end, step): ("ok", result) or ("error", text)}
+_Answers = dict[tuple[object, ...], tuple[str, Any]]
+
+
 def _run_unique(
-    client: PrometheusClient, plans: Sequence[PlaybookPlan], *, concurrency: int
+    client: PrometheusClient,
+    plans: Sequence[PlaybookPlan],
+    *,
+    concurrency: int,
+    answers: _Answers | None = None,
 ) -> tuple[dict[str, Any], dict[str, str], float]:
     """Run every plan's queries, each distinct PromQL (over the same grid) once, whatever its names.
 
     Playbooks share queries under their own names (`runnable` and `procs_running` read the same series):
-    the result of one run is given to every name. Returns (results, errors, busy seconds) by query name;
-    raises PrometheusUnreachable when every query failed.
+    the result of one run is given to every name. `answers` (filled in) keeps what earlier calls ran, which
+    is not run again. Returns (results, errors, busy seconds) by query name; raises PrometheusUnreachable
+    when every query of this call failed.
     """
+    answers = {} if answers is None else answers
     unique: dict[tuple[object, ...], PlannedQuery] = {}
     names: dict[str, tuple[object, ...]] = {}
     for p in plans:
         for q in p.queries:
-            key = (q.promql, q.kind, q.start, q.end, q.step)
-            unique.setdefault(key, q)
+            key: tuple[object, ...] = (q.promql, q.kind, q.start, q.end, q.step)
+            if key not in answers:
+                unique.setdefault(key, q)
             names[q.name] = key
     ran, failed, busy_s = _run_queries(
         client, list(unique.values()), concurrency=concurrency, should_cancel=None, on_query_done=None
     )
-    if unique and len(failed) == len(unique):
-        raise PrometheusUnreachable(f"every diagnosis query failed, e.g. {next(iter(failed.values()))}")
-    first = {key: q.name for key, q in unique.items()}
-    results = {n: ran[first[k]] for n, k in names.items() if first[k] in ran}
-    errors = {n: failed[first[k]] for n, k in names.items() if first[k] in failed}
+    for k, q in unique.items():
+        answers[k] = ("ok", ran[q.name]) if q.name in ran else ("error", failed[q.name])
+    if names and all(answers[k][0] == "error" for k in names.values()):
+        raise PrometheusUnreachable(
+            f"every diagnosis query failed, e.g. {answers[next(iter(names.values()))][1]}"
+        )
+    results = {n: answers[k][1] for n, k in names.items() if answers[k][0] == "ok"}
+    errors = {n: answers[k][1] for n, k in names.items() if answers[k][0] == "error"}
     return results, errors, busy_s
 
 
@@ -416,7 +430,7 @@ def _job(triage: Mapping[str, Any] | None) -> dict[str, Any]:
 def run_diagnosis(
     client: PrometheusClient,
     *,
-    triage: dict[str, Any] | None = None,
+    triage: dict[str, Any] | Callable[[], dict[str, Any] | None] | None = None,
     profile: str = "auto",
     start: float | None = None,
     end: float | None = None,
@@ -433,7 +447,8 @@ def run_diagnosis(
     choice when the labels do not name the GPUs (see discover_source). `source`, when given, is what
     `discover_source` already found (a caller that discovers while the log is being triaged); `phases`, when
     given, receives the seconds spent discovering, querying and deciding (`discovery_s`, `queries_s`,
-    `decision_s`).
+    `decision_s`). `triage` may be a function that waits for the log's triage: the queries that do not
+    depend on the log (all but those placing the log's hosts) then run before it is called.
     """
     t0 = time.monotonic()
     req0 = client.stats.requests
@@ -441,8 +456,16 @@ def run_diagnosis(
     if source is None:
         source = discover_source(client, profile=profile, time_range=time_range, gpu_model=gpu_model)
     discovery_s = time.monotonic() - t0
-    plans = plan(source, triage=triage, playbooks=playbooks, start=start, end=end)
-    results, errors, busy_s = _run_unique(client, plans, concurrency=concurrency)
+    answers: _Answers = {}
+    busy_s = 0.0
+    if callable(triage):
+        # the log's triage only adds queries and sets windows: what every plan reads does not wait for it
+        early = plan(source, triage=None, playbooks=playbooks, start=start, end=end)
+        busy_s = _run_unique(client, early, concurrency=concurrency, answers=answers)[2]
+    log = triage() if callable(triage) else triage
+    plans = plan(source, triage=log, playbooks=playbooks, start=start, end=end)
+    results, errors, more_s = _run_unique(client, plans, concurrency=concurrency, answers=answers)
+    busy_s += more_s
     t_decide = time.monotonic()
     outputs = [
         PlaybookOutput(
@@ -453,7 +476,7 @@ def run_diagnosis(
         )
         for p in plans
     ]
-    decided = decide(source, outputs, triage=triage)
+    decided = decide(source, outputs, triage=log)
     if phases is not None:
         if discovered:
             phases["discovery_s"] = round(discovery_s, 3)
@@ -463,7 +486,7 @@ def run_diagnosis(
     tr = source.time_range or (0.0, 0.0)
     findings = [{k: v for k, v in f.items() if k != "rule"} for f in decided["findings"]]
     return {
-        "job": _job(triage),
+        "job": _job(log),
         "source": {
             "url": source.url,
             "profile": source.profile,

@@ -9,6 +9,7 @@ Prometheus rejects (HTTP 400/422) is never retried and carries Prometheus's own 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import random
 import re
@@ -117,6 +118,29 @@ def _floats(points: Sequence[Sequence[Any]]) -> tuple[tuple[float, ...], tuple[f
     return tuple(map(float, ts)), values
 
 
+def _headers(hostname: str) -> dict[str, str]:
+    """Return the request headers for a Prometheus at `hostname`.
+
+    On the loopback (a served TSDB copy, an SSH tunnel's local end) a response is asked for uncompressed:
+    bytes cost nothing there, while gzip costs Prometheus about twice the CPU of the query itself (a range
+    query returning 128 series x 481 points: 0.25 s of its CPU for gzip). Elsewhere gzip saves the network.
+    """
+    headers = {"Accept": "application/json"}
+    if _loopback(hostname):
+        headers["Accept-Encoding"] = "identity"
+    return headers
+
+
+def _loopback(hostname: str) -> bool:
+    """Return True when `hostname` is localhost or a loopback address (127.0.0.0/8, ::1)."""
+    if hostname.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
+
+
 class PrometheusClient:
     """Read-only client for one Prometheus server.
 
@@ -154,7 +178,7 @@ class PrometheusClient:
             transport=transport,
             # A job's Prometheus is reached directly or through an SSH tunnel, never via an HTTP proxy.
             trust_env=False,
-            headers={"Accept": "application/json"},
+            headers=_headers(parts.hostname or ""),
             # Basic-auth credentials are passed apart from the URL, so no message ever shows them.
             auth=auth,
         )

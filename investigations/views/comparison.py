@@ -79,9 +79,15 @@ def _delta(name: str, ref: Any, value: Any, delta: Any) -> str:
     return delta_text({"name": name, "values": [ref, value], "delta_pct": delta})
 
 
-def _metric_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _job_id(ids: list[str], i: int) -> str:
+    """Return the id of the comparison's i-th job, as its column names it."""
+    return ids[i] if i < len(ids) else f"job {i + 1}"
+
+
+def _metric_rows(result: dict[str, Any], ids: list[str]) -> list[dict[str, Any]]:
     """Return the metric table: each job's value by name and unit, its change against the reference
-    (with three or more jobs, each compared pair's), and the primary's pair's delta and likely cause."""
+    (with three or more jobs, each compared pair's), and the primary's pair's delta and likely cause.
+    A cell carries its job's id (`ids`, the columns'): a phone shows it before the value."""
     comparison = result.get("comparison") or {}
     ref = int(comparison.get("baseline") or 0)
     pairs = result.get("pairs") or []
@@ -101,9 +107,10 @@ def _metric_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "name": name,
                 "label": meta["label"],
                 "values": [format_value(v, meta["unit"]) for v in values],
-                # (value, its change against the reference: shown when more than one pair was compared)
+                # (job id, value, its change against the reference: shown when more than one pair was compared)
                 "cells": [
                     (
+                        _job_id(ids, i),
                         format_value(v, meta["unit"]),
                         _delta(name, values[ref], v, deltas[i])
                         if len(pairs) > 1 and i != ref and i < len(deltas)
@@ -149,6 +156,7 @@ def _region_context(investigation: Investigation, **extra: Any) -> dict[str, Any
         diagnosis["onset_utc"] = utc(diagnosis.get("onset"))
     comparison = result.get("comparison") or {}
     columns = _columns(overview, decided, result) if result else []
+    ids = [col["id"] for col in columns]
     for finding in overview["findings"]:
         finding.onset_utc = utc(finding.onset)
     return {
@@ -161,10 +169,13 @@ def _region_context(investigation: Investigation, **extra: Any) -> dict[str, Any
             "pairs": _pair_rows(result, columns),
             "overlap": comparison.get("overlap_steps"),
             "config_rows": [
-                {"key": key, "values": ["—" if v is None else v for v in values]}
+                {
+                    "key": key,
+                    "values": [(_job_id(ids, i), "—" if v is None else v) for i, v in enumerate(values)],
+                }
                 for key, values in sorted((comparison.get("config_diff") or {}).items())
             ],
-            "metrics": _metric_rows(result),
+            "metrics": _metric_rows(result, ids),
             "diagnosis": diagnosis or None,
             "timings": result.get("timings") or {},
             "timeline_url": _timeline_url(investigation, decided, result),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,10 @@ DEFAULT_TOPK = 3
 #: wide (the page's 1,200 px column less its padding and the y-axis), one point per 2 px; zooming in
 #: lowers the step down to the scrape interval.
 QUERY_POINTS = 540
-#: Points of the grid the outlier score is computed on.
+#: Points of the grid the outlier score is computed on: every device's value there is fetched raw (one
+#: selector pass, 1,024 GPUs x 121 points is 124,000 samples) and each device's largest deviation from the
+#: median is taken on the server, instead of a PromQL subquery evaluating a quantile over every series at
+#: every grid point (as costly as the band itself at 1,024 GPUs).
 SCORE_POINTS = 150
 #: A band whose per-device expression is computed (a counter's rate, a per-device aggregation) is fetched
 #: once, one series per device, and split on the server into its min / median / max, the outlier scores and
@@ -28,10 +32,11 @@ SCORE_POINTS = 150
 SPLIT_MAX_SAMPLES = 150_000
 
 
-def query_step(ctx: TimelineContext, start: float, end: float, series: int = 1) -> float:
-    """Return the query step of a range: at most QUERY_POINTS points, never finer than the scrape interval,
+def query_step(
+    ctx: TimelineContext, start: float, end: float, series: int = 1, points: int = QUERY_POINTS
+) -> float:
+    """Return the query step of a range: at most `points` points, never finer than the scrape interval,
     and at most `ctx.max_samples` samples over `series` series (the source's budget per query)."""
-    points = QUERY_POINTS
     if ctx.max_samples and series > 0:
         points = max(2, min(points, ctx.max_samples // series))
     return choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=points)
@@ -58,10 +63,11 @@ class PanelPlan:
         mode: "single", "lines", "band" or "unavailable".
         queries: role -> PromQL. Range queries: "line" (every series), "band" (min, median and max joined
             by a `stat` label), "devices" (a band's every device, split on the server instead of "band" and
-            "score"), "hosts" (every series of the selected hosts). Instant query at the range's end:
-            "score" (every series' largest deviation from the median over the range: one number a series,
-            from which the top-k and the typical score are taken in Python).
+            "score"), "hosts" (every series of the selected hosts), "score" (every device's series raw on
+            the score's coarser grid, `score_grid`: each one's largest deviation from the median there, the
+            top-k and the typical score are taken from it in Python).
         step: the range queries' step in seconds.
+        score_step: the step of the score's grid (`score_grid`), coarser than `step`.
         expr: the PromQL the outliers are fetched from, by label.
         labels: the labels of its series: normalised ("host", "gpu"), or in band mode the exporter's own
             labels when normalising them would cost a label_replace per series and step.
@@ -78,6 +84,14 @@ class PanelPlan:
     labels: tuple[str, ...] = ()
     rename: tuple[tuple[str, str], ...] = ()
     bare: bool = False
+    score_step: float = 0.0
+
+
+def score_grid(start: float, end: float, step: float) -> tuple[float, float]:
+    """Return (first, last) time of the score's grid: the multiples of `step` in [start, end], where a PromQL
+    subquery `[end - start:step]` evaluated at `end` would put them (one time, `end`, for a shorter range)."""
+    first, last = math.ceil(start / step) * step, math.floor(end / step) * step
+    return (first, last) if first <= last else (end, end)
 
 
 def panel_queries(
@@ -146,9 +160,9 @@ def panel_queries(
         f'label_replace(quantile(0.5, {x}), "stat", "median", "", "") or '
         f'label_replace(max({hi}), "stat", "max", "", "")'
     )
-    res = choose_step(start, end, min_step=step, max_points=SCORE_POINTS)
-    span = _fmt_seconds(end - start)
-    # One number a series (1,024 at most a panel): the top-k and the typical score (which an outlier must
-    # stand out from) are both taken from it in Python, so Prometheus evaluates the deviation once.
-    score = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{span}:{_fmt_seconds(res)}])"
-    return PanelPlan(spec, "band", {"band": band, "score": score, **queries}, step, x, raw, rename, bare)
+    # Every device raw on a coarser grid: the median, each device's largest deviation from it, the top-k and
+    # the typical score (which an outlier must stand out from) are taken in Python, so Prometheus reads the
+    # series once and runs no quantile per grid point.
+    res = max(step, query_step(ctx, start, end, ctx.series_count(spec), SCORE_POINTS))
+    queries = {"band": band, "score": x, **queries}
+    return PanelPlan(spec, "band", queries, step, x, raw, rename, bare, score_step=res)

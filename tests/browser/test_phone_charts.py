@@ -1,7 +1,8 @@
 """Charts on a 390 px phone, in a real browser: the chart toolbar (Plotly's mode bar) never covers a panel's
 title or its marks' labels; the x-axis's tick labels (the day written under the first tick of a time axis)
 stay whole, inside the chart and clear of the legend; the plot area keeps a readable height; and a
-comparison of two jobs stays compact: a metric row with its likely cause is a few lines tall, and a row of
+comparison of two jobs stays compact: a metric row with its likely cause is a few lines tall and the table
+reads down the screen (it scrolled sideways, the jobs' values off the screen), and a row of
 small multiples (two jobs stacked) fits about half the screen. On a touch screen a finger drawn over a
 chart scrolls the page instead of zooming the chart."""
 
@@ -79,6 +80,8 @@ def test_on_a_phone_a_comparison_stays_compact(browser, stepwise_app, job_factor
             "() => [...document.querySelectorAll('#comparison tr.comparison-metric')].map(r => r.offsetHeight)"
         )
         assert max(heights) <= 150, heights  # its likely cause was a column of single words (400 px)
+        metrics = page.locator("#comparison table.comparison-metrics")
+        assert metrics.evaluate("t => t.scrollWidth <= t.clientWidth + 1"), "it scrolls sideways"
         assert page.evaluate("document.scrollingElement.scrollWidth") <= PHONE["width"]
         _aligned(page, ids)
         row = page.get_by_test_id("sm-row-step_time").bounding_box()

@@ -160,6 +160,16 @@ def test_a_served_url_with_the_log_diagnoses(served_job):
     assert client.ready()
 
 
+def test_a_copy_served_while_django_starts_is_stopped_when_the_command_refuses(job_factory):
+    """manage.py starts serving --job-dir before Django; arguments the command then refuses (exit 2 before
+    it serves anything) leave no server and no work root behind."""
+    job_dir, _ = job_factory("healthy")
+    proc = _run("--job-dir", str(job_dir), "--profile", "intel")
+    assert proc.returncode == 2 and "unknown profile" in proc.stderr
+    assert _servers() == []
+    assert list(Path(WORK_ROOT_PREFIX).parent.glob("stepwise-diagnose-*")) == []
+
+
 def test_sigterm_stops_the_served_copy(job_factory):
     """SIGTERM while diagnosing still stops the Prometheus the command started."""
     job_dir, _ = job_factory("healthy")

@@ -84,6 +84,26 @@ def test_first_sustained(mask, length, fraction, expected):
     assert first_sustained(np.array(mask, bool), length, fraction) == expected
 
 
+def test_grid_row_returns_the_first_row_with_those_labels():
+    """row() by host, by host and GPU, missing labels, and the grid read from a stored result with gaps."""
+    g = _grid({("a", "0"): np.full(N, 1.0), ("a", "1"): np.full(N, 2.0), ("b", None): np.full(N, 3.0)})
+    assert g.row(host="a")[0] == 1.0
+    assert g.row(host="a", gpu="1")[0] == 2.0
+    assert g.row(gpu="1", host="a")[0] == 2.0
+    assert g.row(host="b")[0] == 3.0
+    assert g.row(host="b", gpu="0") is None
+    assert g.row(host="c") is None
+    assert g.row(host="a")[0] == 1.0  # asked again (the index is kept)
+    stored = {
+        "start": NOW,
+        "step": STEP,
+        "n": 3,
+        "series": [{"labels": {"host": "a"}, "values": [1.0, None, 3]}],
+    }
+    row = Grid.from_result(stored).row(host="a")
+    assert row is not None and row[0] == 1.0 and np.isnan(row[1]) and row[2] == 3.0
+
+
 def test_walk_back_stops_at_the_baseline():
     """walk_back returns where the series left its baseline, skipping missing values."""
     x = np.array([1, 1, 1, 2, np.nan, 5, 9, 9], dtype=float)

@@ -150,6 +150,29 @@ def test_an_xid_is_placed_on_the_gpu_at_its_pci_bus(served_job, profile, smi, bu
     assert result["diagnosis"]["culprits"] == [{"host": truth["hosts"][1], "gpu": gpu}]
 
 
+def test_a_triage_waited_for_after_the_first_queries_gives_the_same_diagnosis(served_job):
+    """run_diagnosis(triage=fn) (the command, while the log is being triaged): the queries the log does not
+    change run first, fn() is called once after them, then what the log adds (the Xid host's PCI buses)."""
+
+    def extra(tr, near):
+        t = tr["data_range"][1] - 30
+        return [f"{_syslog(t)} {tr['hosts'][1]} kernel: NVRM: Xid (PCI:0000:38:00): 79, pid=1, name=python3"]
+
+    _, result, truth, triage = _diagnose(served_job, "healthy", 1, "nvidia", extra)
+    client, _, _ = served_job("healthy", 1, "nvidia")
+    before, asked = client.stats.requests, []
+
+    def later():
+        asked.append(client.stats.requests - before)
+        return triage
+
+    lazy = run_diagnosis(client, triage=later)
+    assert len(asked) == 1 and asked[0] >= 20
+    assert lazy["diagnosis"] == result["diagnosis"] and lazy["findings"] == result["findings"]
+    assert lazy["diagnosis"]["culprits"] == [{"host": truth["hosts"][1], "gpu": "2"}]
+    assert lazy["timings"]["queries"] == result["timings"]["queries"]
+
+
 # ------------------------------------------------------------------------------ the weighing, hand-made findings
 
 

@@ -226,6 +226,44 @@ def test_a_5xx_is_retried_until_success() -> None:
     assert len(seen) == 2
 
 
+class _Recording(httpx.HTTPTransport):
+    """The real transport to the real server, keeping each response's headers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encodings: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        self.encodings.append(response.headers.get("content-encoding"))
+        return response
+
+
+def test_a_loopback_server_answers_uncompressed(server_url: str) -> None:
+    """On the loopback the client asks for identity: Prometheus spends no CPU on gzip, the answer is the same."""
+    transport = _Recording()
+    with PrometheusClient(server_url, transport=transport) as c:
+        (series,) = c.query_range('hw_net_rx_bytes_total{host="node-1"}', T0, T0 + 3600, 60)
+    assert transport.encodings == [None]
+    assert series.values[-1] == 3600 * 1e6
+    with httpx.Client() as plain:  # what httpx asks for by default, which Prometheus honours
+        default = plain.get(f"{server_url}/api/v1/query", params={"query": "hw_gpu_power_watts"})
+    assert default.headers.get("content-encoding") == "gzip"
+
+
+@pytest.mark.parametrize(
+    ("url", "encoding"),
+    [("http://127.0.0.1:9090", "identity"), ("http://localhost:9090", "identity"), ("http://[::1]:9090", "identity"),
+     ("http://prom.example:9090", "gzip"), ("http://10.1.2.3:9090", "gzip")],
+)  # fmt: skip
+def test_compression_is_asked_for_off_the_loopback_only(url: str, encoding: str) -> None:
+    """A remote Prometheus is asked for gzip (the network is the cost there), a loopback one for identity."""
+    transport, seen = _sequence_transport([httpx.Response(200, json=OK_VECTOR)])
+    with PrometheusClient(url, retries=1, transport=transport) as c:
+        c.query("up")
+    assert encoding in seen[0].headers["accept-encoding"]
+
+
 def test_a_persistent_5xx_becomes_a_bad_response() -> None:
     """HTTP 502 on every attempt raises PrometheusBadResponse after all attempts."""
     transport, seen = _sequence_transport([httpx.Response(502, text="<html>bad gateway</html>")])

@@ -355,7 +355,9 @@ def test_a_taken_port_makes_it_try_another(blocks_dir: Path, tmp_path: Path, mon
     try:
         with served(blocks_dir, tmp_path / "work") as server:
             assert server.port != busy
-            assert len(calls) == 2
+            # It tried another port after the taken one (more than one more when a port it found free was
+            # taken in turn by another process before Prometheus bound it: the same retry at work).
+            assert calls[0] == 19190 and len(calls) >= 2
     finally:
         taken.close()
 

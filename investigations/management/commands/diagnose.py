@@ -18,6 +18,7 @@ healthy. A restored job diagnosed on its own is judged against a prior on runnab
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import sys
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
+from investigations.management import early_serve
 from investigations.management.os_signals import CommandExit as _Exit
 from investigations.management.os_signals import ExitOnSignal, run_command
 from investigations.services import DataSourceError, prometheus_url_check
@@ -166,6 +168,16 @@ class Command(BaseCommand):
             end = log_end if end is None else end
         return self._run(url, triage, opts["profile"], start, end, playbooks)
 
+    def _triaged(self, pending: Future) -> dict:
+        """Return the triage of the job's log as a dict once it is done (exit 2 when the log is unreadable)."""
+        t0 = time.monotonic()
+        try:
+            triage = pending.result().to_dict()
+        except TriageError as exc:
+            raise _Exit(2, str(exc)) from exc
+        self._phases["triage_wait_s"] = round(time.monotonic() - t0, 3)
+        return triage
+
     def _timed(self, phase: str, fn, *args):
         t0 = time.monotonic()
         try:
@@ -174,7 +186,8 @@ class Command(BaseCommand):
             self._phases[phase] = round(time.monotonic() - t0, 3)
 
     def _served(self, tsdb: Path, triage, profile, start, end, playbooks) -> dict:
-        work_root = Path(tempfile.mkdtemp(prefix="stepwise-diagnose-"))
+        # where manage.py started serving it while Django started, else a work root of our own
+        work_root = early_serve.work_root(tsdb) or Path(tempfile.mkdtemp(prefix=early_serve.WORK_ROOT_PREFIX))
         served = None
         t0 = time.monotonic()
         try:
@@ -204,7 +217,8 @@ class Command(BaseCommand):
                 shutil.rmtree(work_root, ignore_errors=True)
 
     def _run(self, url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
-        """Discover the source, wait for the triage (a dict, a Future of a Triage, or None), diagnose."""
+        """Discover the source, diagnose; the triage (a dict, a Future of a Triage, or None) is waited for once
+        the queries that do not depend on the log have run."""
         with PrometheusClient(url, timeout=60.0, retries=2, backoff=0.2) as client:
             try:
                 t0, req0 = time.monotonic(), client.stats.requests
@@ -214,12 +228,8 @@ class Command(BaseCommand):
                 self._phases["discovery_s"] = round(time.monotonic() - t0, 3)
                 discovered_requests = client.stats.requests - req0
                 if isinstance(triage, Future):
-                    t0 = time.monotonic()
-                    try:
-                        triage = triage.result().to_dict()
-                    except TriageError as exc:
-                        raise _Exit(2, str(exc)) from exc
-                    self._phases["triage_wait_s"] = round(time.monotonic() - t0, 3)
+                    # the queries that do not depend on the log run while it is being triaged
+                    triage = functools.partial(self._triaged, triage)
                 result = run_diagnosis(
                     client,
                     triage=triage,
