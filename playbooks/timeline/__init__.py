@@ -55,6 +55,7 @@ from .figure import (
     axis_range,
     figure_build,
     minmax_downsample,
+    points_for_width,
     zone_name,
 )
 from .panels import (
@@ -117,6 +118,7 @@ __all__ = [
     "panel_queries",
     "panels_fetch",
     "parse_panels",
+    "points_for_width",
     "query_step",
     "step_window",
     "zone_name",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from playbooks.prometheus import choose_step
 
@@ -17,8 +17,13 @@ DEFAULT_MAX_LINES = 16
 DEFAULT_TOPK = 3
 #: Points per series asked of Prometheus, matched to the pixels drawn: a panel's plot is about 1,080 px
 #: wide (the page's 1,200 px column less its padding and the y-axis), one point per 2 px; zooming in
-#: lowers the step down to the scrape interval.
+#: lowers the step down to the scrape interval. A page that says how wide its plots are (`w`, a narrower
+#: window) asks for fewer (`points_for_width`), never more.
 QUERY_POINTS = 540
+#: Pixels a point: a band or a line drawn at one point per 2 px shows all that the screen can.
+PX_PER_POINT = 2
+#: Fewest points a panel is asked for, however narrow.
+MIN_POINTS = 50
 #: Points of the grid the outlier score is computed on: every device's value there is fetched raw (one
 #: selector pass, 1,024 GPUs x 121 points is 124,000 samples) and each device's largest deviation from the
 #: median is taken on the server, instead of a PromQL subquery evaluating a quantile over every series at
@@ -36,7 +41,9 @@ def query_step(
     ctx: TimelineContext, start: float, end: float, series: int = 1, points: int = QUERY_POINTS
 ) -> float:
     """Return the query step of a range: at most `points` points, never finer than the scrape interval,
-    and at most `ctx.max_samples` samples over `series` series (the source's budget per query)."""
+    and at most `ctx.max_samples` samples over `series` series (the source's budget per query); never more
+    than the view's plots can show (`ctx.points`)."""
+    points = min(points, ctx.points) if ctx.points else points
     if ctx.max_samples and series > 0:
         points = max(2, min(points, ctx.max_samples // series))
     return choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=points)
@@ -45,7 +52,7 @@ def query_step(
 def budget_note(ctx: TimelineContext, start: float, end: float, series: int) -> str:
     """Return what a panel says when the samples budget made its step coarser, else ""."""
     step = query_step(ctx, start, end, series)
-    free = choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=QUERY_POINTS)
+    free = query_step(replace(ctx, max_samples=0), start, end, series)
     if step <= free:
         return ""
     return (
