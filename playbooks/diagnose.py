@@ -15,6 +15,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from ._diagnose_types import (
 )
 from .analysis import Finding, build_context, decide_diagnosis, evaluate
 from .context import Timeline
+from .hostnames import canonical_names, rename_outputs, same_host
 from .loader import load_playbooks
 from .log_evidence import hw_xid_hosts
 from .model import Playbook
@@ -308,6 +310,7 @@ def decide(
     """Return {"diagnosis": {...}, "findings": [...]} from the playbooks' outputs (each finding has a "rule")."""
     every = load_playbooks()
     ran = [every[o.name] for o in outputs if o.name in every]
+    source, outputs = named_once(source, outputs, triage)
     with warnings.catch_warnings():
         # medians over all-NaN columns (an instant where a host has no data) are expected to be NaN
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -354,6 +357,19 @@ def decide(
     }
 
 
+def named_once(
+    source: SourceInfo, outputs: Sequence[PlaybookOutput], triage: Mapping[str, Any] | None
+) -> tuple[SourceInfo, list[PlaybookOutput]]:
+    """Return the source and outputs with each host under its one name (the log's, else the shortest an
+    exporter gives it; see playbooks.hostnames), so that every finding and culprit names it alike."""
+    names = canonical_names(source.hosts, [str(n) for n in (triage or {}).get("nodes") or []])
+    if not names:
+        return source, list(outputs)
+    hosts = tuple(sorted({names.get(h, h) for h in source.hosts}))
+    renamed = [replace(o, results=rename_outputs(o.results, names)) for o in outputs]
+    return replace(source, hosts=hosts), renamed
+
+
 def _source_mismatch(source: SourceInfo, tl: Timeline, triage: Mapping[str, Any] | None) -> str:
     """Return why the TSDB may not be this job's (hosts or last step disagree with the log), or "".
 
@@ -365,16 +381,12 @@ def _source_mismatch(source: SourceInfo, tl: Timeline, triage: Mapping[str, Any]
     nodes = [str(n) for n in triage.get("nodes") or []]
     hosts = list(source.hosts)
     if nodes and hosts:
-
-        def same(a: str, b: str) -> bool:
-            return a == b or a.startswith(b + ".") or b.startswith(a + ".")
-
-        if not any(same(n, h) for n in nodes for h in hosts):
+        if not any(same_host(n, h) for n in nodes for h in hosts):
             return (
                 f"the log's nodes ({', '.join(nodes[:4])}...) are not among the TSDB's hosts "
                 f"({', '.join(hosts[:4])}...): this may be another job's Prometheus."
             )
-        covered = sum(1 for n in nodes if any(same(n, h) for h in hosts))
+        covered = sum(1 for n in nodes if any(same_host(n, h) for h in hosts))
         if covered < 0.5 * len(nodes):
             return (
                 f"the TSDB holds data for only {covered} of the log's {len(nodes)} nodes: it is incomplete "

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .context import Context, Finding, triage_get
+from .hostnames import short_name
 from .triage import HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence", "hw_xid_hosts"]
@@ -80,8 +81,8 @@ def _tsdb_host(host: str, known: Sequence[str]) -> str:
     """Return the TSDB's name of a log's host (the same name, or the same short name), else the log's."""
     if host in known:
         return host
-    short = host.split(".")[0]
-    return next((h for h in known if h.split(".")[0] == short), host)
+    short = short_name(host)
+    return next((h for h in known if short_name(h) == short), host)
 
 
 def _evidence(e: Mapping[str, Any], meaning: str) -> dict[str, Any]:

@@ -44,6 +44,9 @@ class Exporters:
         counter_noise: background RDMA retransmits/ACK timeouts: a few to tens of packets on ~1 % of
             scrapes per NIC, on every host.
         host_domain: relabelled hosts: every host name gets this DNS suffix (log, TSDB and truth alike).
+        node_domain: node_exporter alone knows the hosts by their FQDN (this DNS suffix): it is scraped at
+            `host.domain:9100` and node_uname_info's nodename is the FQDN, while the scheduler and the GPU
+            exporter's host label use the short name (the truth's).
         prefix: AMD device-metrics-exporter field prefix ("amd_").
         noisy_host: one host's NIC retransmits a few packets on one scrape in ten for the whole job: a
             harmless trickle (no change point, a negligible share of its traffic), stronger than the others'.
@@ -65,6 +68,7 @@ class Exporters:
     hostname_change: bool = False
     counter_noise: bool = False
     host_domain: str = ""
+    node_domain: str = ""
     prefix: str = ""
     step_poll_s: float = 0.0
     noisy_host: bool = False
@@ -137,6 +141,7 @@ class Exporters:
 PERTURBATIONS: dict[str, dict[str, Any]] = {
     "plain": {},
     "relabelled-hosts": {"host_domain": ".cluster.internal"},
+    "fqdn-node-exporter": {"node_domain": ".cluster.internal"},
     "renamed-jobs": {"node_job": "prometheus-node-exporter", "gpu_job": "gpu-metrics"},
     "kubernetes": {"kubernetes": True, "node_by_address": True, "gpu_host_label": "hostname"},
     "no-hostname": {"gpu_host_label": ""},

@@ -52,7 +52,8 @@ class _Layout:
         self.job, self.ex = job, ex
         K = job.nodes
         self.node_inst = [
-            f"{_ip(job, h)}:9100" if ex.node_by_address else f"{job.hosts[h]}:9100" for h in range(K)
+            f"{_ip(job, h)}:9100" if ex.node_by_address else f"{job.hosts[h]}{ex.node_domain}:9100"
+            for h in range(K)
         ]
         gpu_port = 9400 if ex.gpu == "dcgm" else 5000
         self.gpu_inst = [f"{_pod_ip(job, h) if ex.kubernetes else _ip(job, h)}:{gpu_port}" for h in range(K)]
@@ -224,7 +225,7 @@ def _node(lay: _Layout) -> Iterator[Item]:
         lab = lay.node_labels(h) | {
             "domainname": "(none)",
             "machine": "x86_64",
-            "nodename": job.hosts[h],
+            "nodename": job.hosts[h] + lay.ex.node_domain,
             "release": "5.15.0-119-generic",
             "sysname": "Linux",
             "version": "#129-Ubuntu SMP",

@@ -154,3 +154,17 @@ def test_timeline_bands_name_hosts_as_the_diagnosis_does(served_job, view_root, 
     assert panel.mode == "band", panel.message
     named = {o["host"] for o in panel.outliers}
     assert named and named <= set(truth["hosts"]), named
+
+
+@pytest.mark.parametrize("scenario", ["host-oom", "thermal-straggler"])
+def test_a_host_node_exporter_knows_by_its_fqdn_keeps_its_one_name(served_job, view_root, scenario):
+    """node_exporter scraped at `gpu-N.cluster.internal:9100` (uname: the FQDN), DCGM and the scheduler say
+    `gpu-N`: the culprit and every finding name the host once, by the scheduler's name."""
+    result, truth, _ = _diagnose(
+        served_job, view_root, scenario, "nvidia", Exporters(node_domain=".cluster.internal")
+    )
+    assert any(h.endswith(".cluster.internal") for h in result["source"]["hosts"]), "the TSDB holds FQDNs"
+    _verdict_holds(result, truth)
+    named = {h for f in result["findings"] for h in f["hosts"]}
+    named |= {e["labels"]["host"] for f in result["findings"] for e in f["evidence"] if "host" in e["labels"]}
+    assert named <= set(truth["hosts"]), sorted(named - set(truth["hosts"]))
