@@ -95,7 +95,6 @@ def make_plan(seed: int, index: int, cls: str, small: bool) -> Plan:
         plan.story.append(
             "herring: torchrun elastic restart of all ranks, steps go back to the last checkpoint"
         )
-    plan.story += _log_traits(plan)
     if cls == "collective-hang" and index % 3 == 0:
         plan.extra["pre_step"] = True
     return plan
@@ -118,6 +117,7 @@ def build_case(plan: Plan, out: Path, apply_story: Callable[[Sim], list] | None 
     """Walk the plan into a job directory; returns its truth."""
     _, prep, apply = STORIES[plan.cls] if plan.cls in STORIES else STORIES["healthy"]
     prep(plan)
+    plan.story += _log_traits(plan)
     tl = simulate(plan)
     sim = Sim(plan, tl)
     events = (apply_story or apply)(sim)
