@@ -167,9 +167,12 @@
     var gen = (el._gen || 0) + 1;
     el._gen = gen;
     el.dataset.loading = "1";
+    // The panel's width: the server asks Prometheus for no more points than it can show (2 px a point).
+    var width = Math.round(plot.clientWidth || 0);
+    var more = Object.assign(width ? { w: String(width) } : {}, extra || {});
     var url = el.dataset.panel === "promql"
-      ? region.dataset.promqlUrl + "?" + VIEW.params(region, st, Object.assign({ q: st.promql }, extra || {}))
-      : region.dataset.panelUrl.replace("PANEL", el.dataset.panel) + "?" + VIEW.params(region, st, extra);
+      ? region.dataset.promqlUrl + "?" + VIEW.params(region, st, Object.assign({ q: st.promql }, more))
+      : region.dataset.panelUrl.replace("PANEL", el.dataset.panel) + "?" + VIEW.params(region, st, more);
     return fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (r) {
         return r.json().then(function (body) {

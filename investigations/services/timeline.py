@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from django.conf import settings
@@ -74,13 +75,17 @@ def _triage(job: Job | None) -> dict[str, Any]:
 
 
 def _panel_keys(
-    session: TimelineSession, keys: Sequence[str], max_lines: int, hosts: Sequence[str]
+    session: TimelineSession,
+    keys: Sequence[str],
+    max_lines: int,
+    hosts: Sequence[str],
+    ctx: tl.TimelineContext | None = None,
 ) -> dict[str, str]:
     """Return {panel: its cache key}: the source's identity and the exact queries, range and step."""
     out = {}
     for key in keys:
         plan = tl.panel_queries(
-            tl.PANELS[key], session.ctx, session.start, session.end, max_lines=max_lines, hosts=hosts
+            tl.PANELS[key], ctx or session.ctx, session.start, session.end, max_lines=max_lines, hosts=hosts
         )
         queries = sorted(plan.queries.items())
         out[key] = panel_cache.result_key(
@@ -93,9 +98,19 @@ def _cached(
     session: TimelineSession, keys: Sequence[str], max_lines: int, hosts: Sequence[str]
 ) -> tuple[dict[str, str], dict[str, Any], list[str]]:
     """Return ({panel: its cache key}, {cache key: the panel's data} found in the shared cache, the panels
-    not found)."""
+    not found).
+
+    A view whose panels are narrower than the default (`TimelineContext.points`) is also served by a panel
+    cached at the default width (the one the worker warms): its finer points are drawn alike."""
     cache_keys = _panel_keys(session, keys, max_lines, hosts)
     cached = panel_cache.get_many(list(cache_keys.values()))
+    missing = [k for k in keys if cache_keys[k] not in cached]
+    if missing and session.ctx.points:
+        wide = _panel_keys(session, missing, max_lines, hosts, replace(session.ctx, points=0))
+        found = panel_cache.get_many(list(wide.values()))
+        for key in missing:
+            if wide[key] in found:
+                cache_keys[key], cached[wide[key]] = wide[key], found[wide[key]]
     return cache_keys, cached, [k for k in keys if cache_keys[k] not in cached]
 
 

@@ -107,8 +107,10 @@ def timeline_open(ds: DataSource | None, view: TimelineView) -> TimelineSession:
                 ctx = _context_build(ds, client, served_range)
                 queries = ctx.queries
                 panel_cache.set_many({panel_cache.context_key(identity, hint): ctx}, identity)
-        # The samples budget is configuration, not data: applied to the cached context on every view.
-        ctx = replace(ctx, max_samples=int(settings.STEPWISE_SOURCE_MAX_SAMPLES))
+        # The samples budget is configuration and the points a panel shows the page's, not data: applied to
+        # the cached context on every view.
+        points = tl.points_for_width(view.width) if view.width else 0
+        ctx = replace(ctx, max_samples=int(settings.STEPWISE_SOURCE_MAX_SAMPLES), points=points)
         start, end = _view_range(view, ctx)
     except PrometheusError as exc:
         if client is not None:

@@ -13,6 +13,8 @@ from playbooks.textclean import printable
 
 #: Other jobs of the investigation one timeline can draw over its panels.
 MAX_COMPARE = 4
+#: Widest panel a page may say it draws, in px.
+MAX_WIDTH = 10_000
 
 
 class TimelineViewError(Exception):
@@ -39,6 +41,8 @@ class TimelineView:
         hosts: hosts to draw even in band mode (a selected finding's).
         step_from, step_to: a range given in steps (a zoom on the step axis), converted with the step axis.
         compare: pks of other jobs of the investigation drawn over the panels, aligned by step.
+        width: the page's panel width in px (`w`), 0 when not given: a narrower panel is queried at a
+            coarser step (`tl.points_for_width`), never a finer one.
     """
 
     panels: tuple[str, ...] | None = None
@@ -50,6 +54,7 @@ class TimelineView:
     step_from: float | None = None
     step_to: float | None = None
     compare: tuple[int, ...] = ()
+    width: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -105,6 +110,9 @@ def timeline_view_parse(params: Mapping[str, Any]) -> TimelineView:
     start, end = _float(params, "start"), _float(params, "end")
     if start is not None and end is not None and not end > start:
         raise TimelineViewError("end must be after start.")
+    width = _float(params, "w") or 0.0
+    if not 0 <= width <= MAX_WIDTH:
+        raise TimelineViewError(f"w is a panel's width in pixels, at most {MAX_WIDTH:,}.")
     tz = _float(params, "tz") or 0.0
     if abs(tz) > 24 * 60:
         raise TimelineViewError("tz is the offset from UTC in minutes, within a day.")
@@ -118,4 +126,5 @@ def timeline_view_parse(params: Mapping[str, Any]) -> TimelineView:
         step_from=_float(params, "sfrom"),
         step_to=_float(params, "sto"),
         compare=_compare_ids(params.get("compare")),
+        width=int(width),
     )

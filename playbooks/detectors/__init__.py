@@ -41,6 +41,8 @@ class DetectorSpec:
         variadic: any number of queries of the first required role may come first (frozen_exporter: the
             change counts of several families, then the samples and the level).
         params: the parameter names it reads (plus COMMON_PARAMS).
+        rest: the role of any number of queries that may follow the optional ones (host_silent: the
+            hardware error changes per host, one per error family), or "".
     """
 
     name: str
@@ -49,15 +51,17 @@ class DetectorSpec:
     optional: tuple[str, ...] = ()
     variadic: bool = False
     params: frozenset[str] = field(default_factory=frozenset)
+    rest: str = ""
 
     def check(self, queries: tuple[str, ...], params: Mapping[str, object]) -> str | None:
         """Return what is wrong with a rule's queries and params for this detector, or None."""
         n, lo, hi = len(queries), len(self.queries), len(self.queries) + len(self.optional)
-        if n < lo or (n > hi and not self.variadic):
+        if n < lo or (n > hi and not self.variadic and not self.rest):
             want = ", ".join(self.queries) + (f" [, {', '.join(self.optional)}]" if self.optional else "")
+            want += f" [, {self.rest} ...]" if self.rest else ""
             many = " (several of the first)" if self.variadic else ""
             return (
-                f"detector {self.name!r} reads {lo}{'+' if self.variadic else f'-{hi}' if hi > lo else ''} "
+                f"detector {self.name!r} reads {lo}{'+' if self.variadic or self.rest else f'-{hi}' if hi > lo else ''} "
                 f"queries ({want}{many}), the rule gives {n}"
             )
         unknown = sorted(set(params) - self.params - COMMON_PARAMS)
@@ -77,8 +81,9 @@ def _spec(
     *,
     variadic: bool = False,
     params: str = "",
+    rest: str = "",
 ) -> DetectorSpec:
-    return DetectorSpec(name, fn, queries, optional, variadic, frozenset(params.split()))
+    return DetectorSpec(name, fn, queries, optional, variadic, frozenset(params.split()), rest)
 
 
 DETECTORS: dict[str, DetectorSpec] = {
@@ -97,7 +102,8 @@ DETECTORS: dict[str, DetectorSpec] = {
             _det_host_silent,
             ("samples per host",),
             ("up", "power per host", "utilisation per host", "GPUs reporting per host"),
-            params="min_duration zero_ratio lookback",
+            params="min_duration zero_ratio lookback error_lookback",
+            rest="hardware error changes per host",
         ),
         _spec(
             "counter_increase",

@@ -15,6 +15,7 @@ from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding, _gaps, _gkey, _match_host, _steady_level
+from ._silent import silence_onset
 
 
 def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -177,7 +178,6 @@ def _det_host_silent(
     """
     samples = ctx.grid(rule.queries[0])
     up, power, util = (ctx.grid(q) for q in rule.queries[1:4])
-    gpus = ctx.grid(rule.queries[4]) if len(rule.queries) > 4 else None
     ref = samples or power
     if ref is None:
         return None
@@ -220,45 +220,14 @@ def _det_host_silent(
             t_on = float(t[i]) - ref.step / 2
             how = "GPUs at 0 W / 0 %"
         text = f"{how} from {fmt_time(t_on)} while the other hosts still report"
-        fell = _gpus_fell_off(gpus, h, float(t[i]), _dur(rule, "lookback", 600.0))
-        if fell is not None and gpus is not None:
-            t_on = float(gpus.t[fell[0]]) - max(ctx.window_s(rule.queries[4]), gpus.step)
-            text += f"; before that, {fell[1]} of its GPUs' series vanished from {fmt_time(t_on)}"
+        t_on, before = silence_onset(ctx, rule, h, float(t[i]), t_on)
+        text += before
         out_hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
         ev.append(_ev(ctx, rule.queries[0], {"host": h}, how, text))
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
     return _finding(pb, rule, out_hosts, [], onset, ev)
-
-
-def _gpus_fell_off(g: Grid | None, host: str, t_sil: float, lookback: float) -> tuple[int, int] | None:
-    """Return (first index, GPUs missing) of the run, ending just before the silence at `t_sil`, in which the
-    host reported fewer GPUs than its own usual count (a GPU fallen off the bus while the host still
-    reports), within `lookback` seconds; None when its count held.
-
-    The usual count is the host's median over its reporting windows before the lookback: one series per GPU
-    with a sample in the window, so a late scrape (jitter) does not lower it.
-    """
-    row = g.row(host=host) if g is not None else None
-    if g is None or row is None:
-        return None
-    t = g.t
-    i = int(np.searchsorted(t, t_sil - 1e-6, side="left"))
-    if i <= 0:
-        return None
-    first = int(np.searchsorted(t, float(t[i - 1]) - lookback, side="left"))
-    before = row[:first]
-    before = before[np.isfinite(before) & (before > 0)]
-    if len(before) < 3:
-        return None
-    usual = float(np.median(before))
-    j = i
-    while j > first and np.isfinite(row[j - 1]) and 0 < row[j - 1] <= usual - 1:
-        j -= 1
-    if j == i:
-        return None
-    return j, int(round(usual - float(np.nanmax(row[j:i]))))
 
 
 def _reported_dead(ctx: Context, hosts: list[str]) -> set[str]:

@@ -163,6 +163,9 @@ def _gpu_counters(job: Job, rng: np.random.Generator, shape: tuple[int, int, int
         job.host_sig["dmesg"][h] = job.host_sig["dmesg"][h] + np.where(
             on, 2.0 + np.floor((t - pre.t) / 30.0), 0
         )
+    rm = job.preremap
+    if rm is not None:  # one correctable error: a remapped row under DCGM's default fields
+        sig["umc_ce"][rm.host, rm.gpu] += (t >= rm.t).astype(float)
     job.gpu_sig.update(sig)
 
 

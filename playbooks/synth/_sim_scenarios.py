@@ -69,6 +69,10 @@ def _node_death(s: Sim) -> None:
         job.predeath = GpuFault(host=ch, gpu=cg, t=t_err)
         job.onset = t_err
         job.notes.append(f"{job.hosts[ch]} GPU {cg}: Xid 79 and kernel errors from the onset, silent later")
+    if "remap_before_death" in job.variants:
+        job.preremap = GpuFault(host=ch, gpu=cg, t=death - job.variants["remap_before_death"])
+        job.onset = job.preremap.t
+        job.notes.append(f"{job.hosts[ch]} GPU {cg}: one row remapped at the onset, silent later")
 
 
 def _heartbeat_false_positive(s: Sim) -> None:

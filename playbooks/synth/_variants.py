@@ -27,6 +27,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - node-death `death_at_end`: the node dies in the data's last minute, a scrape or two before the capture
   ends (the TSDB was copied while the job still waited for its heartbeat timeout or Slurm), so a grid
   anchored at the data's start, or a silence that must last minutes, misses it.
+- node-death `remap_before_death`: 2-10 minutes before the host goes silent one of its GPUs remaps one
+  row (its correctable-error counter, a remapped row under DCGM's default fields, grows by one), with no
+  Xid and no kernel errors: that one change is the onset (instead of the seed's errors_before_death).
 - monitoring-ghost-data `short_freeze`: the exporter stays frozen only 5-15 minutes: either for the data's
   last minutes (the capture was taken while it hung) or mid-run until it is restarted and serves live
   values again.
@@ -52,6 +55,7 @@ TIB = 1024.0**4
 #: the variants a caller may ask for, by the scenario that has them
 OPT_IN = {
     "death_at_end": "node-death",
+    "remap_before_death": "node-death",
     "coarse_staircase": "host-oom",
     "slow_heating": "thermal-straggler",
     "smooth_divergence": "training-instability",
@@ -84,7 +88,9 @@ def choose(job: Any) -> dict[str, Any]:
         )  # seconds after the training loop starts: before step 0 ends
     if name == "node-death":
         v["slurm_node_failure"] = bool(draws[1] < 0.5)
-        if draws[2] < 0.5:
+        if "remap_before_death" in job.opt_in:
+            v["remap_before_death"] = float(stream(job, 13).uniform(120, 600))  # seconds before the death
+        elif draws[2] < 0.5:
             v["errors_before_death"] = float(rng.uniform(60, 300))
     if name == "host-oom" and (draws[1] < 0.6 or "coarse_staircase" in job.opt_in):
         v["staircase"] = float(rng.uniform(0.80, 0.88))

@@ -9,10 +9,11 @@ Each panel aggregates in Prometheus, never in Python:
 - with few hosts or GPUs (<= `max_lines` series) every series is one line, and the ones that deviate
   most from the median of the others are named as outliers;
 - with many, the panel draws a cluster band (min / median / max across hosts or GPUs) and only the
-  top-k outlier series, ranked by their largest deviation from the median over the whole window
-  (`max_over_time(abs(x - scalar(quantile(0.5, x)))[window:step])` at the end: one number a series,
-  the deviation evaluated once; the top-k and the typical score are taken from it), so one hot GPU
-  among 1,024 is drawn and named. The band's three lines are one range query. A band whose per-device
+  top-k outlier series, ranked by their largest deviation from the median over the whole window (every
+  device's raw series on a coarser grid, one selector pass; the median, each device's score, the top-k
+  and the typical score are taken on the server, as `max_over_time(abs(x - scalar(quantile(0.5, x)))
+  [window:step])` would, without a quantile per grid point in Prometheus), so one hot GPU among 1,024 is
+  drawn and named. The band's three lines are one range query. A band whose per-device
   expression is rated or aggregated (a counter's per-host sum of rates) and small enough is instead one
   range query of every device, split on the server into the band, the scores and the top-k
   (`queries.SPLIT_MAX_SAMPLES`): PromQL would evaluate it once per band line and twice per score step.
@@ -54,6 +55,7 @@ from .figure import (
     axis_range,
     figure_build,
     minmax_downsample,
+    points_for_width,
     zone_name,
 )
 from .panels import (
@@ -116,6 +118,7 @@ __all__ = [
     "panel_queries",
     "panels_fetch",
     "parse_panels",
+    "points_for_width",
     "query_step",
     "step_window",
     "zone_name",

@@ -35,6 +35,8 @@ class TimelineContext:
             range: their band queries skip the per-device aggregation (5x cheaper at 1,024 GPUs).
         max_samples: the source's budget of samples a query (series x points); 0 for none. Set by the
             caller from its configuration (`dataclasses.replace`), it coarsens the step of wide panels.
+        points: points a panel's plot can show (its width in pixels / 2, `points_for_width`), 0 for the
+            default (`queries.QUERY_POINTS`); set per view like `max_samples`, it only ever coarsens a step.
     """
 
     profile: Profile
@@ -48,6 +50,7 @@ class TimelineContext:
     queries: int = 0
     unique: frozenset[str] = frozenset()
     max_samples: int = 0
+    points: int = 0
 
     def series_count(self, spec: PanelSpec) -> int:
         scope = signal_info(spec.signal)["scope"]

@@ -12,8 +12,8 @@ from playbooks.prometheus import PrometheusClient, PrometheusError
 from .context import TimelineContext
 from .panels import PANELS, TimelineError
 from .promql import _bare_expr, _fmt_seconds, _label_vector, _select
-from .queries import DEFAULT_MAX_LINES, DEFAULT_TOPK, PanelPlan, budget_note, panel_queries
-from .traces import PanelData, _panel_from_results, _scored, _unavailable_message
+from .queries import DEFAULT_MAX_LINES, DEFAULT_TOPK, PanelPlan, budget_note, panel_queries, score_grid
+from .traces import PanelData, _device_scores, _panel_from_results, _scored, _unavailable_message
 
 
 def panels_fetch(
@@ -77,10 +77,10 @@ def panels_fetch(
 
 def _cost(plan: PanelPlan, role: str, ctx: TimelineContext) -> float:
     """Return a query's relative cost: the series it reads times its points (a band query aggregates three
-    times, a score is evaluated on a coarser grid), to start the costliest first."""
+    times, a score reads the series raw on a coarser grid), to start the costliest first."""
     series = max(1, ctx.series_count(plan.spec))
-    weight = {"band": 3.0, "score": 1.5}.get(role, 1.0)
-    return weight * series / max(plan.step, 1.0)
+    step = plan.score_step if role == "score" else plan.step
+    return (3.0 if role == "band" else 1.0) * series / max(step, 1.0)
 
 
 def _score_and_outliers(
@@ -94,9 +94,13 @@ def _score_and_outliers(
 ) -> tuple[Any, tuple[str, Any] | None]:
     """Return (every series' score, (the query, the series) of the top-k fetched by label or None).
 
-    The score raising PrometheusError raises it (the panel shows the error); the top-k's error is returned
-    in their place, as any other query's."""
-    scored = client.query(score, end)
+    The scores are taken from every device's series on the score's grid (`_device_scores`). The score query
+    raising PrometheusError raises it (the panel shows the error); the top-k's error is returned in their
+    place, as any other query's."""
+    first, last = score_grid(start, end, plan.score_step)
+    scored = _device_scores(
+        client.query_range(score, first, last, plan.score_step), first, plan.score_step, end
+    )
     top = _scored(scored or [], 0.0, topk)[0]
     if not top:
         return scored, None

@@ -17,6 +17,7 @@ from .annotations import Annotation, _num
 from .compare import compare_step_note
 from .context import TimelineContext
 from .panels import XMODES, TimelineError
+from .queries import MIN_POINTS, PX_PER_POINT, QUERY_POINTS
 from .traces import PanelData, Trace
 
 #: Points per trace sent to the browser, and per figure (the payload budget: about 20 bytes a point).
@@ -27,6 +28,16 @@ POINTS_PER_FIGURE = 12_000
 GL_MIN_POINTS = 20_000
 #: Points of the step axis's clock (layout.meta.clock): the hover names the time of the step it shows.
 CLOCK_POINTS = 1_200
+#: A panel's margins around its plot (the y-axis and its title on the left), in px.
+MARGIN = {"l": 60, "r": 10, "t": 62, "b": 30}
+
+
+def points_for_width(width_px: int) -> int:
+    """Return the points a panel `width_px` wide on the page can show (`TimelineContext.points`): its plot,
+    less the margins, at one point per PX_PER_POINT pixels; at least MIN_POINTS, at most QUERY_POINTS."""
+    plot = width_px - MARGIN["l"] - MARGIN["r"]
+    return max(MIN_POINTS, min(QUERY_POINTS, plot // PX_PER_POINT))
+
 
 _COLORS = {"min": "rgba(90,110,140,0.5)", "median": "#3b4a63", "max": "rgba(90,110,140,0.5)"}
 _OUTLIER_COLORS = ("#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
@@ -349,7 +360,7 @@ def _layout(
     return {
         "title": {"text": plotly_text(title), "font": {"size": 12}, "x": 0.01, "y": 0.98, "yanchor": "top"},
         "height": 270,
-        "margin": {"l": 60, "r": 10, "t": 62, "b": 30},
+        "margin": dict(MARGIN),
         "xaxis": xaxis,
         "yaxis": {"title": {"text": spec.unit}, "zeroline": False},
         "hovermode": "x unified",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from playbooks.prometheus import choose_step
 
@@ -16,9 +17,17 @@ DEFAULT_MAX_LINES = 16
 DEFAULT_TOPK = 3
 #: Points per series asked of Prometheus, matched to the pixels drawn: a panel's plot is about 1,080 px
 #: wide (the page's 1,200 px column less its padding and the y-axis), one point per 2 px; zooming in
-#: lowers the step down to the scrape interval.
+#: lowers the step down to the scrape interval. A page that says how wide its plots are (`w`, a narrower
+#: window) asks for fewer (`points_for_width`), never more.
 QUERY_POINTS = 540
-#: Points of the grid the outlier score is computed on.
+#: Pixels a point: a band or a line drawn at one point per 2 px shows all that the screen can.
+PX_PER_POINT = 2
+#: Fewest points a panel is asked for, however narrow.
+MIN_POINTS = 50
+#: Points of the grid the outlier score is computed on: every device's value there is fetched raw (one
+#: selector pass, 1,024 GPUs x 121 points is 124,000 samples) and each device's largest deviation from the
+#: median is taken on the server, instead of a PromQL subquery evaluating a quantile over every series at
+#: every grid point (as costly as the band itself at 1,024 GPUs).
 SCORE_POINTS = 150
 #: A band whose per-device expression is computed (a counter's rate, a per-device aggregation) is fetched
 #: once, one series per device, and split on the server into its min / median / max, the outlier scores and
@@ -28,10 +37,13 @@ SCORE_POINTS = 150
 SPLIT_MAX_SAMPLES = 150_000
 
 
-def query_step(ctx: TimelineContext, start: float, end: float, series: int = 1) -> float:
-    """Return the query step of a range: at most QUERY_POINTS points, never finer than the scrape interval,
-    and at most `ctx.max_samples` samples over `series` series (the source's budget per query)."""
-    points = QUERY_POINTS
+def query_step(
+    ctx: TimelineContext, start: float, end: float, series: int = 1, points: int = QUERY_POINTS
+) -> float:
+    """Return the query step of a range: at most `points` points, never finer than the scrape interval,
+    and at most `ctx.max_samples` samples over `series` series (the source's budget per query); never more
+    than the view's plots can show (`ctx.points`)."""
+    points = min(points, ctx.points) if ctx.points else points
     if ctx.max_samples and series > 0:
         points = max(2, min(points, ctx.max_samples // series))
     return choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=points)
@@ -40,7 +52,7 @@ def query_step(ctx: TimelineContext, start: float, end: float, series: int = 1) 
 def budget_note(ctx: TimelineContext, start: float, end: float, series: int) -> str:
     """Return what a panel says when the samples budget made its step coarser, else ""."""
     step = query_step(ctx, start, end, series)
-    free = choose_step(start, end, min_step=max(1.0, ctx.interval), max_points=QUERY_POINTS)
+    free = query_step(replace(ctx, max_samples=0), start, end, series)
     if step <= free:
         return ""
     return (
@@ -58,10 +70,11 @@ class PanelPlan:
         mode: "single", "lines", "band" or "unavailable".
         queries: role -> PromQL. Range queries: "line" (every series), "band" (min, median and max joined
             by a `stat` label), "devices" (a band's every device, split on the server instead of "band" and
-            "score"), "hosts" (every series of the selected hosts). Instant query at the range's end:
-            "score" (every series' largest deviation from the median over the range: one number a series,
-            from which the top-k and the typical score are taken in Python).
+            "score"), "hosts" (every series of the selected hosts), "score" (every device's series raw on
+            the score's coarser grid, `score_grid`: each one's largest deviation from the median there, the
+            top-k and the typical score are taken from it in Python).
         step: the range queries' step in seconds.
+        score_step: the step of the score's grid (`score_grid`), coarser than `step`.
         expr: the PromQL the outliers are fetched from, by label.
         labels: the labels of its series: normalised ("host", "gpu"), or in band mode the exporter's own
             labels when normalising them would cost a label_replace per series and step.
@@ -78,6 +91,14 @@ class PanelPlan:
     labels: tuple[str, ...] = ()
     rename: tuple[tuple[str, str], ...] = ()
     bare: bool = False
+    score_step: float = 0.0
+
+
+def score_grid(start: float, end: float, step: float) -> tuple[float, float]:
+    """Return (first, last) time of the score's grid: the multiples of `step` in [start, end], where a PromQL
+    subquery `[end - start:step]` evaluated at `end` would put them (one time, `end`, for a shorter range)."""
+    first, last = math.ceil(start / step) * step, math.floor(end / step) * step
+    return (first, last) if first <= last else (end, end)
 
 
 def panel_queries(
@@ -146,9 +167,9 @@ def panel_queries(
         f'label_replace(quantile(0.5, {x}), "stat", "median", "", "") or '
         f'label_replace(max({hi}), "stat", "max", "", "")'
     )
-    res = choose_step(start, end, min_step=step, max_points=SCORE_POINTS)
-    span = _fmt_seconds(end - start)
-    # One number a series (1,024 at most a panel): the top-k and the typical score (which an outlier must
-    # stand out from) are both taken from it in Python, so Prometheus evaluates the deviation once.
-    score = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{span}:{_fmt_seconds(res)}])"
-    return PanelPlan(spec, "band", {"band": band, "score": score, **queries}, step, x, raw, rename, bare)
+    # Every device raw on a coarser grid: the median, each device's largest deviation from it, the top-k and
+    # the typical score (which an outlier must stand out from) are taken in Python, so Prometheus reads the
+    # series once and runs no quantile per grid point.
+    res = max(step, query_step(ctx, start, end, ctx.series_count(spec), SCORE_POINTS))
+    queries = {"band": band, "score": x, **queries}
+    return PanelPlan(spec, "band", queries, step, x, raw, rename, bare, score_step=res)

@@ -7,13 +7,14 @@ import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from playbooks.alignment import StepAxis
 from playbooks.profiles import Profile, ProfileError
-from playbooks.prometheus import PrometheusError, Series
+from playbooks.prometheus import InstantSample, PrometheusError, Series
 
 from .panels import PanelSpec
 from .queries import PanelPlan
@@ -102,6 +103,27 @@ def _deviations(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             np.isnan(dev).all(axis=1), -np.inf, np.nanmax(np.where(np.isnan(dev), -np.inf, dev), axis=1)
         )
     return median, scores
+
+
+def _device_scores(found: Sequence[Series], first: float, step: float, at: float) -> list[InstantSample]:
+    """Return every device's score from its series on the score grid (`first` + k x `step`): its largest
+    deviation from the median of all devices at each grid time, what `max_over_time(abs(x - scalar(quantile(
+    0.5, x)))[..:step])` returns at `at`, one sample a device with any value."""
+    rows = [s for s in found if s.timestamps]
+    if not rows:
+        return []
+    counts = [len(s.timestamps) for s in rows]
+    t = np.fromiter(chain.from_iterable(s.timestamps for s in rows), float, sum(counts))
+    v = np.fromiter(chain.from_iterable(s.values for s in rows), float, sum(counts))
+    col = np.rint((t - first) / step).astype(np.int64)  # a range query's times sit on its grid
+    grid = np.full((len(rows), int(col.max()) + 1), np.nan)
+    grid[np.repeat(np.arange(len(rows)), counts), col] = v
+    _, scores = _deviations(grid)
+    return [
+        InstantSample(dict(s.labels), at, float(x))
+        for s, x in zip(rows, scores, strict=True)
+        if np.isfinite(x)
+    ]
 
 
 def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[Trace]:

@@ -3,7 +3,8 @@ is wider than the screen, on a phone no table of the app scrolls sideways (each 
 as the lists of investigations and findings do), and on a touch screen every button, field, menu link and
 fold is at least 40 px tall. Folded parts (triage, discovery, matches, config, history) are opened first, so
 what they hold is measured too. People's own Markdown tables in a report scroll inside their section
-(test_walk_pages.py) and are left out."""
+(test_walk_pages.py) and are left out. The share link's page and the page of a form refused for its missing
+token fit a phone too."""
 
 from __future__ import annotations
 
@@ -24,17 +25,19 @@ LAPTOP = {"viewport": {"width": 1366, "height": 768}}
 TAP_PX = 40
 
 _WRITE = """
-import json
+import json, secrets
 from django.contrib.auth import get_user_model
 from investigations.models import Finding, Investigation
 from reports.demo import write_demo_report
-from reports.models import Team, TicketLink
+from reports.models import Report, Team, TicketLink
 inv = Investigation.objects.get(pk={inv})
 user = get_user_model().objects.get(username="browser")
-write_demo_report(inv, user)
+report = write_demo_report(inv, user)
 TicketLink.objects.get_or_create(investigation=inv, url="https://tracker.example.org/browse/OPS-1234")
+token = secrets.token_urlsafe(32)
+Report.objects.filter(pk=report.pk).update(share_token=token)
 print(json.dumps({{"finding": Finding.objects.filter(investigation=inv).first().pk,
-                  "team": Team.objects.get(name="walk-team").pk}}))
+                  "team": Team.objects.get(name="walk-team").pk, "token": token}}))
 """
 
 _MEASURE = """tap => {
@@ -48,7 +51,7 @@ _MEASURE = """tap => {
     const r = el.getBoundingClientRect();
     return r.width > 0 && r.height > 0 && r.height < tap && !el.closest('.modebar');
   }).map(el => `${name(el)} "${(el.innerText || el.value || '').trim().slice(0, 30)}" ${Math.round(el.getBoundingClientRect().height)} px`);
-  return {width: document.scrollingElement.scrollWidth, screen: innerWidth, scrolling, small,
+  return {width: document.scrollingElement.scrollWidth, scrolling, small,
           coarse: matchMedia('(pointer: coarse)').matches};
 }"""
 
@@ -70,13 +73,15 @@ PATHS = [
     "/sources/",
     "/password/",
     "/investigations/999999/",  # the app's 404 page
+    "/share/{token}/",  # the report for people without an account
 ]
 
 
 @pytest.fixture(scope="module")
-def case(stepwise_app, thermal_result) -> dict[str, int]:  # noqa: F811
+def case(stepwise_app, thermal_result) -> dict[str, Any]:  # noqa: F811
     """Return the ids of a diagnosed investigation of a team whose report was worked on (edits, a finding,
-    a mention of the user, an action item, a ticket), of one of its findings and of its team."""
+    a mention of the user, an action item, a ticket, a share link), of one of its findings, of its team, and
+    the share link's token."""
     inv = make_case(
         stepwise_app, thermal_result, tag="every-page", team="walk-team", memberships={"browser": "owner"}
     )
@@ -95,11 +100,11 @@ def device(request, browser, stepwise_app, _signed_in_state: Path) -> Iterator[t
     context.close()
 
 
-def _measure(page: Page, path: str) -> dict[str, Any]:
-    page.goto(path)
-    page.wait_for_load_state("load")
-    page.wait_for_timeout(300)  # regions that load themselves (htmx) swap in right after the load
-    return page.evaluate(_MEASURE, TAP_PX)
+def _measure(page: Page) -> dict[str, Any]:
+    """Return the page's width, its tables that scroll sideways and its things too small for a finger, and
+    the screen's width: the device's, not the page's layout width (a page without a viewport tag is laid
+    out 980 px wide on a phone, and shown shrunk)."""
+    return page.evaluate(_MEASURE, TAP_PX) | {"screen": page.viewport_size["width"]}
 
 
 @pytest.mark.parametrize("template", PATHS)
@@ -108,7 +113,10 @@ def test_every_page_fits_the_screen_and_a_finger(device, case, template) -> None
     path = template.format(**case)
     page = context.new_page()
     try:
-        seen = _measure(page, path)
+        page.goto(path)
+        page.wait_for_load_state("load")
+        page.wait_for_timeout(300)  # regions that load themselves (htmx) swap in right after the load
+        seen = _measure(page)
     finally:
         page.close()
     assert seen["width"] <= seen["screen"], f"{path} on a {name}: {seen['width']} px wide"
@@ -116,3 +124,25 @@ def test_every_page_fits_the_screen_and_a_finger(device, case, template) -> None
         assert seen["coarse"], "the phone's context must be a touch screen"
         assert not seen["scrolling"], f"{path}: tables scroll sideways on a phone: {seen['scrolling']}"
         assert not seen["small"], f"{path}: under {TAP_PX} px on a touch screen: {seen['small'][:8]}"
+
+
+def test_a_form_sent_without_its_token_gets_the_app_s_403_page(device, case) -> None:
+    """A form posted without its page's CSRF token (or a stale one) is refused with the app's own page, which
+    says nothing was changed and fits a phone (it was Django's bare page, laid out 980 px wide)."""
+    name, context = device
+    page = context.new_page()
+    try:
+        page.goto(f"/investigations/{case['inv']}/")
+        with page.expect_navigation():
+            page.evaluate(
+                """inv => { const f = document.createElement('form'); f.method = 'post';
+                    f.action = `/investigations/${inv}/update/`; document.body.append(f); f.submit(); }""",
+                case["inv"],
+            )
+        seen = _measure(page)
+        error = page.get_by_test_id("error-page")
+        assert "Nothing was changed" in error.inner_text()
+        assert page.locator(".topbar").count() == 1  # the app's layout
+    finally:
+        page.close()
+    assert seen["width"] <= seen["screen"], f"the 403 page on a {name}: {seen['width']} px wide"

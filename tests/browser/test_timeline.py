@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import expect
@@ -105,7 +106,8 @@ def test_hovering_one_panel_draws_the_crosshair_on_every_panel(page, case, x) ->
 
 def test_panels_below_the_screen_are_fetched_when_near_and_drawn_when_scrolled_to(page, case) -> None:
     """Every default panel: the first screen's are asked for first and drawn; those within 300 px below are
-    fetched but not drawn ("pending"); those further down are not even asked for until scrolled to."""
+    fetched but not drawn ("pending"); those further down are not even asked for until scrolled to. Every
+    request says the panel's width (`w`)."""
     ids, _ = case("thermal-straggler")
     asked: list[str] = []
     page.on("request", lambda r: asked.append(r.url) if "/timeline/panels/" in r.url else None)
@@ -129,6 +131,10 @@ def test_panels_below_the_screen_are_fetched_when_near_and_drawn_when_scrolled_t
     assert not {p["panel"] for p in far} & set(fetched), fetched
     assert all(p["state"] == "idle" for p in far)
     drawn(page, far[-1]["panel"])  # scrolled to: fetched and drawn
+    # Each panel says how wide it is drawn: the server asks Prometheus for no more points than it can show.
+    width = page.evaluate("() => document.querySelector('.timeline-plot').clientWidth")
+    asked_w = {parse_qs(urlsplit(u).query).get("w", [""])[0] for u in asked}
+    assert asked_w == {str(width)} and width > 300, (asked_w, width)
 
 
 def test_the_step_time_toggle_switches_every_x_axis(page, case) -> None:

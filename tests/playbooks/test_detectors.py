@@ -193,3 +193,32 @@ def test_uniform_elevation_needs_a_restore_and_a_uniform_excess_over_the_prior(l
 def test_a_title_without_a_known_gpu_index_leaves_the_gpu_out(template, gpus, expected) -> None:
     """An Xid read without a GPU index (a log line, an exporter without `gpu`) is titled without "GPU ?"."""
     assert finding_title(template, ["node-a"], gpus, "79") == expected
+
+
+def _errors(changes_at: list[int], n: int = 240, step: float = 15.0):
+    from playbooks.anomaly import Grid
+
+    v = np.full((1, n), np.nan)
+    v[0, changes_at] = 1.0
+    return [("correctable_errors", Grid(np.arange(n) * step, [{"host": "h"}], v))]
+
+
+@pytest.mark.parametrize(
+    ("n", "changes_at", "dated"),
+    [
+        (240, [200, 201, 202], 200),  # news: still for 50 min, then a burst 10 min before the silence
+        (240, [40, 80, 120, 160, 200], None),  # a trickle all along (every 10 min): no date
+        (240, [60, 130, 200], None),  # each change follows one 17 min earlier: a trickle
+        (240, [140, 200], 140),  # the first change in the lookback after 50 min of quiet dates it
+        (240, [20, 200], 200),  # 45 min of quiet before it: news again
+        (150, [100], None),  # 25 min into the data: too little quiet seen before it to call it news
+    ],
+)
+def test_a_silent_hosts_error_change_dates_it_only_when_it_is_news(n, changes_at, dated):
+    """A hardware-error change within the lookback (30 min) before the silence (the data's last point, at
+    15 s) dates a node death when the data shows the host's counters still for a lookback-long stretch
+    before it."""
+    from playbooks.detectors._silent import _errors_changed
+
+    got = _errors_changed(_errors(changes_at, n), "h", n * 15.0, 1800.0)
+    assert (got[0] if got else None) == (None if dated is None else dated * 15.0 - 7.5)

@@ -98,8 +98,13 @@ def test_good_declaration_parses_into_dataclasses():
         ),
         (
             'queries = ["power"]',
-            'queries = ["power", "power", "power", "power", "power", "power"]',
-            "detector 'host_silent' reads 1-5 queries",
+            "queries = []",
+            "detector 'host_silent' reads 1+ queries",
+        ),
+        (
+            'detector = "host_silent"\nqueries = ["power"]',
+            'detector = "step_stall"\nqueries = ["power", "power", "power"]',
+            "detector 'step_stall' reads 1-2 queries",
         ),
         (
             'detector = "host_silent"',
@@ -161,7 +166,7 @@ def test_classes_are_declarations_checked_at_load():
         ('family = "node"', 'family = "nodes"', "class 'node-death': family 'nodes'"),
         ("priority = 8", "priority = 80", "priority must be an integer"),
         ('absorbs = ["rdma-degradation"]', 'absorbs = ["rdma"]', "absorbs names unknown class(es) rdma"),
-        ("Host {hosts} stopped", "Host {host} stopped", "summary names unknown field(s) host"),
+        ("Host {hosts} died", "Host {host} died", "summary names unknown field(s) host"),
     ]:
         assert old in text
         with pytest.raises(ClassError, match=message.replace("(", r"\(").replace(")", r"\)")):

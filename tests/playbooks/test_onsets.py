@@ -1,5 +1,6 @@
 """Onsets a diagnostician would date (#10): the start of the fatal rise of a memory staircase under coarse
-scrapes, and the start of a slow ramp that a threshold crosses late. Jobs are built by the generator with
+scrapes, the start of a slow ramp that a threshold crosses late, and a dying host's own hardware error
+before its silence. Jobs are built by the generator with
 its off-by-default variants, served by a real Prometheus and diagnosed end to end; the departure itself is
 checked on arrays first.
 """
@@ -11,6 +12,7 @@ import pytest
 
 from playbooks.departure import departure
 from playbooks.diagnose import run_diagnosis
+from playbooks.synth import Exporters
 from playbooks.triage import triage_job
 
 T = np.arange(0.0, 3600.0, 15.0)
@@ -99,3 +101,32 @@ def test_a_smooth_divergence_is_dated_where_the_training_metric_left_its_level(s
     diag = result["diagnosis"]
     assert diag["class"] == "training-instability"
     assert _scrapes(result, truth) <= 3
+
+
+@pytest.mark.parametrize(
+    ("profile", "seed", "interval"), [("nvidia", 1, 15.0), ("nvidia", 2, 30.0), ("amd", 3, 15.0)]
+)
+def test_one_remapped_row_before_a_host_goes_silent_dates_its_death(served_job, profile, seed, interval):
+    """2-10 min before its host goes silent a GPU remaps one row (one correctable error, under DCGM's
+    default fields a remapped row; no Xid, no kernel errors): too little for a rule against the pack, it
+    is the dying host's own hardware error, so it dates the node death."""
+    kw = {"exporters": Exporters(ecc="remapped")} if profile == "nvidia" else {}
+    result, truth = _diagnose(
+        served_job,
+        "node-death",
+        seed,
+        profile,
+        "remap_before_death",
+        "remap_before_death",
+        interval=interval,
+        **kw,
+    )
+    assert truth["variants"]["remap_before_death"] >= 120  # minutes of scrapes before the silence
+    diag = result["diagnosis"]
+    assert diag["class"] == "node-death"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+    assert _scrapes(result, truth) <= 1.5
+    silent = next(f for f in result["findings"] if f["title"].startswith("Host "))
+    assert any("correctable errors changed" in e["interpretation"] for e in silent["evidence"])
+    # the summary dates the first sign, not the silence: it does not say the host stopped then
+    assert "died (its first sign at " in diag["summary"]

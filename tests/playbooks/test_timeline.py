@@ -14,6 +14,7 @@ from playbooks.alignment import StepAxis
 from playbooks.profiles import PROFILES
 from playbooks.prometheus import InstantSample, PrometheusClient, PrometheusError, Series
 from playbooks.timeline import figure as tl_figure
+from playbooks.timeline import queries as tl_queries
 from playbooks.timeline import traces as tl_traces
 
 NOW = 1_773_000_000.0
@@ -34,15 +35,26 @@ def _series(labels: dict[str, str], values) -> Series:
 
 
 class CannedClient(PrometheusClient):
-    """Answers range queries from a function of the PromQL; counts what it was asked."""
+    """Answers range queries from a function of the PromQL; counts what it was asked.
+
+    `scores` (one sample a device: its score) answers a band's score query, the one range query that is no
+    band and names none of those devices: every device's series on the query's grid, each one off the
+    median by its score at a grid time of its own, so that the scores taken from them are these."""
 
     def __init__(self, answer) -> None:
         super().__init__("http://127.0.0.1:9")
         self.answer = answer
         self.asked: list[str] = []
+        self.scores: list[InstantSample] = []
 
     def query_range(self, promql, start, end, step=None):
         self.asked.append(promql)
+        named = any(f'"{v}"' in promql for s in self.scores for v in s.labels.values())
+        if self.scores and '"stat"' not in promql and not named:
+            n = len(self.scores) + 1
+            times = tuple(start + step * k for k in range(n))
+            return [Series(s.labels, times, tuple(50.0 + (s.value if k == i else 0.0) for k in range(n)))
+                    for i, s in enumerate(self.scores)]  # fmt: skip
         return self.answer(promql)
 
     def query(self, promql, at=None):
@@ -147,8 +159,8 @@ def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, unique, mode, ro
     assert set(plan.queries) == roles
     assert plan.step >= 15.0
     if "band" in roles:
-        assert "quantile(0.5" in plan.queries["band"] and plan.queries["score"].startswith("max_over_time(")
-        assert "topk" not in plan.queries["score"]  # every series' score once; the top-k are taken in Python
+        assert "quantile(0.5" in plan.queries["band"] and plan.queries["score"] == plan.expr
+        assert plan.score_step > plan.step  # every device raw on a coarser grid; scores taken in Python
     if "devices" in roles:
         assert plan.queries["devices"] == plan.expr and "quantile" not in plan.expr
     if mode == "band":
@@ -182,7 +194,7 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
         return [s for s in every if f'"{s.labels["host"]}"' in promql]
 
     client = CannedClient(answer)
-    client.instant = [
+    client.scores = [
         InstantSample({"host": "n12", "gpu": "5"}, END, 30.0),
         InstantSample({"host": "n07", "gpu": "3"}, END, 9.0),
         InstantSample({"host": "n01", "gpu": "0"}, END, 1.5),
@@ -195,9 +207,8 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
     assert [t.role for t in panel.traces] == ["min", "median", "max", "outlier", "outlier", "top"]
     assert len(client.asked) == 3  # band, score, then the top-k in one query by label
     (fetch,) = [q for q in client.asked if "vector(1)" in q]
-    assert client.asked.index(fetch) > client.asked.index(
-        next(q for q in client.asked if q.startswith("max_over_time("))
-    )
+    assert client.asked.index(fetch) > client.asked.index(tl.panel_queries(
+        tl.PANELS["gpu_temp"], _ctx(gpus=1024, hosts=128), START, END).queries["score"])  # fmt: skip
     assert 'label_replace(label_replace(vector(1), "host", "n12", "", ""), "gpu", "5", "", "")' in fetch
     names = [d["name"] for d in tl.figure_build(panel, _ctx(gpus=1024))["data"]]
     assert "n12 GPU 5 (outlier)" in names and "n01 GPU 0 (top deviation)" in names
@@ -217,7 +228,7 @@ def test_a_band_panels_top_k_are_fetched_while_its_band_is_still_running() -> No
         return [_gpu("n12", 5, 65, bump=30)]
 
     client = CannedClient(answer)
-    client.instant = [InstantSample({"host": "n12", "gpu": "5"}, END, 30.0), *_pack(1.0)]
+    client.scores = [InstantSample({"host": "n12", "gpu": "5"}, END, 30.0), *_pack(1.0)]
     (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
     assert waited == [True]
     assert [o["name"] for o in panel.outliers] == ["n12 GPU 5"]
@@ -232,15 +243,16 @@ def test_the_costliest_queries_are_sent_first() -> None:
     client.query_range = lambda promql, *a, **k: asked.append(promql) or []  # type: ignore[method-assign]
     tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["loss", "procs_running", "gpu_temp"], START, END,
                     max_concurrency=1)  # fmt: skip
-    assert ["gpu_temperature" in asked[0], "procs_running" in asked[1], "loss" in asked[-1]] == [True] * 3, (
-        asked
-    )
+    firsts = [
+        next(i for i, q in enumerate(asked) if name in q) for name in ("gpu_temp", "procs_running", "loss")
+    ]
+    assert firsts == sorted(firsts) and '"stat"' in asked[0] and "loss" in asked[-1], asked
 
 
 def test_band_mode_names_no_outlier_when_nothing_deviates() -> None:
     """Every series equal (an idle counter): the score is 0 everywhere and no outlier is fetched."""
     client = CannedClient(lambda q: [_series({"stat": "median"}, [0] * 241)])
-    client.instant = [InstantSample({"host": "n1"}, END, 0.0), *_pack(0.0)]
+    client.scores = [InstantSample({"host": "n1"}, END, 0.0), *_pack(0.0)]
     (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
     assert panel.outliers == [] and len(client.asked) == 2
 
@@ -437,11 +449,12 @@ def test_thermal_stragglers_hot_gpu_is_the_named_outlier(served_job, max_lines) 
         assert any(f"{culprit['host']} GPU {culprit['gpu']} (outlier)" == d["name"] for d in fig["data"])
 
 
-def test_a_band_panel_sends_its_band_as_one_query_and_scores_every_series_once(
+def test_a_band_panel_sends_its_band_as_one_query_and_reads_every_series_once_for_the_scores(
     served_job, monkeypatch
 ) -> None:
-    """At a real Prometheus: min, median and max come back from one range query; the score query returns one
-    number a series (no topk branch evaluating the deviation a second time); then the top-k by label."""
+    """At a real Prometheus: min, median and max come back from one range query; the scores from one range
+    query of every series raw on a coarser grid (no quantile, no subquery), the same numbers PromQL's own
+    `max_over_time(abs(x - scalar(quantile(0.5, x)))[range:grid])` gives; then the top-k by label."""
     client, truth, _ = served_job("thermal-straggler", profile="amd")
     start, end = truth["data_range"]
     ctx = tl.context_build(client, PROFILES["amd"], start, end)
@@ -457,17 +470,26 @@ def test_a_band_panel_sends_its_band_as_one_query_and_scores_every_series_once(
     monkeypatch.setattr(client, "_api", logged)
     (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], start, end, max_lines=4)
     assert panel.mode == "band"
+    plan = tl.panel_queries(tl.PANELS["gpu_temp"], ctx, start, end, max_lines=4)
     # The band and the score run in parallel (either may be answered first); the top-k by label follow the
     # score at once, without waiting for the band.
-    scores = [i for i, (p, _, n) in enumerate(sent) if p == "/api/v1/query"]
-    assert [sent[i][2] for i in scores] == [ctx.gpu_series], sent  # every GPU's score, once
-    bands = [i for i, (p, q, _) in enumerate(sent) if '"stat"' in q]
+    scores = [i for i, (_, q, _) in enumerate(sent) if q == plan.queries["score"]]
+    assert [sent[i][2] for i in scores] == [ctx.gpu_series], sent  # every GPU's series, once
+    bands = [i for i, (_, q, _) in enumerate(sent) if '"stat"' in q]
     assert [sent[i][2] for i in bands] == [3], sent  # min, median, max: one query
     (top,) = set(range(3)) - set(scores) - set(bands)
-    assert top > scores[0] and sent[top][0] == "/api/v1/query_range" and sent[top][2] == 3, sent  # by label
-    assert all("topk" not in q for _, q, _ in sent)
+    assert top > scores[0] and sent[top][2] == 3, sent  # by label
+    assert all(p == "/api/v1/query_range" and "topk" not in q for p, q, _ in sent)
+    assert "quantile" not in plan.queries["score"] and "[" not in plan.queries["score"]
     (culprit,) = truth["culprits"]
     assert (panel.outliers[0]["host"], panel.outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
+    x, res = plan.expr, plan.score_step
+    promql = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{(end - start) * 1000:.0f}ms:{res:g}s])"
+    want = {(s.labels["host"], s.labels["gpu"]): s.value for s in client.query(promql, end)}
+    first, last = tl_queries.score_grid(start, end, res)
+    got = tl_traces._device_scores(client.query_range(x, first, last, res), first, res, end)
+    assert {(s.labels["host"], s.labels["gpu"]): s.value for s in got} == pytest.approx(want)
+    assert panel.outliers[0]["score"] == pytest.approx(want[culprit["host"], culprit["gpu"]])
 
 
 @pytest.mark.parametrize(
@@ -556,7 +578,7 @@ def test_band_mode_groups_by_the_exporters_labels_and_renames_the_outliers() -> 
             else [_series({"Hostname": "n12", "gpu": "5"}, [90] * 241)]
         )
     )
-    client.instant = [
+    client.scores = [
         InstantSample({"Hostname": "n12", "gpu": "5"}, END, 40.0),
         *_pack(0.0, {"Hostname": "n01"}),
     ]
@@ -597,7 +619,7 @@ def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> 
             else [_series({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, [90] * 241)]
         )
     )
-    client.instant = [
+    client.scores = [
         InstantSample({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, END, 40.0),
         *_pack(0.0, {"Hostname": "n01", "instance": "n01:9400"}),
     ]

@@ -14,6 +14,7 @@ from django.template.loader import render_to_string
 from investigations import services
 from investigations.models import DataSource, Finding, Investigation, InvestigationJob, Job, PinnedChart
 from investigations.services import timeline as svc
+from playbooks import timeline as tl
 from playbooks import tsdb_server
 
 pytestmark = pytest.mark.django_db
@@ -57,6 +58,8 @@ def _triage(job_dir) -> dict:
         ({"start": "nan"}, "finite"),
         ({"hosts": "dgx1,a\x00b"}, "Not a host name"),  # any label value is a host, but no control byte
         ({"tz": "5000"}, "offset from UTC"),
+        ({"w": "-5"}, "width in pixels"),
+        ({"w": "1e9"}, "width in pixels"),
     ],
 )
 def test_bad_views_are_refused_with_a_message(params, message) -> None:
@@ -86,6 +89,29 @@ def test_a_view_round_trips_through_its_query_string() -> None:
         ("a", "b"),
     )
     assert svc.timeline_view_parse({}) == svc.TimelineView()
+    assert svc.timeline_view_parse({"w": "730"}).width == 730
+
+
+def test_a_narrower_panel_is_queried_at_a_coarser_step_and_never_a_finer_one(served_case) -> None:
+    """The step follows the panel width the page says it draws (2 px a point): half the width, at least
+    twice the step; a wider panel than the default asks for no more points than the default. Cold views."""
+    investigation, job, ds, _truth = served_case("thermal-straggler")
+    steps = {}
+    for width in (0, 380, 730, 4000):
+        cache.clear()  # else the default width's cached panels serve the narrower views
+        view = svc.TimelineView(width=width)
+        built = svc.timeline_figures(investigation, job, ds, view, panels=["gpu_temp", "loss"])
+        steps[width] = {k: f["layout"]["meta"]["step"] for k, f in built["figures"].items()}
+        session = svc.timeline_open(ds, view)
+        try:
+            for key, step in steps[width].items():
+                points = (session.end - session.start) / step + 1
+                assert points <= (tl.points_for_width(width) if width else tl.QUERY_POINTS), (width, key)
+        finally:
+            session.close()
+    assert steps[4000] == steps[0]
+    for key in ("gpu_temp", "loss"):
+        assert steps[380][key] >= steps[730][key] >= steps[0][key] and steps[380][key] >= 2 * steps[0][key]
 
 
 def test_without_a_data_source_the_timeline_says_so() -> None:

@@ -158,6 +158,18 @@ def test_a_timeline_computed_ahead_by_the_worker_makes_the_first_view_a_cache_hi
     assert svc.timeline_warm(ds) == 0  # computed once
 
 
+def test_a_narrower_view_is_served_by_the_panels_cached_at_the_default_width(own_job, settings) -> None:
+    """A panel narrower than the default would be queried at a coarser step; the one the worker computed at
+    the default width serves it instead (its finer points are drawn alike): no query, nothing served."""
+    investigation, job, ds, _job_dir = own_job
+    default = _view(investigation, job, ds)
+    tsdb_server.reap_leftovers(settings.STEPWISE_TSDB_VIEWS)
+    ds.refresh_from_db()
+    narrow = svc.timeline_figures(investigation, job, ds, svc.TimelineView(width=400), panels=KEYS)
+    assert narrow["queries"] == 0 and tsdb_server.list_served(settings.STEPWISE_TSDB_VIEWS) == []
+    assert all(narrow["figures"][k]["data"] == default["figures"][k]["data"] for k in KEYS)
+
+
 def test_a_source_that_cannot_be_served_is_not_computed_ahead_and_raises_nothing(own_job) -> None:
     """Best effort: the worker logs that the source did not answer; the page computes the timeline then."""
     from investigations.tasks.timeline import timeline_warm_task
