@@ -9,7 +9,9 @@ try again and fail exactly as it would have (the early thread keeps no error).
 
 Nothing is left behind, whatever happens before the command takes over: the thread is not a daemon (the
 interpreter joins it before exiting), an `atexit` hook then stops every server under the root and deletes
-it, and until the command installs its own handlers SIGTERM exits through that hook (SystemExit(143)).
+it. Until the command installs its own handlers, SIGTERM and Ctrl-C are only remembered (`received()`),
+and the command exits 128 + n as it starts: raised inside the imports Django and the thread run at once, the
+exception can land in an import lock's callback, be dropped, and leave the thread waiting on that lock.
 
 The job's log is triaged meanwhile too, in a child process forked before anything else starts (a thread
 would hold the interpreter's lock against Django's imports and, later, against the parsing of the query
@@ -35,6 +37,8 @@ from typing import Any
 
 #: the work roots started early, by the resolved path of the TSDB served there
 _ROOTS: dict[str, str] = {}
+#: the signals that arrived before the command installed its handlers
+_RECEIVED: list[int] = []
 #: the triages started early, by the resolved path of the job directory
 _TRIAGES: dict[str, EarlyTriage] = {}
 WORK_ROOT_PREFIX = "stepwise-diagnose-"
@@ -108,8 +112,9 @@ def start(argv: Sequence[str]) -> None:
     root = tempfile.mkdtemp(prefix=WORK_ROOT_PREFIX)
     _ROOTS[str(tsdb.resolve())] = root
     atexit.register(_clean, root)
-    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, _exit_on_signal)
+    for sig, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
+        if signal.getsignal(sig) is default:
+            signal.signal(sig, _remember)
     threading.Thread(target=_serve, args=(tsdb, root), name="early-serve").start()
 
 
@@ -155,8 +160,13 @@ def _serve(tsdb: Path, root: str) -> None:
         return
 
 
-def _exit_on_signal(signum: int, frame: FrameType | None) -> None:
-    raise SystemExit(128 + signum)
+def received() -> int | None:
+    """Return the first SIGTERM or SIGINT that arrived before the command took over its signals, or None."""
+    return _RECEIVED[0] if _RECEIVED else None
+
+
+def _remember(signum: int, frame: FrameType | None) -> None:
+    _RECEIVED.append(signum)
 
 
 def _clean(root: str) -> None:

@@ -104,6 +104,9 @@ class Command(BaseCommand):
 
         def work(signals: ExitOnSignal) -> dict:
             self._signals = signals
+            if early_serve.received() is not None:  # while Django started (its early server is stopped at exit)
+                signals.received = early_serve.received()
+                signals.exit_if_signalled()
             return self._diagnose(opts)
 
         result = run_command("diagnose", work)
