@@ -1,5 +1,6 @@
 """Every page a signed-in user reaches, on a 390 px touch phone and a 1366 px laptop, in a real browser: nothing
-is wider than the screen, on a phone no table of the app scrolls sideways (each row reads down the screen,
+is wider than the screen or spills out of its card (a box, or the text inside a box: a long button's
+label ran 68 px past the report's side card on a laptop), on a phone no table of the app scrolls sideways (each row reads down the screen,
 as the lists of investigations and findings do), and on a touch screen every button, field, menu link and
 fold is at least 40 px tall. Folded parts (triage, discovery, matches, config, history) are opened first, so
 what they hold is measured too. People's own Markdown tables in a report scroll inside their section
@@ -51,7 +52,22 @@ _MEASURE = """tap => {
     const r = el.getBoundingClientRect();
     return r.width > 0 && r.height > 0 && r.height < tap && !el.closest('.modebar');
   }).map(el => `${name(el)} "${(el.innerText || el.value || '').trim().slice(0, 30)}" ${Math.round(el.getBoundingClientRect().height)} px`);
-  return {width: document.scrollingElement.scrollWidth, scrolling, small,
+  const clipped = (el, card) => {
+    for (let p = el.parentElement; p && p !== card; p = p.parentElement)
+      if (/(auto|scroll|hidden|clip)/.test(getComputedStyle(p).overflowX)) return true;
+    return false;
+  };
+  const spilling = [];
+  for (const card of document.querySelectorAll('.card')) {
+    const edge = card.getBoundingClientRect().right;
+    for (const el of card.querySelectorAll('*')) {
+      const r = el.getBoundingClientRect();
+      if (r.width > 0 && r.right > edge + 1 && !clipped(el, card)) spilling.push(`${name(el)} ${Math.round(r.right - edge)} px`);
+      else if (!el.closest('svg') && el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX === 'visible')
+        spilling.push(`${name(el)}: its text ${el.scrollWidth - el.clientWidth} px beyond it`);
+    }
+  }
+  return {width: document.scrollingElement.scrollWidth, scrolling, small, spilling: spilling.slice(0, 8),
           coarse: matchMedia('(pointer: coarse)').matches};
 }"""
 
@@ -120,6 +136,7 @@ def test_every_page_fits_the_screen_and_a_finger(device, case, template) -> None
     finally:
         page.close()
     assert seen["width"] <= seen["screen"], f"{path} on a {name}: {seen['width']} px wide"
+    assert not seen["spilling"], f"{path} on a {name}: out of their card: {seen['spilling']}"
     if name == "phone":
         assert seen["coarse"], "the phone's context must be a touch screen"
         assert not seen["scrolling"], f"{path}: tables scroll sideways on a phone: {seen['scrolling']}"
