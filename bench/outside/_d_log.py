@@ -30,7 +30,8 @@ class LogWriter:
         return dt.datetime.fromtimestamp(self.p.t0 + off, tz=UTC)
 
     def label(self, task: int) -> str:
-        return "" if self.p.log_style == "k8s" else f"{task:>{self.width}}: "
+        bare = self.p.log_style == "k8s" or self.p.layout.style == "k8s"  # no srun in a pod
+        return "" if bare else f"{task:>{self.width}}: "
 
     def app(self, off: float, task: int, text: str, sev: str = "I", local: int = 0) -> None:
         """A line of the trainer (rank `task` of node `task`, local rank `local`)."""
@@ -148,7 +149,7 @@ def step_lines(w: LogWriter) -> None:
 def summary(w: LogWriter, job_id: str) -> None:
     p = w.p
     end = w.tl.job_end
-    wall = int(end - p.setup_s + 300)
+    wall = int(end + p.extra.get("pre_log_s", 60))  # the log starts a minute before the data
     status = "SUCCESS (exit 0)" if p.status == "completed" else f"FAILED (exit {p.exit_code})"
     w.raw(end + 2, "========================== JOB SUMMARY ==========================")
     w.raw(end + 2.1, f"  Job:    {job_id} (LLM-{p.extra.get('model', 'llama3-70b')})")

@@ -95,9 +95,23 @@ def make_plan(seed: int, index: int, cls: str, small: bool) -> Plan:
         plan.story.append(
             "herring: torchrun elastic restart of all ranks, steps go back to the last checkpoint"
         )
+    plan.story += _log_traits(plan)
     if cls == "collective-hang" and index % 3 == 0:
         plan.extra["pre_step"] = True
     return plan
+
+
+def _log_traits(plan: Plan) -> list[str]:
+    """The deployment facts of the log and the trainer that a reader of a wrong case needs."""
+    out = [
+        f"log {plan.log_style} (UTC{plan.extra['tz_hours']:+d})",
+        f"step {plan.step_s:.1f} s, scrape {plan.scrape} s",
+    ]
+    if plan.extra["no_trainer"]:
+        out.append("no trainer gauges: steps only in the log")
+    if plan.eval_period:
+        out.append(f"evaluation every {plan.eval_period} steps ({plan.eval_s:.0f} s, GPUs part idle)")
+    return out
 
 
 def build_case(plan: Plan, out: Path, apply_story: Callable[[Sim], list] | None = None) -> dict:
