@@ -151,6 +151,20 @@ def first_sustained(mask: np.ndarray, length: int, fraction: float = 0.8) -> int
     return None
 
 
+def burst_chance(hits: float, n: float, pack_hits: float, pack_n: float, tests: float) -> float:
+    """Return the chance that a pack whose members fail (miss a scrape, time out) as often as the others
+    do, `pack_hits` of `pack_n`, shows `hits` of `n` on one of `tests` hosts or windows by chance alone.
+
+    The pack's rate counts one more failure than it saw (a pack that never failed still may); counts are
+    in scrapes, so a sample held over several grid points is counted once.
+    """
+    from scipy.stats import binom
+
+    rate = min(1.0, (pack_hits + 1.0) / (pack_n + 1.0))
+    k, m = int(np.ceil(hits - 1e-9)), max(1, int(round(n)))
+    return float(min(1.0, binom.sf(k - 1, m, rate) * max(1.0, tests)))
+
+
 def walk_back(x: np.ndarray, i: int, level: float, *, up: bool = True) -> int:
     """Return the earliest index <= i such that x stays beyond `level` from it up to i (NaNs are skipped)."""
     j = i

@@ -124,7 +124,7 @@ DETECTORS: dict[str, DetectorSpec] = {
             _det_peer_outlier,
             ("series",),
             ("up",),
-            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z ramp_window",
+            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z ramp_window alpha",
         ),
         _spec(
             "frozen_exporter",
@@ -133,7 +133,9 @@ DETECTORS: dict[str, DetectorSpec] = {
             variadic=True,
             params="min_duration alpha level_ratio max_share exporter data",
         ),
-        _spec("gaps", _det_gaps, ("samples per host",), ("up",), params="mask ratio min_events min_share"),
+        _spec(
+            "gaps", _det_gaps, ("samples per host",), ("up",), params="mask ratio min_events min_share alpha"
+        ),
         _spec(
             "threshold_prior",
             _det_threshold_prior,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from playbooks.anomaly import Grid, first_sustained, peer_deviation, walk_back
+from playbooks.anomaly import Grid, burst_chance, first_sustained, peer_deviation, walk_back
 from playbooks.context import Context, Finding
 from playbooks.departure import departure
 from playbooks.model import Playbook, RuleSpec
@@ -54,7 +57,7 @@ def _det_peer_outlier(
     flagged = []
     for r in range(len(g.labels)):
         i = first_sustained(cond[r], length, float(p.get("min_fraction", 0.8)))
-        if i is not None:
+        if i is not None and _rare(ctx, g, cond, m, r, i, length, p):
             flagged.append((r, i))
     if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
         return None
@@ -89,6 +92,22 @@ def _det_peer_outlier(
     return _finding(pb, rule, hosts, gpus, onset, ev)
 
 
+def _rare(
+    ctx: Context, g: Grid, cond: np.ndarray, m: np.ndarray, r: int, i: int, length: int, p: Mapping[str, Any]
+) -> bool:
+    """Return True unless the rule asks (`alpha`) whether a host's stretch beyond the pack is rarer than
+    the pack's own departures make it: scrapes that time out now and then on every host are the
+    monitoring's, and a few of them close together on one host are chance, not a fault of that host."""
+    if "alpha" not in p:
+        return True
+    per = max(1.0, float(getattr(ctx.source, "interval", g.step) or g.step) / max(g.step, 1e-9))
+    hits = float(cond[r, i : i + length].sum())
+    pack = float(cond.sum()) - float(cond[r].sum())
+    pack_n = float(m.sum()) * (cond.shape[0] - 1)
+    tests = cond.shape[0] * max(1.0, float(m.sum()) / length)
+    return burst_chance(hits / per, length / per, pack / per, pack_n / per, tests) <= float(p["alpha"])
+
+
 def _pack_size(g: Grid | None) -> int:
     """Return how many series the pack holds: the grid's rows, or the count Prometheus sent with them."""
     if g is None:
@@ -110,22 +129,21 @@ def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, fl
     m = g.mask(*focus) & (g.t >= float(g.t[0]) + w)
     with np.errstate(all="ignore"):
         peer = np.nanmedian(g.values, axis=0)
+    rows = _gap_rows(g, up, m, peer, w, float(p.get("ratio", 0.75)))
+    # windows of one scrape interval's length overlap: a missed scrape is short in w / step of them
+    per = max(1.0, w / max(g.step, 1e-9))
+    total_miss = sum(float(miss.sum()) for _, miss, _ in rows)
+    total_n = sum(float(mine.sum()) for _, _, mine in rows)
     hosts, ev, onset = [], [], None
-    for r, lab in enumerate(g.labels):
-        h = lab.get("host", "")
-        seen = np.nonzero(~np.isnan(g.values[r]))[0]
-        if not len(seen):
-            continue
-        x = np.where(np.isnan(g.values[r]), 0.0, g.values[r])
-        # nor is its first window on a host whose exporter came up late
-        mine = m & (g.t >= float(g.t[seen[0]]) + w)
-        miss = (x < float(p.get("ratio", 0.75)) * peer) & (peer > 0) & mine
-        if up is not None:
-            u = up.row(host=h)
-            if u is not None and len(u) == len(miss):
-                miss &= u >= 1
+    for h, miss, mine in rows:
         idx = np.nonzero(miss)[0]
         if not len(idx):
+            continue
+        k, n = float(miss.sum()), float(mine.sum())
+        # a host that misses no more often than the pack (the monitoring fails everyone now and then) is
+        # not where the GPU plugin hangs
+        chance = burst_chance(k / per, n / per, (total_miss - k) / per, (total_n - n) / per, len(rows))
+        if chance > float(p.get("alpha", 1e-3)):
             continue
         events = 1 + int((np.diff(idx) > 1).sum())
         tail = miss[int(0.8 * len(miss)) :]
@@ -152,6 +170,28 @@ def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, fl
     if not hosts or len(hosts) > max(1, 0.5 * len(g.labels)):
         return None
     return _finding(pb, rule, hosts, [], onset, ev)
+
+
+def _gap_rows(
+    g: Grid, up: Grid | None, m: np.ndarray, peer: np.ndarray, w: float, ratio: float
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Return (host, intervals short of samples while the target was up, intervals judged) per host."""
+    rows = []
+    for r, lab in enumerate(g.labels):
+        h = str(lab.get("host", ""))
+        seen = np.nonzero(~np.isnan(g.values[r]))[0]
+        if not len(seen):
+            continue
+        x = np.where(np.isnan(g.values[r]), 0.0, g.values[r])
+        # nor is its first window on a host whose exporter came up late
+        mine = m & (g.t >= float(g.t[seen[0]]) + w)
+        miss = (x < ratio * peer) & (peer > 0) & mine
+        if up is not None:
+            u = up.row(host=h)
+            if u is not None and len(u) == len(miss):
+                miss &= u >= 1
+        rows.append((h, miss, mine))
+    return rows
 
 
 def _regime_start(idx: np.ndarray) -> int:

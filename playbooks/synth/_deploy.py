@@ -48,6 +48,8 @@ class Exporters:
             `host.domain:9100` and node_uname_info's nodename is the FQDN, while the scheduler and the GPU
             exporter's host label use the short name (the truth's).
         prefix: AMD device-metrics-exporter field prefix ("amd_").
+        failed_scrapes: the chance of each scrape of the GPU exporter to fail at random, on every host
+            (a timed-out scrape: `up` 0, `scrape_duration_seconds` the timeout, no samples stored).
         noisy_host: one host's NIC retransmits a few packets on one scrape in ten for the whole job: a
             harmless trickle (no change point, a negligible share of its traffic), stronger than the others'.
         step_poll_s: the trainer's exporter refreshes its training_* gauges only every this many seconds
@@ -70,6 +72,7 @@ class Exporters:
     host_domain: str = ""
     node_domain: str = ""
     prefix: str = ""
+    failed_scrapes: float = 0.0
     step_poll_s: float = 0.0
     noisy_host: bool = False
 
@@ -167,6 +170,13 @@ def apply_to_job(job: Job, ex: Exporters) -> None:
             size = rng.integers(3, 40 if key == "retx" else 6, arr.shape)
             job.nic_sig[key] = arr + np.cumsum(np.where(hits, size, 0), axis=-1)
         job.notes.append("background RDMA retransmit/ACK-timeout noise on ~1 % of scrapes per NIC")
+    if ex.failed_scrapes > 0:
+        failed = np.random.default_rng([job.seed, 91]).random(job.gpu_present.shape) < ex.failed_scrapes
+        job.gpu_present = job.gpu_present & ~failed
+        job.failed_scrape_mask = failed
+        job.notes.append(
+            f"{ex.failed_scrapes:.1%} of the GPU exporter's scrapes fail at random on every host"
+        )
     if ex.noisy_host:
         h, arr = int(rng.integers(job.nodes)), job.nic_sig["retx"]
         hits = rng.random(int(arr.shape[-1])) < 0.1

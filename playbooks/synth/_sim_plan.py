@@ -100,6 +100,7 @@ class Job:
         default_factory=dict
     )  # host index -> grid index it thaws at (else never)
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
+    failed_scrape_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) GPU scrape failed
     exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
     # what the simulation decided on the way, for the log and the truth
     tokens: float = 0.0  # tokens per step (batch x sequence)

@@ -296,14 +296,20 @@ def _targets(lay: _Layout) -> Iterator[Item]:
         up = job.present[h].astype(float)
         yield "up", lay.node_labels(h), t, up, "d"
         if ex.gpu != "none":
-            yield "up", lay.gpu_target(h), t, np.where(late, 0.0, up), "d"
+            yield "up", lay.gpu_target(h), t, np.where(late | _failed(job, h), 0.0, up), "d"
     for h in range(job.nodes):
         dur = np.where(job.present[h], 0.02 + 0.01 * np.sin(np.arange(len(t)) + h) ** 2, 10.0)
         yield "scrape_duration_seconds", lay.node_labels(h), t, dur, "f4"
         if ex.gpu == "none":
             continue
-        gdur = np.where(job.scrape_timeout_mask[h], 9.99, dur)
+        gdur = np.where(job.scrape_timeout_mask[h] | _failed(job, h), 9.99, dur)
         yield "scrape_duration_seconds", lay.gpu_target(h), t, gdur, "f4"
+
+
+def _failed(job: Job, h: int) -> np.ndarray:
+    """Return where the GPU exporter's scrapes of host `h` failed at random (none unless asked)."""
+    mask = job.failed_scrape_mask
+    return mask[h] if len(mask) else np.zeros(len(job.t), dtype=bool)
 
 
 def _training(job: Job, poll_s: float = 0.0) -> Iterator[Item]:

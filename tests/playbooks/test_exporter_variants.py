@@ -168,3 +168,11 @@ def test_a_host_node_exporter_knows_by_its_fqdn_keeps_its_one_name(served_job, v
     named = {h for f in result["findings"] for h in f["hosts"]}
     named |= {e["labels"]["host"] for f in result["findings"] for e in f["evidence"] if "host" in e["labels"]}
     assert named <= set(truth["hosts"]), sorted(named - set(truth["hosts"]))
+
+
+def test_gpu_exporter_scrapes_failing_at_random_everywhere_accuse_no_host(served_job, view_root):
+    """Every host's GPU exporter fails a few scrapes at random (up 0, the timeout as the scrape's duration):
+    a host that drew a few close together does not stand out from a pack that fails as often."""
+    result, truth, _ = _diagnose(served_job, view_root, "healthy", "nvidia", Exporters(failed_scrapes=0.06))
+    print([(f["title"], f["severity"]) for f in result["findings"] if f["severity"] != "info"])
+    _verdict_holds(result, truth)
