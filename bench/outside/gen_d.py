@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import random
 import shutil
@@ -84,18 +85,15 @@ def make_plan(seed: int, index: int, cls: str, small: bool) -> Plan:
         log_style=style,
     )
     plan.extra["tz_hours"] = rng.choice([0, 0, 1, -5, 8, 2])
-    plan.extra["job_id"] = (
-        str(rng.randint(40000, 990000))
-        if style != "k8s"
-        else f"k8s-20261124-{rng.randint(100000, 235959)}-{rng.randrange(16**4):04x}"
-    )
+    submitted = datetime.datetime.fromtimestamp(plan.t0 - rng.randrange(60, 900), tz=datetime.UTC)
+    k8s_id = f"k8s-{submitted:%Y%m%d-%H%M%S}-{rng.randrange(16**4):04x}"  # the id carries the submission time
+    plan.extra["job_id"] = k8s_id if style == "k8s" else str(rng.randint(40000, 990000))
     plan.extra["no_trainer"] = rng.random() < 0.12
     if rng.random() < 0.2 and cls not in ("host-oom",):
         plan.restart_at = dur * rng.uniform(0.12, 0.3)
         plan.story.append(
             "herring: torchrun elastic restart of all ranks, steps go back to the last checkpoint"
         )
-    plan.story += _log_traits(plan)
     if cls == "collective-hang" and index % 3 == 0:
         plan.extra["pre_step"] = True
     return plan
@@ -118,6 +116,7 @@ def build_case(plan: Plan, out: Path, apply_story: Callable[[Sim], list] | None 
     """Walk the plan into a job directory; returns its truth."""
     _, prep, apply = STORIES[plan.cls] if plan.cls in STORIES else STORIES["healthy"]
     prep(plan)
+    plan.story += _log_traits(plan)
     tl = simulate(plan)
     sim = Sim(plan, tl)
     events = (apply_story or apply)(sim)
@@ -150,19 +149,24 @@ def build_pair(plan: Plan, out: Path) -> dict:
     """Restore leak: a fresh start (a/) and the restored run (b/) with ~17 more runnable tasks a host."""
     rng = plan.rng
     leak = rng.uniform(14, 20)
+    plan.restart_at = None
+    fresh_steps = len(simulate(plan).step_n)  # the restore point lies inside the fresh run: steps overlap
+    k = max(1, int(fresh_steps * rng.uniform(0.3, 0.6)) // plan.ckpt_period)
     restored = dataclasses.replace(
         plan,
         name=plan.name + "-b",
         rng=random.Random(stable(plan.name, "b")),
         step_s=plan.step_s * 1.01,
-        first_step=plan.ckpt_period * rng.randint(2, 6) + 1,
+        first_step=plan.ckpt_period * k + 1,
         t0=plan.t0 + int(plan.dur) + rng.randrange(600, 7200),
-        restart_at=None,
         story=[],
         extra=dict(plan.extra),
     )
     plan.cls = restored.cls = "healthy"
-    truth_a = build_case(plan, out / "a")
+    # one config for both runs: the fresh run was cancelled (preempted) and restored from its checkpoint
+    plan.planned_steps = restored.planned_steps = simulate(restored).step_n[-1] + 1
+    plan.status, plan.exit_code = "cancelled", 143
+    truth_a = build_case(plan, out / "a", lambda sim: [(sim.tl.job_end - 1, None, "scancel", {})])
 
     def apply_leak(sim: Sim) -> list:
         sim.procs_add[:, :] = leak + sim.np.normal(0, 1.0, (sim.H, 1))
