@@ -67,6 +67,9 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\x1b\(B")
 _LABEL = re.compile(r"^\s*(\d+): ")
 _RAY = re.compile(r"^\((\w+) pid=\d+(?:, ip=[^)]*)?\) ")
 _ABSL = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+[^\]\s]+\] ")
+# PyTorch's c10 header, the same date in brackets without a thread id, after its rank label:
+# "[rank0]:[E1122 00:44:55.086705123 ProcessGroupNCCL.cpp:1664] "
+_C10 = re.compile(r"^(?:\[rank\d+\]:)?\[([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+[^\]\s]+\]\s?")
 # a line dated in ISO 8601 with its UTC offset (Python logging's own stamp), after torchrun's per-rank
 # `--tee` label ("[default0]:"); a stamp without an offset reads as UTC, like absl's
 _ISO = re.compile(
@@ -144,8 +147,8 @@ def _abs_time(
 
 
 def _dated(msg: str, year: tuple[int, int] | None) -> tuple[float | None, str]:
-    """Return (the line's time, the message without its absl header or ISO 8601 stamp)."""
-    a = _ABSL.match(msg)
+    """Return (the line's time, the message without its absl or c10 header or ISO 8601 stamp)."""
+    a = _ABSL.match(msg) or _C10.match(msg)
     if a:
         mo, day, hh, mm, ss = (int(x) for x in a.group(2, 3, 4, 5, 6))
         return _abs_time(year, mo, day, hh, mm, ss, a.group(7)), msg[a.end() :]
