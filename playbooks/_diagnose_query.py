@@ -56,59 +56,12 @@ def render_query(
     step = fine if q.resolution == "fine" else max(fine, choose_step(start, end, max_points=COARSE_POINTS))
     w = _window_s(q, step, interval, start, end)
     wtxt = f"{int(math.ceil(w))}s"
+    # the grid ends at the data's end, so that an increment in the last scrapes is on its last point (a grid
+    # anchored at the start may stop up to a step short of the end)
+    aligned = end - math.ceil((end - start) / step - 1e-9) * step
     if q.signal:
-        sig = _narrowed(prof.signal(q.signal), only_hosts)
-        fn = q.fn or None
-        parts = sig.selector.split(" | ")
-        # the grid's own start (see below): the pack and the screen cover the points the query returns
-        first = end - math.ceil((end - start) / step - 1e-9) * step
-        if (
-            q.at_least is not None
-            and sig.scope == "gpu"
-            and not fn
-            and _plain(sig)
-            and gpus * ((end - first) / step + 1) >= PEERS_MIN_POINTS
-        ):
-            # which GPUs reach a value, as bits per host: only where one series per GPU costs more to send
-            # and parse than the bits cost Prometheus (8,192 GPUs; not 1,024, where the bits cost it 0.1 s more)
-            agg = q.agg or sig.agg
-            expr = bits_expr(
-                sig,
-                q.at_least,
-                round(gpus / max(hosts, 1)),
-                agg,
-                lambda s: (
-                    _pushdown(s, None, wtxt, ("host", "gpu"), agg)
-                    or s.expr(None, by=("host", "gpu"), agg=agg)
-                ),
-            )
-        elif (
-            q.peers
-            and sig.scope == "gpu"
-            and not fn
-            and gpus * ((end - first) / step + 1) >= PEERS_MIN_POINTS
-        ):
-            expr = peer_expr(sig, q.agg or sig.agg, direction=q.peers, start=first, end=end)
-        elif len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
-            # Sum each counter by the output labels first, then join the small results: joining every raw
-            # series of several counters with `or` at each step costs ten times more on a large job.
-            by = tuple(q.by if q.by is not None else sig.labels)
-            subs = [
-                dataclasses.replace(sig, selector=part, metrics=(part.split("{")[0],)).expr(
-                    fn, window=wtxt, by=by, agg="sum"
-                )
-                for part in parts
-            ]
-            tagged = " or ".join(
-                f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(subs)
-            )
-            expr = f"sum by ({', '.join(by)}) ({tagged})" if by else f"sum({tagged})"
-        else:
-            expr = _pushdown(sig, fn, wtxt, q.by, q.agg or sig.agg) or (
-                sig.expr(fn, window=wtxt, by=q.by, agg=q.agg or None)
-                if (fn or sig.is_counter)
-                else sig.expr(None, by=q.by, agg=q.agg or None)
-            )
+        grid = (aligned, end, (end - aligned) / step + 1)
+        expr = _signal_expr(q, _narrowed(prof.signal(q.signal), only_hosts), wtxt, hosts, gpus, grid)
     else:
         expr = q.promql.replace("{window}", wtxt)
         for s in q.signals:
@@ -118,10 +71,60 @@ def render_query(
     uses_window = bool(q.fn) or (q.signal and prof.signal(q.signal).is_counter)
     if q.kind == "instant":
         return PlannedQuery(q.name, expr, "instant", start, end, None, w if uses_window else 0.0)
-    # the grid ends at the data's end, so that an increment in the last scrapes is on its last point (a grid
-    # anchored at the start may stop up to a step short of the end)
-    aligned = end - math.ceil((end - start) / step - 1e-9) * step
     return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
+
+
+def _signal_expr(
+    q: QuerySpec, sig: Any, wtxt: str, hosts: int, gpus: int, grid: tuple[float, float, float]
+) -> str:
+    """Return the PromQL of a declared query on one signal: per-GPU bits or peers where one series per GPU
+    would cost more, a sum of a counter's parts joined after summing, else the signal's own expression.
+    `grid` is the range query's (first, end, points)."""
+    points = grid[2]
+    fn = q.fn or None
+    parts = sig.selector.split(" | ")
+    if (
+        q.at_least is not None
+        and sig.scope == "gpu"
+        and not fn
+        and _plain(sig)
+        and gpus * points >= PEERS_MIN_POINTS
+    ):
+        # which GPUs reach a value, as bits per host: only where one series per GPU costs more to send
+        # and parse than the bits cost Prometheus (8,192 GPUs; not 1,024, where the bits cost it 0.1 s more)
+        agg = q.agg or sig.agg
+        expr = bits_expr(
+            sig,
+            q.at_least,
+            round(gpus / max(hosts, 1)),
+            agg,
+            lambda s: (
+                _pushdown(s, None, wtxt, ("host", "gpu"), agg) or s.expr(None, by=("host", "gpu"), agg=agg)
+            ),
+        )
+    elif q.peers and sig.scope == "gpu" and not fn and gpus * points >= PEERS_MIN_POINTS:
+        expr = peer_expr(sig, q.agg or sig.agg, direction=q.peers, start=grid[0], end=grid[1])
+    elif len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
+        # Sum each counter by the output labels first, then join the small results: joining every raw
+        # series of several counters with `or` at each step costs ten times more on a large job.
+        by = tuple(q.by if q.by is not None else sig.labels)
+        subs = [
+            dataclasses.replace(sig, selector=part, metrics=(part.split("{")[0],)).expr(
+                fn, window=wtxt, by=by, agg="sum"
+            )
+            for part in parts
+        ]
+        tagged = " or ".join(
+            f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(subs)
+        )
+        expr = f"sum by ({', '.join(by)}) ({tagged})" if by else f"sum({tagged})"
+    else:
+        expr = _pushdown(sig, fn, wtxt, q.by, q.agg or sig.agg) or (
+            sig.expr(fn, window=wtxt, by=q.by, agg=q.agg or None)
+            if (fn or sig.is_counter)
+            else sig.expr(None, by=q.by, agg=q.agg or None)
+        )
+    return expr
 
 
 def _plain(sig: Any) -> bool:

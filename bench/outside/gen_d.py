@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import json
 import random
 import shutil
@@ -84,18 +85,15 @@ def make_plan(seed: int, index: int, cls: str, small: bool) -> Plan:
         log_style=style,
     )
     plan.extra["tz_hours"] = rng.choice([0, 0, 1, -5, 8, 2])
-    plan.extra["job_id"] = (
-        str(rng.randint(40000, 990000))
-        if style != "k8s"
-        else f"k8s-20261124-{rng.randint(100000, 235959)}-{rng.randrange(16**4):04x}"
-    )
+    submitted = datetime.datetime.fromtimestamp(plan.t0 - rng.randrange(60, 900), tz=datetime.UTC)
+    k8s_id = f"k8s-{submitted:%Y%m%d-%H%M%S}-{rng.randrange(16**4):04x}"  # the id carries the submission time
+    plan.extra["job_id"] = k8s_id if style == "k8s" else str(rng.randint(40000, 990000))
     plan.extra["no_trainer"] = rng.random() < 0.12
     if rng.random() < 0.2 and cls not in ("host-oom",):
         plan.restart_at = dur * rng.uniform(0.12, 0.3)
         plan.story.append(
             "herring: torchrun elastic restart of all ranks, steps go back to the last checkpoint"
         )
-    plan.story += _log_traits(plan)
     if cls == "collective-hang" and index % 3 == 0:
         plan.extra["pre_step"] = True
     return plan
@@ -118,6 +116,7 @@ def build_case(plan: Plan, out: Path, apply_story: Callable[[Sim], list] | None 
     """Walk the plan into a job directory; returns its truth."""
     _, prep, apply = STORIES[plan.cls] if plan.cls in STORIES else STORIES["healthy"]
     prep(plan)
+    plan.story += _log_traits(plan)
     tl = simulate(plan)
     sim = Sim(plan, tl)
     events = (apply_story or apply)(sim)

@@ -47,7 +47,7 @@ _MEASURE = """tap => {
   const scrolling = [...document.querySelectorAll('table.table')]
     .filter(t => t.clientWidth > 0 && t.scrollWidth > t.clientWidth + 1)
     .map(t => `${name(t)} ${t.scrollWidth}/${t.clientWidth}`);
-  const taps = 'button, .btn, select, summary, .topnav a, input:not([type=hidden], [type=checkbox], [type=radio], [type=file])';
+  const taps = 'button, .btn, select, summary, .topnav a, .section-meta a, input:not([type=hidden], [type=checkbox], [type=radio], [type=file])';
   const small = [...document.querySelectorAll(taps)].filter(el => {
     const r = el.getBoundingClientRect();
     return r.width > 0 && r.height > 0 && r.height < tap && !el.closest('.modebar');

@@ -12,71 +12,11 @@ import pytest
 from playbooks import timeline as tl
 from playbooks.alignment import StepAxis
 from playbooks.profiles import PROFILES
-from playbooks.prometheus import InstantSample, PrometheusClient, PrometheusError, Series
+from playbooks.prometheus import InstantSample
 from playbooks.timeline import figure as tl_figure
-from playbooks.timeline import queries as tl_queries
 from playbooks.timeline import traces as tl_traces
 
-NOW = 1_773_000_000.0
-START, END = NOW, NOW + 3600.0
-TIMES = tuple(NOW + 15.0 * i for i in range(241))
-
-
-def _ctx(profile: str = "amd", gpus: int = 32, hosts: int = 4, **kw) -> tl.TimelineContext:
-    axis = StepAxis.from_samples([NOW + 30.0 * i for i in range(121)], list(range(121)))
-    return tl.TimelineContext(
-        profile=PROFILES[profile], start=START, end=END, axis=axis, interval=15.0, gpu_series=gpus,
-        host_series=hosts, **kw,
-    )  # fmt: skip
-
-
-def _series(labels: dict[str, str], values) -> Series:
-    return Series(labels, TIMES, tuple(float(v) for v in values))
-
-
-class CannedClient(PrometheusClient):
-    """Answers range queries from a function of the PromQL; counts what it was asked.
-
-    `scores` (one sample a device: its score) answers a band's score query, the one range query that is no
-    band and names none of those devices: every device's series on the query's grid, each one off the
-    median by its score at a grid time of its own, so that the scores taken from them are these."""
-
-    def __init__(self, answer) -> None:
-        super().__init__("http://127.0.0.1:9")
-        self.answer = answer
-        self.asked: list[str] = []
-        self.scores: list[InstantSample] = []
-
-    def query_range(self, promql, start, end, step=None):
-        self.asked.append(promql)
-        named = any(f'"{v}"' in promql for s in self.scores for v in s.labels.values())
-        if self.scores and '"stat"' not in promql and not named:
-            n = len(self.scores) + 1
-            times = tuple(start + step * k for k in range(n))
-            return [Series(s.labels, times, tuple(50.0 + (s.value if k == i else 0.0) for k in range(n)))
-                    for i, s in enumerate(self.scores)]  # fmt: skip
-        return self.answer(promql)
-
-    def query(self, promql, at=None):
-        self.asked.append(promql)
-        return self.instant
-
-    def series(self, matchers, start=None, end=None):
-        return []
-
-
-def _pack(score: float, labels: dict[str, str] | None = None, n: int = 5) -> list[InstantSample]:
-    """Return the scores of `n` typical series (GPUs 0..n-1 of a host): what the score query returns besides
-    the outliers."""
-    base = labels or {"host": "n99"}
-    return [InstantSample({**base, "gpu": str(i)}, END, score) for i in range(n)]
-
-
-def _gpu(host: str, gpu: int, base: float, bump: float = 0.0) -> Series:
-    values = np.full(len(TIMES), float(base))
-    values[150:] += bump
-    return _series({"host": host, "gpu": str(gpu)}, values)
-
+from .timeline_support import END, NOW, START, TIMES, CannedClient, make_ctx, make_gpu, make_pack, make_series
 
 # --- downsampling ----------------------------------------------------------------------------------
 
@@ -153,7 +93,7 @@ def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, unique, mode, ro
     """Few series are drawn one line each; many get a band plus top-k outliers: aggregated in PromQL when the
     series are read raw, else (rated or aggregated per device, and few enough samples) every device's series
     in one query, split on the server, so that Prometheus evaluates the expression once."""
-    ctx = _ctx(gpus=gpus, hosts=hosts, unique=frozenset(unique))
+    ctx = make_ctx(gpus=gpus, hosts=hosts, unique=frozenset(unique))
     plan = tl.panel_queries(tl.PANELS[panel], ctx, START, END, hosts=["h1"])
     assert plan.mode == mode
     assert set(plan.queries) == roles
@@ -169,14 +109,14 @@ def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, unique, mode, ro
 
 def test_band_edges_keep_spikes_between_steps() -> None:
     """With a step coarser than the scrape interval, the band's min and max come from *_over_time."""
-    plan = tl.panel_queries(tl.PANELS["gpu_temp"], _ctx(gpus=1024), START, START + 86400)
+    plan = tl.panel_queries(tl.PANELS["gpu_temp"], make_ctx(gpus=1024), START, START + 86400)
     assert plan.step > 15.0
     assert "min_over_time(" in plan.queries["band"] and "max_over_time(" in plan.queries["band"]
 
 
 def test_counters_are_rated() -> None:
     """A counter panel queries a rate, never the raw counter."""
-    plan = tl.panel_queries(tl.PANELS["rdma_retransmits"], _ctx(hosts=4), START, END)
+    plan = tl.panel_queries(tl.PANELS["rdma_retransmits"], make_ctx(hosts=4), START, END)
     assert plan.queries["line"].count("rate(") == 1
 
 
@@ -186,11 +126,11 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
     def answer(promql: str):
         if '"stat"' in promql:
             return [
-                _series({"stat": "min"}, [60] * 241),
-                _series({"stat": "median"}, [65] * 241),
-                _series({"stat": "max"}, [65] * 150 + [95] * 91),
+                make_series({"stat": "min"}, [60] * 241),
+                make_series({"stat": "median"}, [65] * 241),
+                make_series({"stat": "max"}, [65] * 150 + [95] * 91),
             ]
-        every = [_gpu("n07", 3, 66), _gpu("n12", 5, 65, bump=30), _gpu("n01", 0, 64)]
+        every = [make_gpu("n07", 3, 66), make_gpu("n12", 5, 65, bump=30), make_gpu("n01", 0, 64)]
         return [s for s in every if f'"{s.labels["host"]}"' in promql]
 
     client = CannedClient(answer)
@@ -198,9 +138,9 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
         InstantSample({"host": "n12", "gpu": "5"}, END, 30.0),
         InstantSample({"host": "n07", "gpu": "3"}, END, 9.0),
         InstantSample({"host": "n01", "gpu": "0"}, END, 1.5),
-        *_pack(1.0),  # the typical score is the median of every series' score: 1.0
+        *make_pack(1.0),  # the typical score is the median of every series' score: 1.0
     ]
-    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
+    (panel,) = tl.panels_fetch(client, make_ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
     assert panel.mode == "band"
     assert [o["name"] for o in panel.outliers] == ["n12 GPU 5", "n07 GPU 3"]  # n01 is within 3x the typical
     assert panel.outliers[0]["score"] == pytest.approx(30.0)
@@ -208,9 +148,9 @@ def test_band_mode_names_the_outliers_the_score_selected() -> None:
     assert len(client.asked) == 3  # band, score, then the top-k in one query by label
     (fetch,) = [q for q in client.asked if "vector(1)" in q]
     assert client.asked.index(fetch) > client.asked.index(tl.panel_queries(
-        tl.PANELS["gpu_temp"], _ctx(gpus=1024, hosts=128), START, END).queries["score"])  # fmt: skip
+        tl.PANELS["gpu_temp"], make_ctx(gpus=1024, hosts=128), START, END).queries["score"])  # fmt: skip
     assert 'label_replace(label_replace(vector(1), "host", "n12", "", ""), "gpu", "5", "", "")' in fetch
-    names = [d["name"] for d in tl.figure_build(panel, _ctx(gpus=1024))["data"]]
+    names = [d["name"] for d in tl.figure_build(panel, make_ctx(gpus=1024))["data"]]
     assert "n12 GPU 5 (outlier)" in names and "n01 GPU 0 (top deviation)" in names
 
 
@@ -223,13 +163,13 @@ def test_a_band_panels_top_k_are_fetched_while_its_band_is_still_running() -> No
     def answer(promql: str):
         if '"stat"' in promql:
             waited.append(asked_top.wait(30))
-            return [_series({"stat": "median"}, [65] * 241)]
+            return [make_series({"stat": "median"}, [65] * 241)]
         asked_top.set()
-        return [_gpu("n12", 5, 65, bump=30)]
+        return [make_gpu("n12", 5, 65, bump=30)]
 
     client = CannedClient(answer)
-    client.scores = [InstantSample({"host": "n12", "gpu": "5"}, END, 30.0), *_pack(1.0)]
-    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
+    client.scores = [InstantSample({"host": "n12", "gpu": "5"}, END, 30.0), *make_pack(1.0)]
+    (panel,) = tl.panels_fetch(client, make_ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
     assert waited == [True]
     assert [o["name"] for o in panel.outliers] == ["n12 GPU 5"]
 
@@ -241,7 +181,7 @@ def test_the_costliest_queries_are_sent_first() -> None:
     client = CannedClient(lambda q: [])
     client.instant = []
     client.query_range = lambda promql, *a, **k: asked.append(promql) or []  # type: ignore[method-assign]
-    tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["loss", "procs_running", "gpu_temp"], START, END,
+    tl.panels_fetch(client, make_ctx(gpus=1024, hosts=128), ["loss", "procs_running", "gpu_temp"], START, END,
                     max_concurrency=1)  # fmt: skip
     firsts = [
         next(i for i, q in enumerate(asked) if name in q) for name in ("gpu_temp", "procs_running", "loss")
@@ -251,23 +191,23 @@ def test_the_costliest_queries_are_sent_first() -> None:
 
 def test_band_mode_names_no_outlier_when_nothing_deviates() -> None:
     """Every series equal (an idle counter): the score is 0 everywhere and no outlier is fetched."""
-    client = CannedClient(lambda q: [_series({"stat": "median"}, [0] * 241)])
-    client.scores = [InstantSample({"host": "n1"}, END, 0.0), *_pack(0.0)]
-    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
+    client = CannedClient(lambda q: [make_series({"stat": "median"}, [0] * 241)])
+    client.scores = [InstantSample({"host": "n1"}, END, 0.0), *make_pack(0.0)]
+    (panel,) = tl.panels_fetch(client, make_ctx(gpus=1024, hosts=128), ["gpu_temp"], START, END)
     assert panel.outliers == [] and len(client.asked) == 2
 
 
 def test_a_split_band_is_one_query_and_names_the_outliers_as_the_score_would() -> None:
     """A counter band at 128 hosts: one range query of every host's rate; min, median and max at each step,
     each host's largest deviation from the median, the top-k drawn and those above the bar named."""
-    hosts = [_series({"host": f"n{i:03d}"}, [10.0 + (i % 5) * 0.1] * 241) for i in range(128)]
+    hosts = [make_series({"host": f"n{i:03d}"}, [10.0 + (i % 5) * 0.1] * 241) for i in range(128)]
     hot = np.full(241, 10.2)
     hot[150:] = 40.0
-    hosts[12] = _series({"host": "n012"}, hot)
-    hosts[7] = _series({"host": "n007"}, [10.0] * 240 + [float("nan")])  # a NaN sample is no sample
+    hosts[12] = make_series({"host": "n012"}, hot)
+    hosts[7] = make_series({"host": "n007"}, [10.0] * 240 + [float("nan")])  # a NaN sample is no sample
     client = CannedClient(lambda q: hosts)
     client.instant = []
-    (panel,) = tl.panels_fetch(client, _ctx(gpus=1024, hosts=128), ["rdma_retransmits"], START, END)
+    (panel,) = tl.panels_fetch(client, make_ctx(gpus=1024, hosts=128), ["rdma_retransmits"], START, END)
     assert len(client.asked) == 1 and "rate(" in client.asked[0] and '"stat"' not in client.asked[0]
     assert panel.mode == "band" and panel.queries == client.asked
     band = {t.role: t for t in panel.traces[:3]}
@@ -279,8 +219,8 @@ def test_a_split_band_is_one_query_and_names_the_outliers_as_the_score_would() -
 
 def test_a_split_band_of_an_idle_counter_names_no_outlier() -> None:
     """Every host's rate 0: the band is flat at 0, nothing deviates, nothing is drawn or named."""
-    client = CannedClient(lambda q: [_series({"host": f"n{i}"}, [0] * 241) for i in range(128)])
-    (panel,) = tl.panels_fetch(client, _ctx(hosts=128), ["oom_kills"], START, END)
+    client = CannedClient(lambda q: [make_series({"host": f"n{i}"}, [0] * 241) for i in range(128)])
+    (panel,) = tl.panels_fetch(client, make_ctx(hosts=128), ["oom_kills"], START, END)
     assert panel.outliers == [] and len(client.asked) == 1
     assert [t.role for t in panel.traces] == ["min", "median", "max"]
     assert all(not t.v.any() for t in panel.traces)
@@ -288,9 +228,9 @@ def test_a_split_band_of_an_idle_counter_names_no_outlier() -> None:
 
 def test_lines_mode_ranks_outliers_from_the_lines() -> None:
     """With few series, only one deviating well beyond the typical series is named."""
-    series = [_gpu(f"h{i}", g, 60 + g) for i in range(2) for g in range(4)]
-    series.append(_gpu("h2", 1, 61, bump=25))
-    (panel,) = tl.panels_fetch(CannedClient(lambda q: series), _ctx(gpus=9), ["gpu_temp"], START, END)
+    series = [make_gpu(f"h{i}", g, 60 + g) for i in range(2) for g in range(4)]
+    series.append(make_gpu("h2", 1, 61, bump=25))
+    (panel,) = tl.panels_fetch(CannedClient(lambda q: series), make_ctx(gpus=9), ["gpu_temp"], START, END)
     assert panel.mode == "lines"
     assert len(panel.traces) == 9
     assert [(o["host"], o["gpu"]) for o in panel.outliers] == [("h2", "1")]  # the others differ by noise
@@ -299,11 +239,11 @@ def test_lines_mode_ranks_outliers_from_the_lines() -> None:
 def test_a_panel_whose_signal_the_profile_lacks_says_so() -> None:
     """A node_exporter-only TSDB has no GPU power: the panel is unavailable and sends no query."""
     client = CannedClient(lambda q: [])
-    (panel,) = tl.panels_fetch(client, _ctx("node"), ["gpu_power"], START, END)
+    (panel,) = tl.panels_fetch(client, make_ctx("node"), ["gpu_power"], START, END)
     assert panel.mode == "unavailable"
     assert "node profile has no gpu_power" in panel.message
     assert client.asked == []
-    fig = tl.figure_build(panel, _ctx("node"))
+    fig = tl.figure_build(panel, make_ctx("node"))
     assert fig["layout"]["meta"]["message"].startswith("Not available")
 
 
@@ -350,7 +290,7 @@ def test_annotations_come_from_triage_axis_and_findings() -> None:
         "details": {},
     }
     findings = [{"id": 7, "title": "GPU hot", "onset": NOW + 600, "hosts": ["n12"]}, {"id": 8, "onset": None}]
-    marks = tl.annotations_build(_ctx(warmup_end=NOW + 300), triage, findings)
+    marks = tl.annotations_build(make_ctx(warmup_end=NOW + 300), triage, findings)
     kinds = [m.kind for m in marks]
     assert kinds.count("checkpoint") == 3  # steps 0, 50, 100
     assert {"warmup-end", "restore", "crash", "hang-start", "heartbeat-stop", "finding"} <= set(kinds)
@@ -359,7 +299,7 @@ def test_annotations_come_from_triage_axis_and_findings() -> None:
     finding = next(m for m in marks if m.kind == "finding")
     assert (finding.finding_id, finding.step, finding.hosts) == (7, 20.0, ("n12",))
     long = [{"id": 9, "title": "High TCP retransmits on tx-hpc-0238, tx-hpc-0239", "onset": NOW + 600}]
-    label = next(m.label for m in tl.annotations_build(_ctx(), triage, long) if m.kind == "finding")
+    label = next(m.label for m in tl.annotations_build(make_ctx(), triage, long) if m.kind == "finding")
     assert (
         label == "High TCP retransmits on tx-hpc-0238, tx…" and len(label) == 40
     )  # a cut label says it was cut
@@ -379,7 +319,7 @@ def test_figure_x_axis_follows_the_mode(xmode, axis_type, first_x, hover) -> Non
     panel = tl.PanelData(tl.PANELS["loss"], "single", step=15.0, start=START, end=END)
     panel.traces = [tl.Trace("loss", "line", {}, np.asarray(TIMES), np.linspace(3, 2, len(TIMES)))]
     marks = [tl.Annotation("finding", "hot", NOW + 600, 20.0, finding_id=3)]
-    fig = tl.figure_build(panel, _ctx(), xmode=xmode, annotations=marks, tz_offset_s=3600)
+    fig = tl.figure_build(panel, make_ctx(), xmode=xmode, annotations=marks, tz_offset_s=3600)
     assert fig["layout"]["xaxis"]["type"] == axis_type
     assert fig["layout"]["xaxis"]["hoverformat"] == hover
     assert fig["data"][0]["x"][0] == first_x
@@ -413,126 +353,14 @@ def test_figure_keeps_to_its_payload_budget() -> None:
         tl.Trace(f"g{i}", "line", {"host": f"h{i}"}, long_t, np.random.default_rng(i).random(20_000))
         for i in range(16)
     ]
-    fig = tl.figure_build(panel, _ctx(), xmode="time-utc", points_per_figure=8000)
+    fig = tl.figure_build(panel, make_ctx(), xmode="time-utc", points_per_figure=8000)
     assert sum(len(d["y"]) for d in fig["data"]) <= 8000 + 16 * 2
 
 
 def test_unknown_x_mode_is_refused() -> None:
     """Only step, time-utc and time-local are x-axis modes."""
     with pytest.raises(tl.TimelineError):
-        tl.figure_build(tl.PanelData(tl.PANELS["loss"], "single"), _ctx(), xmode="wall")
-
-
-# --- served generated jobs -------------------------------------------------------------------------
-
-
-def _served_panels(served_job, scenario, profile, keys, **kw):
-    client, truth, _ = served_job(scenario, profile=profile)
-    start, end = truth["data_range"]
-    ctx = tl.context_build(client, PROFILES[profile], start, end)
-    return truth, ctx, tl.panels_fetch(client, ctx, keys, start, end, **kw)
-
-
-@pytest.mark.parametrize("max_lines", [16, 4])
-def test_thermal_stragglers_hot_gpu_is_the_named_outlier(served_job, max_lines) -> None:
-    """The hot GPU tops the outliers of the temperature and clock panels, as lines or as a band."""
-    truth, ctx, panels = _served_panels(
-        served_job, "thermal-straggler", "amd", ["gpu_temp", "gpu_clock"], max_lines=max_lines
-    )
-    (culprit,) = truth["culprits"]
-    assert ctx.gpu_series == 16 and ctx.host_series == 4
-    for panel in panels:
-        assert panel.mode == ("lines" if max_lines == 16 else "band")
-        top = panel.outliers[0]
-        assert (top["host"], top["gpu"]) == (culprit["host"], culprit["gpu"]), panel.spec.key
-        fig = tl.figure_build(panel, ctx, xmode="step")
-        assert any(f"{culprit['host']} GPU {culprit['gpu']} (outlier)" == d["name"] for d in fig["data"])
-
-
-def test_a_band_panel_sends_its_band_as_one_query_and_reads_every_series_once_for_the_scores(
-    served_job, monkeypatch
-) -> None:
-    """At a real Prometheus: min, median and max come back from one range query; the scores from one range
-    query of every series raw on a coarser grid (no quantile, no subquery), the same numbers PromQL's own
-    `max_over_time(abs(x - scalar(quantile(0.5, x)))[range:grid])` gives; then the top-k by label."""
-    client, truth, _ = served_job("thermal-straggler", profile="amd")
-    start, end = truth["data_range"]
-    ctx = tl.context_build(client, PROFILES["amd"], start, end)
-    sent: list[tuple[str, str, int]] = []
-    api = client._api
-
-    def logged(path, params, *, query):
-        data = api(path, params, query=query)
-        if path in ("/api/v1/query", "/api/v1/query_range"):
-            sent.append((path, params["query"], len(data["result"])))
-        return data
-
-    monkeypatch.setattr(client, "_api", logged)
-    (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], start, end, max_lines=4)
-    assert panel.mode == "band"
-    plan = tl.panel_queries(tl.PANELS["gpu_temp"], ctx, start, end, max_lines=4)
-    # The band and the score run in parallel (either may be answered first); the top-k by label follow the
-    # score at once, without waiting for the band.
-    scores = [i for i, (_, q, _) in enumerate(sent) if q == plan.queries["score"]]
-    assert [sent[i][2] for i in scores] == [ctx.gpu_series], sent  # every GPU's series, once
-    bands = [i for i, (_, q, _) in enumerate(sent) if '"stat"' in q]
-    assert [sent[i][2] for i in bands] == [3], sent  # min, median, max: one query
-    (top,) = set(range(3)) - set(scores) - set(bands)
-    assert top > scores[0] and sent[top][2] == 3, sent  # by label
-    assert all(p == "/api/v1/query_range" and "topk" not in q for p, q, _ in sent)
-    assert "quantile" not in plan.queries["score"] and "[" not in plan.queries["score"]
-    (culprit,) = truth["culprits"]
-    assert (panel.outliers[0]["host"], panel.outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
-    x, res = plan.expr, plan.score_step
-    promql = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{(end - start) * 1000:.0f}ms:{res:g}s])"
-    want = {(s.labels["host"], s.labels["gpu"]): s.value for s in client.query(promql, end)}
-    first, last = tl_queries.score_grid(start, end, res)
-    got = tl_traces._device_scores(client.query_range(x, first, last, res), first, res, end)
-    assert {(s.labels["host"], s.labels["gpu"]): s.value for s in got} == pytest.approx(want)
-    assert panel.outliers[0]["score"] == pytest.approx(want[culprit["host"], culprit["gpu"]])
-
-
-@pytest.mark.parametrize(
-    ("profile", "panel"), [("amd", "rdma_retransmits"), ("nvidia", "rdma_transmit_wait")]
-)
-def test_rdma_degraded_host_is_the_named_outlier(served_job, profile, panel) -> None:
-    """The degraded host tops the RDMA panel (AMD) or the InfiniBand panel (NVIDIA) in band mode."""
-    truth, ctx, (data,) = _served_panels(served_job, "rdma-degradation", profile, [panel], max_lines=2)
-    assert data.mode == "band", (ctx.to_dict(), data.message, data.queries)
-    assert data.outliers[0]["host"] in {c["host"] for c in truth["culprits"]}
-
-
-def test_a_served_counter_band_split_on_the_server_matches_prometheuss_band(served_job, monkeypatch) -> None:
-    """At a real Prometheus: a counter band is one query of every host's rate (the rate evaluated once, no
-    score query, no second round), and its min / median / max and outliers are those PromQL computes."""
-    from playbooks.timeline import queries as tl_queries
-
-    client, truth, _ = served_job("rdma-degradation", profile="amd")
-    start, end = truth["data_range"]
-    ctx = tl.context_build(client, PROFILES["amd"], start, end)
-    (split,) = tl.panels_fetch(client, ctx, ["rdma_retransmits"], start, end, max_lines=2)
-    monkeypatch.setattr(tl_queries, "SPLIT_MAX_SAMPLES", 0)
-    (promql,) = tl.panels_fetch(client, ctx, ["rdma_retransmits"], start, end, max_lines=2)
-    assert split.mode == promql.mode == "band"
-    assert len(split.queries) == 1 and "rate(" in split.queries[0] and len(promql.queries) == 3
-    for ts, tp in zip(split.traces[:3], promql.traces[:3], strict=True):
-        assert ts.role == tp.role and np.array_equal(ts.t, tp.t) and np.allclose(ts.v, tp.v), ts.role
-    assert [o["name"] for o in split.outliers] == [o["name"] for o in promql.outliers]
-    assert split.outliers[0]["host"] in {c["host"] for c in truth["culprits"]}
-
-
-def test_served_job_marks_checkpoints_and_warmup(served_job) -> None:
-    """A generated job gets its checkpoint steps from the triage and its warm-up end from the learning rate."""
-    from playbooks.triage import triage_job
-
-    client, truth, job_dir = served_job("thermal-straggler")
-    ctx = tl.context_build(client, PROFILES["amd"], *truth["data_range"])
-    marks = tl.annotations_build(ctx, triage_job(job_dir).to_dict())
-    assert [m.step for m in marks if m.kind == "checkpoint"] == [float(s) for s in truth["checkpoint_steps"]]
-    warm = next(m for m in marks if m.kind == "warmup-end")
-    # The generator's learning rate rises linearly for 20 to 80 steps, then decays.
-    assert 20 <= warm.step <= 80
-    assert warm.time == pytest.approx(ctx.axis.time_at(warm.step), abs=1.0)
+        tl.figure_build(tl.PanelData(tl.PANELS["loss"], "single"), make_ctx(), xmode="wall")
 
 
 @pytest.mark.parametrize(
@@ -540,13 +368,13 @@ def test_served_job_marks_checkpoints_and_warmup(served_job) -> None:
 )
 def test_zooming_in_lowers_the_query_step_down_to_the_scrape_interval(span, expected) -> None:
     """A narrower range is queried at a finer step, never finer than the scrape interval."""
-    assert tl.query_step(_ctx(), START, START + span) == expected
+    assert tl.query_step(make_ctx(), START, START + span) == expected
 
 
 def test_the_samples_budget_coarsens_a_wide_panel_and_the_panel_says_so() -> None:
     """1,024 GPUs over an hour with a budget of 100,000 samples a query: at most ~97 points, not 241; the
     panel's notes say why; a job-scope panel (one series) keeps its step."""
-    ctx = dataclasses.replace(_ctx(gpus=1024), max_samples=100_000)
+    ctx = dataclasses.replace(make_ctx(gpus=1024), max_samples=100_000)
     plan = tl.panel_queries(tl.PANELS["gpu_temp"], ctx, START, END)
     assert plan.step == 60.0 and (END - START) / plan.step * 1024 <= 100_000
     assert tl.panel_queries(tl.PANELS["loss"], ctx, START, END).step == 15.0
@@ -559,11 +387,11 @@ def test_the_samples_budget_coarsens_a_wide_panel_and_the_panel_says_so() -> Non
 
 def test_many_checkpoints_get_lines_but_few_labels() -> None:
     """Every checkpoint is a line; only about ten carry a label, and labels map to marks one to one."""
-    marks = tl.annotations_build(_ctx(), {"config": {"checkpoint_period": "5"}})
+    marks = tl.annotations_build(make_ctx(), {"config": {"checkpoint_period": "5"}})
     assert len(marks) == 25  # steps 0, 5, ..., 120
     panel = tl.PanelData(tl.PANELS["loss"], "single", step=15.0, start=START, end=END)
     panel.traces = [tl.Trace("loss", "line", {}, np.asarray(TIMES), np.ones(len(TIMES)))]
-    layout = tl.figure_build(panel, _ctx(), annotations=marks)["layout"]
+    layout = tl.figure_build(panel, make_ctx(), annotations=marks)["layout"]
     assert len(layout["shapes"]) == 25
     assert 1 < len(layout["annotations"]) <= tl.MAX_CHECKPOINT_LABELS
     assert [a["text"] for a in layout["annotations"]] == [m["label"] for m in layout["meta"]["marks"]]
@@ -573,20 +401,20 @@ def test_band_mode_groups_by_the_exporters_labels_and_renames_the_outliers() -> 
     """At scale no label_replace runs per series: DCGM's Hostname and Ray's instance become host in Python."""
     client = CannedClient(
         lambda q: (
-            [_series({"stat": "median"}, [50] * 241)]
+            [make_series({"stat": "median"}, [50] * 241)]
             if '"stat"' in q
-            else [_series({"Hostname": "n12", "gpu": "5"}, [90] * 241)]
+            else [make_series({"Hostname": "n12", "gpu": "5"}, [90] * 241)]
         )
     )
     client.scores = [
         InstantSample({"Hostname": "n12", "gpu": "5"}, END, 40.0),
-        *_pack(0.0, {"Hostname": "n01"}),
+        *make_pack(0.0, {"Hostname": "n01"}),
     ]
-    (panel,) = tl.panels_fetch(client, _ctx("nvidia", gpus=1024), ["gpu_temp"], START, END)
+    (panel,) = tl.panels_fetch(client, make_ctx("nvidia", gpus=1024), ["gpu_temp"], START, END)
     assert "by (Hostname, gpu)" in client.asked[0] and '"host"' not in client.asked[0]
     assert panel.outliers == [{"host": "n12", "gpu": "5", "name": "n12 GPU 5", "score": 40.0}]
 
-    plan = tl.panel_queries(tl.PANELS["gpu_util"], _ctx("amd", gpus=1024), START, END)
+    plan = tl.panel_queries(tl.PANELS["gpu_util"], make_ctx("amd", gpus=1024), START, END)
     assert plan.labels == ("instance", "GpuIndex") and "label_replace(ray" not in plan.queries["band"]
     assert tl_traces._normalise({"instance": "dgx031:55080", "GpuIndex": "3"}, plan.rename) == {
         "host": "dgx031",
@@ -601,7 +429,7 @@ def test_a_context_without_series_counts_is_an_error() -> None:
     def answer(promql: str):
         if promql.startswith("count("):
             raise PrometheusUnreachable("connection refused")
-        return [_series({}, range(241))]
+        return [make_series({}, range(241))]
 
     client = CannedClient(answer)
     client.instant = []
@@ -611,17 +439,17 @@ def test_a_context_without_series_counts_is_an_error() -> None:
 
 def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> None:
     """One series per GPU: band and score run on the raw selector; the top-k are fetched by exact matchers."""
-    ctx = _ctx("nvidia", gpus=1024, unique=frozenset({"gpu_temp"}))
+    ctx = make_ctx("nvidia", gpus=1024, unique=frozenset({"gpu_temp"}))
     client = CannedClient(
         lambda q: (
-            [_series({"stat": "median"}, [50] * 241)]
+            [make_series({"stat": "median"}, [50] * 241)]
             if '"stat"' in q
-            else [_series({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, [90] * 241)]
+            else [make_series({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, [90] * 241)]
         )
     )
     client.scores = [
         InstantSample({"Hostname": "n12", "gpu": "5", "instance": "n12:9400"}, END, 40.0),
-        *_pack(0.0, {"Hostname": "n01", "instance": "n01:9400"}),
+        *make_pack(0.0, {"Hostname": "n01", "instance": "n01:9400"}),
     ]
     (panel,) = tl.panels_fetch(client, ctx, ["gpu_temp"], START, END)
     assert all(" by (" not in q for q in client.asked), client.asked
@@ -629,7 +457,7 @@ def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> 
     assert panel.outliers == [{"host": "n12", "gpu": "5", "name": "n12 GPU 5", "score": 40.0}]
     # A counter with one series per host is rated per series, not summed.
     plan = tl.panel_queries(
-        tl.PANELS["tcp_retransmits"], _ctx(hosts=128, unique=frozenset({"tcp_retransmits"})), START, END
+        tl.PANELS["tcp_retransmits"], make_ctx(hosts=128, unique=frozenset({"tcp_retransmits"})), START, END
     )
     assert (
         plan.bare
@@ -654,35 +482,11 @@ def test_a_signal_with_two_series_on_one_device_keeps_its_aggregation() -> None:
             self.asked.append(f"series {matchers[0]}")
             return restarted if matchers[0].startswith("hw_gpu_temperature") else one
 
-    client = Indexed(lambda q: [_series({}, range(241))])
+    client = Indexed(lambda q: [make_series({}, range(241))])
     client.instant = []
     ctx = tl.context_build(client, PROFILES["amd"], START, END)
     assert "gpu_temp" not in ctx.unique and "gpu_power" in ctx.unique, ctx.unique
     assert not any("present_over_time" in q for q in client.asked)  # no sample decoded to count series
-
-
-@pytest.mark.parametrize("profile", ["amd", "nvidia"])
-def test_served_unique_band_matches_the_aggregated_band(served_job, profile) -> None:
-    """Skipping the aggregation (PromQL band) or splitting the aggregated series on the server changes no band
-    value and no outlier of a served job."""
-    client, truth, _ = served_job("thermal-straggler", profile=profile)
-    start, end = truth["data_range"]
-    ctx = tl.context_build(client, PROFILES[profile], start, end)
-    keys = ["gpu_temp", "gpu_clock"] + (["procs_running"] if profile == "amd" else [])
-    assert set(keys) <= ctx.unique, ctx.unique
-    bare = tl.panels_fetch(client, ctx, keys, start, end, max_lines=2)
-    agg = tl.panels_fetch(client, dataclasses.replace(ctx, unique=frozenset()), keys, start, end, max_lines=2)
-    for b, a in zip(bare, agg, strict=True):
-        assert b.mode == a.mode == "band"
-        assert " by (" not in b.queries[0] and " by (" in a.queries[0]
-        for tb, ta in zip(b.traces[:3], a.traces[:3], strict=True):
-            assert tb.role == ta.role and np.allclose(tb.v, ta.v, equal_nan=True), (b.spec.key, tb.role)
-        # The aggregated expression is split on the server (few samples), its score taken at every step
-        # rather than on the score query's coarser grid: the same outliers, nearly the same scores.
-        assert [o["name"] for o in b.outliers] == [o["name"] for o in a.outliers], b.spec.key
-        assert [o["score"] for o in b.outliers] == pytest.approx([o["score"] for o in a.outliers], rel=0.05)
-    (culprit,) = truth["culprits"]
-    assert (bare[0].outliers[0]["host"], bare[0].outliers[0]["gpu"]) == (culprit["host"], culprit["gpu"])
 
 
 def test_only_far_more_points_than_a_panels_budget_are_drawn_with_webgl() -> None:
@@ -693,12 +497,12 @@ def test_only_far_more_points_than_a_panels_budget_are_drawn_with_webgl() -> Non
     panel.traces = [
         tl.Trace(f"h GPU {g}", "line", {"host": "h", "gpu": str(g)}, t, np.sin(t + g)) for g in range(16)
     ]
-    data = tl.figure_build(panel, _ctx())["data"]
+    data = tl.figure_build(panel, make_ctx())["data"]
     assert {d["type"] for d in data} == {"scatter"} and sum(len(d["x"]) for d in data) > 10_000
-    many = tl.figure_build(panel, _ctx(), points_per_trace=2000, points_per_figure=32_000)["data"]
+    many = tl.figure_build(panel, make_ctx(), points_per_trace=2000, points_per_figure=32_000)["data"]
     assert {d["type"] for d in many} == {"scattergl"}
     panel.traces = [tl.Trace(r, r, {}, t[:480], np.ones(480)) for r in ("min", "median", "max")]
-    assert {d["type"] for d in tl.figure_build(panel, _ctx())["data"]} == {"scatter"}
+    assert {d["type"] for d in tl.figure_build(panel, make_ctx())["data"]} == {"scatter"}
 
 
 def _counts(values_by_host: dict[str, list[float]]) -> list[tl.Trace]:
@@ -731,7 +535,7 @@ def test_a_host_stuck_in_io_with_many_blocked_processes_is_named():
 
 def test_the_score_query_bar_keeps_the_panel_floor():
     """_scored (the band path, from every series' score) applies the same floor."""
-    _, bar = tl_traces._scored(_pack(0.0), tl.PANELS["procs_running"].min_outlier)
+    _, bar = tl_traces._scored(make_pack(0.0), tl.PANELS["procs_running"].min_outlier)
     assert bar == 2.0
 
 
@@ -768,118 +572,6 @@ def test_a_findings_panels_are_the_signals_its_rule_reads(playbook, rule, panels
 def test_an_unknown_rule_shows_its_whole_playbook() -> None:
     every = tl.finding_panels("gpu_health", "gpu_health.no_such_rule")
     assert {"step_time", "gpu_temp", "gpu_clock"} <= set(every)
-
-
-# --- compared jobs: another run over the panels, by step -------------------------------------------
-
-#: A fresh-start baseline a day earlier: step s at OTHER + 30 s, steps 0..320.
-OTHER = NOW - 86_400.0
-
-
-def _restored_ctx() -> tl.TimelineContext:
-    """The panel's job: restored from step 200, steps 201..320 at NOW + 30 s each."""
-    axis = StepAxis.from_samples([NOW + 30.0 * i for i in range(120)], [201.0 + i for i in range(120)])
-    return tl.TimelineContext(
-        profile=PROFILES["amd"], start=NOW, end=NOW + 30.0 * 119, axis=axis, gpu_series=16, host_series=4
-    )
-
-
-def _baseline_job(profile: str = "amd") -> tl.CompareJob:
-    axis = StepAxis.from_samples([OTHER + 30.0 * i for i in range(321)], [float(i) for i in range(321)])
-    ctx = tl.TimelineContext(
-        profile=PROFILES[profile],
-        start=OTHER,
-        end=OTHER + 30.0 * 320,
-        axis=axis,
-        gpu_series=16,
-        host_series=4,
-    )
-    return tl.CompareJob("4711", "baseline", ctx)
-
-
-class RangeClient(CannedClient):
-    """Answers range queries with the baseline's step as the value, on a 15 s grid over the asked range."""
-
-    def __init__(self, fail: bool = False) -> None:
-        super().__init__(None)
-        self.fail = fail
-        self.ranges: list[tuple[float, float]] = []
-
-    def query_range(self, promql, start, end, step=None):
-        self.asked.append(promql)
-        self.ranges.append((start, end))
-        if self.fail:
-            raise PrometheusError("connection refused")
-        times = tuple(np.arange(start, end + 1e-6, 15.0).tolist())
-        return [Series({}, times, tuple((t - OTHER) / 30.0 for t in times))]
-
-
-def test_the_steps_a_zoomed_panel_shows_map_to_the_compared_runs_own_times() -> None:
-    """The restored run's visible steps (step_window) select the baseline's times holding the same steps."""
-    ctx, base = _restored_ctx(), _baseline_job()
-    assert tl.step_window(ctx.axis, ctx.start, ctx.end) == (201.0, 320.0)
-    lo, hi = tl.step_window(ctx.axis, NOW + 30.0 * 49, NOW + 30.0 * 99)
-    assert (lo, hi) == pytest.approx((250.0, 300.0))
-    t0, t1 = tl.compare_range(base.ctx, (lo, hi))
-    assert (t0, t1) == pytest.approx((OTHER + 30.0 * 250, OTHER + 30.0 * 300))
-    assert tl.compare_range(base.ctx, None) == (base.ctx.start, base.ctx.end)  # not zoomed: its whole run
-    assert tl.compare_range(base.ctx, (-50.0, 10.0)) == pytest.approx((OTHER, OTHER + 300.0))
-    assert tl.compare_range(base.ctx, (400.0, 500.0)) is None
-    assert tl.step_window(ctx.axis, NOW - 900.0, NOW - 10.0) is None  # before training: no step
-
-
-def test_a_compared_job_is_one_trace_its_median_computed_by_prometheus() -> None:
-    """Training signals are the series itself; host and GPU signals the median across them, one query each."""
-    base = _baseline_job()
-    loss, _ = tl.compare_query(tl.PANELS["loss"], base.ctx, OTHER, OTHER + 3600.0)
-    assert (
-        "quantile" not in loss
-        and loss == tl.panel_queries(tl.PANELS["loss"], base.ctx, OTHER, OTHER + 3600.0).queries["line"]
-    )
-    temp, step = tl.compare_query(tl.PANELS["gpu_temp"], base.ctx, OTHER, OTHER + 3600.0)
-    assert temp.startswith("quantile(0.5, ") and "by (host, gpu)" in temp and step == 15.0
-    rate, _ = tl.compare_query(tl.PANELS["rdma_retransmits"], base.ctx, OTHER, OTHER + 3600.0)
-    assert rate.startswith("quantile(0.5, ") and "rate(" in rate
-    node_only = _baseline_job("node")
-    assert tl.compare_query(tl.PANELS["gpu_temp"], node_only.ctx, OTHER, OTHER + 3600.0) is None
-
-
-def test_a_compared_trace_sits_on_its_own_steps_dashed_and_only_on_a_step_axis() -> None:
-    """The baseline's step 250 is drawn at x = 250 over the restored run's panel (its value is its step here),
-    dashed and named; on a time axis it is left out and the panel says the overlay needs the step axis."""
-    ctx, base = _restored_ctx(), _baseline_job()
-    client = RangeClient()
-    found, sent = tl.compare_fetch(client, base, ["loss", "gpu_temp"], (250.0, 300.0))
-    assert sent == 2 and all(r == pytest.approx((OTHER + 7500.0, OTHER + 9000.0)) for r in client.ranges)
-    assert found["loss"].name == "4711 (baseline)" and found["gpu_temp"].name == "4711 (baseline) median"
-    own = tl.Trace("Loss", "line", {}, np.array([NOW + 30.0 * i for i in range(120)]), np.ones(120))
-    panel = tl.PanelData(tl.PANELS["gpu_temp"], "single", traces=[own], step=15.0)
-    fig = tl.figure_build(panel, ctx, xmode="step", overlays=[found["gpu_temp"]])
-    line, overlay = fig["data"]
-    assert line["x"][0] == 201.0
-    assert overlay["meta"] == {"role": "compare", "job": "4711", "job_role": "baseline"}
-    assert overlay["line"]["dash"] == "dash" and overlay["name"] == "4711 (baseline) median"
-    xs = [x for x in overlay["x"] if x is not None]
-    assert xs[0] == pytest.approx(250.0) and xs[-1] == pytest.approx(300.0)
-    assert overlay["y"] == pytest.approx(overlay["x"])
-
-    timed = tl.figure_build(panel, ctx, xmode="time-utc", overlays=[found["gpu_temp"]])
-    assert [d["meta"]["role"] for d in timed["data"]] == ["line"]
-    assert "4711 (baseline) needs the step axis" in timed["layout"]["meta"]["notes"][0].replace(
-        "overlay of ", ""
-    )
-
-
-def test_a_compared_job_that_cannot_answer_gives_notes_not_errors() -> None:
-    """A Prometheus error, a signal its profile lacks or no step in range: a note per panel, no exception."""
-    base = _baseline_job("node")
-    found, sent = tl.compare_fetch(RangeClient(fail=True), base, ["loss", "gpu_power"], None)
-    assert sent == 1
-    assert "4711 (baseline): its Prometheus did not answer" in found["loss"]
-    assert found["gpu_power"].startswith("4711 (baseline): Not available")
-    client = RangeClient()
-    found, sent = tl.compare_fetch(client, base, ["loss"], (900.0, 1000.0))
-    assert sent == 0 and not client.asked and found["loss"] == "4711 (baseline) has no steps in this range."
 
 
 def test_dates_are_text_whole_seconds_when_they_can_be_and_gaps_stay_gaps() -> None:
