@@ -149,19 +149,24 @@ def build_pair(plan: Plan, out: Path) -> dict:
     """Restore leak: a fresh start (a/) and the restored run (b/) with ~17 more runnable tasks a host."""
     rng = plan.rng
     leak = rng.uniform(14, 20)
+    plan.restart_at = None
+    fresh_steps = len(simulate(plan).step_n)  # the restore point lies inside the fresh run: steps overlap
+    k = max(1, int(fresh_steps * rng.uniform(0.3, 0.6)) // plan.ckpt_period)
     restored = dataclasses.replace(
         plan,
         name=plan.name + "-b",
         rng=random.Random(stable(plan.name, "b")),
         step_s=plan.step_s * 1.01,
-        first_step=plan.ckpt_period * rng.randint(2, 6) + 1,
+        first_step=plan.ckpt_period * k + 1,
         t0=plan.t0 + int(plan.dur) + rng.randrange(600, 7200),
-        restart_at=None,
         story=[],
         extra=dict(plan.extra),
     )
     plan.cls = restored.cls = "healthy"
-    truth_a = build_case(plan, out / "a")
+    # one config for both runs: the fresh run was cancelled (preempted) and restored from its checkpoint
+    plan.planned_steps = restored.planned_steps = simulate(restored).step_n[-1] + 1
+    plan.status, plan.exit_code = "cancelled", 143
+    truth_a = build_case(plan, out / "a", lambda sim: [(sim.tl.job_end - 1, None, "scancel", {})])
 
     def apply_leak(sim: Sim) -> list:
         sim.procs_add[:, :] = leak + sim.np.normal(0, 1.0, (sim.H, 1))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tomllib
 from dataclasses import replace
 
@@ -108,3 +109,37 @@ def test_a_small_job_reads_each_gpus_utilisation_as_it_is():
     small = render_query(q, "nvidia", start=0.0, end=14400.0, interval=15.0, hosts=128, gpus=1024)
     big = render_query(q, "nvidia", start=0.0, end=7200.0, interval=15.0, hosts=1024, gpus=8192)
     assert LABEL not in small.promql and LABEL in big.promql
+
+
+def test_a_counter_of_several_metrics_per_gpu_is_summed_per_host_before_the_rename(served_job):
+    """DCGM's uncorrectable errors are three counters per GPU: each is summed by the exporter's `Hostname`
+    before `host` is copied from it (the regex then runs once a host, not once a GPU), and the series come back
+    the same, values and all, as when every GPU's series is renamed first, on a job whose GPU's count grows."""
+    client, _, _ = served_job("gpu-hardware-fault", 1, "nvidia")
+    source = discover_source(client)
+    q = next(q for q in load_playbooks()["gpu_health"].queries if q.name == "ecc_ue_host")
+    a, b = source.time_range
+    gpus = len(source.hosts) * (source.gpus_per_host or 0)
+    planned = render_query(
+        q, "nvidia", start=a, end=b, interval=source.interval, hosts=len(source.hosts), gpus=gpus
+    )
+    sig = PROFILES["nvidia"].signal("gpu_ecc_uncorrectable")
+    assert planned.promql.count("by (Hostname)") == len(sig.selector.split(" | ")) > 1
+    window = f"{int(math.ceil(planned.window_s))}s"
+    parts = [
+        replace(sig, selector=p, metrics=(p.split("{")[0],)).expr(
+            "increase", window=window, by=("host",), agg="sum"
+        )
+        for p in sig.selector.split(" | ")
+    ]
+    renamed_first = "sum by (host) ({})".format(
+        " or ".join(f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(parts))
+    )
+
+    def answer(promql: str) -> list:
+        got = client.query_range(promql, planned.start, planned.end, planned.step)
+        return sorted((sorted(s.labels.items()), s.timestamps, s.values) for s in got)
+
+    summed_first = answer(planned.promql)
+    assert summed_first == answer(renamed_first)
+    assert any(v > 0 for _, _, values in summed_first for v in values)
