@@ -49,6 +49,8 @@ HARMLESS = (
     "Failed call to cuInit: UNKNOWN ERROR (303)",
     "INTERNAL: CUDA error",
     "NCCL WARN MSCCL++",
+    # NCCL's advisory at communicator init on hosts whose IOMMU is not in pass-through: configuration, no failure
+    'NCCL WARN Missing "iommu=pt"',
     "Token indices sequence length is longer",
     "OCI runtime exec failed",
     "docker exec failed",
@@ -65,6 +67,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\x1b\(B")
 _LABEL = re.compile(r"^\s*(\d+): ")
 _RAY = re.compile(r"^\((\w+) pid=\d+(?:, ip=[^)]*)?\) ")
 _ABSL = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+[^\]\s]+\] ")
+# PyTorch's c10 header, the same date in brackets without a thread id, after its rank label:
+# "[rank0]:[E1122 00:44:55.086705123 ProcessGroupNCCL.cpp:1664] "
+_C10 = re.compile(r"^(?:\[rank\d+\]:)?\[([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+[^\]\s]+\]\s?")
+# a line dated in ISO 8601 with its UTC offset (Python logging's own stamp), after torchrun's per-rank
+# `--tee` label ("[default0]:"); a stamp without an offset reads as UTC, like absl's
+_ISO = re.compile(
+    r"^(?:\[[A-Za-z_]+\d+\]:)?\[(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]\s?"
+)
 _STEP = re.compile(
     r"completed step: (\d+), seconds: ([0-9.]+)(?:.*?Tokens/s/device: ([0-9.]+))?"
     r"(?:.*?loss: ([-+0-9.eEnaif]+))?"
@@ -134,6 +144,22 @@ def _abs_time(
     except ValueError:
         return None
     return t + (float("0." + frac) if frac else 0.0)
+
+
+def _dated(msg: str, year: tuple[int, int] | None) -> tuple[float | None, str]:
+    """Return (the line's time, the message without its absl or c10 header or ISO 8601 stamp)."""
+    a = _ABSL.match(msg) or _C10.match(msg)
+    if a:
+        mo, day, hh, mm, ss = (int(x) for x in a.group(2, 3, 4, 5, 6))
+        return _abs_time(year, mo, day, hh, mm, ss, a.group(7)), msg[a.end() :]
+    m = _ISO.match(msg)
+    if not m:
+        return None, msg
+    try:
+        d = dt.datetime.fromisoformat(m.group(1))
+    except ValueError:
+        return None, msg
+    return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp(), msg[m.end() :]
 
 
 def _float(text: str | None) -> float | None:

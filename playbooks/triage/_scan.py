@@ -11,7 +11,6 @@ from ._events import event_line
 from ._finish import _finish
 from ._model import Triage
 from ._patterns import (
-    _ABSL,
     _CANCELLED_AT,
     _CONFIG,
     _FWD,
@@ -27,9 +26,9 @@ from ._patterns import (
     _TUNNEL,
     _WALL,
     HARMLESS,
-    _abs_time,
     _classify,
     _clean,
+    _dated,
     _float,
     _parse_stamp,
     _year_hint,
@@ -43,19 +42,7 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         if "completed step: " in raw and _step_seen(st, raw):
             continue  # most lines of a big log: another rank's copy of a step already read
         rank, msg = _clean(raw)
-        ts = None
-        a = _ABSL.match(msg)
-        if a:
-            ts = _abs_time(
-                st.year,
-                int(a.group(2)),
-                int(a.group(3)),
-                int(a.group(4)),
-                int(a.group(5)),
-                int(a.group(6)),
-                a.group(7),
-            )
-            msg = msg[a.end() :]
+        ts, msg = _dated(msg, st.year)
         if rank is None and not st.header_done and _scan_header(st, out, msg):
             continue
         if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):

@@ -8,6 +8,7 @@ healthy 1 brushes the memory limit on one host during a save without a kill (the
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -230,3 +231,67 @@ def test_without_host_events_the_decision_is_unchanged():
     silent = _f("host_silent", "node-death", "critical", ["h01", "h02"], 5010.0)
     d = decide_diagnosis(_ctx([_ev("node-failure", None, 5300.0)]), [silent])
     assert [c["host"] for c in d["culprits"]] == ["h01", "h02"] and silent.evidence == []
+
+
+IOMMU = (
+    '{h}:4101:4101 [0] NCCL WARN Missing "iommu=pt" from kernel command line which can lead to system '
+    "instablity or hang!"
+)
+
+
+@pytest.mark.parametrize("scenario", ["heartbeat-false-positive", "healthy"])
+def test_nccl_iommu_advisory_during_training_is_no_failure(served_job, scenario):
+    """#10 (corpus D 11, 13): NCCL's init advisory about the IOMMU, logged by a communicator created a third of
+    the way through training, is configuration, not a failure: it neither dates the crash (the heartbeat
+    timeout's onset is the kill minus the timeout) nor turns a healthy job into a hang."""
+    client, truth, job_dir = served_job(scenario, 1, "nvidia")
+    lines = find_job_log(job_dir).read_text().splitlines()
+    steps = [i for i, ln in enumerate(lines) if "completed step:" in ln]
+    i = steps[len(steps) // 3]
+    warn = lines[i][: lines[i].index("completed step:")] + IOMMU.format(h=truth["hosts"][1])
+    base = triage_log(lines).to_dict()
+    triage = triage_log([*lines[: i + 1], warn, *lines[i + 1 :]]).to_dict()
+    assert triage["job"] == base["job"]
+    result = run_diagnosis(client, triage=triage)
+    assert result["diagnosis"]["class"] == scenario
+    assert result["diagnosis"]["onset"] == run_diagnosis(client, triage=base)["diagnosis"]["onset"]
+
+
+_ABSL_HEAD = re.compile(r"^(?:\(\w+ pid=\d+\) )?([IWEF])(\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d+) \d+ \S+\] ")
+
+
+def _restyled(lines: list[str], year: int, style: str) -> list[str]:
+    """The log as torchrun's `--tee` shows it, the same instants: Python logging's ISO 8601 stamps at UTC+2
+    after the rank label (`iso`), or PyTorch's c10 header in brackets after `[rankN]:` (`c10`)."""
+
+    def restyle(ln: str) -> str:
+        m = _ABSL_HEAD.match(ln)
+        if not m:
+            return ln
+        if style == "c10":
+            return f"[rank0]:[{m[1]}{m[2]}{m[3]} {m[4]}000 ProcessGroupNCCL.cpp:1664] {ln[m.end() :]}"
+        t = dt.datetime.fromisoformat(f"{year}-{m[2]}-{m[3]}T{m[4]}+00:00")
+        local = t.astimezone(dt.timezone(dt.timedelta(hours=2))).isoformat()
+        return f"[default0]:[{local}] {ln[m.end() :]}"
+
+    return [restyle(ln) for ln in lines]
+
+
+@pytest.mark.parametrize("style", ["iso", "c10"])
+@pytest.mark.parametrize("scenario", ["heartbeat-false-positive", "network-hang"])
+def test_torchrun_stamped_lines_date_the_log_like_absl_headers(served_job, scenario, style):
+    """#10 (corpus D 05, 11, 25): a log whose lines carry ISO 8601 stamps with a UTC offset, or PyTorch's c10
+    headers, after torchrun's rank label is dated as well as absl's headers: the same steps, crash time,
+    config and verdict."""
+    client, truth, job_dir = served_job(scenario, 1, "nvidia")
+    lines = find_job_log(job_dir).read_text().splitlines()
+    year = int(re.search(r"(20\d\d)\d{4}[-_]\d{6}", "\n".join(lines[:20]))[1])  # type: ignore[index]
+    base = triage_log(lines).to_dict()
+    styled = _restyled(lines, year, style)
+    assert sum(ln.startswith(("[default0]:[", "[rank0]:[")) for ln in styled) > 10
+    triage = triage_log(styled).to_dict()
+    assert triage["job"] == base["job"] and triage["progress"] == base["progress"]
+    assert triage["heartbeat_accused"] == base["heartbeat_accused"] and triage["config"] == base["config"]
+    result = run_diagnosis(client, triage=triage)
+    assert result["diagnosis"]["class"] == scenario
+    assert result["diagnosis"]["onset"] == run_diagnosis(client, triage=base)["diagnosis"]["onset"]
