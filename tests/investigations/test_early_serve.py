@@ -1,5 +1,5 @@
-"""manage.py's early start of `diagnose --job-dir`: the log triaged in a forked child, the TSDB served, both
-handed to the command (the command's own tests run it end to end)."""
+"""manage.py's early start of `diagnose --job-dir`: which arguments start serving the TSDB before Django
+(the command's own tests run it end to end)."""
 
 from __future__ import annotations
 
@@ -8,22 +8,6 @@ from pathlib import Path
 import pytest
 
 from investigations.management import early_serve
-from playbooks.triage import TriageError, triage_job
-
-
-def test_the_child_s_triage_is_the_triage_of_the_log(job_factory):
-    """The Triage comes back from the child whole, with how long it took and its CPU."""
-    job_dir, _ = job_factory("collective-hang")
-    phases: dict[str, float] = {}
-    got = early_serve.EarlyTriage(job_dir).result(phases)
-    assert got.to_dict() == triage_job(job_dir).to_dict()
-    assert phases["triage_s"] > 0 and phases["triage_cpu_s"] > 0
-
-
-def test_the_child_s_error_is_raised_in_the_parent(tmp_path: Path):
-    """A log that cannot be triaged raises the child's TriageError in the command's process."""
-    with pytest.raises(TriageError, match="not found"):
-        early_serve.EarlyTriage(tmp_path / "missing").result()
 
 
 @pytest.mark.parametrize(

@@ -104,19 +104,19 @@ class Command(BaseCommand):
 
         def work(signals: ExitOnSignal) -> dict:
             self._signals = signals
-            if early_serve.received() is not None:  # while Django started (its early server is stopped at exit)
+            # a signal while Django started (its early server is stopped at exit)
+            if early_serve.received() is not None:
                 signals.received = early_serve.received()
                 signals.exit_if_signalled()
             return self._diagnose(opts)
 
         result = run_command("diagnose", work)
         if opts["verbosity"] >= 2:
-            # where the time went, for bench/diagnosis_speed.py (start-up is the process's wall time minus this;
-            # cpu_s counts the triage's child process, not Prometheus)
+            # where the time went, for bench/diagnosis_speed.py (start-up is the process's wall time minus this)
             phases = " ".join(f"{k}={v:.3f}" for k, v in self._phases.items())
             sys.stderr.write(
                 f"diagnose: timings {phases} command_s={time.monotonic() - t0:.3f} "
-                f"cpu_s={time.process_time() + self._phases.get('triage_cpu_s', 0.0):.3f}\n"
+                f"cpu_s={time.process_time():.3f}\n"
             )
         if opts["format"] == "json":
             sys.stdout.write(json.dumps(result) + "\n")
@@ -149,12 +149,9 @@ class Command(BaseCommand):
                 raise _Exit(2, f"no TSDB in {job_dir} (expected {tsdb}/ with blocks or a WAL)")
             if find_job_log(job_dir) is None:
                 return self._served(tsdb, None, opts["profile"], start, end, playbooks)
-            # The log is triaged while the TSDB is served and discovered (its wait is Prometheus's and I/O):
-            # in the process manage.py forked before Django started, else in a thread
+            # The log is triaged while the TSDB is served and discovered (its wait is Prometheus's and I/O).
             with ThreadPoolExecutor(1, thread_name_prefix="triage") as pool:
-                pending = early_serve.triage(job_dir) or pool.submit(
-                    self._timed, "triage_s", triage_job, job_dir
-                )
+                pending = pool.submit(self._timed, "triage_s", triage_job, job_dir)
                 try:
                     return self._served(tsdb, pending, opts["profile"], start, end, playbooks)
                 finally:
@@ -175,16 +172,11 @@ class Command(BaseCommand):
             end = log_end if end is None else end
         return self._run(url, triage, opts["profile"], start, end, playbooks)
 
-    def _triaged(self, pending: Future | early_serve.EarlyTriage) -> dict:
+    def _triaged(self, pending: Future) -> dict:
         """Return the triage of the job's log as a dict once it is done (exit 2 when the log is unreadable)."""
         t0 = time.monotonic()
         try:
-            done = (
-                pending.result(self._phases)
-                if isinstance(pending, early_serve.EarlyTriage)
-                else pending.result()
-            )
-            triage = done.to_dict()
+            triage = pending.result().to_dict()
         except TriageError as exc:
             raise _Exit(2, str(exc)) from exc
         self._phases["triage_wait_s"] = round(time.monotonic() - t0, 3)
@@ -229,7 +221,7 @@ class Command(BaseCommand):
                 shutil.rmtree(work_root, ignore_errors=True)
 
     def _run(self, url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
-        """Discover the source, diagnose; the triage (a dict, a Future or an EarlyTriage of a Triage, or None) is waited for once
+        """Discover the source, diagnose; the triage (a dict, a Future of a Triage, or None) is waited for once
         the queries that do not depend on the log have run."""
         with PrometheusClient(url, timeout=60.0, retries=2, backoff=0.2) as client:
             try:
@@ -239,7 +231,7 @@ class Command(BaseCommand):
                 )
                 self._phases["discovery_s"] = round(time.monotonic() - t0, 3)
                 discovered_requests = client.stats.requests - req0
-                if isinstance(triage, Future | early_serve.EarlyTriage):
+                if isinstance(triage, Future):
                     # the queries that do not depend on the log run while it is being triaged
                     triage = functools.partial(self._triaged, triage)
                 result = run_diagnosis(
