@@ -7,7 +7,7 @@ from typing import Any
 
 from ._events import resolve_events, resolve_gpu_bus
 from ._model import _RANK, CLASS_ORDER, Match, Triage
-from ._patterns import _int, _split_args, _start_time, _year_hint, expand_nodelist
+from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
@@ -37,7 +37,7 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     out.progress = prog
     stall, end_time = _timing(st, out, steps, last_ts, prog["step_time_s"], now)
     _computed_classes(st, out, stall, prog["step_time_s"], prog["tgs_trend_pct"])
-    ordered = _ordered(st)
+    ordered = _ordered(st, _last_step_line(st))
     out.matches = ordered
     out.triage_class = ordered[0].klass if ordered else None
     if st.accused_tasks:
@@ -46,7 +46,7 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
             node = task // st.procs_per_node
             hosts.append(out.nodes[node] if node < len(out.nodes) else f"task:{task}")
         out.heartbeat_accused = hosts
-    crash = st.first_fatal_time
+    crash = _first_failure_time(st)
     if crash is None and status in ("failed", "cancelled", "unknown-death"):
         crash = st.cancel_time or end_time
     out.crash_time = crash
@@ -57,8 +57,26 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.unreadable.append("no 'completed step:' lines found")
 
 
-def _ordered(st: _State) -> list[Match]:
-    """Return the matches, primary first: the seed table's priority, then the line. After a Slurm node failure
+def _last_step_line(st: _State) -> int:
+    """Return the line of the last completed step but one (0 when fewer than two were logged): a line before it
+    was followed by at least two completed steps, so the training went on after it (one step may still complete
+    after a rank's failure: the one in flight)."""
+    lines = sorted(s[4] for s in st.steps.values())
+    return lines[-2] if len(lines) >= 2 else 0
+
+
+def _first_failure_time(st: _State) -> float | None:
+    """Return the time of the first dated failure line after which the training did not go on (fewer than two
+    steps completed after it): a warning or an error the training went on after (an NCCL advisory, a traceback
+    a rank survived, a failure an elastic restart recovered from) did not end the job. None when there is none."""
+    last = _last_step_line(st)
+    return min((ts for line, ts in st.fatal_times if line > last), default=None)
+
+
+def _ordered(st: _State, last_step_line: int = 0) -> list[Match]:
+    """Return the matches, primary first: the seed table's priority, then the line. An NCCL warning that only
+    the catch-all rule read as a timeout (no timeout signature) is dropped when the training went on after it
+    (two or more steps completed later in the log): an advisory, not the failure. After a Slurm node failure
     the training failures logged later (survivors killed, their collectives timing out) are its effects and
     rank with it, after it; what came before it (a heartbeat timeout naming the lost node) keeps its rank."""
     lost = min((r.line for r in st.events.raw if r.kind == "node-failure"), default=None)
@@ -68,7 +86,10 @@ def _ordered(st: _State) -> list[Match]:
             return _RANK["node-fail"], m.line
         return _RANK[m.klass], m.line
 
-    return sorted((m for lst in st.matches.values() for m in lst), key=key)
+    def advisory(m: Match) -> bool:
+        return m.klass == "nccl-timeout" and 0 < m.line < last_step_line and not NCCL_TIMEOUT.search(m.text)
+
+    return sorted((m for lst in st.matches.values() for m in lst if not advisory(m)), key=key)
 
 
 def _finish_config(st: _State, out: Triage) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+_NCCL_TIMEOUT_SIGNS = ("NCCL WARN Timeout", "NCCL error", "Timeout waiting for", "ncclSystemError")
+
 # (class, substrings any of which match). Checked in this order per line; one class per line.
 SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("container-pull-fail", ("[ERROR] Pull failed for", "[ERROR] Authenticated pull failed")),
@@ -34,7 +36,7 @@ SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     ("oom-gpu", ("RESOURCE_EXHAUSTED", "ResourceExhausted", "OUT_OF_MEMORY", "XLA_ERROR", "out of memory")),
     ("oom-host", ("Killed", "oom-kill", "Out of memory")),
-    ("nccl-timeout", ("NCCL WARN Timeout", "NCCL error", "Timeout waiting for", "ncclSystemError")),
+    ("nccl-timeout", _NCCL_TIMEOUT_SIGNS),
     ("xla-compile-fail", ("INTERNAL: Failed to compile", "XLA compilation failed")),
     ("python-exception", ("Traceback (most recent call last):",)),
     ("signal-kill", ("Training subprocess killed by",)),
@@ -43,6 +45,10 @@ SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("checkpoint-fs-error", ("Training stopped: Checkpointing failed", "manifest.ocdbt.__lock")),
     ("gpu-hw-error", ("HSA_STATUS_ERROR", "rocdevice.cpp", "uncorrectable ECC error")),
 )
+
+#: a line that shows a collective timed out or failed (the watchdog's "Watchdog caught collective operation
+#: timeout" says "timeout"); any other NCCL WARN is read as one only when the training did not go on after it
+NCCL_TIMEOUT = re.compile("|".join(re.escape(p) for p in _NCCL_TIMEOUT_SIGNS) + r"|[Tt]imeout|[Tt]imed out")
 
 # Known-harmless lines, filtered BEFORE matching (§3.2).
 HARMLESS = (
@@ -69,7 +75,9 @@ _RAY = re.compile(r"^\((\w+) pid=\d+(?:, ip=[^)]*)?\) ")
 _ABSL = re.compile(r"^([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+\d+\s+[^\]\s]+\] ")
 # PyTorch's c10 header, the same date in brackets without a thread id, after its rank label:
 # "[rank0]:[E1122 00:44:55.086705123 ProcessGroupNCCL.cpp:1664] "
-_C10 = re.compile(r"^(?:\[rank\d+\]:)?\[([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+[^\]\s]+\]\s?")
+_C10 = re.compile(
+    r"^(?:\[rank\d+\]:)?\[([IWEF])(\d\d)(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\s+[^\]\s]+\]\s?"
+)
 # a line dated in ISO 8601 with its UTC offset (Python logging's own stamp), after torchrun's per-rank
 # `--tee` label ("[default0]:"); a stamp without an offset reads as UTC, like absl's
 _ISO = re.compile(

@@ -215,5 +215,5 @@ def _scan_failure(st: _State, n: int, ts: float | None, msg: str, hint: str | No
         _add(st, klass, n, msg)
         if klass == "heartbeat-timeout" and "stopped sending heartbeats" in msg:
             st.in_heartbeat = True
-        if ts is not None and (st.first_fatal_time is None or ts < st.first_fatal_time):
-            st.first_fatal_time = ts
+        if ts is not None:
+            st.fatal_times.append((n, ts))

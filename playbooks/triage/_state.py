@@ -20,7 +20,7 @@ class _State:
         accused_tasks, in_heartbeat: task ids a heartbeat timeout named, and whether its list is being read.
         procs_per_node: trainer processes a node (1-GPU-per-process mode); training_started: past the barrier.
         year: (year, month) the absl dates fall in; start_time, barrier_time, cancel_time: from the log.
-        first_fatal_time: the first dated fatal line; header_done: the KEY=value header has ended.
+        fatal_times: (line, time) of each dated failure line; header_done: the KEY=value header has ended.
         events: the host events gathered (`_events.EventScan`).
     """
 
@@ -41,7 +41,7 @@ class _State:
     training_started: bool = False
     year: tuple[int, int] | None = None
     cancel_time: float | None = None
-    first_fatal_time: float | None = None
+    fatal_times: list[tuple[int, float]] = field(default_factory=list)
     header_done: bool = False
     start_time: float | None = None
     barrier_time: float | None = None
