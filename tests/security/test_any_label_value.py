@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 from investigations.services.timeline_view import TimelineViewError, timeline_view_parse
 from playbooks import timeline as tl
 from playbooks.timeline.promql import _escape, _label_vector
-from tests.playbooks.test_timeline import END, START, TIMES, CannedClient, _ctx, _series
+from tests.playbooks.timeline_support import END, START, TIMES, CannedClient
+from tests.playbooks.timeline_support import make_ctx as _ctx
+from tests.playbooks.timeline_support import make_series as _series
 
 ODD_HOSTS = ["gpu node#1 (rack 2)", "nœud-é/ü", 'a"b\\c$1', "<a href=x>h</a>", "host:9100"]
 ODD_GPUS = ["GPU-1f2e3d4c-0000-1111", "0", "10", "2", "nvidia3", ""]

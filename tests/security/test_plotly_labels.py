@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from playbooks import timeline as tl
 from playbooks.plotly_text import hover_literal, plotly_text
-from tests.playbooks.test_timeline import END, START, CannedClient, _ctx, _gpu
+from tests.playbooks.timeline_support import END, START, CannedClient
+from tests.playbooks.timeline_support import make_ctx as _ctx
+from tests.playbooks.timeline_support import make_gpu as _gpu
 
 HOSTILE = '<a href="https://evil.example/">click</a><b>bold</b><br>&lt;x&gt;'
 
