@@ -35,6 +35,7 @@ from .context import Timeline
 from .hostnames import canonical_names, rename_outputs, same_host
 from .loader import load_playbooks
 from .log_evidence import hw_xid_hosts
+from .log_series import with_log_loss
 from .model import Playbook
 from .profiles import PROFILES
 from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series
@@ -311,6 +312,7 @@ def decide(
     every = load_playbooks()
     ran = [every[o.name] for o in outputs if o.name in every]
     source, outputs = named_once(source, outputs, triage)
+    outputs = with_log_loss(outputs, triage, source.interval)
     with warnings.catch_warnings():
         # medians over all-NaN columns (an instant where a host has no data) are expected to be NaN
         warnings.simplefilter("ignore", RuntimeWarning)

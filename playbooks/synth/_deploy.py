@@ -54,6 +54,8 @@ class Exporters:
             harmless trickle (no change point, a negligible share of its traffic), stronger than the others'.
         step_poll_s: the trainer's exporter refreshes its training_* gauges only every this many seconds
             (slower than steps complete), so the step gauge stops up to this long before the log's last step.
+        trainer_gauges: the trainer exports its training_* gauges; without them the log alone tells the steps
+            and the loss (many trainers export none).
     """
 
     gpu: str = "dcgm"
@@ -75,6 +77,7 @@ class Exporters:
     failed_scrapes: float = 0.0
     step_poll_s: float = 0.0
     noisy_host: bool = False
+    trainer_gauges: bool = True
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "amd-dme", "none"):
@@ -152,6 +155,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "late-exporter": {"gpu_late_scrapes": 1},
     "dcgm-30s": {"gpu_collect_s": 30.0},
     "lagging-gauge": {"step_poll_s": 600.0},
+    "no-trainer-gauges": {"trainer_gauges": False},
     "red-herrings": {"stale_xid": True, "counter_noise": True, "noisy_host": True},
 }
 

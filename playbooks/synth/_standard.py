@@ -346,4 +346,5 @@ def standard_series(job: Job, ex: Exporters) -> Iterator[Item]:
         yield from (_dcgm(lay) if ex.gpu == "dcgm" else _dme(lay))
     yield from _node(lay)
     yield from _targets(lay)
-    yield from _training(job, ex.step_poll_s)
+    if ex.trainer_gauges:
+        yield from _training(job, ex.step_poll_s)

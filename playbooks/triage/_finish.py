@@ -5,6 +5,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from playbooks.log_series import loss_points
+
 from ._events import resolve_events, resolve_gpu_bus
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
@@ -53,6 +55,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     out.details["host_events"] = resolve_events(st.events, out.nodes)
     if st.events.gpu_bus:
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
+    if any(row[2] is not None for row in st.steps.values()):
+        out.details["log_loss"] = loss_points(st.steps)
     if not steps and out.details.get("lines"):
         out.unreadable.append("no 'completed step:' lines found")
 

@@ -176,3 +176,15 @@ def test_gpu_exporter_scrapes_failing_at_random_everywhere_accuse_no_host(served
     result, truth, _ = _diagnose(served_job, view_root, "healthy", "nvidia", Exporters(failed_scrapes=0.06))
     print([(f["title"], f["severity"]) for f in result["findings"] if f["severity"] != "info"])
     _verdict_holds(result, truth)
+
+
+@pytest.mark.parametrize("scenario", ["training-instability", "healthy"])
+def test_without_trainer_gauges_the_logs_losses_are_judged(served_job, view_root, scenario):
+    """#10 (corpus D 01): the trainer exports no training_* gauges, its step lines print the loss: a divergence
+    is read from the log's losses (it was a collective hang: steps stopped, GPUs spinning), a healthy run's
+    losses raise nothing."""
+    result, truth, _ = _diagnose(served_job, view_root, scenario, "nvidia", Exporters(trainer_gauges=False))
+    _verdict_holds(result, truth)
+    if scenario == "training-instability":
+        loss = [f for f in result["findings"] if f["title"] == "Loss jumps"]
+        assert loss and loss[0]["evidence"][0]["query"].startswith("log:"), result["findings"]

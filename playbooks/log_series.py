@@ -1,0 +1,70 @@
+"""Training signals the log prints when the TSDB holds none (#10).
+
+Many trainers export no loss gauge, but their step lines print the loss (`completed step: N, ..., loss: X`).
+The triage keeps those losses, timed, as `details["log_loss"]` (`loss_points`); when the training playbook
+could not query a loss series, `with_log_loss` gives it one from the log, on the scrape grid a gauge of the
+same values would have had (the last loss logged at or before each grid time), so the same rule judges a
+divergence whether the loss came from Prometheus or from the log.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: at most this many (time, loss) points kept from a log (a 1 GB log prints millions of step lines)
+MAX_POINTS = 4000
+#: fewer logged losses than this are no series to judge
+MIN_POINTS = 20
+LOG_QUERY = "log: the loss printed by the step lines"
+
+
+def loss_points(steps: Mapping[int, tuple[Any, ...]]) -> list[list[float | None]]:
+    """Return [time, loss] of the timed steps that logged a loss, in time order, at most MAX_POINTS of them
+    (evenly strided; a non-finite loss is None). `steps` is the scan's step -> (seconds, TGS, loss, time, line)."""
+    rows = sorted((row[3], row[2]) for row in steps.values() if row[3] is not None and row[2] is not None)
+    stride = max(1, math.ceil(len(rows) / MAX_POINTS))
+    kept = rows[::stride]
+    if rows and kept[-1] is not rows[-1]:
+        kept.append(rows[-1])
+    return [[round(t, 3), loss if math.isfinite(loss) else None] for t, loss in kept]
+
+
+def with_log_loss(outputs: Sequence[Any], triage: Mapping[str, Any] | None, interval: float) -> list[Any]:
+    """Return the outputs with a `loss` result from the log given to the training playbook when it has none."""
+    points = ((triage or {}).get("details") or {}).get("log_loss") or []
+    if len(points) < MIN_POINTS:
+        return list(outputs)
+    out = []
+    for o in outputs:
+        if o.name == "training" and "loss" not in o.results and "loss" not in o.errors:
+            o = dataclasses.replace(o, results={**o.results, "loss": _as_result(points, interval)})
+        out.append(o)
+    return out
+
+
+def _as_result(points: Sequence[Sequence[float | None]], interval: float) -> dict[str, Any]:
+    """Return a range result of the losses on a grid of `interval` (the source's scrape interval): at each grid
+    time the last loss logged at or before it, as a scraped gauge would read; None before the first."""
+    step = max(1.0, float(interval or 15.0))
+    start = float(points[0][0] or 0.0)
+    n = int((float(points[-1][0] or start) - start) // step) + 1
+    values: list[float | None] = [None] * n
+    j, last = 0, None
+    for k in range(n):
+        t = start + k * step
+        while j < len(points) and float(points[j][0] or 0.0) <= t + 1e-6:
+            last = points[j][1]
+            j += 1
+        values[k] = last
+    return {
+        "kind": "range",
+        "promql": LOG_QUERY,
+        "window_s": 0.0,
+        "start": start,
+        "step": step,
+        "n": n,
+        "series": [{"labels": {}, "values": values}],
+    }
