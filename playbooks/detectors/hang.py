@@ -42,7 +42,10 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
     umin = ctx.grid(rule.queries[2]) if len(rule.queries) > 2 else None
     p = rule.params
     per_gpu = ctx.grid(str(p["gpu_query"])) if p.get("gpu_query") else None
-    if not tl.stalled and tl.train_start is None and per_gpu is not None:
+    # a hang before the first step: no step completed, neither in the TSDB nor in the log (a log whose step
+    # lines carry no time leaves the training's start unknown, not its steps)
+    no_step = triage_get(ctx.triage, "job", "last_step") is None
+    if not tl.stalled and tl.train_start is None and per_gpu is not None and no_step:
         return _pre_step_hang(ctx, pb, rule, per_gpu)
     if not tl.stalled or util is None or power is None or tl.last_advance is None:
         return None

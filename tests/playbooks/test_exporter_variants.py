@@ -178,12 +178,25 @@ def test_gpu_exporter_scrapes_failing_at_random_everywhere_accuse_no_host(served
     _verdict_holds(result, truth)
 
 
-@pytest.mark.parametrize("scenario", ["training-instability", "healthy"])
-def test_without_trainer_gauges_the_logs_losses_are_judged(served_job, view_root, scenario):
+@pytest.mark.parametrize(
+    ("scenario", "seed"),
+    [
+        ("training-instability", 1),
+        ("healthy", 1),
+        ("healthy", 50),
+        ("collective-hang", 50),
+        ("network-hang", 50),
+    ],
+)
+def test_without_trainer_gauges_the_logs_losses_are_judged(served_job, view_root, scenario, seed):
     """#10 (corpus D 01): the trainer exports no training_* gauges, its step lines print the loss: a divergence
     is read from the log's losses (it was a collective hang: steps stopped, GPUs spinning), a healthy run's
-    losses raise nothing."""
-    result, truth, _ = _diagnose(served_job, view_root, scenario, "nvidia", Exporters(trainer_gauges=False))
+    losses raise nothing. Step lines without a time are placed at the training's start plus the steps' own
+    seconds: a completed job is no hang before its first step (seed 50's healthy job was a collective hang)
+    and a hang or a network hang is still found (they were healthy without the placing)."""
+    result, truth, _ = _diagnose(
+        served_job, view_root, scenario, "nvidia", Exporters(trainer_gauges=False), seed=seed
+    )
     _verdict_holds(result, truth)
     if scenario == "training-instability":
         loss = [f for f in result["findings"] if f["title"] == "Loss jumps"]
