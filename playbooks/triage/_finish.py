@@ -136,7 +136,12 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
         step_time = round(sum(kept) / len(kept), 3)
     prog["step_time_s"] = step_time
     last_ts = st.steps[steps[-1]][3] if steps else None
-    if last_ts is None and steps and st.barrier_time is not None and all(st.steps[s][3] is None for s in steps):
+    if (
+        last_ts is None
+        and steps
+        and st.barrier_time is not None
+        and all(st.steps[s][3] is None for s in steps)
+    ):
         # print-style step lines carry no time: each step at the training's start + the steps' own seconds
         t = st.barrier_time
         for s in steps:
