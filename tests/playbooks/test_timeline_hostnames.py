@@ -159,3 +159,18 @@ def test_a_free_promql_series_scraped_by_address_is_highlighted_under_its_hosts_
     fig = tl.figure_build(tl.PanelData(spec, "lines", traces=traces, step=15.0), make_ctx(), names=names)
     assert [d["name"] for d in fig["data"]] == [tr.name for tr in traces]
     assert [d["meta"].get("host") for d in fig["data"]] == [None, "gpu-1"]
+
+
+def test_the_comparisons_per_host_figures_are_keyed_by_each_hosts_one_name():
+    """node_exporter's FQDN series and DCGM's short ones of one node meet under its one name, so a host the
+    comparison blames (RDMA on some hosts, a hot GPU) is named as the diagnosis and the timeline name it."""
+    from playbooks._compare_figures import Job, extreme_gpus, per_host
+    from playbooks.profiles import PROFILES
+    from playbooks.prometheus import InstantSample
+
+    client = CannedClient(lambda q: [])
+    client.instant = [InstantSample({"host": "gpu-1.cluster.internal", "gpu": "3"}, END, 2.0)]
+    job = Job(0, client, None, PROFILES["nvidia"], "", ["gpu-1"], 8, (START, END), [START], [0.0])
+    job.names = host_names(["gpu-1", "gpu-1.cluster.internal"])
+    assert per_host(job, "rdma_retransmits", ("0.5",), 1) == [{"gpu-1": 2.0}]
+    assert extreme_gpus(job, "gpu_temp", True, 1) == [("gpu-1", "3", 2.0)]
