@@ -132,8 +132,10 @@ def _thermal(case: Case, tl: Timeline, grid: np.ndarray, act, rng: np.random.Gen
     if "hot" in tl.ev:
         hh, g, since = int(tl.ev["hot_host"]), int(tl.ev["hot_gpu"]), tl.ev["hot"]
         ramp = np.clip((grid - since) / 240.0, 0, 1)
-        temp[hh, g] += ramp * rng.uniform(17, 24)
-        hot = (temp[hh, g] > 84.5) & (grid > since)
+        lift = ramp * (act[hh, g] > 0.3)  # hot while it works; it cools when the job ends
+        target = rng.uniform(87, 92)
+        temp[hh, g] += lift * (np.maximum(target - temp[hh, g], 0) + rng.normal(0, 0.6, t))
+        hot = lift >= 0.6
         clock[hh, g, hot] = spec[4] * (1 / tl.ev["hot_amp"]) * rng.uniform(0.78, 0.84)
     return temp, clock
 

@@ -176,6 +176,7 @@ def trainer_target(case: Case, tl: Timeline, fl: Fleet) -> Target:
         ("training_step", {}, col(lambda s: float(s.n))),
         ("training_loss", {}, col(lambda s: s.loss if s.loss == s.loss else REAL_NAN)),
         ("training_step_time_seconds", {}, col(lambda s: s.seconds)),
+        ("training_grad_norm", {}, col(lambda s: s.grad_norm if s.grad_norm == s.grad_norm else REAL_NAN)),
         ("training_tokens_per_second", {}, col(lambda s: tokens / s.seconds)),
         ("training_last_step_timestamp_seconds", {}, col(lambda s: s.end)),
     ]

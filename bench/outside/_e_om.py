@@ -59,6 +59,12 @@ def _quirks(case: Case, tl: Timeline, grid: np.ndarray, dcgm: list, node: list, 
         for name, _labels, v in node[h].series:  # the textfile script's counters restart from zero
             if name.startswith("node_rdma_hw_"):
                 v[i:] -= v[i] - rng.uniform(0, 3)
+        j = int(np.searchsorted(grid, rng.uniform(tl.train_start, tl.t1 - 120)))
+        for name, _labels, v in node[
+            rng.choice(calm)
+        ].series:  # the fabric manager clears a host's port counters
+            if name.startswith("node_infiniband_") and name.endswith("_total"):
+                v[j:] -= v[j] - rng.uniform(0, 1e3) * (name.endswith("bytes_total"))
     if "dup_job" in case.quirks:
         for tgt in node:
             tgt.dup_job = "node-exporter-static" if tgt.job == "node-exporter" else "node-exporter"

@@ -101,13 +101,14 @@ def heartbeat_fp(tl: Timeline, case: Case, rng: random.Random) -> None:
 
 
 def host_oom(tl: Timeline, case: Case, rng: random.Random) -> None:
+    tl.save_s = (4.0 * case.scrape_s, 8.0 * case.scrape_s)  # big host-side copies: minutes
     tl.ckpt_every = tl.ckpt_every or max(20, int(60 / tl.step_s * 6) // 10 * 10)
     run_steps(tl, case, rng, tl.t1, {})
     saves = [p for p in tl.phases if p[2] == "ckpt"]
     lo, hi = tl.train_start + 0.4 * (tl.t1 - tl.train_start), tl.t1 - 300
     late = [p for p in saves if lo <= p[0] <= hi] or saves[-1:]
     fatal = late[0]
-    kill = fatal[0] + rng.uniform(15, 40)
+    kill = fatal[0] + max(60.0, rng.uniform(4, 7) * case.scrape_s)
     tl.steps = [s for s in tl.steps if s.end <= fatal[0]]
     tl.phases = [p for p in tl.phases if p[0] < fatal[0]] + [(fatal[0], kill, "ckpt")]
     k = 2 if len(case.hosts) >= 16 and rng.random() < 0.4 else 1

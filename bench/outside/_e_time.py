@@ -58,6 +58,7 @@ class Timeline:
     hb_timeout: int = 0
     accused: list[str] = field(default_factory=list)
     slow: list[tuple[float, float]] = field(default_factory=list)  # (from, factor)
+    save_s: tuple[float, float] = (25.0, 70.0)
 
 
 def _loss(step: int, rng: random.Random, warm: bool) -> float:
@@ -91,12 +92,14 @@ def run_steps(tl: Timeline, case: Case, rng: random.Random, stop: float, instab:
             k = (t - instab["at"]) / 60.0
             if instab["kind"] == "nan" and k > instab["nan_after"]:
                 loss, gn = math.nan, math.nan
+            elif instab["kind"] == "grad_spike" and k < 1.5:
+                gn *= 20 + 60 * k  # the gradient norm moves first; the loss follows a minute or two later
             else:
                 loss *= 1 + instab["rate"] * (1 + k) ** 1.6
                 gn *= 8 + 30 * k
         tl.steps.append(Step(n, t, sec, loss, gn))
         if tl.ckpt_every and n > tl.first_step and n % tl.ckpt_every == 0:
-            dur = rng.uniform(25, 70)
+            dur = rng.uniform(*tl.save_s)
             tl.phases.append((t, min(t + dur, stop), "ckpt"))
             t += dur
         elif tl.eval_every and n > tl.first_step and n % tl.eval_every == 0:

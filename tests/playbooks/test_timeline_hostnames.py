@@ -10,6 +10,7 @@ comparison lists each host once, and a hostile label value is escaped on its way
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from playbooks import timeline as tl
@@ -140,3 +141,36 @@ def test_a_hostile_host_name_is_escaped_in_promql_and_plotly(served_job):
         assert "<img" not in d["name"] and "<img" not in d["hovertemplate"]
     assert any(d["name"].startswith(plotly_text(HOSTILE)) for d in fig["data"])
     assert [o["host"] for o in fig["layout"]["meta"]["outliers"]] == [HOSTILE]
+
+
+def test_a_free_promql_series_scraped_by_address_is_highlighted_under_its_hosts_one_name():
+    """A PromQL panel keeps each series' own text, in its own order; a series whose `instance` the source
+    names (node_exporter at 10.0.3.17:9100, named by node_uname_info) carries that host's one name."""
+    names = host_names(
+        ["gpu-1", "gpu-1.cluster.internal"], uname=[("10.0.3.17:9100", "gpu-1.cluster.internal")]
+    )
+    spec = tl.PanelSpec(key="promql", signal="", domain="custom", title="PromQL", unit="")
+    t = make_gpu("x", 0, 1.0)
+    times, values = np.asarray(t.timestamps), np.asarray(t.values)
+    traces = [
+        tl.Trace(f'node_load1{{instance="{i}"}}', "line", {"instance": i}, times, values)
+        for i in ("10.0.9.9:9100", "10.0.3.17:9100")
+    ]
+    fig = tl.figure_build(tl.PanelData(spec, "lines", traces=traces, step=15.0), make_ctx(), names=names)
+    assert [d["name"] for d in fig["data"]] == [tr.name for tr in traces]
+    assert [d["meta"].get("host") for d in fig["data"]] == [None, "gpu-1"]
+
+
+def test_the_comparisons_per_host_figures_are_keyed_by_each_hosts_one_name():
+    """node_exporter's FQDN series and DCGM's short ones of one node meet under its one name, so a host the
+    comparison blames (RDMA on some hosts, a hot GPU) is named as the diagnosis and the timeline name it."""
+    from playbooks._compare_figures import Job, extreme_gpus, per_host
+    from playbooks.profiles import PROFILES
+    from playbooks.prometheus import InstantSample
+
+    client = CannedClient(lambda q: [])
+    client.instant = [InstantSample({"host": "gpu-1.cluster.internal", "gpu": "3"}, END, 2.0)]
+    job = Job(0, client, None, PROFILES["nvidia"], "", ["gpu-1"], 8, (START, END), [START], [0.0])
+    job.names = host_names(["gpu-1", "gpu-1.cluster.internal"])
+    assert per_host(job, "rdma_retransmits", ("0.5",), 1) == [{"gpu-1": 2.0}]
+    assert extreme_gpus(job, "gpu_temp", True, 1) == [("gpu-1", "3", 2.0)]
