@@ -24,7 +24,8 @@ Layout of one entry::
     work_root/<slug>-<hash>/data/         the copy Prometheus opens
 
 Modules: `procs` (entries, locks, children, ports; shared with the SSH tunnels), `tsdb_lock` (who holds
-a TSDB), `tsdb_launch` (copy, start and stop one server); this module is the public API.
+a TSDB), `tsdb_launch` (copy, start and stop one server; `_tsdb_types`, `_tsdb_notes`); this module is
+the public API.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ from pathlib import Path
 from typing import Any
 
 from . import procs
+from ._tsdb_types import (
+    PrometheusNotInstalled,
+    ServedTSDB,
+    TSDBBusy,
+    TSDBLocked,
+    TSDBServerError,
+    _served_from,
+)
 
 # Kept importable from here for the SSH tunnels (playbooks/tunnel.py) and the tests.
 from .procs import CHILDREN as _CHILDREN  # noqa: F401
@@ -51,11 +60,6 @@ from .procs import proc_args as _proc_args  # noqa: F401
 from .procs import reap_children as _reap_children
 from .procs import wait_exit as _wait_exit  # noqa: F401
 from .tsdb_launch import (
-    PrometheusNotInstalled,
-    ServedTSDB,
-    TSDBBusy,
-    TSDBLocked,
-    TSDBServerError,
     _answers_ready,
     _entries,
     _entry_dir,
@@ -64,7 +68,6 @@ from .tsdb_launch import (
     _record_of,
     _remove_entry,
     _serve_locked,
-    _served_from,
     _source_dir,
     _stop_locked,
     _terminate,  # noqa: F401

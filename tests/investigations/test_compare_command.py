@@ -113,8 +113,8 @@ def test_a_signal_stops_every_server_it_started(pair, sig):
             proc.wait()
     assert proc.returncode == 128 + sig
     assert proc.stdout.read() == b""
-    # No traceback of the command's own; Python's report of a signal landing in a weakref callback
-    # ("Exception ignored in: ...") is the interpreter's, printed while the command still exits 128 + n.
-    err = proc.stderr.read().split(b"Exception ignored in:")[0]
-    assert b"Traceback" not in err
+    # No traceback, neither the command's nor Python's report of a signal landing in a weakref callback
+    # ("Exception ignored in: ..."; tests/investigations/test_command_signals.py fires that case).
+    err = proc.stderr.read()
+    assert b"Traceback" not in err and b"Exception ignored" not in err, err.decode(errors="replace")
     assert _compare_servers() == []
