@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ._diagnose_partial import run_planned
 from ._diagnose_types import PlannedQuery, PlaybookOutput, PlaybookPlan
 from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series
 
@@ -73,11 +74,10 @@ def _run_queries(
             return
         t0 = time.monotonic()
         try:
-            if q.kind == "instant":
-                data: Any = client.query(q.promql, at=q.end)
-            else:
-                data = client.query_range(q.promql, q.start, q.end, q.step)
-            results[q.name] = _to_result(q, data)
+            asked, data, why = run_planned(client, q)
+            results[q.name] = _to_result(asked, data)
+            if why:
+                results[q.name]["coarsened"] = {"step": asked.step, "asked_step": q.step, "reason": why}
             ok = True
         except PrometheusError as exc:
             errors[q.name] = str(exc) or type(exc).__name__

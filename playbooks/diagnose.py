@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ._diagnose_execute import _Answers, _run_unique, execute
+from ._diagnose_partial import note_partial
 from ._diagnose_query import render_query
 from ._diagnose_source import discover_source
 from ._diagnose_types import (
@@ -27,7 +28,7 @@ from ._diagnose_types import (
     PlaybookPlan,
     SourceInfo,
 )
-from .analysis import Finding, build_context, decide_diagnosis, evaluate
+from .analysis import build_context, decide_diagnosis, evaluate
 from .context import Timeline
 from .hostnames import host_names, rename_outputs, same_host
 from .loader import load_playbooks
@@ -162,32 +163,7 @@ def decide(
         # The seeds' pitfall: querying another job's Prometheus. Say so before anything else.
         diagnosis["summary"] = f"Check the data source first: {mismatch} " + diagnosis["summary"]
         diagnosis["confidence"] = min(diagnosis["confidence"], 0.2)
-    failed = {name: err for o in outputs for name, err in o.errors.items()}
-    if failed:
-        # Partial results: say what could not be looked at, and trust the verdict less.
-        names = ", ".join(sorted(failed))
-        diagnosis["summary"] += (
-            f" {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed ({names}): "
-            "what they would have shown is missing from this diagnosis."
-        )
-        diagnosis["confidence"] = round(max(0.05, diagnosis["confidence"] - min(0.4, 0.1 * len(failed))), 2)
-        findings.append(
-            Finding(
-                playbook="exporter_health",
-                rule="queries_failed",
-                klass="healthy",
-                severity="info",
-                role="context",
-                hosts=[],
-                gpus=[],
-                onset=None,
-                title=f"{len(failed)} queries failed: {names}",
-                evidence=[
-                    {"query": name, "labels": {}, "value": "error", "interpretation": err[:300]}
-                    for name, err in sorted(failed.items())
-                ][:12],
-            )
-        )
+    note_partial(diagnosis, findings, outputs)
     order = {"critical": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order[f.severity], f.onset if f.onset is not None else float("inf"), f.rule))
     return {
