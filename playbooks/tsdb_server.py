@@ -268,7 +268,8 @@ def stop(served_or_pid_record: ServedTSDB | Mapping[str, Any] | str | os.PathLik
 
 def stop_idle(work_root: str | os.PathLike[str], idle_seconds: float) -> list[int]:
     """Return the pids of the servers stopped because ensure_served() last used them idle_seconds ago, and
-    of those no record names (their starter, e.g. a Celery worker, was killed before recording them).
+    of those no record names (their starter, e.g. a Celery worker, was killed before recording them); the
+    copies such a starter left without a record are deleted.
 
     An entry whose lock is held (someone is starting or reusing it right now) is skipped.
     """
@@ -279,7 +280,12 @@ def stop_idle(work_root: str | os.PathLike[str], idle_seconds: float) -> list[in
         try:
             with _entry_lock(entry, blocking=False):
                 rec = _read_record(entry)
-                if rec is None or now - float(rec.get("last_used", 0)) < idle_seconds:
+                if rec is None:
+                    # a copy whose starter was killed before it recorded a server (no start holds the lock)
+                    stopped += _stop_unrecorded(work_root, entry)
+                    _remove_entry(entry)
+                    continue
+                if now - float(rec.get("last_used", 0)) < idle_seconds:
                     continue
                 if _stop_locked(rec):
                     stopped.append(int(rec["pid"]))

@@ -143,12 +143,14 @@ tsdb_server.ensure_served(sys.argv[1], work_root=sys.argv[2])
 
 
 @pytest.mark.parametrize("next_run", ["served-again", "pruned"])
-def test_a_worker_killed_while_starting_a_shared_copy_leaves_no_server_after_the_next_run(
-    job_factory, tmp_path, next_run
+@pytest.mark.parametrize("when", ["copy-made", "prometheus-started"], ids=["mid-copy", "mid-start"])
+def test_a_worker_killed_while_starting_a_shared_copy_leaves_nothing_after_the_next_run(
+    job_factory, tmp_path, next_run, when
 ):
-    """A Celery worker serving a copy in the shared root is SIGKILLed while its Prometheus starts (before the
-    server is recorded): the next run stops that server, whether it serves the same TSDB again or only
-    prunes idle copies (as every task does); a recorded server in use is not pruned."""
+    """A Celery worker serving a copy in the shared root is SIGKILLed while it copies the TSDB or while its
+    Prometheus starts (before the server is recorded): the next run stops that server and deletes that copy,
+    whether it serves the same TSDB again or only prunes idle copies (as every task does); a recorded
+    server in use is not pruned."""
     job_dir, _ = job_factory("healthy")
     busy, _ = job_factory("node-death")
     shared = tmp_path / "tsdb-views"
@@ -158,16 +160,23 @@ def test_a_worker_killed_while_starting_a_shared_copy_leaves_no_server_after_the
         cwd=REPO, env=os.environ | {"PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )  # fmt: skip
-    _kill_when(worker, lambda: set(prometheus_pids_under(str(shared))) - {kept.pid})
-    assert set(prometheus_pids_under(str(shared))) - {kept.pid}, "the worker's server is there"
+    kept_entry = Path(kept.copy_dir)
+    cond = {
+        "copy-made": lambda: [p for p in shared.iterdir() if p.is_dir() and p != kept_entry],
+        "prometheus-started": lambda: set(prometheus_pids_under(str(shared))) - {kept.pid},
+    }[when]
+    _kill_when(worker, cond)
+    assert cond(), "the worker left a copy or a server"
+    # on a loaded machine the kill may land once the worker has recorded its server: that one is in use
+    recorded = {s.pid: Path(s.copy_dir) for s in tsdb_server.list_served(shared)}
     try:
         if next_run == "served-again":
             served = tsdb_server.ensure_served(job_dir / "prometheus", work_root=shared)
-            # the worker's server is gone (or, if it was recorded before the kill, it is the one served again)
-            assert sorted(prometheus_pids_under(str(shared))) == sorted([kept.pid, served.pid])
+            assert sorted(prometheus_pids_under(str(shared))) == sorted(set(recorded) | {served.pid})
         else:
             tsdb_server.stop_idle(shared, idle_seconds=3600.0)
-            assert prometheus_pids_under(str(shared)) == [kept.pid]
+            assert sorted(prometheus_pids_under(str(shared))) == sorted(recorded)
+            assert sorted(p for p in shared.iterdir() if p.is_dir()) == sorted(recorded.values())
     finally:
         tsdb_server.reap_leftovers(shared)
     assert prometheus_pids_under(str(shared)) == []
