@@ -179,15 +179,17 @@ def make_case(seed: int, index: int, cls: str, small: bool) -> Case:
         quirks=quirks,
         herrings=herrings,
     )
-    case.variant = _variant(rng, cls)
+    order = _order(seed)
+    case.variant = _variant(cls, seed + order[:index].count(cls))
     if cls in ("host-oom",):
         case.herrings.add("ckpt")  # the fatal rise is a save
     return case
 
 
-def _variant(rng: random.Random, cls: str) -> str:
+def _variant(cls: str, k: int) -> str:
+    """The k-th variant of a class (a seed's cases of one class take successive variants)."""
     options = {
-        "collective-hang": ("plain", "plain", "odd_host", "before_first_step"),
+        "collective-hang": ("plain", "odd_host", "before_first_step"),
         "network-hang": ("one", "two"),
         "node-death": ("xid79", "silent", "xid74"),
         "host-oom": ("one", "two_saves"),
@@ -195,20 +197,25 @@ def _variant(rng: random.Random, cls: str) -> str:
         "training-instability": ("nan", "diverge", "grad_spike"),
         "rdma-degradation": ("one", "two", "three"),
         "monitoring-ghost-data": ("dcgm", "node"),
-        "healthy": ("plain", "plain", "plain", "restore_pair"),
+        "healthy": ("plain", "restore_pair", "plain", "plain"),
     }
-    return rng.choice(options.get(cls, ("plain",)))
+    choices = options.get(cls, ("plain",))
+    return choices[k % len(choices)]
 
 
-def plan(seed: int, small: bool, only: set[str]) -> list[Case]:
-    """About 30 cases over all 13 classes (two of each, a few more healthy ones)."""
-    rng = random.Random(seed)
+def _order(seed: int) -> list[str]:
+    """The seed's classes in case order: two of each, two more healthy, one more node-death and instability."""
     classes = [c for c in CLASSES for _ in range(2)] + [
         "healthy",
         "healthy",
         "training-instability",
         "node-death",
     ]
-    rng.shuffle(classes)
-    cases = [make_case(seed, i, c, small) for i, c in enumerate(classes)]
+    random.Random(seed).shuffle(classes)
+    return classes
+
+
+def plan(seed: int, small: bool, only: set[str]) -> list[Case]:
+    """About 30 cases over all 13 classes (two of each, a few more healthy ones)."""
+    cases = [make_case(seed, i, c, small) for i, c in enumerate(_order(seed))]
     return [c for c in cases if not only or c.cls in only]

@@ -6,6 +6,7 @@ import json
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def _blocks(tsdb: Path) -> list[list[str]]:
 
 def _dump(tsdb: Path, match: str, tmp: Path) -> str:
     """promtool's dump of a copy (dump wants a wal directory, the generator writes blocks only)."""
-    copy = tmp / f"dump-{abs(hash(match))}"
+    copy = Path(tempfile.mkdtemp(dir=tmp)) / "tsdb"
     shutil.copytree(tsdb, copy)
     (copy / "wal").mkdir()
     return subprocess.run(
@@ -65,8 +66,9 @@ def test_truth_names_culprits_and_onset_inside_the_data(corpus: Path, tmp_path: 
     rows = _blocks(case / "prometheus")
     lo, hi = min(int(r[1]) for r in rows) / 1000, max(int(r[2]) for r in rows) / 1000
     assert lo < truth["onset"] < hi
+    temps = _dump(case / "prometheus", "DCGM_FI_DEV_GPU_TEMP", tmp_path)
     for culprit in truth["culprits"]:
-        assert f'Hostname="{culprit["host"]}"' in _dump(case / "prometheus", "DCGM_FI_DEV_GPU_TEMP", tmp_path)
+        assert f'Hostname="{culprit["host"]}"' in temps
     hw = json.loads((corpus / "02-gpu-hardware-fault" / "truth.json").read_text())
     assert len(hw["culprits"]) == 1 and hw["culprits"][0]["gpu"] is not None
     xid = _dump(corpus / "02-gpu-hardware-fault" / "prometheus", "DCGM_FI_DEV_XID_ERRORS", tmp_path)
