@@ -6,6 +6,7 @@ run under the entry's lock, which the public API in `tsdb_server` takes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -103,6 +104,40 @@ def _stop_locked(rec: Mapping[str, Any], grace: float = _STOP_GRACE) -> bool:
             pid, copy_dir, " ".join(procs.proc_args(pid))[:200] or "unreadable",
         )  # fmt: skip
     _remove_entry(copy_dir)
+    return stopped
+
+
+def _stop_unrecorded(work_root: str | os.PathLike[str], entry: Path | None = None) -> list[int]:
+    """Return the pids stopped among the servers on a copy under `work_root` (or `entry` only) that were
+    started by a process killed before it recorded them, so that nobody would ever stop them.
+
+    With `entry`, the caller holds its lock and has stopped its recorded server: no start is under way, and
+    a process serving `<entry>/data` with the command line Stepwise gives its servers is such a leftover.
+    Without, each copy's lock is tried (one held is being started or stopped: skipped). A server its copy's
+    record names is never one. Each pid is checked again once pinned (`_terminate`).
+    """
+    root = os.path.realpath(work_root)
+    stopped = []
+    for pid in procs.pids_with_arg_prefix(f"--storage.tsdb.path={root}/"):
+        data = next(
+            (a.split("=", 1)[1] for a in procs.proc_args(pid) if a.startswith("--storage.tsdb.path=")), ""
+        )
+        copy = Path(data).parent
+        if copy.parent != Path(root) or not _ENTRY.match(copy.name) or (entry is not None and copy != entry):
+            continue
+        try:
+            # with one entry the caller holds its lock; otherwise skip a copy being started or stopped now
+            with contextlib.nullcontext() if entry is not None else procs.entry_lock(copy, blocking=False):
+                rec = _read_record(copy)
+                if rec is not None and int(rec.get("pid") or 0) == pid:
+                    continue  # recorded: stop_idle, stop or reap_leftovers stop it
+                if _terminate(pid, str(copy), 5.0):
+                    log.warning(
+                        "stopped pid %s serving %s: no record names it (its starter was killed)", pid, copy
+                    )
+                    stopped.append(pid)
+        except BlockingIOError:
+            continue
     return stopped
 
 
@@ -298,6 +333,7 @@ def _serve_locked(
     holder, inv = _servable(src, allow_blocks_only)
     blocks_only = holder is not None
     state = source_state(src, blocks_only=blocks_only)  # before copying: a change meanwhile shows next time
+    _stop_unrecorded(entry.parent, entry)  # a server whose starter was killed before recording it
     _remove_entry(entry)  # a stale copy of a dead server
     entry.mkdir(parents=True)
     (entry / _MARKER).write_text(f"Stepwise private copy of {src}; deleted when its server stops.\n")

@@ -189,7 +189,7 @@ def make_case(seed: int, index: int, cls: str, small: bool) -> Case:
 def _variant(cls: str, k: int) -> str:
     """The k-th variant of a class (a seed's cases of one class take successive variants)."""
     options = {
-        "collective-hang": ("plain", "odd_host", "before_first_step", "plain"),
+        "collective-hang": ("plain", "odd_host", "before_first_step"),
         "network-hang": ("one", "two"),
         "node-death": ("xid79", "silent", "xid74"),
         "host-oom": ("one", "two_saves"),
