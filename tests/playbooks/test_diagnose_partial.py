@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from playbooks import _diagnose_partial
+from playbooks import _diagnose_execute, _diagnose_partial
 from playbooks.diagnose import PlannedQuery, discover_source, run_diagnosis
 from playbooks.prometheus import PrometheusClient, PrometheusTimeout
 from playbooks.triage import triage_job
@@ -135,3 +136,37 @@ def test_a_query_too_large_for_prometheus_is_judged_on_a_coarser_grid_and_the_fi
     said = [e["interpretation"] for f in gpu_findings for e in f["evidence"]]
     assert said and all("judged on a" in s and "s grid" in s for s in said)
     assert "judged on a coarser one" in out["diagnosis"]["summary"]
+
+
+class _Counting(PrometheusClient):
+    """A client that records the most requests it had in flight at once."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.now, self.most, self.lock = 0, 0, threading.Lock()
+
+    def _send(self, method, path, params):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            time.sleep(0.01)  # a request that takes a moment, so that concurrent ones overlap
+            return super()._send(method, path, params)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_a_job_with_many_gpus_runs_fewer_queries_at_once(served_job, view_root, monkeypatch):
+    """Prometheus holds every GPU's series of each query in flight: on a source whose GPUs, times the
+    queries asked at once, exceed the bound, two at a time; on a small one, as many as asked."""
+    client, _, job_dir = _serve(served_job, view_root, "thermal-straggler", 1, "nvidia")
+    triage = triage_job(job_dir).to_dict()
+    source = discover_source(client)
+    gpus = len(source.hosts) * (source.gpus_per_host or 0)
+    assert _diagnose_execute.in_flight(8, gpus) == 8
+    monkeypatch.setattr(_diagnose_execute, "IN_FLIGHT_GPUS", 3 * gpus)
+    assert _diagnose_execute.in_flight(8, gpus) == 3 and _diagnose_execute.in_flight(8, 100 * gpus) == 2
+    counting = _Counting(client.base_url, timeout=60.0, retries=1)
+    run_diagnosis(counting, triage=triage, source=source, concurrency=8)
+    assert 1 <= counting.most <= 3
