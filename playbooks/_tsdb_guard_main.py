@@ -6,7 +6,8 @@ is gone (its exit, whatever ended it: SIGKILL, a harness's timeout, an interpret
 Prometheus serving a copy under the root (its command line names `--storage.tsdb.path=<root>/...`: only a
 Stepwise process makes such a copy, in a root of its own), deletes the copies (folders named and marked as
 Stepwise's) and their lock files, and the root once it is empty. An owner that cleaned up before exiting
-leaves nothing to stop; the guard then only finds the root gone.
+leaves nothing to stop; the guard then only finds the root gone. Anything written on the pipe instead
+cancels the guard: it exits and touches nothing.
 
 Usage (by tsdb_guard only):  python -I -S _tsdb_guard_main.py WORK_ROOT   < pipe
 """
@@ -106,8 +107,8 @@ def main(argv: list[str]) -> int:
     # Never stopped by a signal meant for the owner's terminal or process group (own session, too).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    while os.read(0, 4096):
-        pass
+    if os.read(0, 4096):
+        return 0  # cancelled by the owner (the root was not its own): nothing to do
     for _ in range(3):  # again if something under the root was still writing when it was deleted
         stop_all(root)
         remove_root(root)
