@@ -20,6 +20,7 @@ import select
 import shutil
 import signal
 import sys
+import time
 
 GRACE_S = 10.0
 #: as playbooks.procs.ENTRY_NAME and tsdb_launch's marker: what a served copy's folder is called and holds
@@ -69,16 +70,24 @@ def stop_all(root: str) -> None:
         os.close(fd)
 
 
+def _copies(root: str) -> list[str]:
+    """Return the paths of the copies (folders named and marked as Stepwise's) directly under `root`."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    paths = [os.path.join(root, n) for n in names if _ENTRY.match(n)]
+    return [p for p in paths if os.path.isfile(os.path.join(p, _MARKER))]
+
+
 def remove_root(root: str) -> None:
     """Delete the copies under `root` and their lock files, then `root` if nothing else is left in it."""
     try:
         names = os.listdir(root)
     except OSError:
         return
-    for name in names:
-        path = os.path.join(root, name)
-        if _ENTRY.match(name) and os.path.isfile(os.path.join(path, _MARKER)):
-            shutil.rmtree(path, ignore_errors=True)
+    for path in _copies(root):
+        shutil.rmtree(path, ignore_errors=True)
     for name in names:
         stem = name.removesuffix(".lock")
         if (
@@ -99,8 +108,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     while os.read(0, 4096):
         pass
-    stop_all(root)
-    remove_root(root)
+    for _ in range(3):  # again if something under the root was still writing when it was deleted
+        stop_all(root)
+        remove_root(root)
+        if not servers_under(root) and not _copies(root):
+            break
+        time.sleep(0.5)
     return 0
 
 
