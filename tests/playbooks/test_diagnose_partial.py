@@ -17,7 +17,7 @@ import pytest
 
 from playbooks import _diagnose_execute, _diagnose_partial
 from playbooks.diagnose import PlannedQuery, discover_source, run_diagnosis
-from playbooks.prometheus import PrometheusClient, PrometheusTimeout
+from playbooks.prometheus import PrometheusClient, PrometheusQueryError, PrometheusTimeout
 from playbooks.triage import triage_job
 from tests.playbooks.test_diagnose_scenarios import _serve
 
@@ -82,6 +82,19 @@ def test_a_coarser_grid_keeps_the_end_and_widens_a_window_tied_to_the_step():
     assert c is not None and (c.end, c.step, c.window_s) == (7200.0, 240.0, 255.0)
     assert c.promql == "sum by (host) (increase(c[255s]))" and c.start == 0.0
     assert _diagnose_partial.coarser(PlannedQuery("y", "up", "instant", 0.0, 7200.0, None), 4) is None
+
+
+def test_what_prometheus_gives_up_on_is_told_from_what_a_coarser_grid_would_not_mend():
+    """Its timeout (also as an execution error while it selects the series) and its sample limit are asked
+    again; a malformed query, or a request that waited too long in the source's own queue, is not."""
+    gave_up = _diagnose_partial.gave_up
+    assert gave_up(PrometheusQueryError("execution", "expanding series: context deadline exceeded", "q"))
+    assert gave_up(PrometheusQueryError("execution", "query processing would load too many samples", "q"))
+    assert gave_up(
+        PrometheusTimeout("gave up on the query (timeout): query timed out in expression evaluation")
+    )
+    assert not gave_up(PrometheusQueryError("bad_data", "1:5: parse error: unexpected end of input", "q"))
+    assert not gave_up(PrometheusTimeout("Prometheus at http://x: queued too long: 30 s"))
 
 
 def test_a_query_that_times_out_is_asked_on_coarser_grids_before_it_fails(served_job, view_root, tmp_path):
