@@ -118,6 +118,11 @@ def _excess(
         length=length if tl.train_start is not None else 0,
         min_points=max(20, 2 * length),
     )
+    if tl.train_start is None:
+        # no step data: no host has a history before its change, and its whole data holds the change itself
+        # (a counter ticking on every host, as transmit waits do, would hide a 27x rise in its own 95th
+        # percentile): the pack's background alone
+        own = np.full(len(own), np.nan)
     ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
     exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None

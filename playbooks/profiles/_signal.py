@@ -74,6 +74,7 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "rdma_transmit_wait": ("network", "host", "counter", "ticks", "InfiniBand transmit wait"),
     "rdma_link_error_recovery": ("network", "host", "counter", "events", "InfiniBand link error recoveries"),
     "rdma_link_downed": ("network", "host", "counter", "events", "InfiniBand link downed"),
+    "rdma_symbol_errors": ("network", "host", "counter", "errors", "InfiniBand symbol errors"),
     "rdma_tx_bytes": ("network", "host", "counter", "bytes", "RDMA bytes sent"),
     "rdma_ports_down": (
         "network",

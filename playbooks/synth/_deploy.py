@@ -58,6 +58,8 @@ class Exporters:
             and the loss (many trainers export none).
         gpu_util_field: DCGM's utilisation field: "util" (DCGM_FI_DEV_GPU_UTIL, percent) or "profiling"
             (a counter set of profiling fields only: DCGM_FI_PROF_GR_ENGINE_ACTIVE, a 0-1 ratio).
+        symbol_errors: node_exporter's InfiniBand port counters include symbol errors (minor errors on the
+            physical lanes), which a bad link counts along with its retransmits; healthy links count none.
     """
 
     gpu: str = "dcgm"
@@ -81,6 +83,7 @@ class Exporters:
     noisy_host: bool = False
     trainer_gauges: bool = True
     gpu_util_field: str = "util"
+    symbol_errors: bool = False
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "amd-dme", "none"):

@@ -278,6 +278,8 @@ def _infiniband(lay: _Layout) -> Iterator[Item]:
         ("node_infiniband_link_downed_total", ns["retry_excd"]),
         ("node_infiniband_port_data_transmitted_bytes_total", ns["tx_bytes"]),
     ]
+    if ex.symbol_errors:
+        fams.append(("node_infiniband_symbol_error_total", np.floor(ns["retx"] / 2.0)))
     if ex.rdma_hw_counters:
         fams += [
             ("node_infiniband_roce_adp_retransmits_total", ns["retx"]),

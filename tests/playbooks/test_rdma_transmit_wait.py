@@ -1,0 +1,37 @@
+"""RDMA degradation where node_exporter's InfiniBand collector is the only network exporter (corpus E, #10
+modes 1 and 9): no RoCE retransmit counters, only transmit-wait ticks that every host counts all along, and
+no trainer gauges, so only the log knows the steps. Generated jobs served by a real Prometheus.
+"""
+
+from __future__ import annotations
+
+from playbooks.diagnose import run_diagnosis
+from playbooks.synth import Exporters
+from playbooks.triage import triage_job
+
+#: node_exporter scraped by address, no RoCE hardware counters, no training_* gauges
+IB_ONLY = Exporters(node_by_address=True, rdma_hw_counters=False, trainer_gauges=False)
+
+
+def test_transmit_waits_on_one_host_stand_out_without_any_step_data(served_job):
+    """Without a log (nor a step gauge) no host has a history before its change: each is judged against
+    the pack's background over the whole data, never against its own whole data, which holds the
+    degradation itself."""
+    client, truth, _ = served_job("rdma-degradation", 1, "nvidia", exporters=IB_ONLY)
+    result = run_diagnosis(client, triage=None)
+    waits = [f for f in result["findings"] if f["title"].startswith("Sustained InfiniBand transmit waits")]
+    assert waits, [f["title"] for f in result["findings"]]
+    assert set(waits[0]["hosts"]) <= {c["host"] for c in truth["culprits"]}
+
+
+def test_symbol_errors_corroborate_the_degraded_link(served_job):
+    """node_exporter's `symbol_error_total` (errors on the port's physical lanes): the degraded host counts
+    them, the others none; they name the same host as its transmit waits."""
+    ex = Exporters(node_by_address=True, trainer_gauges=False, symbol_errors=True)
+    client, truth, job_dir = served_job("rdma-degradation", 1, "nvidia", exporters=ex)
+    result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
+    culprits = {c["host"] for c in truth["culprits"]}
+    symbol = [f for f in result["findings"] if f["title"].startswith("InfiniBand symbol errors")]
+    assert symbol and set(symbol[0]["hosts"]) <= culprits and symbol[0]["severity"] == "warning"
+    assert result["diagnosis"]["class"] == "rdma-degradation"
+    assert {c["host"] for c in result["diagnosis"]["culprits"]} == culprits
