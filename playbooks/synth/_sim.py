@@ -103,6 +103,9 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
         job.job_end = onset + job.variants["error_at_end"]
     if "death_at_end" in job.variants:
         job.job_end = onset + job.variants["death_at_end"]  # the capture ends; the job (and its log) go on
+    if "capture_after_end" in job.variants:
+        # the run completes and its processes exit; the capture goes on with the job's GPUs idle
+        job.stall_time = job.crash_time = job.job_end - job.variants["capture_after_end"]
 
 
 def _slowdown(job: Job, rng: np.random.Generator, onset: float) -> Slowdown:

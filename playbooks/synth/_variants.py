@@ -46,6 +46,8 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   elastic agent restarts every worker: after a gap of 1-3 minutes the steps go back to a checkpoint at least
   40 steps back (or to the run's first step) and are run again, so the loss (and every step's metrics) are logged anew from that step's level: nobody's
   fault, and no onset.
+- healthy `capture_after_end`: the run completes 3-7 minutes before the capture ends (the exporters keep
+  scraping): the steps stop, the job's GPUs idle from its last step on, the log ends with its summary.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -69,6 +71,7 @@ OPT_IN = {
     "nan_stop": "training-instability",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
+    "capture_after_end": "healthy",
 }
 
 
@@ -113,6 +116,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["elastic_restart"] = (float(600 + 900 * r[0]), float(60 + 120 * r[1]))  # (before the onset, gap) s
     if name == "training-instability" and "nan_stop" in job.opt_in:
         v["nan_stop"] = True
+    if name == "healthy" and "capture_after_end" in job.opt_in:
+        v["capture_after_end"] = float(stream(job, 15).uniform(180, 420))  # seconds of data after the end
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
