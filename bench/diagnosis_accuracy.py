@@ -28,13 +28,12 @@ import json
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from playbooks import tsdb_server
+from playbooks import tsdb_guard, tsdb_server
 from playbooks.compare import CompareJob, compare_jobs
 from playbooks.diagnose import run_diagnosis, serves_copy
 from playbooks.model import CLASSES
@@ -409,7 +408,7 @@ def main() -> None:
         f"corpus: {len(corpus)} jobs under {args.out} ({t_built - t0:.0f} s to build or check)",
         file=sys.stderr,
     )
-    work_root = Path(tempfile.mkdtemp(prefix="stepwise-accuracy-"))
+    work_root = tsdb_guard.private_root("stepwise-accuracy-")
     rows = []
     try:
         for entry in corpus:
@@ -435,6 +434,7 @@ def main() -> None:
     finally:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
+        tsdb_guard.release(work_root)
     print(
         f"\n{len(rows)} jobs: corpus {t_built - t0:.0f} s, judging {time.monotonic() - t_built:.0f} s "
         f"(seeds {args.seed_from}-{args.seed_from + args.seeds - 1}, nodes {args.nodes}, profiles {args.profiles}, {args.gpus} GPUs/node)"

@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from playbooks import tsdb_server  # noqa: E402
+from playbooks import tsdb_guard, tsdb_server  # noqa: E402
 from playbooks.diagnose import run_diagnosis, serves_copy  # noqa: E402
 from playbooks.prometheus import PrometheusClient, PrometheusError  # noqa: E402
 from playbooks.synth import PERTURBATIONS, SCENARIOS, SynthError, generate_job  # noqa: E402
@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = Path(args.out or tempfile.mkdtemp(prefix="stepwise-robustness-"))
     work_root = out / "views"
     work_root.mkdir(parents=True, exist_ok=True)
+    tsdb_guard.guard(work_root)  # its servers stop even if this bench is killed
     rows: list[dict[str, Any]] = []
     perturbations = args.perturbations.split(",")
     try:
@@ -204,6 +205,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                         job_dir.with_name(job_dir.name + ".log").unlink(missing_ok=True)
     finally:
         tsdb_server.reap_leftovers(work_root)
+        tsdb_guard.release(work_root)
         if not args.keep and not args.out:
             shutil.rmtree(out, ignore_errors=True)
     return rows

@@ -22,13 +22,12 @@ import json
 import os
 import resource
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from _query_cost import Recording, print_costs, replay_costs
 
-from playbooks import tsdb_server
+from playbooks import tsdb_guard, tsdb_server
 from playbooks.diagnose import run_diagnosis
 from playbooks.synth import _emit, generate_job
 from playbooks.triage import triage_job
@@ -95,7 +94,7 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=2.0)
     args = ap.parse_args()
     job = _job(args)
-    work_root = Path(tempfile.mkdtemp(prefix="stepwise-bench-scale-"))
+    work_root = tsdb_guard.private_root("stepwise-bench-scale-")
     try:
         served = tsdb_server.ensure_served(job / "prometheus", work_root=work_root)
         triage = triage_job(job).to_dict()
@@ -126,6 +125,7 @@ def main() -> None:
     finally:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
+        tsdb_guard.release(work_root)
 
 
 if __name__ == "__main__":

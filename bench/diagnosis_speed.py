@@ -22,13 +22,12 @@ import resource
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from _query_cost import Recording, print_costs, process_cpu, replay_costs
 
-from playbooks import tsdb_server
+from playbooks import tsdb_guard, tsdb_server
 from playbooks.diagnose import run_diagnosis, serves_copy
 from playbooks.synth import generate_job
 from playbooks.triage import triage_job
@@ -92,7 +91,7 @@ def _time_command(job: Path, runs: int) -> None:
 
 def _time_in_process(job: Path, runs: int, costs: bool) -> None:
     """Serve the job's TSDB, run `run_diagnosis` `runs` times and print each run's figures."""
-    work_root = Path(tempfile.mkdtemp(prefix="stepwise-bench-diagnose-"))
+    work_root = tsdb_guard.private_root("stepwise-bench-diagnose-")
     try:
         t0 = time.monotonic()
         served = tsdb_server.ensure_served(job / "prometheus", work_root=work_root)
@@ -134,6 +133,7 @@ def _time_in_process(job: Path, runs: int, costs: bool) -> None:
     finally:
         tsdb_server.reap_leftovers(work_root)
         shutil.rmtree(work_root, ignore_errors=True)
+        tsdb_guard.release(work_root)
 
 
 def main() -> None:

@@ -11,11 +11,12 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .diagnose import DiagnosisError, discover_source
 from .errors import PlaybooksError
+from .hostnames import HostNames, host_names
 from .profiles import PROFILES, Profile
 from .prometheus import PrometheusClient, PrometheusError, Series, choose_step
 
@@ -101,7 +102,12 @@ METRICS: tuple[Metric, ...] = (
 
 @dataclass
 class Job:
-    """What the comparison knows about one job while it runs."""
+    """What the comparison knows about one job while it runs.
+
+    `hosts` are its hosts under their one name (the diagnosis's: `names`, from the source's hosts and the
+    log's node list); every per-host figure is keyed by it, so a node node_exporter knows by its FQDN or
+    address is one host, named as the GPU exporter and the scheduler name it.
+    """
 
     index: int
     client: PrometheusClient
@@ -116,6 +122,7 @@ class Job:
     restored: bool = False
     ckpt_period: int | None = None
     window: tuple[float, float] | None = None
+    names: HostNames = field(default_factory=HostNames)
 
     @property
     def config(self) -> Mapping[str, str]:
@@ -171,17 +178,19 @@ def discover(spec: CompareJob, index: int) -> Job:
             f"job #{index + 1}: no training step gauge ({profile.signal('step').selector}) in its TSDB "
             "and no timed steps in its log"
         )
+    names = host_names(src.hosts, [str(n) for n in (spec.triage or {}).get("nodes") or []])
     job = Job(
         index=index,
         client=client,
         triage=spec.triage,
         profile=profile,
         url=client.base_url,
-        hosts=list(src.hosts),
+        hosts=sorted({names.name(h) for h in src.hosts}),
         gpus_per_host=src.gpus_per_host,
         time_range=(t0, t1),
         step_t=[p[0] for p in pts],
         step_v=[p[1] for p in pts],
+        names=names,
     )
     progress = (spec.triage or {}).get("progress") or {}
     # Without a log, a run whose step gauge starts past 0 resumed from a checkpoint (seed-system §4).
@@ -374,7 +383,7 @@ def per_host(job: Job, signal: str, stats: Sequence[str], concurrency: int) -> l
         if isinstance(got, PrometheusError):
             out.append({})
         else:
-            out.append({s.labels.get("host", ""): s.value for s in got if s.value == s.value})
+            out.append({job.names.name(s.labels.get("host", "")): s.value for s in got if s.value == s.value})
     return out
 
 
@@ -388,4 +397,8 @@ def extreme_gpus(job: Job, signal: str, top: bool, concurrency: int) -> list[tup
     got = _run(job, [lambda: job.client.query(expr, b)], concurrency)[0]
     if isinstance(got, PrometheusError):
         return []
-    return [(s.labels.get("host", ""), s.labels.get("gpu", ""), s.value) for s in got if s.value == s.value]
+    return [
+        (job.names.name(s.labels.get("host", "")), s.labels.get("gpu", ""), s.value)
+        for s in got
+        if s.value == s.value
+    ]

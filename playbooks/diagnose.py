@@ -10,17 +10,15 @@ Usage::
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from ._diagnose_execute import _Answers, _run_unique, execute
+from ._diagnose_partial import note_partial
 from ._diagnose_query import render_query
 from ._diagnose_source import discover_source
 from ._diagnose_types import (
@@ -30,15 +28,15 @@ from ._diagnose_types import (
     PlaybookPlan,
     SourceInfo,
 )
-from .analysis import Finding, build_context, decide_diagnosis, evaluate
+from .analysis import build_context, decide_diagnosis, evaluate
 from .context import Timeline
-from .hostnames import canonical_names, rename_outputs, result_hosts, same_host
+from .hostnames import host_names, rename_outputs, result_hosts, same_host
 from .loader import load_playbooks
 from .log_evidence import hw_xid_hosts
 from .log_series import with_log_loss
 from .model import Playbook
 from .profiles import PROFILES
-from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series
+from .prometheus import PrometheusClient, PrometheusError
 
 __all__ = [
     "DiagnosisError",
@@ -143,165 +141,6 @@ def plan(
     return out
 
 
-# ----------------------------------------------------------------------------------------- execute
-
-
-def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
-    if q.kind == "instant":
-        return {
-            "kind": "instant",
-            "promql": q.promql,
-            "window_s": q.window_s,
-            "at": q.end,
-            "samples": [
-                {"labels": s.labels, "value": s.value if math.isfinite(s.value) else None} for s in data
-            ],
-        }
-    step = float(q.step or 1.0)
-    n = int(round((q.end - q.start) / step)) + 1
-    series = []
-    for s in data:
-        assert isinstance(s, Series)
-        grid = np.full(n, np.nan)
-        if s.timestamps:
-            idx = np.rint((np.asarray(s.timestamps) - q.start) / step).astype(np.int64)
-            v = np.asarray(s.values, dtype=float)
-            ok = (idx >= 0) & (idx < n) & np.isfinite(v)
-            grid[idx[ok]] = v[ok]
-        # JSON: a missing point is None (x != x only for NaN)
-        series.append({"labels": s.labels, "values": [x if x == x else None for x in grid.tolist()]})
-    return {
-        "kind": "range",
-        "promql": q.promql,
-        "window_s": q.window_s,
-        "start": q.start,
-        "step": step,
-        "n": n,
-        "series": series,
-    }
-
-
-def _run_queries(
-    client: PrometheusClient,
-    queries: Sequence[PlannedQuery],
-    *,
-    concurrency: int,
-    should_cancel: Callable[[], bool] | None,
-    on_query_done: Callable[[str, bool], None] | None,
-) -> tuple[dict[str, Any], dict[str, str], float]:
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    spans: list[tuple[float, float]] = []
-
-    def one(q: PlannedQuery) -> None:
-        if should_cancel is not None and should_cancel():
-            errors[q.name] = "cancelled"
-            if on_query_done:
-                on_query_done(q.name, False)
-            return
-        t0 = time.monotonic()
-        try:
-            if q.kind == "instant":
-                data: Any = client.query(q.promql, at=q.end)
-            else:
-                data = client.query_range(q.promql, q.start, q.end, q.step)
-            results[q.name] = _to_result(q, data)
-            ok = True
-        except PrometheusError as exc:
-            errors[q.name] = str(exc) or type(exc).__name__
-            ok = False
-        finally:
-            spans.append((t0, time.monotonic()))
-        if on_query_done:
-            on_query_done(q.name, ok)
-
-    with ThreadPoolExecutor(
-        max_workers=max(1, min(concurrency, len(queries) or 1)), thread_name_prefix="diagnose"
-    ) as pool:
-        list(pool.map(one, queries))
-    return results, errors, _busy(spans)
-
-
-#: what one distinct query returned: {(promql, kind, start, end, step): ("ok", result) or ("error", text)}
-_Answers = dict[tuple[object, ...], tuple[str, Any]]
-
-
-def _run_unique(
-    client: PrometheusClient,
-    plans: Sequence[PlaybookPlan],
-    *,
-    concurrency: int,
-    answers: _Answers | None = None,
-) -> tuple[dict[str, Any], dict[str, str], float]:
-    """Run every plan's queries, each distinct PromQL (over the same grid) once, whatever its names.
-
-    Playbooks share queries under their own names (`runnable` and `procs_running` read the same series):
-    the result of one run is given to every name. `answers` (filled in) keeps what earlier calls ran, which
-    is not run again. Returns (results, errors, busy seconds) by query name; raises PrometheusUnreachable
-    when every query of this call failed.
-    """
-    answers = {} if answers is None else answers
-    unique: dict[tuple[object, ...], PlannedQuery] = {}
-    names: dict[str, tuple[object, ...]] = {}
-    for p in plans:
-        for q in p.queries:
-            key: tuple[object, ...] = (q.promql, q.kind, q.start, q.end, q.step)
-            if key not in answers:
-                unique.setdefault(key, q)
-            names[q.name] = key
-    ran, failed, busy_s = _run_queries(
-        client, list(unique.values()), concurrency=concurrency, should_cancel=None, on_query_done=None
-    )
-    for k, q in unique.items():
-        answers[k] = ("ok", ran[q.name]) if q.name in ran else ("error", failed[q.name])
-    if names and all(answers[k][0] == "error" for k in names.values()):
-        raise PrometheusUnreachable(
-            f"every diagnosis query failed, e.g. {answers[next(iter(names.values()))][1]}"
-        )
-    results = {n: answers[k][1] for n, k in names.items() if answers[k][0] == "ok"}
-    errors = {n: answers[k][1] for n, k in names.items() if answers[k][0] == "error"}
-    return results, errors, busy_s
-
-
-def _busy(spans: Sequence[tuple[float, float]]) -> float:
-    """Return the wall time during which at least one request was in flight (the union of the spans)."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(spans):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
-
-
-def execute(
-    client: PrometheusClient,
-    plan: PlaybookPlan,
-    *,
-    concurrency: int = 4,
-    should_cancel: Callable[[], bool] | None = None,
-    on_query_done: Callable[[str, bool], None] | None = None,
-) -> PlaybookOutput:
-    """Return the output of one playbook's queries, run in parallel (at most `concurrency` at a time).
-
-    A query that fails keeps its error in `.errors` and the others still run (partial results). When
-    `should_cancel()` turns true, queries not yet started are recorded as "cancelled".
-    """
-    results, errors, spent = _run_queries(
-        client,
-        plan.queries,
-        concurrency=concurrency,
-        should_cancel=should_cancel,
-        on_query_done=on_query_done,
-    )
-    return PlaybookOutput(
-        name=plan.name,
-        results=results,
-        errors=errors,
-        prometheus_s=round(spent, 4),
-        queries=len(plan.queries),
-    )
-
-
 # ------------------------------------------------------------------------------------------ decide
 
 
@@ -324,32 +163,7 @@ def decide(
         # The seeds' pitfall: querying another job's Prometheus. Say so before anything else.
         diagnosis["summary"] = f"Check the data source first: {mismatch} " + diagnosis["summary"]
         diagnosis["confidence"] = min(diagnosis["confidence"], 0.2)
-    failed = {name: err for o in outputs for name, err in o.errors.items()}
-    if failed:
-        # Partial results: say what could not be looked at, and trust the verdict less.
-        names = ", ".join(sorted(failed))
-        diagnosis["summary"] += (
-            f" {len(failed)} quer{'y' if len(failed) == 1 else 'ies'} failed ({names}): "
-            "what they would have shown is missing from this diagnosis."
-        )
-        diagnosis["confidence"] = round(max(0.05, diagnosis["confidence"] - min(0.4, 0.1 * len(failed))), 2)
-        findings.append(
-            Finding(
-                playbook="exporter_health",
-                rule="queries_failed",
-                klass="healthy",
-                severity="info",
-                role="context",
-                hosts=[],
-                gpus=[],
-                onset=None,
-                title=f"{len(failed)} queries failed: {names}",
-                evidence=[
-                    {"query": name, "labels": {}, "value": "error", "interpretation": err[:300]}
-                    for name, err in sorted(failed.items())
-                ][:12],
-            )
-        )
+    note_partial(diagnosis, findings, outputs)
     order = {"critical": 0, "warning": 1, "info": 2}
     findings.sort(key=lambda f: (order[f.severity], f.onset if f.onset is not None else float("inf"), f.rule))
     return {
@@ -367,7 +181,7 @@ def named_once(
     # every name the results carry, not only the hosts reporting at the data's end: a host that died long
     # before stopped reporting its node_exporter's uname, yet its earlier series name it
     named = set(source.hosts) | {h for o in outputs for h in result_hosts(o.results)}
-    names = canonical_names(sorted(named), [str(n) for n in (triage or {}).get("nodes") or []])
+    names = host_names(sorted(named), [str(n) for n in (triage or {}).get("nodes") or []]).renames()
     if not names:
         return source, list(outputs)
     hosts = tuple(sorted({names.get(h, h) for h in source.hosts}))

@@ -7,17 +7,37 @@ one, else the name without a domain an exporter gives it. An FQDN whose first la
 IS that host; an IP address is never cut at its dots. `canonical_names` says which names to rename and
 `rename_outputs` applies it to the playbooks' results before anything is judged, so that every finding,
 its evidence and the culprits name each host once, and signals of two exporters meet on one host.
+`HostNames` (`host_names`) is the same naming for whatever shows a host later (the timeline, the
+comparison): each name a source holds -> the one name, and back (PromQL must still select by the
+exporter's own label values), including an `instance` scraped by address that node_uname_info names.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["canonical_names", "rename_outputs", "result_hosts", "same_host", "short_name"]
+__all__ = [
+    "HostNames",
+    "canonical_names",
+    "host_names",
+    "rename_outputs",
+    "result_hosts",
+    "same_host",
+    "short_name",
+    "without_port",
+]
 
 _IPV4 = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}$")
+#: `instance` without its port (host names, IPv4, bracketed IPv6), as the profiles' PromQL strips it.
+_PORT = re.compile(r"^(.+?)(?::[0-9]+)?$", re.DOTALL)
+
+
+def without_port(instance: str) -> str:
+    """Return a scrape address without its port (`gpu-238.cluster.internal:9100` -> `gpu-238.cluster.internal`)."""
+    return _PORT.sub(r"\1", instance)
 
 
 def short_name(name: str) -> str:
@@ -106,3 +126,74 @@ def rename_outputs(results: Mapping[str, Any], names: Mapping[str, str]) -> dict
     if not names:
         return dict(results)
     return {k: _rename_result(v, names) if isinstance(v, Mapping) else v for k, v in results.items()}
+
+
+@dataclass(frozen=True)
+class HostNames:
+    """Every name a source knows each host by, and the one name shown for it.
+
+    Attributes:
+        tsdb: {host label value the profiles' PromQL gives (DCGM's `gpu-238`, node_exporter's
+            `gpu-238.cluster.internal`, a node_uname_info nodename): its one name}, every host of the source.
+        raw: {exporter label value that is no such host name (`gpu-238.cluster.internal:9100`, an address
+            `10.0.3.17:9100` / `10.0.3.17` that node_uname_info names): its one name}.
+    """
+
+    tsdb: Mapping[str, str] = field(default_factory=dict)
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    def name(self, value: str) -> str:
+        """Return the one name of a host named `value` (any of its names or label values); an unknown
+        value as it is (a label value is data: `host:9100` that no host is named by stays whole)."""
+        forms = (value, without_port(value))
+        for names in (self.tsdb, self.raw):
+            found = next((names[v] for v in forms if v in names), None)
+            if found is not None:
+                return found
+        return value
+
+    def knows(self, value: str) -> bool:
+        """Return True when `value` (or it without its port) is one of the source's names of a host."""
+        return any(v in self.tsdb or v in self.raw for v in (value, without_port(value)))
+
+    def aliases(self, value: str) -> tuple[str, ...]:
+        """Return the host label values the source's PromQL gives the host `value` names (its one name
+        first, when the source holds it): what a host filter typed as any of its names selects.
+
+        A name the source does not hold is matched as an FQDN of a known name or the reverse (`gpu-7`
+        finds `gpu-7.cluster.internal`); nothing matching, `value` alone."""
+        one = self.name(value)
+        found = [h for h, n in self.tsdb.items() if n == one]
+        if not found:
+            found = [h for h in self.tsdb if same_host(h, value) or same_host(h, one)]
+        if not found:
+            return (value,)
+        return tuple(sorted(set(found), key=lambda h: (h != one, h)))
+
+    def select(self, values: Iterable[str]) -> tuple[str, ...]:
+        """Return every alias of each of `values` (`aliases`), each once, in order."""
+        return tuple(dict.fromkeys(a for v in values for a in self.aliases(v)))
+
+    def renames(self) -> dict[str, str]:
+        """Return {host label value: its one name} for the values named otherwise (`rename_outputs`)."""
+        return {h: n for h, n in self.tsdb.items() if h != n}
+
+
+def host_names(
+    hosts: Iterable[str], nodes: Iterable[str] = (), uname: Iterable[tuple[str, str]] = ()
+) -> HostNames:
+    """Return the naming of a source's hosts (`canonical_names`, the diagnosis's own).
+
+    `hosts` are the host label values the profiles' PromQL gives (the source's host list: the diagnosis
+    names the same hosts alike), `nodes` the scheduler's names, `uname` node_uname_info's (instance,
+    nodename) pairs: an address no host is named by (`10.0.3.17:9100`) is the host its node names itself.
+    """
+    known = list(dict.fromkeys(str(h) for h in hosts if h))
+    renames = canonical_names(known, [str(n) for n in nodes if n])
+    tsdb = {h: renames.get(h, h) for h in known}
+    raw: dict[str, str] = {}
+    for instance, nodename in uname:
+        if instance and nodename and without_port(str(instance)) not in tsdb:
+            for value in (str(instance), without_port(str(instance))):
+                raw.setdefault(value, tsdb.get(str(nodename), str(nodename)))
+    return HostNames(tsdb, raw)

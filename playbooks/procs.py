@@ -72,6 +72,23 @@ def proc_args(pid: int) -> list[str]:
     return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
 
 
+def pids_with_arg_prefix(prefix: str) -> list[int]:
+    """Return the pids whose command line has an argument starting with `prefix` (a zombie's has none)."""
+    want = prefix.encode()
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as fh:
+                args = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.startswith(want) for a in args):
+            pids.append(int(name))
+    return pids
+
+
 def alive(pid: int) -> bool:
     """Return True if `pid` runs (a zombie does not)."""
     with CHILDREN_LOCK:

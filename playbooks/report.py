@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
-__all__ = ["diagnosis_markdown", "fmt_time", "triage_markdown"]
+__all__ = [
+    "diagnosis_markdown",
+    "fmt_time",
+    "md_cell",
+    "md_code",
+    "md_line",
+    "md_name",
+    "md_text",
+    "triage_markdown",
+]
+
+#: control characters (a label value or a log line may hold any): shown as `\xNN`, never a line break
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+#: characters Markdown gives a meaning to inside a line
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|~#!])")
+#: the ones that open raw HTML, a link, an image, a code span or a table cell
+_MD_STRUCTURE = re.compile(r"([\\`\[\]<>|!])")
 
 
 def fmt_time(ts: float | None) -> str:
@@ -19,11 +36,38 @@ def _v(x: Any) -> str:
     return "\u2014" if x is None else str(x)
 
 
+def md_line(x: Any) -> str:
+    """Return text for one Markdown line: control characters (a newline in a label value) as `\\xNN`."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", _v(x))
+
+
+def md_text(x: Any) -> str:
+    """Return the engine's prose (which quotes host names and label values) for one Markdown line: what
+    could open raw HTML, a link, an image, a code span or a table cell is escaped; emphasis is left."""
+    return _MD_STRUCTURE.sub(r"\\\1", md_line(x))
+
+
+def md_cell(x: Any) -> str:
+    """Return text for one table cell: one line, its pipes escaped."""
+    return md_line(x).replace("|", "\\|")
+
+
+def md_code(x: Any) -> str:
+    """Return text for a code span in a table cell: one line, pipes escaped, no backtick to end it early."""
+    return md_cell(x).replace("`", "'")
+
+
+def md_name(x: Any) -> str:
+    """Return a name read from the data (a host, a GPU, a job id) with every Markdown character escaped,
+    so that it reads as written and cannot open a link, an image, a heading or a table cell."""
+    return _MD_SPECIAL.sub(r"\\\1", md_line(x))
+
+
 def triage_markdown(d: dict[str, Any]) -> str:
     """Return the `## Job triage` report for a triage JSON object."""
     job, prog, prom = d["job"], d["progress"], d["prometheus"]
     lines = [
-        f"## Job triage: {_v(job['id'])}",
+        f"## Job triage: {md_name(job['id'])}",
         "",
         f"**Status:** {_v(job['status'])}  ",
         f"**Primary failure:** {_v(job['triage_class'])}  ",
@@ -98,10 +142,10 @@ def _host_events_md(events: list[dict[str, Any]]) -> list[str]:
         "|---|---|---|---|---|---|",
     ]
     for e in events[:HOST_EVENTS_LISTED]:
-        text = _cell((e.get("text") or "")[:160])
+        text = md_code((e.get("text") or "")[:160])
         out.append(
-            f"| {e.get('kind')} | {_cell(e.get('host'))} | {fmt_time(e.get('time'))} "
-            f"| {e.get('line') or '\u2014'} | {_cell(e.get('code'))} | `{text}` |"
+            f"| {e.get('kind')} | {md_name(e.get('host'))} | {fmt_time(e.get('time'))} "
+            f"| {e.get('line') or '\u2014'} | {md_cell(e.get('code'))} | `{text}` |"
         )
     if len(events) > HOST_EVENTS_LISTED:
         out += ["", f"and {len(events) - HOST_EVENTS_LISTED} more"]
@@ -125,27 +169,23 @@ _ANALYSIS_TYPE = {
 }
 
 
-def _cell(x: Any) -> str:
-    return _v(x).replace("|", "\\|")
-
-
 def diagnosis_markdown(d: dict[str, Any]) -> str:
     """Return the seeds' `## TSDB Diagnosis` report for a diagnosis JSON object."""
     job, src, dg = d["job"], d["source"], d["diagnosis"]
     t0, t1 = src["time_range"]
     hosts = src["hosts"]
     lines = [
-        f"## TSDB Diagnosis: {_v(job.get('id'))}",
+        f"## TSDB Diagnosis: {md_name(job.get('id'))}",
         "",
         f"**Analysis type:** {_ANALYSIS_TYPE.get(dg['class'], 'gpu-health')}  ",
         f"**Time window:** {fmt_time(t0)} to {fmt_time(t1)} ({(t1 - t0) / 60:.0f} min)  ",
-        f"**Nodes:** {len(hosts)} ({', '.join(hosts[:16])}{', ...' if len(hosts) > 16 else ''})  ",
+        f"**Nodes:** {len(hosts)} ({', '.join(md_name(h) for h in hosts[:16])}{', ...' if len(hosts) > 16 else ''})  ",
         f"**Class:** {dg['class']} (root cause: {dg['root_cause_family']}, confidence {dg['confidence']:.0%})  ",
         f"**Onset:** {fmt_time(dg['onset'])}  ",
         "**Culprits:** "
         + (
             ", ".join(
-                f"{c['host']}" + (f" GPU {c['gpu']}" if c.get("gpu") is not None else "")
+                md_name(c["host"]) + (f" GPU {md_name(c['gpu'])}" if c.get("gpu") is not None else "")
                 for c in dg["culprits"]
             )
             or "none"
@@ -153,16 +193,16 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         "",
         "### Findings",
         "",
-        dg["summary"],
+        md_text(dg["summary"]),
         "",
     ]
     if dg["chain"]:
-        lines += ["**Causal chain:**", "", *[f"{i}. {c}" for i, c in enumerate(dg["chain"], 1)], ""]
+        lines += ["**Causal chain:**", "", *[f"{i}. {md_text(c)}" for i, c in enumerate(dg["chain"], 1)], ""]
     lines += ["### Metric evidence", ""]
     shown = [f for f in d["findings"] if f["severity"] != "info"] or d["findings"][:3]
     for f in shown:
         lines += [
-            f"**{f['title']}** ({f['severity']}, {f['playbook']}, onset {fmt_time(f['onset'])})",
+            f"**{md_text(f['title'])}** ({f['severity']}, {f['playbook']}, onset {fmt_time(f['onset'])})",
             "",
             "| Host | GPU | Value | Interpretation |",
             "|------|-----|-------|----------------|",
@@ -170,18 +210,18 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         for e in f["evidence"][:10]:
             lab = e["labels"]
             lines.append(
-                f"| {_cell(lab.get('host'))} | {_cell(lab.get('gpu'))} | {_cell(e['value'])} | "
-                f"{_cell(e['interpretation'])} |"
+                f"| {md_name(lab.get('host'))} | {md_name(lab.get('gpu'))} | {md_cell(e['value'])} | "
+                f"{md_text(e['interpretation'])} |"
             )
         if f["evidence"]:
-            lines += ["", f"Query: `{f['evidence'][0]['query'][:300]}`"]
+            lines += ["", f"Query: `{md_code(f['evidence'][0]['query'][:300])}`"]
         lines.append("")
     lines += ["### Anomalies detected", ""]
     anomalies = [f for f in d["findings"] if f["severity"] != "info"]
-    lines += [f"- {f['severity']}: {f['title']}" for f in anomalies] or ["None"]
+    lines += [f"- {f['severity']}: {md_text(f['title'])}" for f in anomalies] or ["None"]
     infos = [f for f in d["findings"] if f["severity"] == "info"]
     if infos:
-        lines += ["", "Other observations:", *[f"- {f['title']}" for f in infos]]
+        lines += ["", "Other observations:", *[f"- {md_text(f['title'])}" for f in infos]]
     lines += ["", "### Correlation with triage", ""]
     tc = job.get("triage_class")
     lines.append(

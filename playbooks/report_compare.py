@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .compare import delta_text
-from .report import fmt_time
+from .report import fmt_time, md_code, md_line, md_name, md_text
 
 __all__ = ["compare_markdown"]
 
@@ -15,13 +15,13 @@ def _cell(x: Any) -> str:
         return "\u2014"
     if isinstance(x, float):
         return f"{x:.4g}" if abs(x) < 1e6 else f"{x:.3e}"
-    return str(x).replace("|", "\\|")
+    return md_line(x).replace("|", "\\|")
 
 
 def compare_markdown(d: dict[str, Any]) -> str:
     """Return the `## Multi-Job Comparison` report for a compare JSON object."""
     jobs = d["jobs"]
-    names = [f"job {_cell(j['id'])}" for j in jobs]
+    names = [f"job {md_name(j['id'])}" for j in jobs]
     cmp_, diag = d["comparison"], d["diagnosis"]
     base = cmp_.get("baseline", 0)
     lines = [
@@ -50,7 +50,7 @@ def compare_markdown(d: dict[str, Any]) -> str:
     if cmp_["config_diff"]:
         lines += ["| Parameter | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
         lines += [
-            f"| `{k}` | " + " | ".join(_cell(v) for v in vals) + " |"
+            f"| `{md_code(k)}` | " + " | ".join(_cell(v) for v in vals) + " |"
             for k, vals in cmp_["config_diff"].items()
         ]
     else:
@@ -72,20 +72,25 @@ def compare_markdown(d: dict[str, Any]) -> str:
     for m in cmp_["metrics"]:
         vals = " | ".join(_cell(v) for v in m["values"])
         lines.append(f"| {m['name']} | {vals} | {delta_text(m)} | {_cell(m['likely_cause'])} |")
-    lines += ["", "### Root cause", "", diag["summary"], ""]
+    lines += ["", "### Root cause", "", md_text(diag["summary"]), ""]
     if diag["chain"]:
-        lines += [" \u2192 ".join(diag["chain"]), ""]
+        lines += [" \u2192 ".join(md_text(c) for c in diag["chain"]), ""]
     if diag["culprits"]:
         lines += [
             "**Culprits:** "
-            + ", ".join(c["host"] + (f" GPU {c['gpu']}" if c.get("gpu") else "") for c in diag["culprits"]),
+            + ", ".join(
+                md_name(c["host"]) + (f" GPU {md_name(c['gpu'])}" if c.get("gpu") else "")
+                for c in diag["culprits"]
+            ),
             "",
         ]
     lines += ["### Findings", ""]
     for f in d["findings"]:
-        lines.append(f"- **{f['severity']}** {f['title']}")
+        lines.append(f"- **{f['severity']}** {md_text(f['title'])}")
         for e in f["evidence"][:6]:
-            lines.append(f"  - `{_cell(e['query'])[:160]}` = {_cell(e['value'])}: {e['interpretation']}")
+            lines.append(
+                f"  - `{md_code(e['query'][:160])}` = {_cell(e['value'])}: {md_text(e['interpretation'])}"
+            )
     t = d["timings"]
     lines += [
         "",

@@ -6,7 +6,7 @@ run under the entry's lock, which the public API in `tsdb_server` takes.
 
 from __future__ import annotations
 
-import datetime as dt
+import contextlib
 import hashlib
 import logging
 import os
@@ -14,15 +14,22 @@ import re
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from . import procs
-from .errors import PlaybooksError
+from ._tsdb_notes import _copy_notes, _head_stats, _time_range
+from ._tsdb_types import (
+    PrometheusNotInstalled,
+    ServedTSDB,
+    TSDBLocked,
+    TSDBServerError,
+    _served_from,
+)
 from .fingerprint import tsdb_fingerprint
 from .prometheus import PrometheusClient, PrometheusError
-from .tsdb_copy import CopyResult, Inventory, copy_tsdb, inventory
+from .tsdb_copy import Inventory, copy_tsdb, inventory
 from .tsdb_lock import tsdb_lock_holder
 
 log = logging.getLogger("playbooks.tsdb_server")
@@ -39,8 +46,6 @@ _PORT_ATTEMPTS = 5
 #: engine allocates per sample and step, and collecting half as often cut its CPU for a cold timeline view
 #: of 1,024 GPUs by 14-17% (bench/timeline_speed.py); its peak memory on that job 218 -> 322 MB.
 GOGC = "200"
-_INT64_MAX = 2**63 - 1
-_INT64_MIN = -(2**63)
 
 _VIEW_CONFIG = """\
 # Written by Stepwise: a private, read-only view of a copied TSDB. Nothing is scraped or evaluated.
@@ -48,85 +53,6 @@ global:
   scrape_interval: 999h
   evaluation_interval: 999h
 """
-
-
-class TSDBServerError(PlaybooksError):
-    """Serving a TSDB failed; str() is one line a user can read.
-
-    Attributes:
-        log_tail: The last lines of prometheus.log when the server failed to start, else "".
-    """
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(message)
-        self.log_tail = log_tail
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keep the attributes when pickled (Celery results, multiprocessing).
-        return (_rebuild_error, (type(self), str(self), dict(self.__dict__)))
-
-
-def _rebuild_error(cls: type[TSDBServerError], message: str, attrs: dict[str, Any]) -> TSDBServerError:
-    err = cls.__new__(cls)
-    Exception.__init__(err, message)
-    err.__dict__.update(attrs)
-    return err
-
-
-class TSDBLocked(TSDBServerError):
-    """The TSDB's `lock` is held by a running Prometheus: the job is live.
-
-    Attributes:
-        pid: The process holding the lock (-1 when the kernel does not say which).
-    """
-
-    def __init__(self, message: str, *, pid: int) -> None:
-        super().__init__(message)
-        self.pid = pid
-
-
-class PrometheusNotInstalled(TSDBServerError):
-    """The Prometheus binary cannot be found or executed."""
-
-
-@dataclass(frozen=True)
-class ServedTSDB:
-    """A private Prometheus serving a copy of one TSDB.
-
-    Attributes:
-        source_dir: The job's TSDB directory (never modified).
-        copy_dir: The entry directory holding the copy (`data/`), config, log and server.json.
-        url: Base URL of the server, http://127.0.0.1:<port>.
-        port: The loopback port it listens on.
-        pid: The Prometheus process id.
-        started_at: Unix seconds when it became ready.
-        blocks_only: True if only the immutable blocks were served (the TSDB was locked by a live server).
-        note: What is missing from the copy, for the user ("" when nothing is).
-        time_range: (first, last) sample time in unix seconds: block meta.json ranges united with the
-            head's range after WAL replay; None if the server holds no samples.
-    """
-
-    source_dir: str
-    copy_dir: str
-    url: str
-    port: int
-    pid: int
-    started_at: float
-    blocks_only: bool
-    note: str
-    time_range: tuple[float, float] | None
-
-
-class TSDBBusy(TSDBServerError):
-    """The machine already serves its cap of TSDB copies and every one is in use: try again shortly.
-
-    Attributes:
-        serving: how many copies are serving.
-    """
-
-    def __init__(self, message: str, *, serving: int) -> None:
-        super().__init__(message)
-        self.serving = serving
 
 
 # -- records and entries ----------------------------------------------------------------------------
@@ -146,21 +72,6 @@ _entries, _read_record, _write_record, _remove_entry = (
     _STORE.write,
     _STORE.remove,
 )
-
-
-def _served_from(rec: Mapping[str, Any]) -> ServedTSDB:
-    tr = rec.get("time_range")
-    return ServedTSDB(
-        source_dir=str(rec["source_dir"]),
-        copy_dir=str(rec["copy_dir"]),
-        url=str(rec["url"]),
-        port=int(rec["port"]),
-        pid=int(rec["pid"]),
-        started_at=float(rec["started_at"]),
-        blocks_only=bool(rec.get("blocks_only", False)),
-        note=str(rec.get("note", "")),
-        time_range=(float(tr[0]), float(tr[1])) if tr else None,
-    )
 
 
 # -- processes --------------------------------------------------------------------------------------
@@ -193,6 +104,40 @@ def _stop_locked(rec: Mapping[str, Any], grace: float = _STOP_GRACE) -> bool:
             pid, copy_dir, " ".join(procs.proc_args(pid))[:200] or "unreadable",
         )  # fmt: skip
     _remove_entry(copy_dir)
+    return stopped
+
+
+def _stop_unrecorded(work_root: str | os.PathLike[str], entry: Path | None = None) -> list[int]:
+    """Return the pids stopped among the servers on a copy under `work_root` (or `entry` only) that were
+    started by a process killed before it recorded them, so that nobody would ever stop them.
+
+    With `entry`, the caller holds its lock and has stopped its recorded server: no start is under way, and
+    a process serving `<entry>/data` with the command line Stepwise gives its servers is such a leftover.
+    Without, each copy's lock is tried (one held is being started or stopped: skipped). A server its copy's
+    record names is never one. Each pid is checked again once pinned (`_terminate`).
+    """
+    root = os.path.realpath(work_root)
+    stopped = []
+    for pid in procs.pids_with_arg_prefix(f"--storage.tsdb.path={root}/"):
+        data = next(
+            (a.split("=", 1)[1] for a in procs.proc_args(pid) if a.startswith("--storage.tsdb.path=")), ""
+        )
+        copy = Path(data).parent
+        if copy.parent != Path(root) or not _ENTRY.match(copy.name) or (entry is not None and copy != entry):
+            continue
+        try:
+            # with one entry the caller holds its lock; otherwise skip a copy being started or stopped now
+            with contextlib.nullcontext() if entry is not None else procs.entry_lock(copy, blocking=False):
+                rec = _read_record(copy)
+                if rec is not None and int(rec.get("pid") or 0) == pid:
+                    continue  # recorded: stop_idle, stop or reap_leftovers stop it
+                if _terminate(pid, str(copy), 5.0):
+                    log.warning(
+                        "stopped pid %s serving %s: no record names it (its starter was killed)", pid, copy
+                    )
+                    stopped.append(pid)
+        except BlockingIOError:
+            continue
     return stopped
 
 
@@ -354,26 +299,6 @@ def _answers_ready(url: str, *, within: float) -> bool:
             time.sleep(0.2)
 
 
-def _iso(seconds: float) -> str:
-    return dt.datetime.fromtimestamp(seconds, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _time_range(blocks: list[tuple[str, int, int]], head: Mapping[str, Any]) -> tuple[float, float] | None:
-    # Block maxTime is exclusive (last sample + 1 ms for backfilled blocks, a 2 h boundary otherwise).
-    spans = [(mint, maxt - 1) for _u, mint, maxt in blocks]
-    try:
-        if int(head.get("numSeries", 0)) > 0:
-            hmin, hmax = int(head["minTime"]), int(head["maxTime"])
-            # An empty head reports the int64 sentinels (or min == max == the newest block's maxTime).
-            if _INT64_MIN < hmin <= hmax < _INT64_MAX:
-                spans.append((hmin, hmax))
-    except (KeyError, TypeError, ValueError):
-        pass
-    if not spans:
-        return None
-    return (min(s[0] for s in spans) / 1000.0, max(s[1] for s in spans) / 1000.0)
-
-
 def source_state(src: str, *, blocks_only: bool) -> str:
     """Return a digest that changes when what a copy of `src` would serve changes.
 
@@ -408,6 +333,7 @@ def _serve_locked(
     holder, inv = _servable(src, allow_blocks_only)
     blocks_only = holder is not None
     state = source_state(src, blocks_only=blocks_only)  # before copying: a change meanwhile shows next time
+    _stop_unrecorded(entry.parent, entry)  # a server whose starter was killed before recording it
     _remove_entry(entry)  # a stale copy of a dead server
     entry.mkdir(parents=True)
     (entry / _MARKER).write_text(f"Stepwise private copy of {src}; deleted when its server stops.\n")
@@ -464,38 +390,3 @@ def _servable(src: str, allow_blocks_only: bool) -> tuple[int | None, Inventory]
         what = "no complete blocks yet" if blocks_only else "no blocks and an empty or missing wal/"
         raise TSDBServerError(f"no TSDB data in {src}: {what}")
     return holder, inv
-
-
-def _head_stats(url: str) -> Mapping[str, Any]:
-    """The served copy's head statistics ({} if it does not say: the time range covers the blocks only)."""
-    try:
-        with PrometheusClient(url, timeout=10.0, retries=2, backoff=0.1) as client:
-            head: Mapping[str, Any] = client.tsdb_status().get("headStats") or {}
-            return head
-    except PrometheusError as exc:
-        log.warning("%s: no head statistics (%s); time_range covers the blocks only", url, exc)
-        return {}
-
-
-def _copy_notes(
-    src: str, holder: int | None, kept: list[tuple[str, int, int]], inv: Inventory, copied: CopyResult
-) -> list[str]:
-    """What the copy of `src` lacks, in words: the live head, vanished or unreadable blocks, symlinks."""
-    notes = []
-    if holder is not None:
-        newest = max((b[2] for b in kept), default=None)
-        since = f"after {_iso(newest / 1000.0)}" if newest is not None else "of the live head"
-        who = f"pid {holder}" if holder and holder > 0 else "an unknown process"
-        notes.append(
-            f"wal/ and chunks_head/ not copied because a live Prometheus ({who}) holds {src}: "
-            f"data {since} (the live head, up to ~3 h) are missing; query the live server for them"
-        )
-    if copied.vanished:
-        notes.append(f"{len(copied.vanished)} block(s) were compacted away by the live server while copying")
-    if inv.unreadable:
-        notes.append(f"skipped {len(inv.unreadable)} block(s) without a readable meta.json")
-    if copied.symlinks:
-        shown = ", ".join(copied.symlinks[:5]) + (" ..." if len(copied.symlinks) > 5 else "")
-        notes.append(f"skipped {len(copied.symlinks)} symlink(s) inside the TSDB, never followed: {shown}")
-        log.warning("%s: symlinks skipped (never followed): %s", src, shown)
-    return notes

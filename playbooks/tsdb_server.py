@@ -24,7 +24,9 @@ Layout of one entry::
     work_root/<slug>-<hash>/data/         the copy Prometheus opens
 
 Modules: `procs` (entries, locks, children, ports; shared with the SSH tunnels), `tsdb_lock` (who holds
-a TSDB), `tsdb_launch` (copy, start and stop one server); this module is the public API.
+a TSDB), `tsdb_launch` (copy, start and stop one server; `_tsdb_types`, `_tsdb_notes`), `tsdb_guard` (the
+servers of a private work root stop when the process owning it ends, even SIGKILLed); this module is the
+public API.
 """
 
 from __future__ import annotations
@@ -38,6 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from . import procs
+from ._tsdb_types import (
+    PrometheusNotInstalled,
+    ServedTSDB,
+    TSDBBusy,
+    TSDBLocked,
+    TSDBServerError,
+    _served_from,
+)
 
 # Kept importable from here for the SSH tunnels (playbooks/tunnel.py) and the tests.
 from .procs import CHILDREN as _CHILDREN  # noqa: F401
@@ -51,11 +61,6 @@ from .procs import proc_args as _proc_args  # noqa: F401
 from .procs import reap_children as _reap_children
 from .procs import wait_exit as _wait_exit  # noqa: F401
 from .tsdb_launch import (
-    PrometheusNotInstalled,
-    ServedTSDB,
-    TSDBBusy,
-    TSDBLocked,
-    TSDBServerError,
     _answers_ready,
     _entries,
     _entry_dir,
@@ -64,9 +69,9 @@ from .tsdb_launch import (
     _record_of,
     _remove_entry,
     _serve_locked,
-    _served_from,
     _source_dir,
     _stop_locked,
+    _stop_unrecorded,
     _terminate,  # noqa: F401
     _write_record,
     find_free_port,
@@ -262,7 +267,9 @@ def stop(served_or_pid_record: ServedTSDB | Mapping[str, Any] | str | os.PathLik
 
 
 def stop_idle(work_root: str | os.PathLike[str], idle_seconds: float) -> list[int]:
-    """Return the pids of the servers stopped because ensure_served() last used them idle_seconds ago.
+    """Return the pids of the servers stopped because ensure_served() last used them idle_seconds ago, and
+    of those no record names (their starter, e.g. a Celery worker, was killed before recording them); the
+    copies such a starter left without a record are deleted.
 
     An entry whose lock is held (someone is starting or reusing it right now) is skipped.
     """
@@ -273,20 +280,26 @@ def stop_idle(work_root: str | os.PathLike[str], idle_seconds: float) -> list[in
         try:
             with _entry_lock(entry, blocking=False):
                 rec = _read_record(entry)
-                if rec is None or now - float(rec.get("last_used", 0)) < idle_seconds:
+                if rec is None:
+                    # a copy whose starter was killed before it recorded a server (no start holds the lock)
+                    stopped += _stop_unrecorded(work_root, entry)
+                    _remove_entry(entry)
+                    continue
+                if now - float(rec.get("last_used", 0)) < idle_seconds:
                     continue
                 if _stop_locked(rec):
                     stopped.append(int(rec["pid"]))
         except BlockingIOError:
             continue
-    return stopped
+    return stopped + _stop_unrecorded(work_root)  # a process killed while it started one left it serving
 
 
 def reap_leftovers(work_root: str | os.PathLike[str]) -> list[int]:
     """Return the pids stopped while clearing every server and copy recorded in work_root.
 
     Meant for Stepwise's start-up, before anything serves: each recorded server is stopped if its
-    cmdline still names its copy (never another pid), then every entry directory is deleted.
+    cmdline still names its copy (never another pid), and so is a server on a copy under work_root that no
+    record names (its starter was killed before recording it); then every entry directory is deleted.
     """
     _reap_children()
     stopped = []
@@ -295,8 +308,9 @@ def reap_leftovers(work_root: str | os.PathLike[str]) -> list[int]:
             rec = _read_record(entry)
             if rec is not None and _stop_locked(rec):
                 stopped.append(int(rec["pid"]))
+            stopped += _stop_unrecorded(work_root, entry)
             _remove_entry(entry)
-    return stopped
+    return stopped + _stop_unrecorded(work_root)  # and those whose copy is gone
 
 
 def list_served(work_root: str | os.PathLike[str]) -> list[ServedTSDB]:

@@ -26,6 +26,18 @@ def _served_copies_cap(settings) -> None:
     settings.STEPWISE_TSDB_MAX_COPIES = TEST_MAX_COPIES
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _servers_die_with_pytest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every Prometheus serving a copy under this session's temporary folder stops when pytest ends, also
+    when it is killed and no teardown runs (a harness's timeout): the folder is guarded (playbooks.tsdb_guard)."""
+    from playbooks import tsdb_guard
+
+    base = tmp_path_factory.getbasetemp()
+    tsdb_guard.guard(base)
+    yield
+    tsdb_guard.release(base)
+
+
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("jobs")

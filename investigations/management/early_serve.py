@@ -9,7 +9,8 @@ try again and fail exactly as it would have (the early thread keeps no error).
 
 Nothing is left behind, whatever happens before the command takes over: the thread is not a daemon (the
 interpreter joins it before exiting), an `atexit` hook then stops every server under the root and deletes
-it. Until the command installs its own handlers, SIGTERM and Ctrl-C are only remembered (`received()`),
+it, and the root is guarded (`playbooks.tsdb_guard`): a SIGKILL, which runs neither, stops them as well.
+Until the command installs its own handlers, SIGTERM and Ctrl-C are only remembered (`received()`),
 and the command exits 128 + n as it starts: raised inside the imports Django and the thread run at once, the
 exception can land in an import lock's callback, be dropped, and leave the thread waiting on that lock.
 
@@ -24,7 +25,6 @@ import argparse
 import atexit
 import shutil
 import signal
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,7 +44,9 @@ def start(argv: Sequence[str]) -> None:
     tsdb = _tsdb_of(argv)
     if tsdb is None:
         return
-    root = tempfile.mkdtemp(prefix=WORK_ROOT_PREFIX)
+    from playbooks import tsdb_guard
+
+    root = str(tsdb_guard.private_root(WORK_ROOT_PREFIX))
     _ROOTS[str(tsdb.resolve())] = root
     atexit.register(_clean, root)
     for sig, default in ((signal.SIGTERM, signal.SIG_DFL), (signal.SIGINT, signal.default_int_handler)):
@@ -100,8 +102,9 @@ def _remember(signum: int, frame: FrameType | None) -> None:
 
 
 def _clean(root: str) -> None:
-    from playbooks import tsdb_server
+    from playbooks import tsdb_guard, tsdb_server
 
     if Path(root).exists():
         tsdb_server.reap_leftovers(root)
         shutil.rmtree(root, ignore_errors=True)
+    tsdb_guard.release(root, timeout=0)  # at exit

@@ -9,7 +9,9 @@ every server it started. Two things make a bare "raise in the handler" unreliabl
 - A signal that arrives while the servers are being stopped must not cut that cleanup short.
 
 So the signal is also remembered: `shielded()` turns raising off for the cleanup, and `exit_if_signalled()`
-ends the command with 128 + n afterwards, whatever became of the raise.
+ends the command with 128 + n afterwards, whatever became of the raise. The dropped raise itself is no
+error of the command's: while ExitOnSignal is active, `sys.unraisablehook` swallows exactly that
+`SignalExit` (Python would print "Exception ignored in: ..." and a traceback) and passes on anything else.
 """
 
 from __future__ import annotations
@@ -28,22 +30,35 @@ _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 
+class SignalExit(SystemExit):
+    """The SystemExit(128 + n) that ExitOnSignal's handler raises for signal n."""
+
+
 class ExitOnSignal:
-    """Context manager: SIGTERM/SIGINT raise SystemExit(128 + n) inside it and are remembered."""
+    """Context manager: SIGTERM/SIGINT raise SignalExit(128 + n) inside it and are remembered."""
 
     def __init__(self, command: str) -> None:
         self.command = command
         self.received: int | None = None
         self._raising = False
         self._previous: dict[int, _Handler] = {}
+        self._previous_hook: Callable[[sys.UnraisableHookArgs], Any] | None = None
 
     def _handler(self, signum: int, frame) -> None:
         if self.received is None:
             self.received = signum
         if self._raising:
-            raise SystemExit(128 + signum)
+            raise SignalExit(128 + signum)
+
+    def _unraisable(self, unraisable: sys.UnraisableHookArgs) -> None:
+        """Drop our own raise that landed where Python cannot raise (a __del__, a weakref callback): the
+        signal is remembered and the command still exits 128 + n. Anything else goes to the previous hook."""
+        if isinstance(unraisable.exc_value, SignalExit) and self.received is not None:
+            return
+        (self._previous_hook or sys.__unraisablehook__)(unraisable)
 
     def __enter__(self) -> ExitOnSignal:
+        self._previous_hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         self._previous = {s: signal.signal(s, self._handler) for s in _SIGNALS}
         self._raising = True
         return self
@@ -54,6 +69,9 @@ class ExitOnSignal:
         for s, h in self._previous.items():
             signal.signal(s, h)
         self._previous = {}
+        if sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._previous_hook or sys.__unraisablehook__
+        self._previous_hook = None
 
     @contextmanager
     def shielded(self) -> Iterator[None]:

@@ -40,7 +40,7 @@ from . import DataSourceError, _inside_job_roots, job_dir_validate
 logger = logging.getLogger(__name__)
 
 #: Bumped when what is cached changes shape, so older entries are never read back.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: How long a finished source's entries are kept (they are evicted earlier when the cache is full).
 FINISHED_TTL_S = 14 * 24 * 3600
 #: A source whose newest sample is younger than this is still being written: it is live.

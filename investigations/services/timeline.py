@@ -20,6 +20,7 @@ from django.db.models import Q
 
 from investigations.models import DataSource, Finding, Investigation, Job, PinnedChart
 from playbooks import timeline as tl
+from playbooks.hostnames import HostNames
 
 from . import notes as timeline_notes
 from . import panel_cache
@@ -72,6 +73,12 @@ def _findings(investigation: Investigation, job: Job | None) -> list[dict[str, A
 
 def _triage(job: Job | None) -> dict[str, Any]:
     return (job.finished_triage() or {}) if job is not None else {}
+
+
+def _host_names(session: TimelineSession, triage: dict[str, Any]) -> HostNames:
+    """Return each host's one name on this job's timeline: the diagnosis's (the log's node list, else the
+    shortest an exporter gives), from the source's hosts in its (cached) context."""
+    return session.ctx.host_names([str(n) for n in triage.get("nodes") or []])
 
 
 def _panel_keys(
@@ -133,7 +140,7 @@ def timeline_warm(ds: DataSource | None) -> int:
     try:
         keys = tl.default_panels(session.ctx.profile)
         cache_keys, _, missing = _cached(session, keys, tl.DEFAULT_MAX_LINES, view.hosts)
-        fetched, _ = _fetch(session, view, keys, missing, [], None, tl.DEFAULT_MAX_LINES)
+        fetched, _ = _fetch(session, keys, missing, [], None, tl.DEFAULT_MAX_LINES)
         _store(session, cache_keys, fetched)
         return session.queries + sum(len(p.queries) for p in fetched)
     finally:
@@ -142,15 +149,16 @@ def timeline_warm(ds: DataSource | None) -> int:
 
 def _fetch(
     session: TimelineSession,
-    view: TimelineView,
     keys: Sequence[str],
     missing: Sequence[str],
     compared: Sequence[_Compared],
     steps: tuple[float, float] | None,
     max_lines: int,
+    hosts: Sequence[str] = (),
 ) -> tuple[list[tl.PanelData], list[tuple[dict[str, tl.Trace | str], int]]]:
     """Return (the missing panels' data, each compared job's traces and queries sent), all in parallel.
 
+    `hosts` are the host label values drawn even in band mode (`HostNames.select` of the view's hosts).
     The primary's client is connected here, in the request's thread; the worker threads only query.
     """
     client = session.client if missing else None
@@ -159,7 +167,7 @@ def _fetch(
         if client is None:
             return []
         return tl.panels_fetch(
-            client, session.ctx, missing, session.start, session.end, max_lines=max_lines, hosts=view.hosts,
+            client, session.ctx, missing, session.start, session.end, max_lines=max_lines, hosts=hosts,
             max_concurrency=MAX_CONCURRENCY,
         )  # fmt: skip
 
@@ -209,7 +217,11 @@ def timeline_figures(
             keys = tl.parse_panels(panels if panels is not None else view.panels, ctx.profile)
         except tl.TimelineError as exc:
             raise TimelineViewError(str(exc)) from exc
-        cache_keys, cached, missing = _cached(session, keys, max_lines, view.hosts)
+        triage = _triage(job)
+        names = _host_names(session, triage)
+        # a host asked for by any of its names: the label values the panels' PromQL gives it (all in the key)
+        hosts = names.select(view.hosts)
+        cache_keys, cached, missing = _cached(session, keys, max_lines, hosts)
         notes: list[str] = []
         steps = _compare_steps(view, session) if links else None
         if links and view.xmode != "step":
@@ -219,14 +231,14 @@ def timeline_figures(
             notes.append("The compared jobs are not drawn: this range holds no training step.")
         elif links:
             compared = _compare_open(links, keys, steps or None)
-        fetched, overlays = _fetch(session, view, keys, missing, compared, steps or None, max_lines)
+        fetched, overlays = _fetch(session, keys, missing, compared, steps or None, max_lines, hosts)
         _store(session, cache_keys, fetched)
         for item, (found, _) in zip(compared, overlays, strict=True):
             _compare_store(item, found, steps or None)
         notes += _queue_notes(session, compared)
         by_key = {p.spec.key: p for p in fetched}
         data = [by_key[k] if k in by_key else cached[cache_keys[k]] for k in keys]
-        figures = _figures(investigation, job, view, session, data, overlays, notes)
+        figures = _figures(investigation, job, view, session, data, overlays, notes, triage, names)
         queries = session.queries + sum(len(p.queries) for p in fetched) + sum(n for _, n in overlays)
         return {
             "figures": figures,
@@ -253,7 +265,9 @@ def promql_figure(
     session = timeline_open(ds, view)
     try:
         panel = promql_panel(session, expr)
-        figure = _figures(investigation, job, view, session, [panel], [], [])[panel.spec.key]
+        triage = _triage(job)
+        names = _host_names(session, triage)
+        figure = _figures(investigation, job, view, session, [panel], [], [], triage, names)[panel.spec.key]
         return {"figure": figure, "start": session.start, "end": session.end, "queries": session.queries}
     finally:
         session.close()
@@ -267,10 +281,13 @@ def _figures(
     data: Sequence[tl.PanelData],
     overlays: Sequence[tuple[dict[str, tl.Trace | str], int]],
     notes: Sequence[str],
+    triage: dict[str, Any],
+    names: HostNames,
 ) -> dict[str, dict[str, Any]]:
-    """Return {panel: its Plotly figure} with the job's marks, the compared jobs' traces and notes."""
+    """Return {panel: its Plotly figure} with the job's marks, the compared jobs' traces and notes, each
+    host under its one name (`names`: the findings' hosts, which a selected finding highlights)."""
     ctx = session.ctx
-    marks = tl.annotations_build(ctx, _triage(job), _findings(investigation, job))
+    marks = tl.annotations_build(ctx, triage, _findings(investigation, job))
     marks += timeline_notes.note_marks(investigation, job)  # people's notes, never cached: drawn at once
     tz_offset_s = view.tz_offset_min * 60
     # A window (zoom, deep link) pins every panel's axis to it; the whole job autoranges.
@@ -290,6 +307,7 @@ def _figures(
             overlays=[o for o in found if isinstance(o, tl.Trace)],
             notes=[*notes, *(o for o in found if isinstance(o, str))],
             x_range=x_range,
+            names=names,
         )
     return figures
 

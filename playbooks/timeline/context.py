@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from playbooks.alignment import StepAxis, step_axis_from_series
+from playbooks.discovery import source_hosts
+from playbooks.hostnames import HostNames, host_names
 from playbooks.profiles import Profile, signal_info
 from playbooks.prometheus import PrometheusClient, PrometheusError, Series, choose_step
 
@@ -37,6 +39,9 @@ class TimelineContext:
             caller from its configuration (`dataclasses.replace`), it coarsens the step of wide panels.
         points: points a panel's plot can show (its width in pixels / 2, `points_for_width`), 0 for the
             default (`queries.QUERY_POINTS`); set per view like `max_samples`, it only ever coarsens a step.
+        hosts: the source's hosts as the profile's PromQL names them (`source_hosts`, the diagnosis's list:
+            DCGM's `gpu-238` and node_exporter's `gpu-238.cluster.internal` alike).
+        uname: node_uname_info's (instance, nodename) pairs: an exporter scraped by address names its host.
     """
 
     profile: Profile
@@ -51,6 +56,13 @@ class TimelineContext:
     unique: frozenset[str] = frozenset()
     max_samples: int = 0
     points: int = 0
+    hosts: tuple[str, ...] = ()
+    uname: tuple[tuple[str, str], ...] = ()
+
+    def host_names(self, nodes: Iterable[str] = ()) -> HostNames:
+        """Return each host's one name, the diagnosis's (`playbooks.hostnames`): the scheduler's `nodes`
+        (the log's node list), else the shortest name an exporter gives it; and back to the TSDB's."""
+        return host_names(self.hosts, nodes, self.uname)
 
     def series_count(self, spec: PanelSpec) -> int:
         scope = signal_info(spec.signal)["scope"]
@@ -66,6 +78,7 @@ class TimelineContext:
             "host_series": self.host_series,
             "warmup_end": self.warmup_end,
             "unique": sorted(self.unique),
+            "hosts": list(self.hosts),
             "axis": self.axis.to_dict(),
         }
 
@@ -120,6 +133,8 @@ def context_build(
     3. Samples per 10 minutes of a host gauge: the scrape interval.
     4. The learning rate: the end of the warm-up.
     5. The label sets of each signal that could be read raw (index lookups): one series per device?
+    6. The hosts as the diagnosis lists them, and node_uname_info's names of the addresses (an index
+       lookup): each host's one name (`TimelineContext.host_names`).
     """
     if not end > start:
         raise TimelineError(f"the data range is empty ({start} .. {end})")
@@ -148,6 +163,9 @@ def context_build(
     devices = _device_labels(profile, (s.signal for s in PANELS.values()))
     for key, (selector, _) in devices.items():
         add(f"unique:{key}", partial(client.series, [selector], start, end))
+    # the diagnosis's own host list over its own window (`discover_source`), so that both name hosts alike
+    add("host_list", partial(source_hosts, client, profile, f"{max(60, int(end - start) + 60)}s", end))
+    add("uname", partial(client.series, ["node_uname_info"], start, end))
     results = dict(zip(names, client.run_parallel(calls, max_concurrency=max_concurrency), strict=True))
     # Without the step axis or the series counts every panel would be drawn wrongly (one line per GPU at
     # 1,024 GPUs): fail the whole timeline instead, with Prometheus's own reason.
@@ -176,5 +194,15 @@ def context_build(
         queries=len(calls),
         unique=frozenset(
             key for key, (_, names) in devices.items() if _is_unique(ok.get(f"unique:{key}") or [], names)
+        ),
+        hosts=tuple(sorted(ok.get("host_list") or ())),
+        uname=tuple(
+            sorted(
+                {
+                    (s["instance"], s["nodename"])
+                    for s in ok.get("uname") or []
+                    if s.get("instance") and s.get("nodename")
+                }
+            )
         ),
     )

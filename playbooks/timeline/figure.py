@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from playbooks.alignment import StepAxis
+from playbooks.hostnames import HostNames
 from playbooks.plotly_text import hover_literal, plotly_text
 
 from .annotations import Annotation, _num
@@ -18,7 +19,7 @@ from .compare import compare_step_note
 from .context import TimelineContext
 from .panels import XMODES, TimelineError
 from .queries import MIN_POINTS, PX_PER_POINT, QUERY_POINTS
-from .traces import PanelData, Trace
+from .traces import PanelData, Trace, panel_named
 
 #: Points per trace sent to the browser, and per figure (the payload budget: about 20 bytes a point).
 POINTS_PER_TRACE = 800
@@ -150,6 +151,7 @@ def figure_build(
     x_range: tuple[float, float] | None = None,
     overlays: Sequence[Trace] = (),
     notes: Sequence[str] = (),
+    names: HostNames | None = None,
 ) -> dict[str, Any]:
     """Return the Plotly figure of one panel as plain dicts (data, layout), with meta for the page.
 
@@ -159,9 +161,13 @@ def figure_build(
     own job's step axis, dashed; on a time axis they are left out and the panel says they need the step
     axis. layout.meta holds the panel key, mode, outliers, the labelled marks (in the order of
     layout.annotations, so a clicked annotation finds its finding), the range and `notes` for the page.
+    `names` (`TimelineContext.host_names`) names each host as the diagnosis does in legends, hover text,
+    the traces' meta (which a selected finding's hosts are matched against) and the outliers.
     """
     if xmode not in XMODES:
         raise TimelineError(f"x-axis mode must be one of {', '.join(XMODES)}, not {xmode!r}")
+    if names is not None:
+        panel = panel_named(panel, names)
     notes = [*panel.notes, *notes]
     if overlays and xmode != "step":
         notes.append(compare_step_note([tr.name.removesuffix(" median") for tr in overlays]))

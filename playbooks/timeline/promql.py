@@ -4,6 +4,7 @@ expressions under the exporter's own labels."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -63,7 +64,9 @@ def _select(selector: str, labels: Mapping[str, str]) -> str:
 
 
 def _escape_matcher(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"')
+    """Return a label value as the body of a PromQL double-quoted string: backslash, quote and every
+    control character (a newline is a legal label value) escaped, as Go's string literals read them."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", value.replace("\\", "\\\\").replace('"', '\\"'))
 
 
 def _label_vector(rows: Sequence[Mapping[str, str]]) -> str:
@@ -78,4 +81,8 @@ def _label_vector(rows: Sequence[Mapping[str, str]]) -> str:
 
 
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "$$")
+    """Return a label value as label_replace's replacement: a string body (`_escape_matcher`), `$` doubled."""
+    return _escape_matcher(value).replace("$", "$$")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")

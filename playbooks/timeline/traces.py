@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import chain
 from typing import Any
 
 import numpy as np
 
 from playbooks.alignment import StepAxis
+from playbooks.hostnames import HostNames, without_port
 from playbooks.profiles import Profile, ProfileError
 from playbooks.prometheus import InstantSample, PrometheusError, Series
 
@@ -176,15 +176,12 @@ def _outlier_bar(typical: float, floor: float = 0.0) -> float:
     return max(0.0, OUTLIER_FACTOR * typical, floor)
 
 
-_PORT = re.compile(r"^(.+?)(?::[0-9]+)?$")
-
-
 def _normalise(labels: Mapping[str, str], rename: Sequence[tuple[str, str]]) -> dict[str, str]:
     """Return labels with the exporter's host/GPU labels renamed to host/gpu (an instance loses its port)."""
     out = dict(labels)
     for raw, norm in rename:
         value = out.pop(raw, "")
-        out[norm] = _PORT.sub(r"\1", value) if raw == "instance" else value
+        out[norm] = without_port(value) if raw == "instance" else value
     return out
 
 
@@ -287,6 +284,39 @@ def _scored(samples: Sequence[Any], floor: float = 0.0, topk: int = 3) -> tuple[
     top = sorted((s for s in finite if s.value > 0), key=lambda s: (-s.value, sorted(s.labels.items())))
     top = top[: max(0, int(topk))]
     return top, _outlier_bar(typical, floor)
+
+
+def panel_named(panel: PanelData, names: HostNames) -> PanelData:
+    """Return a copy of the panel whose traces and outliers name each host by its one name (the diagnosis's,
+    `TimelineContext.host_names`); the panel itself (maybe the shared cache's) is left as it is.
+
+    Its data keeps the names the TSDB gives (a panel is cached by its source and queries alone). A trace
+    named after its labels is named again; one named otherwise (a band's statistic, a PromQL series' own
+    text) keeps its name. A trace without a host label whose `instance` the source names (a free PromQL
+    series, an exporter scraped by address) gets that host, so that a selected finding highlights it.
+    """
+    traces = [_trace_named(tr, names) for tr in panel.traces]
+    if panel.mode == "lines" and panel.spec.signal:  # a signal's lines by host (a free PromQL's by its text)
+        traces.sort(key=_trace_order)
+    outliers = [
+        {**o, "host": names.name(o["host"]), "name": _series_name({**o, "host": names.name(o["host"])})}
+        if isinstance(o.get("host"), str)
+        else dict(o)
+        for o in panel.outliers
+    ]
+    return replace(panel, traces=traces, outliers=outliers)
+
+
+def _trace_named(tr: Trace, names: HostNames) -> Trace:
+    host = tr.labels.get("host")
+    if host is None:
+        instance = tr.labels.get("instance")
+        if instance is None or not names.knows(instance):
+            return tr
+        return replace(tr, labels={**tr.labels, "host": names.name(instance)})
+    labels = {**tr.labels, "host": names.name(host)}
+    name = _series_name(labels) if tr.name == _series_name(tr.labels) else tr.name
+    return replace(tr, labels=labels, name=name)
 
 
 def _trace_order(tr: Trace) -> tuple[str, tuple[int, int, str]]:

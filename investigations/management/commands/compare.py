@@ -11,14 +11,13 @@ from __future__ import annotations
 import json
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
 from investigations.management.os_signals import CommandExit as _Exit
 from investigations.management.os_signals import ExitOnSignal, run_command
-from playbooks import tsdb_server
+from playbooks import tsdb_guard, tsdb_server
 from playbooks.compare import CompareError, CompareJob, compare_jobs
 from playbooks.diagnose import serves_copy
 from playbooks.prometheus import PrometheusClient, PrometheusError
@@ -69,7 +68,7 @@ class Command(BaseCommand):
             triages = [triage_job(d).to_dict() for d in dirs]
         except TriageError as exc:
             raise _Exit(2, str(exc)) from exc
-        work_root = Path(tempfile.mkdtemp(prefix="stepwise-compare-"))
+        work_root = tsdb_guard.private_root("stepwise-compare-")
         served: list[tsdb_server.ServedTSDB] = []
         clients: list[PrometheusClient] = []
         try:
@@ -91,6 +90,7 @@ class Command(BaseCommand):
                     tsdb_server.stop(s)
                 tsdb_server.reap_leftovers(work_root)
                 shutil.rmtree(work_root, ignore_errors=True)
+                tsdb_guard.release(work_root, timeout=0)  # the command exits next
 
     @staticmethod
     def _serve(job_dir: Path, work_root: Path) -> tsdb_server.ServedTSDB:

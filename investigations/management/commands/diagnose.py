@@ -22,7 +22,6 @@ import functools
 import json
 import shutil
 import sys
-import tempfile
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -34,7 +33,7 @@ from investigations.management.os_signals import CommandExit as _Exit
 from investigations.management.os_signals import ExitOnSignal, run_command
 from investigations.services import DataSourceError, prometheus_url_check
 from investigations.times import parse_time as unix_seconds
-from playbooks import tsdb_server
+from playbooks import tsdb_guard, tsdb_server
 from playbooks.diagnose import DiagnosisError, discover_source, run_diagnosis, serves_copy
 from playbooks.gpus import GPU_MODELS, gpu_model_named
 from playbooks.profiles import PROFILES
@@ -191,7 +190,7 @@ class Command(BaseCommand):
 
     def _served(self, tsdb: Path, triage, profile, start, end, playbooks) -> dict:
         # where manage.py started serving it while Django started, else a work root of our own
-        work_root = early_serve.work_root(tsdb) or Path(tempfile.mkdtemp(prefix=early_serve.WORK_ROOT_PREFIX))
+        work_root = early_serve.work_root(tsdb) or tsdb_guard.private_root(early_serve.WORK_ROOT_PREFIX)
         served = None
         t0 = time.monotonic()
         try:
@@ -219,6 +218,7 @@ class Command(BaseCommand):
                     tsdb_server.stop(served)
                 tsdb_server.reap_leftovers(work_root)
                 shutil.rmtree(work_root, ignore_errors=True)
+                tsdb_guard.release(work_root, timeout=0)  # the command exits next
 
     def _run(self, url: str, triage, profile, start, end, playbooks, time_range=None) -> dict:
         """Discover the source, diagnose; the triage (a dict, a Future of a Triage, or None) is waited for once

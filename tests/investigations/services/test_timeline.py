@@ -26,8 +26,8 @@ def served_case(job_factory, synth_root, settings):
     settings.STEPWISE_JOB_ROOTS = [synth_root]
     cache.clear()
 
-    def make(scenario: str, profile: str = "amd"):
-        job_dir, truth = job_factory(scenario, profile=profile)
+    def make(scenario: str, profile: str = "amd", **kw):
+        job_dir, truth = job_factory(scenario, profile=profile, **kw)
         job, ds = services.job_register(job_dir)
         job.triage = {"state": "done", **_triage(job_dir)}
         job.save()
@@ -145,6 +145,30 @@ def test_figures_of_a_served_job_name_the_hot_gpu_and_mark_findings(served_case)
     assert {m["kind"] for m in marks} >= {"checkpoint", "warmup-end", "finding"}
     assert next(m for m in marks if m["kind"] == "finding")["finding_id"] == finding.pk
     assert built["queries"] >= len(built["panels"])
+
+
+def test_a_finding_on_a_host_node_exporter_knows_by_its_fqdn_highlights_its_host_panels(served_case) -> None:
+    """node_exporter scraped at `gpu-N.cluster.internal:9100`, DCGM and the log say `gpu-N`: the finding's
+    host (the diagnosis's name) is what every figure's traces and outliers name, and selecting it (the link's
+    `hosts`, as the scheduler's name or the FQDN) draws its host-panel and GPU-panel series in band mode."""
+    from playbooks.synth import Exporters
+
+    investigation, job, ds, truth = served_case(
+        "host-oom", "nvidia", exporters=Exporters(node_domain=".cluster.internal")
+    )
+    (culprit,) = {c["host"] for c in truth["culprits"]}
+    for typed in (culprit, culprit + ".cluster.internal"):
+        view = svc.TimelineView(hosts=(typed,))
+        built = svc.timeline_figures(
+            investigation, job, ds, view, panels=["gpu_temp", "mem_used"], max_lines=2
+        )
+        for key, fig in built["figures"].items():
+            hosts = {d["meta"]["host"] for d in fig["data"] if d["meta"].get("host")}
+            assert hosts <= set(truth["hosts"]), (key, hosts)
+            assert culprit in {
+                d["meta"]["host"] for d in fig["data"] if d["meta"]["role"] in ("host", "outlier", "top")
+            }
+            assert {o["host"] for o in fig["layout"]["meta"]["outliers"]} <= set(truth["hosts"])
 
 
 def test_switching_the_x_axis_reuses_the_cached_panel_data(served_case) -> None:

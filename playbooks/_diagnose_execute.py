@@ -1,0 +1,174 @@
+"""Diagnosis step three: execute the planned queries, in parallel, each distinct PromQL once.
+
+`execute` runs one playbook's queries (a task queue's unit); `_run_unique` runs every plan's at once for
+`run_diagnosis`, sharing the answer of a query several playbooks ask under their own names.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ._diagnose_partial import run_planned
+from ._diagnose_types import PlannedQuery, PlaybookOutput, PlaybookPlan
+from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series
+
+
+def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
+    if q.kind == "instant":
+        return {
+            "kind": "instant",
+            "promql": q.promql,
+            "window_s": q.window_s,
+            "at": q.end,
+            "samples": [
+                {"labels": s.labels, "value": s.value if math.isfinite(s.value) else None} for s in data
+            ],
+        }
+    step = float(q.step or 1.0)
+    n = int(round((q.end - q.start) / step)) + 1
+    series = []
+    for s in data:
+        assert isinstance(s, Series)
+        grid = np.full(n, np.nan)
+        if s.timestamps:
+            idx = np.rint((np.asarray(s.timestamps) - q.start) / step).astype(np.int64)
+            v = np.asarray(s.values, dtype=float)
+            ok = (idx >= 0) & (idx < n) & np.isfinite(v)
+            grid[idx[ok]] = v[ok]
+        # JSON: a missing point is None (x != x only for NaN)
+        series.append({"labels": s.labels, "values": [x if x == x else None for x in grid.tolist()]})
+    return {
+        "kind": "range",
+        "promql": q.promql,
+        "window_s": q.window_s,
+        "start": q.start,
+        "step": step,
+        "n": n,
+        "series": series,
+    }
+
+
+def _run_queries(
+    client: PrometheusClient,
+    queries: Sequence[PlannedQuery],
+    *,
+    concurrency: int,
+    should_cancel: Callable[[], bool] | None,
+    on_query_done: Callable[[str, bool], None] | None,
+) -> tuple[dict[str, Any], dict[str, str], float]:
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    spans: list[tuple[float, float]] = []
+
+    def one(q: PlannedQuery) -> None:
+        if should_cancel is not None and should_cancel():
+            errors[q.name] = "cancelled"
+            if on_query_done:
+                on_query_done(q.name, False)
+            return
+        t0 = time.monotonic()
+        try:
+            asked, data, why = run_planned(client, q)
+            results[q.name] = _to_result(asked, data)
+            if why:
+                results[q.name]["coarsened"] = {"step": asked.step, "asked_step": q.step, "reason": why}
+            ok = True
+        except PrometheusError as exc:
+            errors[q.name] = str(exc) or type(exc).__name__
+            ok = False
+        finally:
+            spans.append((t0, time.monotonic()))
+        if on_query_done:
+            on_query_done(q.name, ok)
+
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(concurrency, len(queries) or 1)), thread_name_prefix="diagnose"
+    ) as pool:
+        list(pool.map(one, queries))
+    return results, errors, _busy(spans)
+
+
+#: what one distinct query returned: {(promql, kind, start, end, step): ("ok", result) or ("error", text)}
+_Answers = dict[tuple[object, ...], tuple[str, Any]]
+
+
+def _run_unique(
+    client: PrometheusClient,
+    plans: Sequence[PlaybookPlan],
+    *,
+    concurrency: int,
+    answers: _Answers | None = None,
+) -> tuple[dict[str, Any], dict[str, str], float]:
+    """Run every plan's queries, each distinct PromQL (over the same grid) once, whatever its names.
+
+    Playbooks share queries under their own names (`runnable` and `procs_running` read the same series):
+    the result of one run is given to every name. `answers` (filled in) keeps what earlier calls ran, which
+    is not run again. Returns (results, errors, busy seconds) by query name; raises PrometheusUnreachable
+    when every query of this call failed.
+    """
+    answers = {} if answers is None else answers
+    unique: dict[tuple[object, ...], PlannedQuery] = {}
+    names: dict[str, tuple[object, ...]] = {}
+    for p in plans:
+        for q in p.queries:
+            key: tuple[object, ...] = (q.promql, q.kind, q.start, q.end, q.step)
+            if key not in answers:
+                unique.setdefault(key, q)
+            names[q.name] = key
+    ran, failed, busy_s = _run_queries(
+        client, list(unique.values()), concurrency=concurrency, should_cancel=None, on_query_done=None
+    )
+    for k, q in unique.items():
+        answers[k] = ("ok", ran[q.name]) if q.name in ran else ("error", failed[q.name])
+    if names and all(answers[k][0] == "error" for k in names.values()):
+        raise PrometheusUnreachable(
+            f"every diagnosis query failed, e.g. {answers[next(iter(names.values()))][1]}"
+        )
+    results = {n: answers[k][1] for n, k in names.items() if answers[k][0] == "ok"}
+    errors = {n: answers[k][1] for n, k in names.items() if answers[k][0] == "error"}
+    return results, errors, busy_s
+
+
+def _busy(spans: Sequence[tuple[float, float]]) -> float:
+    """Return the wall time during which at least one request was in flight (the union of the spans)."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def execute(
+    client: PrometheusClient,
+    plan: PlaybookPlan,
+    *,
+    concurrency: int = 4,
+    should_cancel: Callable[[], bool] | None = None,
+    on_query_done: Callable[[str, bool], None] | None = None,
+) -> PlaybookOutput:
+    """Return the output of one playbook's queries, run in parallel (at most `concurrency` at a time).
+
+    A query that fails keeps its error in `.errors` and the others still run (partial results). When
+    `should_cancel()` turns true, queries not yet started are recorded as "cancelled".
+    """
+    results, errors, spent = _run_queries(
+        client,
+        plan.queries,
+        concurrency=concurrency,
+        should_cancel=should_cancel,
+        on_query_done=on_query_done,
+    )
+    return PlaybookOutput(
+        name=plan.name,
+        results=results,
+        errors=errors,
+        prometheus_s=round(spent, 4),
+        queries=len(plan.queries),
+    )
