@@ -46,7 +46,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from playbooks.synth import generate_job  # noqa: E402 - after the path set-up above
+from playbooks import tsdb_guard  # noqa: E402 - after the path set-up above
+from playbooks.synth import generate_job  # noqa: E402
 
 SCENARIOS = ("thermal-straggler", "rdma-degradation", "healthy")
 PANELS = ("loss", "step_time", "gpu_temp", "gpu_power", "rdma_retransmits", "procs_running")
@@ -297,6 +298,8 @@ def main() -> None:
         )
     jobs = _jobs()
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-load-"))
+    (data_dir / "tsdb-views").mkdir()
+    tsdb_guard.guard(data_dir / "tsdb-views")  # the app's TSDB copies stop even if this bench is killed
     db = f"stepwise_load_{os.getpid()}"
     env = _env(args, data_dir, db, jobs[0].parent)
     os.environ.update(env)  # this process populates the same database and cache the servers use
@@ -344,6 +347,7 @@ def main() -> None:
         from playbooks import tsdb_server
 
         tsdb_server.reap_leftovers(data_dir / "tsdb-views")
+        tsdb_guard.release(data_dir / "tsdb-views")
         import redis
 
         redis.Redis.from_url(env["REDIS_URL"]).flushdb()

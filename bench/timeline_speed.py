@@ -38,7 +38,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from playbooks.prometheus import PrometheusClient  # noqa: E402 - after the path set-up above
+from playbooks import tsdb_guard  # noqa: E402 - after the path set-up above
+from playbooks.prometheus import PrometheusClient  # noqa: E402
 from playbooks.synth import generate_job  # noqa: E402
 from playbooks.triage import triage_job  # noqa: E402
 
@@ -222,6 +223,8 @@ def main() -> None:
     args = ap.parse_args()
     job_dir = _job(args)
     data_dir = Path(tempfile.mkdtemp(prefix="stepwise-bench-"))
+    (data_dir / "tsdb-views").mkdir()
+    tsdb_guard.guard(data_dir / "tsdb-views")  # the copies stop even if this bench is killed
     try:
         _django(data_dir, job_dir.parent)
         _run(args, job_dir, data_dir)
@@ -229,6 +232,7 @@ def main() -> None:
         from playbooks import tsdb_server
 
         tsdb_server.reap_leftovers(data_dir / "tsdb-views")
+        tsdb_guard.release(data_dir / "tsdb-views")
         shutil.rmtree(data_dir, ignore_errors=True)
 
 

@@ -21,6 +21,8 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from .profiles._signal import _ADDRESS
+
 #: GPU indices 0 .. OFFSET-1 are encoded; bit OFFSET + i marks GPU i present.
 OFFSET = 26
 #: The label the encoded series carry (its value: the threshold).
@@ -45,7 +47,7 @@ def bits_expr(sig: Any, threshold: float, gpus: int, agg: str, per_gpu: Callable
         return with_matcher(sig, f'{label}="{i}"')
 
     raw = sig.host_from
-    if raw and raw != "instance" and "," not in raw and not sig.host_join and not sig.host_alias:
+    if raw and "," not in raw and not sig.host_join and not sig.host_alias:
         # by the exporter's own labels, renamed once at the end: a third of the work of renaming every term
         scale = f" * {sig.scale:g}" if sig.scale != 1.0 else ""
         each = [f"{agg} by ({raw}, {label}) ({one(i).selector}){scale}" for i in range(n)]
@@ -53,7 +55,12 @@ def bits_expr(sig: Any, threshold: float, gpus: int, agg: str, per_gpu: Callable
         each, raw = [per_gpu(one(i)) for i in range(n)], "host"
     terms = [f"(({e} >= bool {threshold:g}) + {2**OFFSET}) * {2**i}" for i, e in enumerate(each)]
     bits = f"sum by ({raw}) ({' or '.join(terms)})"
-    if raw != "host":
+    if raw == "instance":
+        # the host is the instance less its port: one exporter instance a host (as _pushdown assumes); were
+        # there two, one's word is kept whole (a sum of two words would mix their bits). 8,192 GPUs over 2 h:
+        # 3.25 -> 2.68 s of Prometheus CPU, 0.69 -> 0.50 GB allocated, the same words
+        bits = f'max by (host) (label_replace({bits}, "host", "$1", "instance", "{_ADDRESS}"))'
+    elif raw != "host":
         bits = f'sum by (host) (label_replace({bits}, "host", "$1", "{raw}", "(.+)"))'
 
     rest = per_gpu(with_matcher(sig, f'{label}!~"{"|".join(str(i) for i in range(n))}"'))

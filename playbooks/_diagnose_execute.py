@@ -94,6 +94,19 @@ def _run_queries(
     return results, errors, _busy(spans)
 
 
+#: GPUs' series Prometheus may hold at once over the diagnosis queries in flight. A query over every GPU of a
+#: large job keeps its matrices (and Go's heap about twice that) until it is answered; on 2 cores the queries
+#: are CPU-bound, so fewer in flight cost no time. 8,192 GPUs over 2 h: 8 in flight peaked Prometheus at
+#: 2.28 GB, 4 at 1.81 GB, 2 at 1.32 GB (44-47 s either way at load 6; its CPU 24.5-26.5 s).
+IN_FLIGHT_GPUS = 16_384
+
+
+def in_flight(concurrency: int, gpus: int) -> int:
+    """Return how many queries to run at once on a source of `gpus` GPUs: `concurrency`, fewer (at least 2)
+    when that many queries over every GPU would hold more than IN_FLIGHT_GPUS GPUs' series."""
+    return max(min(2, concurrency), min(concurrency, IN_FLIGHT_GPUS // max(gpus, 1)))
+
+
 #: what one distinct query returned: {(promql, kind, start, end, step): ("ok", result) or ("error", text)}
 _Answers = dict[tuple[object, ...], tuple[str, Any]]
 

@@ -29,6 +29,8 @@ COARSEN = 4
 TRIES = 2
 #: A coarser grid keeps at least this many points over the window (else the query is not asked again).
 MIN_POINTS = 12
+#: Prometheus's words when it gave up on a query's size or time (its errorType is then "execution").
+_GAVE_UP = ("too many samples", "context deadline exceeded", "query timed out")
 #: The confidence a healthy verdict keeps at most when a query failed.
 HEALTHY_PARTIAL = 0.3
 
@@ -38,7 +40,8 @@ def gave_up(exc: PrometheusError) -> bool:
     grid may succeed where a malformed query or an unreachable server would not."""
     if isinstance(exc, PrometheusTimeout):
         return "queued too long" not in str(exc)
-    return isinstance(exc, PrometheusQueryError) and "too many samples" in exc.message
+    # Prometheus reports a timeout met while it selects the series as an execution error
+    return isinstance(exc, PrometheusQueryError) and any(m in exc.message for m in _GAVE_UP)
 
 
 def coarser(q: PlannedQuery, factor: float) -> PlannedQuery | None:

@@ -6,7 +6,8 @@ is gone (its exit, whatever ended it: SIGKILL, a harness's timeout, an interpret
 Prometheus serving a copy under the root (its command line names `--storage.tsdb.path=<root>/...`: only a
 Stepwise process makes such a copy, in a root of its own), deletes the copies (folders named and marked as
 Stepwise's) and their lock files, and the root once it is empty. An owner that cleaned up before exiting
-leaves nothing to stop; the guard then only finds the root gone.
+leaves nothing to stop; the guard then only finds the root gone. Anything written on the pipe instead
+cancels the guard: it exits and touches nothing.
 
 Usage (by tsdb_guard only):  python -I -S _tsdb_guard_main.py WORK_ROOT   < pipe
 """
@@ -20,6 +21,7 @@ import select
 import shutil
 import signal
 import sys
+import time
 
 GRACE_S = 10.0
 #: as playbooks.procs.ENTRY_NAME and tsdb_launch's marker: what a served copy's folder is called and holds
@@ -69,16 +71,24 @@ def stop_all(root: str) -> None:
         os.close(fd)
 
 
+def _copies(root: str) -> list[str]:
+    """Return the paths of the copies (folders named and marked as Stepwise's) directly under `root`."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    paths = [os.path.join(root, n) for n in names if _ENTRY.match(n)]
+    return [p for p in paths if os.path.isfile(os.path.join(p, _MARKER))]
+
+
 def remove_root(root: str) -> None:
     """Delete the copies under `root` and their lock files, then `root` if nothing else is left in it."""
     try:
         names = os.listdir(root)
     except OSError:
         return
-    for name in names:
-        path = os.path.join(root, name)
-        if _ENTRY.match(name) and os.path.isfile(os.path.join(path, _MARKER)):
-            shutil.rmtree(path, ignore_errors=True)
+    for path in _copies(root):
+        shutil.rmtree(path, ignore_errors=True)
     for name in names:
         stem = name.removesuffix(".lock")
         if (
@@ -97,10 +107,14 @@ def main(argv: list[str]) -> int:
     # Never stopped by a signal meant for the owner's terminal or process group (own session, too).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    while os.read(0, 4096):
-        pass
-    stop_all(root)
-    remove_root(root)
+    if os.read(0, 4096):
+        return 0  # cancelled by the owner (the root was not its own): nothing to do
+    for _ in range(3):  # again if something under the root was still writing when it was deleted
+        stop_all(root)
+        remove_root(root)
+        if not servers_under(root) and not _copies(root):
+            break
+        time.sleep(0.5)
     return 0
 
 

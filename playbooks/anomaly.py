@@ -327,6 +327,7 @@ def change_points(
     z: float,
     min_rel: float,
     ref_points: int = 8,
+    origin: float | None = None,
 ) -> list[int]:
     """Return indices where x jumps upward against its own recent history.
 
@@ -334,6 +335,12 @@ def change_points(
     point-to-point changes over the preceding `window` seconds (robust to a slow trend such as a falling
     loss, which a plain median/MAD of the window would mistake for noise). Only `valid` points (warm-up and
     checkpoint windows excluded) enter baselines or may fire.
+
+    The rise must also be `min_rel` of the reference level (whose 1 % also floors the noise scale), or, given
+    the series' `origin` (its level when training began) above the reference, of the progress made since
+    (origin - reference) when that is smaller: a loss's level is mostly what no training removes, so early in
+    a run a jump that undoes most of what the run has learned is small against the level yet large against
+    the progress.
     """
     out: list[int] = []
     idx = np.nonzero(valid & ~np.isnan(x))[0]
@@ -349,10 +356,13 @@ def change_points(
         steps = dx[lo : k - 1]
         steps = steps[steps > 0]
         noise = MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0
-        scale = max(noise, 0.01 * abs(ref), 1e-12)
+        level = abs(ref)
+        if origin is not None and origin > ref:
+            level = min(level, origin - ref)
+        scale = max(noise, 0.01 * level, 1e-12)
         if ref == 0 and xv[k] == 0:
             continue
-        rel = (xv[k] - ref) / abs(ref) if ref else np.inf
+        rel = (xv[k] - ref) / level if level else np.inf
         if (xv[k] - ref) / scale >= z and rel >= min_rel:
             out.append(int(idx[k]))
     return out

@@ -37,6 +37,8 @@ class Timeline:
         checkpoints: [(start, end)] windows of checkpoint saves.
         steady: (start, end) the early steady window: the job's own baseline.
         restored: the job restored from a checkpoint (triage).
+        restarts: [(when, warm_end)] of each restart within the data (an elastic restart: the step counter
+            went back to a checkpoint): the old run's last sample, and when the new run's warm-up ended.
     """
 
     start: float
@@ -52,6 +54,18 @@ class Timeline:
     steady: tuple[float, float] | None = None
     restored: bool = False
     gauge_lag_s: float = 0.0  # how far the step gauge's last advance lags the log's last step
+    restarts: list[tuple[float, float]] = field(default_factory=list)
+
+    def segment(self, t: np.ndarray) -> np.ndarray:
+        """Which run of the job each instant belongs to: 0 before the first restart, k after the k-th."""
+        return np.searchsorted(np.array([a for a, _ in self.restarts], float), t, side="right")
+
+    def rewarming(self, t: np.ndarray) -> np.ndarray:
+        """Instants from a restart to the end of the new run's warm-up (recompile, first slow steps)."""
+        m = np.zeros(len(t), bool)
+        for a, b in self.restarts:
+            m |= (t > a) & (t < b)
+        return m
 
     def in_checkpoint(self, t: np.ndarray, pad: float = 0.0) -> np.ndarray:
         """Instants within a checkpoint window, widened by `pad` seconds on each side."""
@@ -75,7 +89,7 @@ class Timeline:
 
     def valid_training(self, t: np.ndarray) -> np.ndarray:
         """Training, after warm-up, outside checkpoint windows."""
-        m: np.ndarray = self.training_mask(t) & ~self.in_checkpoint(t)
+        m: np.ndarray = self.training_mask(t) & ~self.in_checkpoint(t) & ~self.rewarming(t)
         if self.warm_end is not None:
             m &= t >= self.warm_end
         return m
@@ -93,6 +107,7 @@ class Timeline:
             "steady": self.steady,
             "restored": self.restored,
             "gauge_lag_s": self.gauge_lag_s,
+            "restarts": len(self.restarts),
         }
 
 
@@ -220,6 +235,7 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
         return tl
     i0 = int(np.argmax(have))
     tl.train_start = float(t[i0])
+    tl.restarts = _restarts(t, s)
     smax = float(np.nanmax(s))
     _last_advance(tl, step, s, results, triage)
     if tl.step_s is None or not math.isfinite(tl.step_s):
@@ -239,6 +255,19 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     tl.stalled = _stalled(tl, results, triage, step_s)
     _set_steady(tl, tl.warm_end)
     return tl
+
+
+def _restarts(t: np.ndarray, s: np.ndarray) -> list[tuple[float, float]]:
+    """Return [(when, warm_end)] of the restarts the step counter shows: each time it went back (an elastic
+    restart resumes from the last checkpoint, or from step 0 without one). The new run warms up again, until
+    its step counter is 8 past where it resumed (as at the job's start)."""
+    at = np.nonzero(~np.isnan(s))[0]
+    out = []
+    for k in np.nonzero(np.diff(s[at]) < 0)[0]:
+        i, j = int(at[k]), int(at[k + 1])
+        later = at[(at >= j) & (s[at] >= s[j] + 8)]
+        out.append((float(t[i]), float(t[later[0]]) if len(later) else float(t[-1])))
+    return out
 
 
 def _set_steady(tl: Timeline, warm_end: float) -> None:
@@ -264,6 +293,11 @@ def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str,
     step_s = float(tl.step_s or 30.0)
     tl.train_start, tl.last_advance, tl.last_step = float(first_t), float(last_t), float(last)
     tl.warm_end = min(tl.train_start + 10 * step_s, tl.last_advance)
+    # the log's restarts: from just before the new run's first step, which warms up again
+    again = triage_get(triage, "details", "restarts") or []
+    tl.restarts = [
+        (float(r[0]) - 1e-3, float(r[0]) + 8 * step_s) for r in again if isinstance(r[0], int | float)
+    ]
     tl.stalled = _stalled(tl, results, triage, step_s)
     _set_steady(tl, tl.warm_end)
     return tl
@@ -285,9 +319,12 @@ def _last_advance(
 ) -> None:
     """Set the last step, when the step counter last advanced and how far the step gauge lags the log."""
     t = step.t
-    have = ~np.isnan(s)
+    # after a restart the step counter went back: the last run's own steps tell when it last advanced
+    have = ~np.isnan(s) & (tl.segment(t) == len(tl.restarts))
+    if not have.any():
+        have = ~np.isnan(s)
     i0 = int(np.argmax(have))
-    smax = float(np.nanmax(s))
+    smax = float(np.max(s[have]))
     i_last = int(np.argmax(have & (s >= smax)))
     tl.last_step = smax
     tl.last_advance = float(t[i_last]) - step.step / 2 if i_last > i0 else float(t[i_last])

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ._diagnose_execute import _Answers, _run_unique, execute
+from ._diagnose_execute import _Answers, _run_unique, execute, in_flight
 from ._diagnose_partial import note_partial
 from ._diagnose_query import render_query
 from ._diagnose_source import discover_source
@@ -287,6 +287,7 @@ def run_diagnosis(
     if source is None:
         source = discover_source(client, profile=profile, time_range=time_range, gpu_model=gpu_model)
     discovery_s = time.monotonic() - t0
+    concurrency = in_flight(concurrency, len(source.hosts) * (source.gpus_per_host or 0))
     answers: _Answers = {}
     busy_s = 0.0
     if callable(triage):

@@ -12,6 +12,9 @@ never sampled. Each event is weighed as a diagnostician would:
   by itself where the data shows none, and is the onset of a node death when that host then went silent.
   It names a PCI bus, not a GPU: the GPU is the one DCGM labels with that `pci_bus_id` on that host, else
   the one nvidia-smi's lines in the log put there, else unknown (null).
+- a non-finite loss the trainer logged (a step's `loss: nan`, "loss is nan", "non-finite losses") is a
+  training instability at that time, whatever the loss gauge shows (a gauge drops NaN samples or was last
+  refreshed before them); a jump or climb the data showed before it stays the onset.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ _LOOKBACK_S = 1800.0  # errors this long before a node went silent are its onset
 def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
     """Add the log's host events to `findings`: evidence on findings they corroborate, new findings for what
     the data missed."""
+    _nonfinite_loss(ctx, findings)
     events = [e for e in triage_get(ctx.triage, "details", "host_events") or [] if isinstance(e, Mapping)]
     if not events:
         return
@@ -48,6 +52,41 @@ def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
     for e in xids:
         e["gpu"] = buses.get((e["host"], e.get("pci"))) or buses.get((None, e.get("pci")))
     _xids(ctx, findings, xids)
+
+
+def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:
+    """A non-finite loss the log shows is a training instability from the step that computed it."""
+    bad = triage_get(ctx.triage, "details", "nonfinite_loss")
+    t = bad.get("time") if isinstance(bad, Mapping) else None
+    tl = ctx.timeline
+    if not isinstance(t, int | float) or not tl.start - 60 <= t <= tl.end + 60:
+        return
+    ev = {
+        "query": f"job log, line {bad.get('line')}",
+        "labels": {},
+        "value": str(bad.get("text") or "")[:300],
+        "interpretation": "the trainer computed a non-finite loss: the training diverged",
+    }
+    # reported when its step completed: the step that computed it began one step earlier
+    step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
+    t = float(t) - step_s
+    earlier = [
+        f for f in _active(findings, klass="training-instability") if f.onset is not None and f.onset <= t
+    ]
+    if earlier:
+        earlier[0].evidence.append(ev)
+        return
+    findings.append(
+        _cause(
+            "training",
+            "loss_nonfinite",
+            "training-instability",
+            [],
+            float(t),
+            "Loss non-finite (NaN/Inf)",
+            [ev],
+        )
+    )
 
 
 def hw_xid_hosts(triage: Mapping[str, Any] | None, known: Sequence[str]) -> list[str]:

@@ -14,7 +14,7 @@ any one process by design (its idle copies are stopped by the tasks, its leftove
 
 Usage::
 
-    root = private_root("stepwise-diagnose-")     # tempfile.mkdtemp + guard
+    root = private_root("stepwise-diagnose-")     # a new folder in the temporary folder, guarded first
     try:
         ... tsdb_server.ensure_served(tsdb, work_root=root) ...
     finally:
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -86,7 +87,26 @@ def guarded(work_root: str | os.PathLike[str]) -> bool:
 
 
 def private_root(prefix: str, dir: str | os.PathLike[str] | None = None) -> Path:
-    """Return a new work root (`tempfile.mkdtemp(prefix=...)`), guarded (see `guard`)."""
-    root = Path(tempfile.mkdtemp(prefix=prefix, dir=dir))
-    guard(root)
-    return root
+    """Return a new work root (mode 0700, a random name after `prefix` in `dir` or the temporary folder),
+    guarded (see `guard`) from before it exists: a kill right after it is made leaves nothing either."""
+    base = os.path.realpath(dir if dir is not None else tempfile.gettempdir())
+    while True:
+        root = os.path.join(base, prefix + secrets.token_hex(6))
+        guard(root)
+        try:
+            os.mkdir(root, 0o700)
+        except FileExistsError:
+            _cancel(root)  # someone else's: its watcher must leave it alone
+            continue
+        return Path(root)
+
+
+def _cancel(work_root: str) -> None:
+    """End the guard of `work_root` without touching anything under it (any byte on the pipe says so)."""
+    with _LOCK:
+        watcher, write_end = _GUARDS.pop(os.path.realpath(work_root))
+    os.write(write_end, b"cancel")
+    os.close(write_end)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        watcher.wait(30.0)
+    procs.reap_children()

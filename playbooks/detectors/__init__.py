@@ -147,7 +147,7 @@ DETECTORS: dict[str, DetectorSpec] = {
             "change_point",
             _det_change_point,
             ("series",),
-            params="baseline_window z min_rel min_points confirm_window",
+            params="baseline_window z min_rel min_points confirm_window progress",
         ),
         _spec("level_shift", _det_level_shift, ("series",), params="min_duration min_rel"),
         _spec("near_limit", _det_near_limit, ("fraction of the limit",), params="limit"),

@@ -27,18 +27,14 @@ def _det_change_point(
     tl = ctx.timeline
     # a training-level series (loss, grad norm) is what each step computed: a checkpoint save does not move
     # it, so only warm-up is left out (an instability that starts during a save is dated when it starts)
-    valid = tl.training_mask(g.t) & g.mask(*focus)
+    valid = tl.training_mask(g.t) & g.mask(*focus) & ~tl.rewarming(g.t)
     if tl.warm_end is not None:
         valid &= g.t >= tl.warm_end
     p = rule.params
-    idx = change_points(
-        x,
-        g.t,
-        valid,
-        window=_dur(rule, "baseline_window", 1200.0),
-        z=float(p.get("z", 8.0)),
-        min_rel=float(p.get("min_rel", 0.3)),
-    )
+    # a restart re-runs steps from a checkpoint: the new run's values (the loss back at the checkpoint's
+    # level) are judged against the new run's own history, never against the old run's last values
+    runs = tl.segment(g.t)
+    idx, _ = _per_run(rule, x, g.t, valid, runs, _origin(x, valid) if p.get("progress") else None)
     # an isolated one-step spike is ordinary noise in real training; instability lasts several points
     need, span = int(p.get("min_points", 3)), _dur(rule, "confirm_window", 600.0)
 
@@ -51,19 +47,13 @@ def _det_change_point(
     else:
         # no jump against the last few points: a climb far above the series' own earlier level, dated where
         # it left that level
-        idx, levels = climbs(
-            x,
-            g.t,
-            valid,
-            window=_dur(rule, "baseline_window", 1200.0),
-            z=float(p.get("z", 8.0)),
-            min_rel=float(p.get("min_rel", 0.3)),
-        )
+        idx, levels = _per_run(rule, x, g.t, valid, runs, None, climbing=True)
         firsts = confirmed(idx)
         if not firsts:
             return None
         cross = firsts[0]
-        i = walk_back(np.where(valid, x, np.nan), cross, levels[cross])
+        i = walk_back(np.where(valid & (runs == runs[cross]), x, np.nan), cross, levels[cross])
+    valid &= runs == runs[i]  # the baseline and the departure are the run's own
     prev = x[:i][valid[:i] & ~np.isnan(x[:i])]
     base = nan_median(prev[-30:]) if len(prev) else float("nan")
     peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])
@@ -92,6 +82,40 @@ def _det_change_point(
         )
     ]
     return _finding(pb, rule, [], [], t_on, ev)
+
+
+def _per_run(
+    rule: RuleSpec,
+    x: np.ndarray,
+    t: np.ndarray,
+    valid: np.ndarray,
+    runs: np.ndarray,
+    origin: float | None,
+    *,
+    climbing: bool = False,
+) -> tuple[list[int], dict[int, float]]:
+    """Return the jumps (or, `climbing`, the climbs and their levels) of x, each run of the job on its own."""
+    p = rule.params
+    window, z = _dur(rule, "baseline_window", 1200.0), float(p.get("z", 8.0))
+    min_rel = float(p.get("min_rel", 0.3))
+    idx: list[int] = []
+    levels: dict[int, float] = {}
+    for r in np.unique(runs[valid]):
+        if climbing:
+            found, lv = climbs(x, t, valid & (runs == r), window=window, z=z, min_rel=min_rel)
+            levels.update(lv)
+        else:
+            found = change_points(
+                x, t, valid & (runs == r), window=window, z=z, min_rel=min_rel, origin=origin
+            )
+        idx += found
+    return sorted(idx), levels
+
+
+def _origin(x: np.ndarray, valid: np.ndarray) -> float | None:
+    """Return the series' level when training began: the median of its first five valid points."""
+    first = x[valid & np.isfinite(x)][:5]
+    return float(np.median(first)) if len(first) else None
 
 
 def _det_level_shift(

@@ -19,6 +19,7 @@ A profile file (see `builtin/*.toml`; a team puts its own in a folder named by `
     [signals]                                  # semantic signal -> how this family exports it
     loss = { exporter = "trainer", metric = "train_loss" }
     gpu_power = { exporter = "x", metrics = ["a", "b"] }   # gauge: the first present; counter: their sum
+    gpu_util = { exporter = "x", metrics = ["pct", "ratio"], scales = [1.0, 100.0] }  # per alternative
     mem_used = { exporter = "x", metric = "a", expr = "a - b", more = ["b"] }
     up = { exporter = "x", target = "up" }     # Prometheus' own per-target series of that exporter's jobs
 
@@ -58,6 +59,7 @@ _SIGNAL_KEYS = {
     "expr",
     "match",
     "scale",
+    "scales",
     "agg",
     "as_counter",
     "target",
@@ -98,6 +100,7 @@ class SignalSpec:
     expr: str = ""
     match: str = ""
     scale: float = 1.0
+    scales: tuple[float, ...] = ()
     agg: str = ""
     as_counter: bool = False
     target: str = ""
@@ -213,6 +216,7 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
     if agg not in _AGGS:
         raise _fail(source, where, f"agg must be one of {', '.join(sorted(_AGGS - {''}))}, got {agg!r}")
     scale = _typed(raw, "scale", (int, float), source, where, 1.0)
+    scales = _scales(raw, metrics, kind, source, where)
     host = _typed(raw, "host", str, source, where, "")
     if host and not _LABEL.match(host):
         raise _fail(source, where, f"host is not a label name: {host!r}")
@@ -224,12 +228,27 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
         expr=expr,
         match=_typed(raw, "match", str, source, where, ""),
         scale=float(scale),
+        scales=scales,
         agg=agg,
         as_counter=_typed(raw, "as_counter", bool, source, where, False),
         target=target,
         host=host,
         fill_filter=_typed(raw, "fill_filter", bool, source, where, True),
     )
+
+
+def _scales(
+    raw: dict[str, Any], metrics: tuple[str, ...], kind: str, source: str, where: str
+) -> tuple[float, ...]:
+    """Return a gauge's per-alternative factors (one a metric: the one present is read, in its own unit)."""
+    value = raw.get("scales", [])
+    if not isinstance(value, list) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value
+    ):
+        raise _fail(source, where, f"scales must be a list of numbers, got {value!r}")
+    if value and (kind == "counter" or "expr" in raw or len(value) != len(metrics)):
+        raise _fail(source, where, "scales needs a gauge's metrics = [...] alternatives, one factor each")
+    return tuple(float(v) for v in value)
 
 
 def parse_spec(text: str, source: str) -> ProfileSpec:

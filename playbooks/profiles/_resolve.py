@@ -90,6 +90,7 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
     host, join = _host_of(exp, sig, choices)
     kind = "counter" if sig.as_counter else _SIGNAL_INFO[sig.name][2]
     matchers = (exp.match, sig.match)
+    scale = sig.scale
     if sig.target:
         try:
             selector = _target(sig, exp, choices, host, join)
@@ -107,6 +108,8 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
         chosen = choices.get(f"pick.{sig.name}") or sig.metrics[0]
         metrics = (prefix + chosen,)
         selector = _selector(prefix + chosen, matchers)
+        if sig.scales:
+            scale *= sig.scales[sig.metrics.index(chosen)]
     fill = exp.fill_filter if (sig.fill_filter and exp.fill_filter) else ""
     pairs = [p.split(":", 1) for p in choices.get(f"{exp.name}.alias", "").split(",") if ":" in p]
     alias = tuple((old, new) for old, new in pairs)
@@ -116,7 +119,7 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
         metrics,
         host_from=host,
         gpu_from=exp.gpu_label if _SIGNAL_INFO[sig.name][1] == "gpu" else "",
-        scale=sig.scale,
+        scale=scale,
         agg=sig.agg,
         fill_filter=fill,
         as_counter=sig.as_counter,

@@ -56,6 +56,8 @@ class Exporters:
             (slower than steps complete), so the step gauge stops up to this long before the log's last step.
         trainer_gauges: the trainer exports its training_* gauges; without them the log alone tells the steps
             and the loss (many trainers export none).
+        gpu_util_field: DCGM's utilisation field: "util" (DCGM_FI_DEV_GPU_UTIL, percent) or "profiling"
+            (a counter set of profiling fields only: DCGM_FI_PROF_GR_ENGINE_ACTIVE, a 0-1 ratio).
     """
 
     gpu: str = "dcgm"
@@ -78,12 +80,15 @@ class Exporters:
     step_poll_s: float = 0.0
     noisy_host: bool = False
     trainer_gauges: bool = True
+    gpu_util_field: str = "util"
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "amd-dme", "none"):
             raise ValueError(f"unknown GPU exporter {self.gpu!r} (dcgm, amd-dme, none)")
         if self.gpu_host_label not in ("Hostname", "hostname", ""):
             raise ValueError(f"unknown GPU host label {self.gpu_host_label!r} (Hostname, hostname or '')")
+        if self.gpu_util_field not in ("util", "profiling"):
+            raise ValueError(f"unknown GPU utilisation field {self.gpu_util_field!r} (util, profiling)")
         if self.ecc not in ("dbe", "remapped"):
             raise ValueError(f"unknown ECC field set {self.ecc!r} (dbe, remapped)")
         if not self.gpu_host_label:
@@ -156,6 +161,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "dcgm-30s": {"gpu_collect_s": 30.0},
     "lagging-gauge": {"step_poll_s": 600.0},
     "no-trainer-gauges": {"trainer_gauges": False},
+    "dcgm-profiling": {"gpu_util_field": "profiling"},
     "red-herrings": {"stale_xid": True, "counter_noise": True, "noisy_host": True},
 }
 

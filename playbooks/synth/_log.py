@@ -314,6 +314,9 @@ def _summary(w: _Writer, t: float, rc: int, reason: str) -> None:
 def _ending(job: Job, w: _Writer) -> None:
     """How the log ends: the summary of a complete run, scancel of a hang, or the scenario's crash."""
     name = job.scenario.name
+    if "nan_stop" in job.variants:
+        _nan_ending(job, w)
+        return
     if job.scenario.ending == "complete":
         end = job.job_end
         w.add(end - 20, f"== Training END ({int(end - job.train_start)}s) ==")
@@ -335,6 +338,18 @@ def _ending(job: Job, w: _Writer) -> None:
         _gpu_fault_ending(job, w, crash)
     else:
         raise ValueError(f"no log ending for scenario {name}")
+
+
+def _nan_ending(job: Job, w: _Writer) -> None:
+    """The trainer sees a non-finite loss, skips the update, and raises after three of them: exit 1."""
+    first = int(np.argmax(~np.isfinite(job.loss)))
+    t, crash = float(job.step_end[first]), float(job.crash_time or job.job_end)
+    w.add(t + 0.5, w.ray(0) + f"WARNING: loss is nan at step {int(job.step_num[first])}; skipping update", 0)
+    w.add(crash, w.ray(0) + "RuntimeError: training diverged: 3 consecutive non-finite losses", 0)
+    for r, host in enumerate(job.hosts):
+        w.add(crash + 5, f"NODE_EXIT host={host} exit=1", r)
+    w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
+    _summary(w, crash + 31, 1, "training diverged")
 
 
 def _hang_ending(job: Job, w: _Writer) -> None:

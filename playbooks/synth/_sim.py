@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _sim_scenarios, _variants
 from ._sim_parts import (
+    STEP_FIELDS,
     _gpu_counters,
     _instability,
     _lag,
@@ -139,6 +140,8 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
     elif job.stall_time is not None:
         _truncate_steps(job, job.step_end <= job.stall_time)
 
+    if "elastic_restart" in job.variants:
+        _variants.elastic_restart(job, onset, STEP_FIELDS)
     if job.onset is None and sc.klass != "healthy":
         job.onset = onset
     if sc.name == "collective-hang":
@@ -153,10 +156,12 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
             _variants.smooth_divergence(job, i0)
         else:
             _instability(job, rng, i0)
+        if "nan_stop" in job.variants:
+            _variants.nan_stop(job, i0, STEP_FIELDS, rng)
 
     # steps config: complete jobs ran all their steps; others meant to go further.
     last = job.last_step if job.last_step is not None else 0
-    if sc.ending == "complete":
+    if sc.ending == "complete" and "nan_stop" not in job.variants:
         job.steps_total = last + 1
     else:
         job.steps_total = int(math.ceil((last + 1) * float(rng.uniform(1.4, 2.2)) / 100.0) * 100)

@@ -93,19 +93,23 @@ def _ring(cum: np.ndarray) -> np.ndarray:
     return np.floor(out)
 
 
+#: the per-step arrays of a job (one value per completed step)
+STEP_FIELDS = (
+    "step_num",
+    "step_end",
+    "step_secs",
+    "loss",
+    "grad_norm",
+    "raw_grad_norm",
+    "lr",
+    "tgs",
+    "tflops_s",
+    "moe_lb",
+)
+
+
 def _truncate_steps(job: Job, keep: np.ndarray) -> None:
-    for name in (
-        "step_num",
-        "step_end",
-        "step_secs",
-        "loss",
-        "grad_norm",
-        "raw_grad_norm",
-        "lr",
-        "tgs",
-        "tflops_s",
-        "moe_lb",
-    ):
+    for name in STEP_FIELDS:
         setattr(job, name, getattr(job, name)[keep])
     last = job.last_step
     job.ckpt_steps = [c for c in job.ckpt_steps if last is not None and c <= last]

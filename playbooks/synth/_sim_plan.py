@@ -71,6 +71,9 @@ class Job:
     red_herrings: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, Any] = field(default_factory=dict)
     opt_in: frozenset[str] = frozenset()  # the off-by-default variants asked for (_variants.OPT_IN)
+    restart: tuple[float, int] | None = (
+        None  # an elastic restart: (the old run's last step end, resumed step)
+    )
     # steps (index i = i-th completed step of this run)
     step_num: np.ndarray = field(default_factory=lambda: np.zeros(0, int))
     step_end: np.ndarray = field(default_factory=lambda: np.zeros(0))

@@ -162,7 +162,11 @@ def _dcgm(lay: _Layout) -> Iterator[Item]:
         ("DCGM_FI_DEV_POWER_USAGE", gs["power"], "f3"),
         ("DCGM_FI_DEV_SM_CLOCK", gs["sclk"], "d"),
         ("DCGM_FI_DEV_MEM_CLOCK", gs["mclk"], "d"),
-        ("DCGM_FI_DEV_GPU_UTIL", gs["util"], "d"),
+        (
+            ("DCGM_FI_DEV_GPU_UTIL", gs["util"], "d")
+            if ex.gpu_util_field == "util"
+            else ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", gs["util"] / 100.0, "f4")
+        ),
         ("DCGM_FI_DEV_FB_USED", fb_used, "d"),
         ("DCGM_FI_DEV_FB_FREE", fb_total - fb_used, "d"),
         ("DCGM_FI_DEV_XID_ERRORS", gs["xid"], "d"),

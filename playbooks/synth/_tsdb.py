@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from playbooks import tsdb_guard
 from playbooks.errors import PlaybooksError
 from playbooks.tsdb_server import find_free_port
 
@@ -174,10 +175,14 @@ def write_wal_tail(
     cfg = tsdb_dir.parent / ".wal-writer.yml"
     cfg.write_text("global:\n  scrape_interval: 1h\n  evaluation_interval: 1h\nscrape_configs: []\n")
     log = tsdb_dir.parent / ".wal-writer.log"
+    # If this process is killed meanwhile, the writer (whose --storage.tsdb.path is under the job's folder)
+    # stops all the same, instead of serving the job's TSDB, and holding its lock, for ever.
+    tsdb_guard.guard(tsdb_dir.parent)
     try:
         return _push_tail(tsdb_dir, tail, prometheus, timeout, cfg, log)
     finally:
         cfg.unlink(missing_ok=True)
+        tsdb_guard.release(tsdb_dir.parent)
 
 
 def _push_tail(

@@ -49,6 +49,12 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   each host's exporter sees it up to a scrape and a half late (its own collection phase).
 - node-death `long_wait`: the survivors wait 20-40 minutes (a collective timeout) before the job is
   killed, so the dead host has been silent far longer than any lookback at the data's end.
+- training-instability `elastic_restart`: 10-25 minutes before the onset an
+  elastic agent restarts every worker: after a gap of 1-3 minutes the steps go back to a checkpoint at least
+  40 steps back (or to the run's first step) and are run again, so the loss (and every step's metrics) are logged anew from that step's level: nobody's
+  fault, and no onset.
+- training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
+  more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
 
 from __future__ import annotations
@@ -69,6 +75,8 @@ OPT_IN = {
     "cooling_drop": "thermal-straggler",
     "long_wait": "node-death",
     "smooth_divergence": "training-instability",
+    "elastic_restart": "training-instability",
+    "nan_stop": "training-instability",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
 }
@@ -118,6 +126,11 @@ def choose(job: Any) -> dict[str, Any]:
         v["long_wait"] = float(stream(job, 16).uniform(1200, 2400))  # seconds from the death to the kill
     if name == "training-instability" and "smooth_divergence" in job.opt_in:
         v["smooth_divergence"] = float(stream(job, 12).uniform(150, 400))  # e-folding time, seconds
+    if name == "training-instability" and "elastic_restart" in job.opt_in:
+        r = stream(job, 14).uniform(0, 1, 2)
+        v["elastic_restart"] = (float(600 + 900 * r[0]), float(60 + 120 * r[1]))  # (before the onset, gap) s
+    if name == "training-instability" and "nan_stop" in job.opt_in:
+        v["nan_stop"] = True
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -230,6 +243,41 @@ def smooth_divergence(job: Any, i0: int) -> None:
     job.raw_grad_norm = job.grad_norm * rng.uniform(1.5, 3.0, n)
     job.loss = job.loss + float(rng.uniform(0.05, 0.12)) * grow
     job.moe_lb = job.moe_lb * (1 + float(rng.uniform(0.3, 0.8)) * grow)
+
+
+def elastic_restart(job: Any, onset: float, fields: tuple[str, ...]) -> None:
+    """Restart every worker `elastic_restart[0]` seconds before `onset`: after the gap, the steps from the last
+    checkpoint run again (their metrics as first logged), shifted later; what no longer fits is dropped."""
+    before, gap = job.variants["elastic_restart"]
+    ends = job.step_end
+    r = int(np.searchsorted(ends, onset - before)) - 1  # the last step the old workers completed
+    if r < 1:
+        return
+    # resume at a checkpoint at least 40 steps back (the run's own first step without one): the loss goes
+    # back up to that step's level
+    ckpts = [c for c in job.ckpt_steps if c <= int(job.step_num[r]) - 40] or [int(job.step_num[0])]
+    c = int(np.searchsorted(job.step_num[: r + 1], ckpts[-1]))
+    shift = float(ends[r]) + gap - (float(ends[c]) - float(job.step_secs[c]))
+    again = np.arange(c, len(ends))
+    keep = again[ends[again] + shift <= ends[-1]]
+    for name in fields:
+        arr = getattr(job, name)
+        setattr(job, name, np.concatenate([arr[: r + 1], arr[keep]]))
+    job.step_end[r + 1 :] += shift
+    job.step_secs[r + 1] += gap
+    job.restart = (float(ends[r]), int(job.step_num[r + 1]))
+
+
+def nan_stop(job: Any, i0: int, fields: tuple[str, ...], rng: np.random.Generator) -> None:
+    """The loss is NaN from step i0 on; the trainer stops after three non-finite steps and the job fails."""
+    last = min(i0 + 2, len(job.step_num) - 1)
+    for name in fields:
+        setattr(job, name, getattr(job, name)[: last + 1])
+    job.loss[i0:] = np.nan
+    job.crash_time = float(job.step_end[last]) + 5.0
+    job.stall_time = job.crash_time
+    job.job_end = job.crash_time + float(rng.uniform(60, 180))
+    job.ckpt_steps = [c for c in job.ckpt_steps if c <= int(job.step_num[-1])]
 
 
 def near_limit_save(job: Any, mem: np.ndarray, rep0: np.ndarray, t: np.ndarray) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -57,8 +58,25 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if any(row[2] is not None for row in st.steps.values()):
         out.details["log_loss"] = loss_points(st.steps)
+    if st.restarts:
+        out.details["restarts"] = [[ts, step] for ts, step in st.restarts]
+    _nonfinite_loss(st, out)
     if not steps and out.details.get("lines"):
         out.unreadable.append("no 'completed step:' lines found")
+
+
+def _nonfinite_loss(st: _State, out: Triage) -> None:
+    """Record the first non-finite loss the log shows: a step line's loss, or a trainer's own report of it."""
+    bad = [
+        (row[3], row[4], f"completed step: {s}, loss: {row[2]}")
+        for s, row in st.steps.items()
+        if row[3] is not None and row[2] is not None and not math.isfinite(row[2])
+    ]
+    if st.nonfinite is not None:
+        bad.append(st.nonfinite)
+    if bad:
+        t, n, text = min(bad)
+        out.details["nonfinite_loss"] = {"time": round(float(t), 3), "line": n, "text": text}
 
 
 def _last_step_line(st: _State) -> int:

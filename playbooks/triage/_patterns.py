@@ -83,6 +83,12 @@ _C10 = re.compile(
 _ISO = re.compile(
     r"^(?:\[[A-Za-z_]+\d+\]:)?\[(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]\s?"
 )
+# a trainer reporting a non-finite loss ("loss is nan", "loss=inf", "NaN loss", "non-finite losses")
+_NONFINITE = re.compile(
+    r"\bloss\W{0,3}(?:is|=|:|became|becomes)?\W{0,3}(?:nan|[-+]?inf(?:inity)?)\b"
+    r"|\b(?:nan|non-?finite|inf(?:inite)?)\s+loss(?:es)?\b",
+    re.IGNORECASE,
+)
 _STEP = re.compile(
     r"completed step: (\d+), seconds: ([0-9.]+)(?:.*?Tokens/s/device: ([0-9.]+))?"
     r"(?:.*?loss: ([-+0-9.eEnaif]+))?"

@@ -16,6 +16,7 @@ from ._patterns import (
     _FWD,
     _HEADER,
     _NODE_EXIT,
+    _NONFINITE,
     _PROCS,
     _RESTORE,
     _SAVED,
@@ -47,6 +48,8 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
             continue
         if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
             continue
+        if st.nonfinite is None and ts is not None and "oss" in msg and _NONFINITE.search(msg):
+            st.nonfinite = (ts, n, msg.strip()[:300])
         hint = event_line(st.events, n, rank, ts, msg, st.year)
         if _scan_progress(st, out, n, ts, msg):
             continue
@@ -73,7 +76,7 @@ def _step_seen(st: _State, raw: str) -> bool:
     if j < 0 or not num.isdecimal() or raw[j + 11 : j + 12] not in _SECONDS_START:
         return False
     prev = st.step_rank.get(int(num))
-    return prev is not None and int(label) >= prev
+    return prev is not None and int(label) > prev  # the same rank again: a restart re-runs the step
 
 
 def _scan_header(st: _State, out: Triage, msg: str) -> bool:
@@ -107,11 +110,25 @@ def _scan_step(st: _State, n: int, rank: int | None, ts: float | None, msg: str)
     step = int(m.group(1))
     st.training_started = True
     prev_rank = st.step_rank.get(step)
-    if prev_rank is None or (rank or 0) < prev_rank:
+    if prev_rank is not None and (rank or 0) == prev_rank:
+        _rerun(st, step, ts)
+    if prev_rank is None or (rank or 0) <= prev_rank:
         loss = _float(m.group(4))
         st.steps[step] = (float(m.group(2)), _float(m.group(3)), loss, ts, n)
         st.step_rank[step] = rank or 0
+    st.last_logged = step if (rank or 0) == st.step_rank.get(step) else st.last_logged
     return True
+
+
+def _rerun(st: _State, step: int, ts: float | None) -> None:
+    """A rank logs a step it logged before: the workers restarted (an elastic restart) and run the steps again
+    from a checkpoint. When the steps went back, the old run's steps from here on are forgotten: the job's
+    progress, its step times and its losses are the new run's."""
+    if st.last_logged is None or step > st.last_logged:
+        return
+    st.restarts.append((ts, step))
+    for s in [s for s in st.steps if s >= step]:
+        del st.steps[s], st.step_rank[s]
 
 
 def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) -> bool:

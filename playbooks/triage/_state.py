@@ -22,6 +22,8 @@ class _State:
         year: (year, month) the absl dates fall in; start_time, barrier_time, cancel_time: from the log.
         fatal_times: (line, time) of each dated failure line; header_done: the KEY=value header has ended.
         events: the host events gathered (`_events.EventScan`).
+        last_logged: the step of the last step line read; restarts: (time, step) where the steps went back.
+        nonfinite: (time, line, text) of the first dated line reporting a non-finite loss.
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -46,6 +48,9 @@ class _State:
     start_time: float | None = None
     barrier_time: float | None = None
     events: EventScan = field(default_factory=EventScan)
+    last_logged: int | None = None
+    restarts: list[tuple[float | None, int]] = field(default_factory=list)
+    nonfinite: tuple[float, int, str] | None = None
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

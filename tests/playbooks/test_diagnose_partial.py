@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from playbooks import _diagnose_partial
+from playbooks import _diagnose_execute, _diagnose_partial
 from playbooks.diagnose import PlannedQuery, discover_source, run_diagnosis
-from playbooks.prometheus import PrometheusClient, PrometheusTimeout
+from playbooks.prometheus import PrometheusClient, PrometheusQueryError, PrometheusTimeout
 from playbooks.triage import triage_job
 from tests.playbooks.test_diagnose_scenarios import _serve
 
@@ -83,6 +84,19 @@ def test_a_coarser_grid_keeps_the_end_and_widens_a_window_tied_to_the_step():
     assert _diagnose_partial.coarser(PlannedQuery("y", "up", "instant", 0.0, 7200.0, None), 4) is None
 
 
+def test_what_prometheus_gives_up_on_is_told_from_what_a_coarser_grid_would_not_mend():
+    """Its timeout (also as an execution error while it selects the series) and its sample limit are asked
+    again; a malformed query, or a request that waited too long in the source's own queue, is not."""
+    gave_up = _diagnose_partial.gave_up
+    assert gave_up(PrometheusQueryError("execution", "expanding series: context deadline exceeded", "q"))
+    assert gave_up(PrometheusQueryError("execution", "query processing would load too many samples", "q"))
+    assert gave_up(
+        PrometheusTimeout("gave up on the query (timeout): query timed out in expression evaluation")
+    )
+    assert not gave_up(PrometheusQueryError("bad_data", "1:5: parse error: unexpected end of input", "q"))
+    assert not gave_up(PrometheusTimeout("Prometheus at http://x: queued too long: 30 s"))
+
+
 def test_a_query_that_times_out_is_asked_on_coarser_grids_before_it_fails(served_job, view_root, tmp_path):
     """A Prometheus with a 1 ms query timeout gives up on a query of every GPU's temperature at each second
     of the last hour at every scrape: asked again on grids 4 and 16 times coarser (the same end), it times
@@ -135,3 +149,37 @@ def test_a_query_too_large_for_prometheus_is_judged_on_a_coarser_grid_and_the_fi
     said = [e["interpretation"] for f in gpu_findings for e in f["evidence"]]
     assert said and all("judged on a" in s and "s grid" in s for s in said)
     assert "judged on a coarser one" in out["diagnosis"]["summary"]
+
+
+class _Counting(PrometheusClient):
+    """A client that records the most requests it had in flight at once."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.now, self.most, self.lock = 0, 0, threading.Lock()
+
+    def _send(self, method, path, params):
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            time.sleep(0.01)  # a request that takes a moment, so that concurrent ones overlap
+            return super()._send(method, path, params)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+
+def test_a_job_with_many_gpus_runs_fewer_queries_at_once(served_job, view_root, monkeypatch):
+    """Prometheus holds every GPU's series of each query in flight: on a source whose GPUs, times the
+    queries asked at once, exceed the bound, two at a time; on a small one, as many as asked."""
+    client, _, job_dir = _serve(served_job, view_root, "thermal-straggler", 1, "nvidia")
+    triage = triage_job(job_dir).to_dict()
+    source = discover_source(client)
+    gpus = len(source.hosts) * (source.gpus_per_host or 0)
+    assert _diagnose_execute.in_flight(8, gpus) == 8
+    monkeypatch.setattr(_diagnose_execute, "IN_FLIGHT_GPUS", 3 * gpus)
+    assert _diagnose_execute.in_flight(8, gpus) == 3 and _diagnose_execute.in_flight(8, 100 * gpus) == 2
+    counting = _Counting(client.base_url, timeout=60.0, retries=1)
+    run_diagnosis(counting, triage=triage, source=source, concurrency=8)
+    assert 1 <= counting.most <= 3

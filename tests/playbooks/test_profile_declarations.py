@@ -72,6 +72,10 @@ def test_the_builtin_declarations_load():
             'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_power = { exporter = "e", metric = "a-b" }\n',
             "not a valid name: a-b",
         ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_util = { exporter = "e", metrics = ["a", "b"], scales = [1.0] }\n',
+            "signal gpu_util: scales needs a gauge's metrics",
+        ),
         ('name = "x"\n[exporters.e]\nanchor = "a"\n', "anchors: a profile needs at least one anchor"),
         ('name = "x"\nanchors = ["a"\n', "not valid TOML"),
     ],
