@@ -174,7 +174,7 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
     if first_ts is not None:
         out.details["first_step_time"] = round(first_ts, 3)
     last_ckpt = None
-    if ckpt_on and out.last_step is not None:
+    if (ckpt_on or st.saved) and out.last_step is not None:
         if st.saved:
             last_ckpt = (
                 max(s for s in st.saved if s <= out.last_step)

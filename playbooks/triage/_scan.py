@@ -27,6 +27,7 @@ from ._patterns import (
     _TUNNEL,
     _WALL,
     HARMLESS,
+    SIGNATURES,
     _classify,
     _clean,
     _dated,
@@ -64,6 +65,7 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
     _finish(st, out, now, slurm_state)
 
 
+_HW_SIGNS = dict(SIGNATURES)["gpu-hw-error"]
 _SECONDS_START = frozenset("0123456789.")
 
 
@@ -245,8 +247,9 @@ def _scan_failure(st: _State, n: int, ts: float | None, msg: str, hint: str | No
             st.accused_tasks.append(int(tk.group(1)))
             return
         st.in_heartbeat = False
-    if any(h in msg for h in HARMLESS):
-        return
+    if any(h in msg for h in HARMLESS) and not any(p in msg for p in _HW_SIGNS):
+        return  # a known-harmless line, unless it also reports a failing GPU (an XLA "INTERNAL: CUDA error: ...
+        # CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered")
     klass = hint or _classify(msg, st.training_started)
     if klass:
         _add(st, klass, n, msg)

@@ -47,6 +47,8 @@ _TQDM = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d+):(\d\d)<[^,\]]*(?:, *(" + r"[
 _HF_LOSS = re.compile(r"^\{'loss': (" + _NUM + r")")
 _HF_TOTAL = re.compile(r"Total optimization steps = ([\d,]+)")
 _HF_SAVE = re.compile(r"Saving model checkpoint to \S*?checkpoint-(\d+)")
+# flax's and orbax's checkpoint managers, MaxText's own: "Saving checkpoint for step 161", "... at step: 10"
+_JAX_SAVE = re.compile(r"\b[Ss]av(?:ing|ed) (?:a )?checkpoint (?:for|at) step:? ?(\d+)")
 _DS_STEP = re.compile(r"\[Rank \d+\] step=(\d+), skipped=\d+")
 _DS_PIPE = re.compile(r"\bsteps: (\d+) loss: (" + _NUM + r") iter time \(s\): ([0-9.]+)")
 _DS_EXIT = re.compile(r"Process \d+ exits successfully|exits with return code = (-?\d+)")
@@ -217,6 +219,11 @@ def _other(st: _State, ts: float | None, msg: str) -> bool:
         t = _HF_TOTAL.search(msg)
         st.total_steps = int(t.group(1).replace(",", "")) if t else st.total_steps
         return True
+    if "checkpoint" in msg and "step" in msg:
+        j = _JAX_SAVE.search(msg)
+        if j:
+            st.saved.append(int(j.group(1)))
+            return True
     if "Saving model checkpoint" in msg:
         s = _HF_SAVE.search(msg)
         if s:

@@ -166,3 +166,25 @@ def test_a_log_without_a_date_header_keeps_reading_stamps_as_utc():
     """No `date` line: naive stamps stay UTC, as before."""
     t = triage_log([_megatron(10, "2026-07-16 07:30:00", 3200.0, "2.0")])
     assert t.progress["last_step_time"] == _utc("2026-07-16T07:30:00")
+
+
+def test_jax_checkpoint_saves_bound_the_lost_steps_and_an_ecc_error_is_not_harmless():
+    """flax/orbax `Saving checkpoint for step N` is the last checkpoint (lost steps after it); an XLA
+    `INTERNAL: CUDA error` that reports an uncorrectable ECC error is a GPU hardware error, not harmless noise."""
+    lines = [
+        "Mon Oct 05 10:12:30 CET 2026",
+        *_SLURM,
+        *(
+            f" 0: I1005 10:{20 + s // 10:02d}:{s % 10 * 5:02d}.000000 140214 train.py:412] step {s}: loss=3.0 "
+            "step_time=5.0s"
+            for s in range(0, 30)
+        ),
+        " 0: I1005 10:21:00.000000 140214 checkpoints.py:610] Saving checkpoint for step 20",
+        " 3: E1005 10:24:00.726152 140214 pjrt_stream_executor_client.cc:2985] Execution of replica 2 failed: "
+        "INTERNAL: CUDA error: : CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered",
+        "srun: error: gpu-02: task 1: Exited with exit code 1",
+    ]
+    t = triage_log(lines)
+    assert t.progress["last_checkpoint_step"] == 20 and t.progress["lost_steps"] == 9
+    assert t.triage_class == "gpu-hw-error"
+    assert abs(t.crash_time - _utc("2026-10-05T09:24:00.726152")) < 1e-3
