@@ -60,6 +60,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if any(row[2] is not None for row in st.steps.values()):
         out.details["log_loss"] = loss_points(st.steps)
+    if st.bar_from_job_start and steps:
+        out.details["last_step_time_estimated"] = True
     if st.restarts:
         out.details["restarts"] = [[ts, step] for ts, step in st.restarts]
     _nonfinite_loss(st, out)

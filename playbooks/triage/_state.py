@@ -28,7 +28,8 @@ class _State:
         train_start: when a Trainer's progress bar began; total_steps: the steps the trainer said it runs.
         pending_loss: a logged loss waiting for its step; trainer_rank: the rank whose step lines are read.
         trainer_done: the time a trainer said it completed; launcher_ok / launcher_failed: the launcher's
-        successful exits, and the codes of its failing ones.
+        successful exits, and the codes of its failing ones; bar_from_job_start: a progress bar was placed
+        from the job's start (no `Running training` line: its step times are early by the setup).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -64,6 +65,7 @@ class _State:
     trainer_rank: int | None = None
     trainer_done: float | None = None
     launcher_ok: int = 0
+    bar_from_job_start: bool = False
     launcher_failed: list[int] = field(default_factory=list)
 
 

@@ -41,6 +41,7 @@ _ZONES = {
 _MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _MEG_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
 _MEG_LOSS = re.compile(r"\|\s*([\w .-]{0,40}?loss):\s*(" + _NUM + r")", re.IGNORECASE)
+_MEG_NAN = re.compile(r"number of nan iterations:\s*(\d+)")
 _MEG_SAVE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
 _MEG_DONE = re.compile(r"\[after training is done\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _TQDM = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d+):(\d\d)<[^,\]]*(?:, *(" + r"[0-9.]+)(s/it|it/s))?")
@@ -155,6 +156,9 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
         losses = {k.strip().lower(): v for k, v in _MEG_LOSS.findall(msg)}
         loss = losses.get("lm loss") or next(iter(losses.values()), None)
         st.total_steps = st.total_steps or int(m.group(2))
+        nan = _MEG_NAN.search(msg)
+        if nan and int(nan.group(1)) > 0 and st.nonfinite is None and ts is not None:
+            st.nonfinite = (ts, n, msg.strip()[:300])  # iterations whose loss or gradients were NaN
         record(st, rank, int(m.group(1)), float(ms.group(1)) / 1000.0 if ms else None, _f(loss), ts, n)
         return True
     s = _MEG_SAVE.search(msg)
@@ -170,15 +174,17 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
 
 def _tqdm(st: _State, n: int, rank: int | None, bar: tuple[str, ...]) -> None:
     step, total, hh, mm, ss, rate, unit = bar
-    if st.train_start is None:
-        return  # a bar with no start time to place it (a download's, an eval's before training)
-    st.total_steps = st.total_steps or int(total)
+    start = st.train_start if st.train_start is not None else st.job_start
+    if start is None or (st.total_steps is not None and int(total) != st.total_steps):
+        return  # a bar with no start to place it, or another loop's (evaluation, data loading)
+    st.total_steps = int(total)
+    st.bar_from_job_start = st.train_start is None
     elapsed = int(hh or 0) * 3600 + int(mm) * 60 + int(ss)
     secs = _f(rate)
     if secs is not None and unit == "it/s":
         secs = 1.0 / secs if secs > 0 else None
     loss, st.pending_loss = st.pending_loss, None
-    record(st, rank, int(step), secs, loss, st.train_start + elapsed, n)
+    record(st, rank, int(step), secs, loss, start + elapsed, n)
 
 
 def _hf_dict(st: _State, msg: str) -> bool:

@@ -66,7 +66,8 @@ def test_megatron_cancelled_job_crash_time_is_slurms_local_time():
 
 def test_hf_trainer_dicts_tqdm_and_train_runtime():
     """HF Trainer: the bar gives step and time since `Running training` (PST = UTC-8), the dict before it the
-    loss, `Total optimization steps` the total, `{'train_runtime': ...}` the completion."""
+    loss, `Total optimization steps` the total, `{'train_runtime': ...}` the completion; an evaluation's bar
+    (another total) is no training step."""
     lines = [
         "Fri Jul 17 19:57:04 PST 2026",
         *_SLURM,
@@ -76,6 +77,8 @@ def test_hf_trainer_dicts_tqdm_and_train_runtime():
         "  0%|          | 10/20000 [01:36<53:44:17,  9.68s/it]",
         "{'loss': 10.0653, 'grad_norm': 0.9082, 'learning_rate': 1.5e-05, 'epoch': 0.0}",
         "\r  0%|          | 19/20000 [02:30<33:08:50,  6.01s/it]\r  0%|          | 20/20000 [02:36<33:08:50,  5.97s/it]",
+        "100%|##########| 50/50 [00:05<00:00,  9.50it/s]",
+        "{'eval_loss': 2.2295, 'eval_runtime': 5.1, 'eval_samples_per_second': 54.542, 'epoch': 0.01}",
         "[INFO|trainer.py:3478] 2026-07-17 19:59:40,220 >> Saving model checkpoint to /ckpt/checkpoint-20",
         "{'loss': 9.6287, 'grad_norm': 1.102, 'learning_rate': 2.25e-05, 'epoch': 0.0}",
         "  0%|          | 30/20000 [1:03:36<33:25:02,  1.66it/s]",
@@ -188,3 +191,19 @@ def test_jax_checkpoint_saves_bound_the_lost_steps_and_an_ecc_error_is_not_harml
     assert t.progress["last_checkpoint_step"] == 20 and t.progress["lost_steps"] == 9
     assert t.triage_class == "gpu-hw-error"
     assert abs(t.crash_time - _utc("2026-10-05T09:24:00.726152")) < 1e-3
+
+
+def test_hf_bar_without_running_training_is_placed_from_the_job_start_and_marked_estimated():
+    """Without the Trainer's INFO lines (its default verbosity is WARNING) the bar starts at the `date` line."""
+    t = triage_log(["Fri Feb 13 10:15:40 UTC 2026", "  0%|          | 10/200 [01:40<53:44,  9.68s/it]"])
+    assert t.last_step == 10 and t.progress["last_step_time"] == _utc("2026-02-13T10:17:20")
+    assert t.details["last_step_time_estimated"] is True
+
+
+def test_megatron_nan_iterations_are_a_nonfinite_loss():
+    """Megatron counts the iterations whose loss or gradients were NaN: a count above 0 is a non-finite loss."""
+    line = _megatron(20, "2026-07-16 07:30:32", 3150.0, "9.9E+00").replace(
+        "number of nan iterations:   0", "number of nan iterations:   3"
+    )
+    t = triage_log([_megatron(10, "2026-07-16 07:30:00", 3200.0, "1.0E+01"), line])
+    assert t.details["nonfinite_loss"]["line"] == 2
