@@ -93,6 +93,8 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
     elif sc.name == "node-death":
         job.stall_time = onset + float(rng.uniform(2, 20))
         job.crash_time = onset + job.hb_timeout + float(rng.uniform(5, 40))
+        if "long_wait" in job.variants:
+            job.crash_time = onset + job.variants["long_wait"]
     elif sc.name == "gpu-hardware-fault":
         job.crash_time = onset + float(rng.uniform(40, 300))
         job.stall_time = job.crash_time
