@@ -4,8 +4,10 @@ On 8,192 GPUs, pulling one series per GPU to compare each with the others costs 
 million points per signal. What the peer detector reasons on is smaller: the pack's median at each
 instant, the pack's typical robust spread, and the GPUs that leave the pack. One range query returns
 
-- the pack's median at each step (`stepwise_stat="median"`);
-- its median absolute deviation from that median at each step (`stepwise_stat="mad"`; the detector takes
+- the pack's level at each step (`stepwise_stat="median"`): the median of its GPUs' moves from their own
+  usual level (each GPU's median over the window) plus the median usual level, so that a pack made of two
+  packs (a rack capped by design) has a level that one GPU cannot flip from one group to the other;
+- the median absolute deviation of those moves at each step (`stepwise_stat="mad"`; the detector takes
   its median over the window as the pack's spread, scaled to a standard deviation, as it did from every row);
 - its size, the GPUs reporting at the window's end (`stepwise_stat="count"`, constant);
 - the full series of the candidates only: the `CANDIDATES` GPUs whose excursion from the pack, beyond their
@@ -73,9 +75,12 @@ def peer_expr(sig: Any, agg: str, *, direction: str, start: float, end: float) -
         candidates = f"({base} and {on} ({screen}))"
     # the pack's size: the GPUs reporting at the end (one lookback, not the window's every sample)
     seen = f"{base} {at}" if plain else f"count_over_time({base}{grid})"
+    # the pack's level and spread are those of its GPUs' moves from their own usual level (a rack capped by
+    # design runs cooler: two packs whose raw median flips from one to the other when one GPU moves)
+    moves = f"({base} - {own})"
     pack = [
-        _tag(f"quantile(0.5, {base}){scale}", "median"),
-        _tag(f"quantile(0.5, abs({dev})){scale}", "mad"),
+        _tag(f"(quantile(0.5, {moves}) + scalar(quantile(0.5, {own}))){scale}", "median"),
+        _tag(f"quantile(0.5, abs({moves} - scalar(quantile(0.5, {moves})))){scale}", "mad"),
         _tag(f"count({seen})", "count"),
     ]
     return " or ".join([*pack, candidates])

@@ -216,11 +216,15 @@ def peer_deviation(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (deviation, spread, median) of each row against the pack at each instant.
 
-    deviation[s, t] = x[s, t] - median_s(x[:, t]) - offset[s], where offset is the row's own median
-    deviation over `baseline_cols` (its habitual place in the pack: a GPU that always runs 4 degC warmer is
-    not anomalous). spread is the typical (median over time) robust spread of the pack. `pack` (a
-    `Grid.pack`): the rows are only some of the pack, whose median and median absolute deviation
-    Prometheus computed over all of it.
+    deviation[s, t] = x[s, t] - level[t] - offset[s], where offset is the row's own median deviation over
+    `baseline_cols` (its habitual place in the pack: a GPU that always runs 4 degC warmer is not anomalous).
+    The pack's level at each instant is the median of the rows' moves from their own usual levels (each
+    row's median over the window), plus the median usual level; spread is the typical (median over time)
+    robust spread of those moves. A pack made of two packs (a rack power-capped by design runs cooler and
+    slower) has no meaningful median of raw values (it flips from one group to the other when one row
+    moves) and its raw spread is the gap between the groups, not how far a member wanders from its own
+    place. `pack` (a `Grid.pack`): the rows are only some of the pack, whose level (`median`) and median
+    absolute deviation of the moves (`mad`) Prometheus computed over all of it the same way.
     """
     if pack and "median" in pack and "mad" in pack:
         med = pack["median"]
@@ -229,8 +233,11 @@ def peer_deviation(
         spread = MAD_SCALE * float(np.median(mad)) if len(mad) else 0.0
         return _offset(values - med[None, :], baseline_cols), np.full(values.shape[1], spread), med
     with np.errstate(all="ignore"):
-        med = np.nanmedian(values, axis=0)
-        spread_t = robust_spread(values, axis=0)
+        usual = np.nanmedian(values, axis=1) if values.size else np.zeros(len(values))
+        usual = np.where(np.isnan(usual), np.nanmedian(usual) if np.isfinite(usual).any() else 0.0, usual)
+        moves = values - usual[:, None]
+        med = np.nanmedian(moves, axis=0) + (float(np.median(usual)) if len(usual) else 0.0)
+        spread_t = robust_spread(moves, axis=0)
         spread = float(np.nanmedian(spread_t)) if np.isfinite(spread_t).any() else 0.0
     return _offset(values - med[None, :], baseline_cols), np.full(values.shape[1], spread), med
 

@@ -133,15 +133,34 @@ def _corroborates(o: Finding, f: Finding) -> bool:
     return related and f.onset - 300 <= o.onset <= f.onset + 1800
 
 
+#: triage classes that say nothing of a failure: inferred from the steps' timing or the log's end alone
+_NO_FAILURE = frozenset({"hang", "unknown-death", "tgs-degradation", "soft-success"})
+
+
+def _log_failure(ctx: Context) -> bool:
+    """Whether the job's log shows a failure: a failed or cancelled status, or a line of any failure class."""
+    tr = ctx.triage or {}
+    job = tr.get("job") or {}
+    if job.get("status") in ("failed", "cancelled", "hanging"):
+        return True
+    return any(m.get("class") not in _NO_FAILURE for m in tr.get("matches") or [] if isinstance(m, dict))
+
+
 def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
     """Turn findings that lack what their class needs into notes (info)."""
-    if ctx.triage is None and not any(f.rule == "busy_wait" for f in findings):
+    if not any(f.rule == "busy_wait" for f in findings):
         # Without a log, steps that stop before the data ends may just be the job's end (exporters kept
-        # running): only GPUs still spinning make it a hang.
+        # running): only GPUs still spinning make it a hang. With a log that shows no failure, the job's own
+        # GPUs going idle after its last step is its end too.
         for f in findings:
-            if f.rule == "step_stall":
+            if f.rule != "step_stall":
+                continue
+            if ctx.triage is None:
                 f.severity = "info"
                 f.title += " (GPUs not busy-waiting: the job may simply have ended)"
+            elif f.extra.get("job_gpus_idle") and not _log_failure(ctx):
+                f.severity = "info"
+                f.title += " (the job's GPUs went idle and its log shows no failure: the job ended)"
     for f in findings:
         # a rule may need another rule's finding on the same host to stand (e.g. dmesg errors alone)
         needs = f.extra.get("needs") or ()

@@ -30,7 +30,7 @@ from ._diagnose_types import (
 )
 from .analysis import build_context, decide_diagnosis, evaluate
 from .context import Timeline
-from .hostnames import host_names, rename_outputs, same_host
+from .hostnames import host_names, rename_outputs, result_hosts, same_host
 from .loader import load_playbooks
 from .log_evidence import hw_xid_hosts
 from .log_series import with_log_loss
@@ -178,7 +178,10 @@ def named_once(
 ) -> tuple[SourceInfo, list[PlaybookOutput]]:
     """Return the source and outputs with each host under its one name (the log's, else the shortest an
     exporter gives it; see playbooks.hostnames), so that every finding and culprit names it alike."""
-    names = host_names(source.hosts, [str(n) for n in (triage or {}).get("nodes") or []]).renames()
+    # every name the results carry, not only the hosts reporting at the data's end: a host that died long
+    # before stopped reporting its node_exporter's uname, yet its earlier series name it
+    named = set(source.hosts) | {h for o in outputs for h in result_hosts(o.results)}
+    names = host_names(sorted(named), [str(n) for n in (triage or {}).get("nodes") or []]).renames()
     if not names:
         return source, list(outputs)
     hosts = tuple(sorted({names.get(h, h) for h in source.hosts}))

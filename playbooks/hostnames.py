@@ -24,6 +24,7 @@ __all__ = [
     "canonical_names",
     "host_names",
     "rename_outputs",
+    "result_hosts",
     "same_host",
     "short_name",
     "without_port",
@@ -105,6 +106,18 @@ def _rename_result(data: Mapping[str, Any], names: Mapping[str, str]) -> dict[st
             labels = _renamed_labels(s.get("labels", {}), names)
             seen.setdefault(_key(labels), {**s, "labels": labels})
         out["samples"] = list(seen.values())
+    return out
+
+
+def result_hosts(results: Mapping[str, Any]) -> set[str]:
+    """Return every host a playbook's `results` (query name -> result dict) names in a series or sample."""
+    out: set[str] = set()
+    for data in results.values():
+        if isinstance(data, Mapping):
+            for s in [*data.get("series", []), *data.get("samples", [])]:
+                host = s.get("labels", {}).get("host")
+                if isinstance(host, str) and host:
+                    out.add(host)
     return out
 
 

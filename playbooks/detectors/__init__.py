@@ -89,13 +89,19 @@ def _spec(
 DETECTORS: dict[str, DetectorSpec] = {
     s.name: s
     for s in (
-        _spec("step_stall", _det_step_stall, ("step",), ("last step time",)),
+        _spec(
+            "step_stall",
+            _det_step_stall,
+            ("step",),
+            ("last step time", "utilisation per GPU", "power per GPU"),
+            params="idle_util trained_ratio",
+        ),
         _spec(
             "busy_wait",
             _det_busy_wait,
             ("utilisation per host", "power per host"),
-            ("lowest utilisation per host", "samples per host", "utilisation per GPU"),
-            params="util_min power_ratio_max idle_util presence gpu_query min_duration",
+            ("lowest utilisation per host", "samples per host", "utilisation per GPU", "power per GPU"),
+            params="util_min power_ratio_max idle_util presence gpu_query min_duration trained_ratio",
         ),
         _spec(
             "host_silent",

@@ -28,7 +28,32 @@ def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[flo
         f"while data continues (typical step {tl.step_s or 0:.1f} s)"
     )
     q = "last_step_ts" if ctx.grid("last_step_ts") else "step"
-    return _finding(pb, rule, [], [], tl.last_advance, [_ev(ctx, q, {}, tl.last_step or 0, text)])
+    idle = _gpus_idle_after(ctx, rule)
+    if idle:
+        text += "; the job's GPUs then went idle (no spinning in a collective)"
+    ev = [_ev(ctx, q, {}, tl.last_step or 0, text)]
+    return _finding(pb, rule, [], [], tl.last_advance, ev, job_gpus_idle=idle)
+
+
+def _gpus_idle_after(ctx: Context, rule: RuleSpec) -> bool:
+    """Whether the job's GPUs went idle after its last step: nearly every one of them (those that trained,
+    when another tenant shares the hosts) below `idle_util` from a couple of scrapes after it to the end."""
+    tl = ctx.timeline
+    util = ctx.grid(rule.queries[2]) if len(rule.queries) > 2 else None
+    if util is None or tl.last_advance is None:
+        return False
+    cols = util.mask(tl.last_advance + max(60.0, 2 * util.step), tl.end)
+    if cols.sum() < 2:
+        return False
+    job = _trained_gpus(ctx, rule, 3)
+    levels = [
+        nan_median(v[cols])
+        for lab, v in zip(util.labels, util.values, strict=True)
+        if job is None or (lab.get("host", ""), lab.get("gpu", "")) in job
+    ]
+    levels = [x for x in levels if math.isfinite(x)]
+    idle_util = float(rule.params.get("idle_util", 20.0))
+    return bool(levels) and sum(x < idle_util for x in levels) >= 0.9 * len(levels)
 
 
 def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -57,9 +82,11 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
     if not math.isfinite(active) or active <= 0:
         return None
     silent = _silent_hosts(ctx, p.get("presence", ()), a, b)
-    # a host spins when its GPUs (or, per GPU, any of them) run at high utilisation at low power
+    # a host spins when its GPUs (or, per GPU, any of them) run at high utilisation at low power; only the
+    # job's GPUs count: another tenant's on the same hosts never trained for this job
+    job_gpus = _trained_gpus(ctx, rule)
     sets = (
-        _busy_sets(per_gpu, per_gpu.mask(a, b), float(p.get("util_min", 70.0)), silent)
+        _busy_sets(per_gpu, per_gpu.mask(a, b), float(p.get("util_min", 70.0)), silent, job_gpus)
         if per_gpu is not None
         else None
     )
@@ -283,12 +310,50 @@ def _silences(
     return absent, via_up, dead
 
 
-def _busy_sets(g: Grid, cols: np.ndarray, util_min: float, skip: set[str]) -> dict[str, frozenset[str]]:
-    """Return each host's set of GPU indices that spin (utilisation >= util_min) over most of `cols`."""
+def _trained_gpus(ctx: Context, rule: RuleSpec, at: int = 5) -> set[tuple[str, str]] | None:
+    """Return the job's GPUs as (host, gpu): those whose power stood at the job's training level while its
+    steps advanced; None when every GPU did (or per-GPU power is not collected): no other tenant to leave out.
+
+    The training level is that of the job's busiest GPUs (the 90th percentile of the GPUs' own medians over
+    the steady training); a GPU that kept well below it (under `trained_ratio` of it) all along did not run
+    the job's steps: another tenant's job on the same hosts (a node shared between jobs). `at`: the index
+    of the rule's per-GPU power query.
+    """
+    g = ctx.grid(rule.queries[at]) if len(rule.queries) > at else None
+    if g is None or not g.labels:
+        return None
+    m = ctx.timeline.steady_mask(g.t)
+    if not m.any():
+        m = ctx.timeline.valid_training(g.t)
+    if not m.any():
+        return None
+    meds = np.array([nan_median(v[m]) for v in g.values])
+    ok = np.isfinite(meds)
+    if not ok.any():
+        return None
+    level = float(np.percentile(meds[ok], 90))
+    trained = ok & (meds >= float(rule.params.get("trained_ratio", 0.75)) * level)
+    if trained[ok].all():
+        return None
+    return {(lab.get("host", ""), lab.get("gpu", "")) for lab, t in zip(g.labels, trained, strict=True) if t}
+
+
+def _busy_sets(
+    g: Grid,
+    cols: np.ndarray,
+    util_min: float,
+    skip: set[str],
+    only: set[tuple[str, str]] | None = None,
+) -> dict[str, frozenset[str]]:
+    """Return each host's set of GPU indices that spin (utilisation >= util_min) over most of `cols`
+    (among `only`, the job's GPUs, when given)."""
     sets: dict[str, set[str]] = {}
     for lab, v in zip(g.labels, g.values, strict=True):
         h, gpu = lab.get("host", ""), lab.get("gpu", "")
         if h in skip:
+            continue
+        if only is not None and (h, gpu) not in only:
+            sets.setdefault(h, set())
             continue
         seg = v[cols]
         seg = seg[~np.isnan(seg)]

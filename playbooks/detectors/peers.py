@@ -7,7 +7,15 @@ from typing import Any
 
 import numpy as np
 
-from playbooks.anomaly import Grid, burst_chance, first_sustained, peer_deviation, walk_back
+from playbooks.anomaly import (
+    MAD_SCALE,
+    Grid,
+    burst_chance,
+    first_sustained,
+    peer_deviation,
+    robust_spread,
+    walk_back,
+)
 from playbooks.context import Context, Finding
 from playbooks.departure import departure
 from playbooks.model import Playbook, RuleSpec
@@ -62,16 +70,14 @@ def _det_peer_outlier(
     if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
         return None
     hosts, gpus, ev, onset = [], [], [], None
+    # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
+    # disarray (its members follow a move each with its own timing and share), one member's place in it is
+    # not its own doing: such instants do not date a departure
+    moving = disarray(dev, g.pack, scale) | fleet_move(med, scale, m)
     for r, i in flagged:
-        z = np.where(np.isnan(zz[r]), -np.inf, zz[r])
-        j = walk_back(z, i, float(p.get("onset_z", 2.0)))
-        t_on = float(g.t[j]) - g.step / 2
+        y = np.where(m & ~np.isnan(vals[r]), d[r], np.nan)
+        t_on = _left_pack(g, rule, zz[r], y, moving, i, length)
         h, gpu = g.key(r)
-        if p.get("ramp_window"):
-            # a slow ramp is beyond the pack's spread long after it left its own level: date that departure
-            y = np.where(m & ~np.isnan(vals[r]), d[r], np.nan)
-            tau = departure(g.t, y, i, j, earliest=float(g.t[j]) - _dur(rule, "ramp_window", 3600.0))
-            t_on = min(t_on, tau) if tau is not None else t_on
         onset = t_on if onset is None else min(onset, t_on)
         if h not in hosts:
             hosts.append(h)
@@ -90,6 +96,60 @@ def _det_peer_outlier(
             )
         )
     return _finding(pb, rule, hosts, gpus, onset, ev)
+
+
+def _left_pack(
+    g: Grid, rule: RuleSpec, z: np.ndarray, y: np.ndarray, moving: np.ndarray, i: int, length: int
+) -> float:
+    """Return when a row left the pack on its way to the crossing at index `i` (`z` its standing against
+    the pack, `y` its deviation where judged). Instants of the pack's disarray tell nothing: the crossing
+    is taken where the pack is orderly; a row in its place before a disarray and beyond it after left
+    during it. A slow ramp (`ramp_window`) is dated where it left its own level, the rise's shape read up to
+    the end of the sustained stretch (`length` points) that confirmed the crossing."""
+    p = rule.params
+    orderly = np.nonzero(~moving[i:] & np.isfinite(z[i:]))[0]
+    cross = i + int(orderly[0]) if len(orderly) else i
+    z = np.where(np.isnan(z), -np.inf, z)
+    j = walk_back(np.where(moving, np.nan, z), cross, float(p.get("onset_z", 2.0)))
+    while j > 0 and moving[j - 1]:
+        j -= 1
+    t_on = float(g.t[j]) - g.step / 2
+    if p.get("ramp_window"):
+        # a slow ramp is beyond the pack's spread long after it left its own level: date that departure
+        y = np.where(moving, np.nan, y)
+        end = min(len(y) - 1, cross + length - 1)
+        tau = departure(g.t, y, end, j, earliest=float(g.t[j]) - _dur(rule, "ramp_window", 3600.0))
+        t_on = min(t_on, tau) if tau is not None else t_on
+    return t_on
+
+
+#: The pack is in disarray at an instant where its members wander this many times their typical spread.
+DISARRAY = 3.0
+
+
+def disarray(dev: np.ndarray, pack: Mapping[str, np.ndarray] | None, scale: np.ndarray) -> np.ndarray:
+    """Return the instants where the pack's spread (of the rows' deviations from their own habitual place,
+    or Prometheus's median absolute deviation of the whole pack) exceeds DISARRAY times its typical `scale`."""
+    with np.errstate(all="ignore"):
+        spread_t = MAD_SCALE * pack["mad"] if pack and "mad" in pack else robust_spread(dev, axis=0)
+        out = spread_t > DISARRAY * scale
+    return np.where(np.isnan(out), False, out).astype(bool)
+
+
+def fleet_move(level: np.ndarray, scale: np.ndarray, judged: np.ndarray) -> np.ndarray:
+    """Return the instants on either side of a step of the pack's `level` larger than DISARRAY times both
+    the members' typical wander (`scale`) and the level's own large steps while `judged` (the 90th
+    percentile: a pack that dips at every checkpoint makes such moves its rhythm, not an event)."""
+    with np.errstate(all="ignore"):
+        step = np.abs(np.diff(level))
+        usual = step[judged[1:] & judged[:-1] & np.isfinite(step)]
+        typical = float(np.quantile(usual, 0.9)) if len(usual) else 0.0
+        big = step > DISARRAY * np.maximum(scale[1:], typical)
+    big = np.where(np.isnan(big), False, big).astype(bool)
+    out = np.zeros(len(level), bool)
+    out[1:] |= big
+    out[:-1] |= big
+    return out
 
 
 def _rare(

@@ -5,7 +5,7 @@ node_exporter scraped by address, a stale Xid, remapped-row fields instead of EC
 >= 1.11 RDMA counters, DCGM's 30 s collection under a 15 s scrape, an exporter that comes up late, a
 restarted exporter pod that renames its host, background counter noise, relabelled hosts, AMD's
 device-metrics-exporter with its field prefix, a trainer whose step gauge is refreshed less often than
-steps complete). `Exporters.random(seed)` draws one; `Exporters.named(...)`
+steps complete, a node shared with another tenant whose GPUs stay busy at a steady partial load). `Exporters.random(seed)` draws one; `Exporters.named(...)`
 gives a perturbation of the robustness bench by name.
 """
 
@@ -84,6 +84,7 @@ class Exporters:
     trainer_gauges: bool = True
     gpu_util_field: str = "util"
     symbol_errors: bool = False
+    neighbour_gpus: int = 0
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "amd-dme", "none"):
@@ -166,6 +167,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "no-trainer-gauges": {"trainer_gauges": False},
     "dcgm-profiling": {"gpu_util_field": "profiling"},
     "red-herrings": {"stale_xid": True, "counter_noise": True, "noisy_host": True},
+    "shared-node": {"neighbour_gpus": 4},
 }
 
 
@@ -173,7 +175,7 @@ def apply_to_job(job: Job, ex: Exporters) -> None:
     """Change the simulated job where the deployment changes what the exporters read (before emitting).
 
     Host names (host_domain) must be applied before simulation by the caller; here: background counter
-    noise, the stale Xid.
+    noise, the stale Xid, a neighbour tenant's GPUs (after the log is written: the job knows only its own).
     """
     rng = np.random.default_rng([job.seed, 777])
     if ex.counter_noise:
@@ -202,6 +204,33 @@ def apply_to_job(job: Job, ex: Exporters) -> None:
             xid[h, g] = float(rng.choice([31, 43, 79]))
             job.red_herrings["stale_xid"] = f"{job.hosts[h]}:{g}"
             job.notes.append(f"GPU {g} of {job.hosts[h]} holds an Xid from before the job (stale)")
+    if ex.neighbour_gpus > 0:
+        _add_neighbour(job, ex.neighbour_gpus)
+
+
+def _add_neighbour(job: Job, n: int) -> None:
+    """Append `n` GPUs a host that another tenant keeps busy at a steady partial load (never the job's)."""
+    rng = np.random.default_rng([job.seed, 515])
+    gs, gm = job.gpu_sig, job.gpu
+    K, _, N = gs["power"].shape
+    level = rng.uniform(40.0, 80.0, (K, n, 1))  # each GPU its own steady load (mean 50-60 % a host)
+    util = np.clip(level + rng.normal(0.0, 3.0, (K, n, N)), 0.0, 100.0)
+    power = gm.active_w * (0.1 + 0.45 * level / 100.0) + rng.normal(0.0, 8.0, (K, n, N))
+    clock = np.nanmax(gs["sclk"]) * rng.uniform(0.85, 0.95, (K, n, 1)) * np.ones((1, 1, N))
+    extra = {
+        "util": util,
+        "power": power,
+        "temp": rng.uniform(45.0, 55.0, (K, n, 1)) + rng.normal(0.0, 0.5, (K, n, N)),
+        "sclk": np.round(clock),
+        "mclk": np.full((K, n, N), float(gm.mem_clock_mhz)),
+        "vram_used": gm.vram_bytes * rng.uniform(0.3, 0.6, (K, n, 1)) * np.ones((1, 1, N)),
+        "vram_total": np.full((K, n, N), float(gm.vram_bytes)),
+    }
+    for key, arr in gs.items():
+        if getattr(arr, "ndim", 0) == 3 and arr.shape[:2] == (K, job.gpus):
+            add = extra.get(key, np.zeros((K, n, N)))
+            gs[key] = np.concatenate([arr, add], axis=1)
+    job.notes.append(f"another tenant keeps GPUs {job.gpus}-{job.gpus + n - 1} of every host busy")
 
 
 def hold(values: np.ndarray, interval: float, collect_s: float, phase: int) -> np.ndarray:

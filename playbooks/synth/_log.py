@@ -318,7 +318,8 @@ def _ending(job: Job, w: _Writer) -> None:
         _nan_ending(job, w)
         return
     if job.scenario.ending == "complete":
-        end = job.job_end
+        # the run's own end: before the capture's when the exporters kept scraping after it
+        end = job.job_end if "capture_after_end" not in job.variants else float(job.crash_time or 0) + 25
         w.add(end - 20, f"== Training END ({int(end - job.train_start)}s) ==")
         w.add(end - 10, "[Ray] Cleaning up...", 0)
         _summary(w, end - 5, 0, "")

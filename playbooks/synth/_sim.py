@@ -93,6 +93,8 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
     elif sc.name == "node-death":
         job.stall_time = onset + float(rng.uniform(2, 20))
         job.crash_time = onset + job.hb_timeout + float(rng.uniform(5, 40))
+        if "long_wait" in job.variants:
+            job.crash_time = onset + job.variants["long_wait"]
     elif sc.name == "gpu-hardware-fault":
         job.crash_time = onset + float(rng.uniform(40, 300))
         job.stall_time = job.crash_time
@@ -103,6 +105,9 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
         job.job_end = onset + job.variants["error_at_end"]
     if "death_at_end" in job.variants:
         job.job_end = onset + job.variants["death_at_end"]  # the capture ends; the job (and its log) go on
+    if "capture_after_end" in job.variants:
+        # the run completes and its processes exit; the capture goes on with the job's GPUs idle
+        job.stall_time = job.crash_time = job.job_end - job.variants["capture_after_end"]
 
 
 def _slowdown(job: Job, rng: np.random.Generator, onset: float) -> Slowdown:

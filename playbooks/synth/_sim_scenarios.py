@@ -116,6 +116,10 @@ def _thermal_straggler(s: Sim) -> None:
     g.temp[ch, cg] = g.temp[ch, cg] + rise * frac
     g.clock[ch, cg] = g.clock[ch, cg] * (1 - float(rng.uniform(0.2, 0.35)) * np.clip(frac * 1.5 - 0.3, 0, 1))
     g.power[ch, cg] = g.power[ch, cg] * (1 - 0.15 * frac)
+    if "capped_rack" in job.variants:
+        _variants.capped_rack(job, g.temp, g.clock, g.power, ch)
+    if "cooling_drop" in job.variants:
+        _variants.cooling_drop(job, g.temp, s.grid.t, s.inc.onset)
     job.culprits = [{"host": job.hosts[ch], "gpu": str(cg)}]
 
 

@@ -119,7 +119,7 @@ def _gpu_family(
     t = job.t
     for h in range(job.nodes):
         late = np.arange(len(t)) < ex.gpu_late_scrapes
-        for g in range(job.gpus):
+        for g in range(arr.shape[1]):  # the job's GPUs, then a neighbour tenant's (shared-node)
             vals = _mask(job, h, hold(arr[h, g], job.interval, ex.gpu_collect_s, phase=h % 2), gpu=True)
             vals[late] = np.nan
             for lab, part in lay.gpu_series_labels(h, g, extra_of(h, g)):
@@ -136,7 +136,7 @@ def _dcgm(lay: _Layout) -> Iterator[Item]:
         [
             f"GPU-{rng.integers(0, 2**32):08x}-{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**16):04x}-"
             f"{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**48):012x}"
-            for _ in range(job.gpus)
+            for _ in range(gs["power"].shape[1])
         ]
         for _ in range(job.nodes)
     ]

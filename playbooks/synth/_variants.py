@@ -42,10 +42,19 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   temperature crosses any threshold against the pack long after it left its own level.
 - training-instability `smooth_divergence`: gradient norm, loss and MoE load-balance loss climb smoothly
   (exponentially, over minutes) from the onset instead of jumping.
+- thermal-straggler `capped_rack`: half the hosts (a rack, never the culprit's) are power-capped by design
+  for the whole job: their GPUs run 6-12 degC cooler and clock 12-18 % lower, so the pack is two packs.
+- thermal-straggler `cooling_drop`: a fleet-wide temperature drop of 8-14 degC (a cooling change; each
+  host cools by its own share of it) within a minute or two of the onset, recovering over a few minutes;
+  each host's exporter sees it up to a scrape and a half late (its own collection phase).
+- node-death `long_wait`: the survivors wait 20-40 minutes (a collective timeout) before the job is
+  killed, so the dead host has been silent far longer than any lookback at the data's end.
 - training-instability `elastic_restart`: 10-25 minutes before the onset an
   elastic agent restarts every worker: after a gap of 1-3 minutes the steps go back to a checkpoint at least
   40 steps back (or to the run's first step) and are run again, so the loss (and every step's metrics) are logged anew from that step's level: nobody's
   fault, and no onset.
+- healthy `capture_after_end`: the run completes 3-7 minutes before the capture ends (the exporters keep
+  scraping): the steps stop, the job's GPUs idle from its last step on, the log ends with its summary.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -64,11 +73,15 @@ OPT_IN = {
     "remap_before_death": "node-death",
     "coarse_staircase": "host-oom",
     "slow_heating": "thermal-straggler",
+    "capped_rack": "thermal-straggler",
+    "cooling_drop": "thermal-straggler",
+    "long_wait": "node-death",
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
+    "capture_after_end": "healthy",
 }
 
 
@@ -106,6 +119,14 @@ def choose(job: Any) -> dict[str, Any]:
         v["save_peaks"] = float(stream(job, 10).uniform(0.90, 0.95))
     if name == "thermal-straggler" and "slow_heating" in job.opt_in:
         v["slow_heating"] = float(stream(job, 11).uniform(1500, 2700))  # seconds of the ramp
+    if name == "thermal-straggler" and "capped_rack" in job.opt_in:
+        r = stream(job, 14).uniform(0, 1, 2)
+        v["capped_rack"] = (float(6 + 6 * r[0]), float(0.82 + 0.06 * r[1]))  # (degC cooler, clock factor)
+    if name == "thermal-straggler" and "cooling_drop" in job.opt_in:
+        r = stream(job, 15).uniform(0, 1, 2)
+        v["cooling_drop"] = (float(8 + 6 * r[0]), float(-30 + 120 * r[1]))  # (degC, seconds after the onset)
+    if name == "node-death" and "long_wait" in job.opt_in:
+        v["long_wait"] = float(stream(job, 16).uniform(1200, 2400))  # seconds from the death to the kill
     if name == "training-instability" and "smooth_divergence" in job.opt_in:
         v["smooth_divergence"] = float(stream(job, 12).uniform(150, 400))  # e-folding time, seconds
     if name == "training-instability" and "elastic_restart" in job.opt_in:
@@ -113,6 +134,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["elastic_restart"] = (float(600 + 900 * r[0]), float(60 + 120 * r[1]))  # (before the onset, gap) s
     if name == "training-instability" and "nan_stop" in job.opt_in:
         v["nan_stop"] = True
+    if name == "healthy" and "capture_after_end" in job.opt_in:
+        v["capture_after_end"] = float(stream(job, 15).uniform(180, 420))  # seconds of data after the end
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -304,3 +327,31 @@ def short_freeze(job: Any, t: np.ndarray, onset: float) -> tuple[int, int]:
         f"exporter frozen {secs / 60:.1f} min " + ("to the data's end" if at_end else "then restarted")
     )
     return i, j
+
+
+def capped_rack(job: Any, temp: np.ndarray, clock: np.ndarray, power: np.ndarray, culprit: int) -> None:
+    """Half the hosts, a contiguous block without the culprit, run power-capped for the whole job."""
+    cooler, factor = job.variants["capped_rack"]
+    K = temp.shape[0]
+    half = [h for h in range(K) if h != culprit][: max(1, K // 2)]
+    if culprit < K // 2:
+        half = [h for h in range(K) if h != culprit][-max(1, K // 2) :]
+    temp[half] -= cooler
+    clock[half] *= factor
+    power[half] *= 0.8
+    job.red_herrings["capped_rack"] = [job.hosts[h] for h in half]
+
+
+def cooling_drop(job: Any, temp: np.ndarray, t: np.ndarray, onset: float) -> None:
+    """Every GPU cools by about the drawn degrees (each host by its own share, 0.6-1.4 of it: its place in
+    the airflow) for 90 s, recovering over 3 min; each host's exporter sees it up to 1.5 scrapes late."""
+    depth, after = job.variants["cooling_drop"]
+    rng = stream(job, 17)
+    for h in range(temp.shape[0]):
+        t0 = onset + after + float(rng.uniform(0, 1.5 * job.interval))
+        dt = t - t0
+        shape = np.where((dt >= 0) & (dt < 90), 1.0, 0.0) + np.where(
+            dt >= 90, np.clip(1 - (dt - 90) / 180, 0, 1), 0
+        )
+        temp[h] -= depth * float(rng.uniform(0.6, 1.4)) * shape[None, :]
+    job.red_herrings["cooling_drop"] = f"{depth:.0f} degC at {onset + after:.0f}"

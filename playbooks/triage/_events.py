@@ -166,9 +166,16 @@ def _prefix(msg: str, year: tuple[int, int] | None) -> tuple[str | None, float |
 
 
 def event_line(
-    ev: EventScan, n: int, label: int | None, ts: float | None, msg: str, year: tuple[int, int] | None
+    ev: EventScan,
+    n: int,
+    label: int | None,
+    ts: float | None,
+    msg: str,
+    year: tuple[int, int] | None,
+    tz: float = 0.0,
 ) -> str | None:
-    """Record the host event of one line, if any; return the triage class the line stands for, or None."""
+    """Record the host event of one line, if any; return the triage class the line stands for, or None.
+    `tz`: seconds east of UTC of the local times Slurm and the kernel print (0: read as UTC)."""
     if ev.torch_open >= 0 and ("=====" in msg or n - ev.torch_open > 40):
         ev.torch, ev.torch_open = {}, -1
     for k in _TRIGGERS:  # most lines hold none of these: a plain loop is the cheapest test
@@ -187,6 +194,7 @@ def event_line(
             ev.gpu_bus.setdefault((label, smi[1]), smi[0])
         return None
     kind, host, rank, t, code = found
+    t = t - tz if t is not None else t  # Slurm's, the kernel's and torchrun's times are the hosts' local time
     x = _XID.search(msg) if kind == "xid" else None
     pci = bus_key(x.group(1)) if x else None
     _keep(ev, _Raw(kind, n, host, label, rank, t if t is not None else ts, code, msg, pci))

@@ -12,6 +12,7 @@ from ._events import resolve_events, resolve_gpu_bus
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
+from ._trainers import settle
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
 # the seed table's training classes but the hang itself and NCCL timeouts, which a hang causes.
@@ -22,6 +23,7 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
+    settle(st)
     steps = sorted(st.steps)
     out.first_step = steps[0] if steps else None
     out.last_step = steps[-1] if steps else None
@@ -58,6 +60,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if any(row[2] is not None for row in st.steps.values()):
         out.details["log_loss"] = loss_points(st.steps)
+    if st.bar_from_job_start and steps:
+        out.details["last_step_time_estimated"] = True
     if st.restarts:
         out.details["restarts"] = [[ts, step] for ts, step in st.restarts]
     _nonfinite_loss(st, out)
@@ -133,7 +137,7 @@ def _finish_config(st: _State, out: Triage) -> None:
 def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any], float | None]:
     """Return (the progress figures but lost steps, the last step's time)."""
     cfg = out.config
-    total = _int(cfg.get("steps"))
+    total = _int(cfg.get("steps")) or st.total_steps
     prog: dict[str, Any] = {"steps_total": total}
     restored = (
         st.restored
@@ -172,7 +176,7 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
     if first_ts is not None:
         out.details["first_step_time"] = round(first_ts, 3)
     last_ckpt = None
-    if ckpt_on and out.last_step is not None:
+    if (ckpt_on or st.saved) and out.last_step is not None:
         if st.saved:
             last_ckpt = (
                 max(s for s in st.saved if s <= out.last_step)
@@ -221,7 +225,7 @@ def _status(
         if complete:
             return "soft-success"
         return "cancelled" if rc in (130, 143) else "failed"
-    if st.summary_seen or complete:
+    if st.summary_seen or complete or st.trainer_done is not None:
         return "completed"
     step_time = prog["step_time_s"]
     if now is not None and last_ts is not None and step_time and now - last_ts <= max(5 * step_time, 900.0):

@@ -81,7 +81,14 @@ _C10 = re.compile(
 # a line dated in ISO 8601 with its UTC offset (Python logging's own stamp), after torchrun's per-rank
 # `--tee` label ("[default0]:"); a stamp without an offset reads as UTC, like absl's
 _ISO = re.compile(
-    r"^(?:\[[A-Za-z_]+\d+\]:)?\[(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]\s?"
+    r"^(?:\[[A-Za-z_]+\d+\]:)?\[(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]\s?"
+)
+# the same stamp after pdsh's host label (DeepSpeed's multi-node launcher: "host: [2026-... ,900] [INFO] ...") or
+# a space (Megatron-LM's training_log: " [2026-04-17 17:53:27] iteration ..."), and Hugging Face's own
+# logging format "[INFO|trainer.py:2128] 2026-07-17 19:57:24,593 >> "
+_ISO_LOOSE = re.compile(
+    r"^(?:[A-Za-z0-9][\w.-]{0,252}: | +)\[(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s?"
+    r"|^\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\|[^\]]{1,200}\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) >> "
 )
 # a trainer reporting a non-finite loss ("loss is nan", "loss=inf", "NaN loss", "non-finite losses")
 _NONFINITE = re.compile(
@@ -160,20 +167,24 @@ def _abs_time(
     return t + (float("0." + frac) if frac else 0.0)
 
 
-def _dated(msg: str, year: tuple[int, int] | None) -> tuple[float | None, str]:
-    """Return (the line's time, the message without its absl or c10 header or ISO 8601 stamp)."""
+def _dated(msg: str, year: tuple[int, int] | None, tz: float = 0.0) -> tuple[float | None, str]:
+    """Return (the line's time, the message without its absl or c10 header or ISO 8601 stamp).
+
+    A stamp without a UTC offset (absl's, Python logging's) is the machine's local time: `tz` is that
+    zone's offset in seconds east of UTC (from the log's `date` header; 0 reads it as UTC)."""
     a = _ABSL.match(msg) or _C10.match(msg)
     if a:
         mo, day, hh, mm, ss = (int(x) for x in a.group(2, 3, 4, 5, 6))
-        return _abs_time(year, mo, day, hh, mm, ss, a.group(7)), msg[a.end() :]
-    m = _ISO.match(msg)
+        t = _abs_time(year, mo, day, hh, mm, ss, a.group(7))
+        return (t - tz if t is not None else None), msg[a.end() :]
+    m = _ISO.match(msg) or (_ISO_LOOSE.match(msg) if msg[:1] in " [" or ": [" in msg[:256] else None)
     if not m:
         return None, msg
     try:
-        d = dt.datetime.fromisoformat(m.group(1))
+        d = dt.datetime.fromisoformat(next(g for g in m.groups() if g))
     except ValueError:
         return None, msg
-    return (d if d.tzinfo else d.replace(tzinfo=dt.UTC)).timestamp(), msg[m.end() :]
+    return (d.timestamp() if d.tzinfo else d.replace(tzinfo=dt.UTC).timestamp() - tz), msg[m.end() :]
 
 
 def _float(text: str | None) -> float | None:

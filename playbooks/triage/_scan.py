@@ -27,6 +27,7 @@ from ._patterns import (
     _TUNNEL,
     _WALL,
     HARMLESS,
+    SIGNATURES,
     _classify,
     _clean,
     _dated,
@@ -35,6 +36,9 @@ from ._patterns import (
     _year_hint,
 )
 from ._state import _add, _State
+from ._trainers import TRIGGERS, header_date, trainer_line
+
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Job")
 
 
 def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slurm_state: str | None) -> None:
@@ -43,20 +47,25 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         if "completed step: " in raw and _step_seen(st, raw):
             continue  # most lines of a big log: another rank's copy of a step already read
         rank, msg = _clean(raw)
-        ts, msg = _dated(msg, st.year)
+        if st.job_start is None and msg[:3] in _WEEKDAYS and _scan_date(st, msg):
+            continue
+        ts, msg = _dated(msg, st.year, st.tz)
         if rank is None and not st.header_done and _scan_header(st, out, msg):
             continue
         if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
             continue
         if st.nonfinite is None and ts is not None and "oss" in msg and _NONFINITE.search(msg):
             st.nonfinite = (ts, n, msg.strip()[:300])
-        hint = event_line(st.events, n, rank, ts, msg, st.year)
+        if any(k in msg for k in TRIGGERS) and trainer_line(st, n, rank, ts, msg):
+            continue
+        hint = event_line(st.events, n, rank, ts, msg, st.year, st.tz)
         if _scan_progress(st, out, n, ts, msg):
             continue
         _scan_failure(st, n, ts, msg, hint)
     _finish(st, out, now, slurm_state)
 
 
+_HW_SIGNS = dict(SIGNATURES)["gpu-hw-error"]
 _SECONDS_START = frozenset("0123456789.")
 
 
@@ -77,6 +86,17 @@ def _step_seen(st: _State, raw: str) -> bool:
         return False
     prev = st.step_rank.get(int(num))
     return prev is not None and int(label) > prev  # the same rank again: a restart re-runs the step
+
+
+def _scan_date(st: _State, msg: str) -> bool:
+    """Read the job script's `date` line: the job's start, its zone (the log's local stamps) and year."""
+    d = header_date(msg)
+    if d is None:
+        return False
+    st.job_start, st.tz = d[0], d[1]
+    st.year = st.year or (d[2], d[3])
+    st.start_time = st.start_time if st.start_time is not None else d[0]
+    return True
 
 
 def _scan_header(st: _State, out: Triage, msg: str) -> bool:
@@ -164,7 +184,9 @@ def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) 
         c2 = _CANCELLED_AT.search(msg)
         if c2:
             with contextlib.suppress(ValueError):
-                st.cancel_time = dt.datetime.fromisoformat(c2.group(1)).replace(tzinfo=dt.UTC).timestamp()
+                st.cancel_time = (
+                    dt.datetime.fromisoformat(c2.group(1)).replace(tzinfo=dt.UTC).timestamp() - st.tz
+                )  # Slurm's local time
     if "Saved a checkpoint at step" in msg:
         s3 = _SAVED.search(msg)
         if s3:
@@ -225,8 +247,9 @@ def _scan_failure(st: _State, n: int, ts: float | None, msg: str, hint: str | No
             st.accused_tasks.append(int(tk.group(1)))
             return
         st.in_heartbeat = False
-    if any(h in msg for h in HARMLESS):
-        return
+    if any(h in msg for h in HARMLESS) and not any(p in msg for p in _HW_SIGNS):
+        return  # a known-harmless line, unless it also reports a failing GPU (an XLA "INTERNAL: CUDA error: ...
+        # CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC error encountered")
     klass = hint or _classify(msg, st.training_started)
     if klass:
         _add(st, klass, n, msg)

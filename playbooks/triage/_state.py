@@ -24,6 +24,12 @@ class _State:
         events: the host events gathered (`_events.EventScan`).
         last_logged: the step of the last step line read; restarts: (time, step) where the steps went back.
         nonfinite: (time, line, text) of the first dated line reporting a non-finite loss.
+        tz: seconds east of UTC of the log's local stamps (its `date` header); job_start: that header's time.
+        train_start: when a Trainer's progress bar began; total_steps: the steps the trainer said it runs.
+        pending_loss: a logged loss waiting for its step; trainer_rank: the rank whose step lines are read.
+        trainer_done: the time a trainer said it completed; launcher_ok / launcher_failed: the launcher's
+        successful exits, and the codes of its failing ones; bar_from_job_start: a progress bar was placed
+        from the job's start (no `Running training` line: its step times are early by the setup).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -51,6 +57,16 @@ class _State:
     last_logged: int | None = None
     restarts: list[tuple[float | None, int]] = field(default_factory=list)
     nonfinite: tuple[float, int, str] | None = None
+    tz: float = 0.0
+    job_start: float | None = None
+    train_start: float | None = None
+    total_steps: int | None = None
+    pending_loss: float | None = None
+    trainer_rank: int | None = None
+    trainer_done: float | None = None
+    launcher_ok: int = 0
+    bar_from_job_start: bool = False
+    launcher_failed: list[int] = field(default_factory=list)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -156,13 +156,20 @@ def test_timeline_bands_name_hosts_as_the_diagnosis_does(served_job, view_root, 
     assert named and named <= set(truth["hosts"]), named
 
 
-@pytest.mark.parametrize("scenario", ["host-oom", "thermal-straggler"])
-def test_a_host_node_exporter_knows_by_its_fqdn_keeps_its_one_name(served_job, view_root, scenario):
-    """node_exporter scraped at `gpu-N.cluster.internal:9100` (uname: the FQDN), DCGM and the scheduler say
-    `gpu-N`: the culprit and every finding name the host once, by the scheduler's name."""
-    result, truth, _ = _diagnose(
-        served_job, view_root, scenario, "nvidia", Exporters(node_domain=".cluster.internal")
-    )
+@pytest.mark.parametrize(
+    ("scenario", "by_address"),
+    [("host-oom", False), ("thermal-straggler", False), ("node-death", True), ("node-death", False)],
+)
+def test_a_host_node_exporter_knows_by_its_fqdn_keeps_its_one_name(
+    served_job, view_root, scenario, by_address
+):
+    """node_exporter scraped at `gpu-N.cluster.internal:9100` or at its IP (uname: the FQDN), DCGM and the
+    scheduler say `gpu-N`: the culprit and every finding name the host once, by the scheduler's name. A
+    host that died 20-40 min before the data ends (`long_wait`) stopped reporting its uname long before:
+    it is still one host (corpus D seed 2 07 named it twice, short and FQDN)."""
+    ex = Exporters(node_domain=".cluster.internal", node_by_address=by_address)
+    kw = {"variants": ("long_wait",)} if scenario == "node-death" else {}
+    result, truth, _ = _diagnose(served_job, view_root, scenario, "nvidia", ex, **kw)
     assert any(h.endswith(".cluster.internal") for h in result["source"]["hosts"]), "the TSDB holds FQDNs"
     _verdict_holds(result, truth)
     named = {h for f in result["findings"] for h in f["hosts"]}

@@ -94,7 +94,7 @@ def test_good_declaration_parses_into_dataclasses():
         (
             'detector = "host_silent"',
             'detector = "busy_wait"',
-            "rule 'silent': detector 'busy_wait' reads 2-5 queries",
+            "rule 'silent': detector 'busy_wait' reads 2-6 queries",
         ),
         (
             'queries = ["power"]',
@@ -103,8 +103,8 @@ def test_good_declaration_parses_into_dataclasses():
         ),
         (
             'detector = "host_silent"\nqueries = ["power"]',
-            'detector = "step_stall"\nqueries = ["power", "power", "power"]',
-            "detector 'step_stall' reads 1-2 queries",
+            'detector = "step_stall"\nqueries = ["power", "power", "power", "power", "power"]',
+            "detector 'step_stall' reads 1-4 queries",
         ),
         (
             'detector = "host_silent"',
