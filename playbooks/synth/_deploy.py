@@ -60,6 +60,8 @@ class Exporters:
             (a counter set of profiling fields only: DCGM_FI_PROF_GR_ENGINE_ACTIVE, a 0-1 ratio).
         symbol_errors: node_exporter's InfiniBand port counters include symbol errors (minor errors on the
             physical lanes), which a bad link counts along with its retransmits; healthy links count none.
+        rdma_textfile: a node_exporter textfile collector exports the ports' hw_counters files under their
+            own names (`node_rdma_hw_local_ack_timeout_err_total`, `..._packet_seq_err_total`, ...).
     """
 
     gpu: str = "dcgm"
@@ -84,6 +86,7 @@ class Exporters:
     trainer_gauges: bool = True
     gpu_util_field: str = "util"
     symbol_errors: bool = False
+    rdma_textfile: bool = False
     neighbour_gpus: int = 0
 
     def __post_init__(self) -> None:

@@ -280,6 +280,11 @@ def _infiniband(lay: _Layout) -> Iterator[Item]:
     ]
     if ex.symbol_errors:
         fams.append(("node_infiniband_symbol_error_total", np.floor(ns["retx"] / 2.0)))
+    if ex.rdma_textfile:
+        fams += [
+            ("node_rdma_hw_local_ack_timeout_err_total", ns["ack"]),
+            ("node_rdma_hw_packet_seq_err_total", np.floor(ns["retx"] / 8.0)),
+        ]
     if ex.rdma_hw_counters:
         fams += [
             ("node_infiniband_roce_adp_retransmits_total", ns["retx"]),

@@ -35,3 +35,13 @@ def test_symbol_errors_corroborate_the_degraded_link(served_job):
     assert symbol and set(symbol[0]["hosts"]) <= culprits and symbol[0]["severity"] == "warning"
     assert result["diagnosis"]["class"] == "rdma-degradation"
     assert {c["host"] for c in result["diagnosis"]["culprits"]} == culprits
+
+
+def test_ack_timeouts_a_textfile_collector_exports_under_the_hw_counter_names_are_read(served_job):
+    """A textfile collector beside node_exporter exports the ports' hw_counters files under their own names
+    (node_rdma_hw_local_ack_timeout_err_total): the ACK timeouts of the degraded hosts are read from them."""
+    ex = Exporters(node_by_address=True, trainer_gauges=False, rdma_textfile=True)
+    client, truth, job_dir = served_job("rdma-degradation", 1, "nvidia", exporters=ex)
+    result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
+    acks = [f for f in result["findings"] if f["title"].startswith("Sustained RDMA ACK timeouts")]
+    assert acks and set(acks[0]["hosts"]) == {c["host"] for c in truth["culprits"]}
