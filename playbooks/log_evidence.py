@@ -22,12 +22,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from .context import Context, Finding, triage_get
 from .hostnames import short_name
 from .triage import HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence", "hw_xid_hosts"]
 
+#: host memory at this share of its total is at its limit (host_oom.memory_exhausted's `limit`)
+MEM_LIMIT = 0.95
 _LOOKBACK_S = 1800.0  # errors this long before a node went silent are its onset (as the decision's own)
 
 
@@ -46,7 +50,7 @@ def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
                 {**e, "host": _tsdb_host(str(e["host"]), known)}
             )
     _node_failures(ctx, findings, by_kind.get("node-failure", []))
-    _kills(findings, by_kind.get("oom-kill", []), by_kind.get("killed", []))
+    _kills(ctx, findings, by_kind.get("oom-kill", []), by_kind.get("killed", []))
     xids = [e for e in by_kind.get("xid", []) if e.get("code") in HW_XIDS]
     buses = _bus_map(ctx, known) if xids else {}
     for e in xids:
@@ -190,9 +194,15 @@ def _node_failures(ctx: Context, findings: list[Finding], events: list[dict[str,
     )
 
 
-def _kills(findings: list[Finding], ooms: list[dict[str, Any]], killed: list[dict[str, Any]]) -> None:
+def _kills(
+    ctx: Context, findings: list[Finding], ooms: list[dict[str, Any]], killed: list[dict[str, Any]]
+) -> None:
     near = {h: f for f in findings if f.rule == "memory_exhausted" for h in f.hosts}
-    kills = ooms + [e for e in killed if e.get("code") == 137 and e["host"] in near]
+    kills = ooms + [
+        e
+        for e in killed
+        if e.get("code") == 137 and (e["host"] in near or _limit_between_scrapes(ctx, e["host"]))
+    ]
     if not kills:
         return
     meaning = {
@@ -218,6 +228,23 @@ def _kills(findings: list[Finding], ooms: list[dict[str, Any]], killed: list[dic
             [_evidence(e, meaning[e["kind"] == "oom-kill"]) for e in kills if e["host"] in hosts],
         )
     )
+
+
+def _limit_between_scrapes(ctx: Context, host: str) -> bool:
+    """Whether the host's memory reached its limit between two scrapes and a kill then freed it: at its last
+    sample before it fell by more than half it was still climbing, and one more scrape's climb at that pace
+    reaches the limit (`MEM_LIMIT` of the total). A kill comes at the limit, rarely on a scrape: the samples
+    of a fast rise may all stay below it (E21 01: 80 %, then 94 %, then 5 % once the process was killed)."""
+    g = ctx.grid("mem_frac")
+    x = g.row(host=host) if g is not None else None
+    if x is None:
+        return False
+    seen = x[np.isfinite(x)]
+    if len(seen) < 3:
+        return False
+    k = int(np.argmin(np.diff(seen)))  # the largest fall: what the kill freed
+    top, rise = float(seen[k]), float(seen[k] - seen[k - 1]) if k > 0 else 0.0
+    return seen[k + 1] < 0.5 * top and rise > 0 and top + rise >= MEM_LIMIT
 
 
 def _xids(ctx: Context, findings: list[Finding], events: list[dict[str, Any]]) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import numpy as np
 import pytest
 
+from playbooks.anomaly import Grid
 from playbooks.context import Context, Finding, Timeline
 from playbooks.decision import decide_diagnosis
 from playbooks.diagnose import run_diagnosis
@@ -300,3 +302,23 @@ def test_torchrun_stamped_lines_date_the_log_like_absl_headers(served_job, scena
     result = run_diagnosis(client, triage=triage)
     assert result["diagnosis"]["class"] == scenario
     assert result["diagnosis"]["onset"] == run_diagnosis(client, triage=base)["diagnosis"]["onset"]
+
+
+def _mem_ctx(events, rows):
+    """A context with host memory (share of the total) per host on a 30 s grid."""
+    ctx = _ctx(events)
+    t = np.arange(len(next(iter(rows.values())))) * 30.0 + 3000.0
+    ctx.results["mem_frac"] = Grid(t, [{"host": h} for h in rows], np.array(list(rows.values()), float))
+    return ctx
+
+
+def test_a_sigkill_where_memory_reached_its_limit_between_two_scrapes_is_an_oom_kill():
+    """E21 01: two writers climb ~15 % a scrape; one is seen at 95 %, the other at 94 % before both are
+    killed (exit 137) and fall to 5 %. The second reached its limit between the scrapes: both are OOM kills.
+    The control: a host killed alike whose memory stayed flat far below its limit is no OOM."""
+    climb = [0.25, 0.25, 0.37, 0.51, 0.65, 0.80, 0.942, 0.05, 0.05]
+    rows = {"h01": [*climb[:6], 0.951, 0.05, 0.05], "h02": climb, "h03": [0.25] * 7 + [0.05, 0.05]}
+    near = _f("memory_exhausted", "host-oom", "info", ["h01"], 3100.0, role="symptom")
+    events = [_ev("killed", h, code=137) for h in ("h01", "h02", "h03")]
+    d = decide_diagnosis(_mem_ctx(events, rows), [near])
+    assert d["class"] == "host-oom" and [c["host"] for c in d["culprits"]] == ["h01", "h02"]
