@@ -33,7 +33,7 @@ from .context import Timeline
 from .hostnames import host_names, rename_outputs, result_hosts, same_host
 from .loader import load_playbooks
 from .log_evidence import hw_xid_hosts
-from .log_series import with_log_loss
+from .log_series import with_log_loss, with_log_step_time
 from .model import Playbook
 from .profiles import PROFILES
 from .prometheus import PrometheusClient, PrometheusError
@@ -152,6 +152,7 @@ def decide(
     ran = [every[o.name] for o in outputs if o.name in every]
     source, outputs = named_once(source, outputs, triage)
     outputs = with_log_loss(outputs, triage, source.interval)
+    outputs = with_log_step_time(outputs, triage, source.interval)
     with warnings.catch_warnings():
         # medians over all-NaN columns (an instant where a host has no data) are expected to be NaN
         warnings.simplefilter("ignore", RuntimeWarning)

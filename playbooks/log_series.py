@@ -19,6 +19,7 @@ MAX_POINTS = 4000
 #: fewer logged losses than this are no series to judge
 MIN_POINTS = 20
 LOG_QUERY = "log: the loss printed by the step lines"
+LOG_STEP_QUERY = "log: the time between the timed step lines"
 
 
 def loss_points(steps: Mapping[int, tuple[Any, ...]]) -> list[list[float | None]]:
@@ -45,7 +46,33 @@ def with_log_loss(outputs: Sequence[Any], triage: Mapping[str, Any] | None, inte
     return out
 
 
-def _as_result(points: Sequence[Sequence[float | None]], interval: float) -> dict[str, Any]:
+def with_log_step_time(
+    outputs: Sequence[Any], triage: Mapping[str, Any] | None, interval: float
+) -> list[Any]:
+    """Return the outputs with a `step_time` result from the log given to the training playbook when it has
+    none: the time between consecutive timed step lines (per step: a log of more than MAX_POINTS steps keeps
+    every k-th), so that a slowdown is judged, and an RDMA degradation must overlap one, without a gauge."""
+    points = [p for p in ((triage or {}).get("details") or {}).get("log_loss") or [] if p[0] is not None]
+    if len(points) < MIN_POINTS + 1:
+        return list(outputs)
+    logged = ((triage or {}).get("details") or {}).get("steps_logged")
+    stride = max(1, math.ceil(int(logged) / MAX_POINTS)) if isinstance(logged, int) else 1
+    times = [float(p[0]) for p in points]
+    # a step's time, dated when it completed; a step line logged again after a restart (time going back) is none
+    per_step = [[b, (b - a) / stride if b > a else None] for a, b in zip(times, times[1:], strict=False)]
+    out = []
+    for o in outputs:
+        if o.name == "training" and "step_time" not in o.results and "step_time" not in o.errors:
+            o = dataclasses.replace(
+                o, results={**o.results, "step_time": _as_result(per_step, interval, LOG_STEP_QUERY)}
+            )
+        out.append(o)
+    return out
+
+
+def _as_result(
+    points: Sequence[Sequence[float | None]], interval: float, query: str = LOG_QUERY
+) -> dict[str, Any]:
     """Return a range result of the losses on a grid of `interval` (the source's scrape interval): at each grid
     time the last loss logged at or before it, as a scraped gauge would read; None before the first."""
     step = max(1.0, float(interval or 15.0))
@@ -61,7 +88,7 @@ def _as_result(points: Sequence[Sequence[float | None]], interval: float) -> dic
         values[k] = last
     return {
         "kind": "range",
-        "promql": LOG_QUERY,
+        "promql": query,
         "window_s": 0.0,
         "start": start,
         "step": step,

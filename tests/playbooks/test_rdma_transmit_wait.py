@@ -6,6 +6,7 @@ no trainer gauges, so only the log knows the steps. Generated jobs served by a r
 from __future__ import annotations
 
 from playbooks.diagnose import run_diagnosis
+from playbooks.log_series import LOG_STEP_QUERY
 from playbooks.synth import Exporters
 from playbooks.triage import triage_job
 
@@ -45,3 +46,14 @@ def test_ack_timeouts_a_textfile_collector_exports_under_the_hw_counter_names_ar
     result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
     acks = [f for f in result["findings"] if f["title"].startswith("Sustained RDMA ACK timeouts")]
     assert acks and set(acks[0]["hosts"]) == {c["host"] for c in truth["culprits"]}
+
+
+def test_without_a_step_gauge_the_slowdown_comes_from_the_logs_step_times(served_job):
+    """No training_* gauges: the step time is the time between the log's timed step lines, so the
+    degradation is judged against a real slowdown overlapping it (a step-time finding read from the log)."""
+    client, truth, job_dir = served_job("rdma-degradation", 1, "nvidia", exporters=IB_ONLY)
+    result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
+    slow = [f for f in result["findings"] if f["title"].startswith("Step time")]
+    assert slow and slow[0]["evidence"][0]["query"] == LOG_STEP_QUERY
+    assert slow[0]["onset"] >= truth["onset"] - 900
+    assert result["diagnosis"]["class"] == "rdma-degradation"
