@@ -16,6 +16,10 @@ from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding, _gaps, _match_host, _steady_level
 
+#: the JAX coordination service's heartbeat timeout when the program sets none (seconds: ten missed 10 s
+#: heartbeats; MaxText's base.yml has the same): a log that does not state it ran with it
+JAX_HEARTBEAT_TIMEOUT_DEFAULT = 100
+
 
 @dataclass(frozen=True)
 class _Scene:
@@ -63,8 +67,9 @@ def _det_accused_alive(
     accused = list(tr.get("heartbeat_accused") or [])
     crash = triage_get(tr, "job", "crash_time")
     timeout = _int(triage_get(tr, "config", "jax_distributed_heartbeat_timeout_seconds"))
+    timeout = JAX_HEARTBEAT_TIMEOUT_DEFAULT if timeout is None else timeout
     power, util = ctx.grid(rule.queries[0]), ctx.grid(rule.queries[1])
-    if not accused or crash is None or timeout is None or power is None:
+    if not accused or crash is None or power is None:
         return None
     if util is not None and len(util.t) != len(power.t):
         util = None

@@ -223,6 +223,9 @@ def _setup(w: _Writer, cfg_t: float) -> None:
     job, hosts = w.job, w.job.hosts
     for key in sorted(job.config):
         w.all_ranks(cfg_t, f"Config param {key}: {job.config[key]}")
+    if "hb_printed" in job.variants:
+        line = f"jax.distributed heartbeat_timeout_seconds={job.hb_timeout}"
+        w.add(cfg_t + 1, _absl("I", cfg_t + 1, w.pids[0], "main.py:81") + line, 0)
     w.all_ranks(cfg_t + 5, f"number parameters: {float(w.rng.uniform(7, 400)):.3f} billion")
     w.all_ranks(cfg_t + 6, "Memstats: After params initialized:")
     if job.restored_from is None:

@@ -23,7 +23,7 @@ from ._sim_parts import (
     _tb_export,
     _truncate_steps,
 )
-from ._sim_plan import GIB, NAN, TIB, Job, plan
+from ._sim_plan import GIB, JAX_HB_DEFAULT, NAN, TIB, Job, plan
 from ._sim_state import GpuSignals, Grid, HostSignals, Incident, NicSignals, Sim, Slowdown
 
 __all__ = ["GIB", "NAN", "TIB", "Job", "plan", "simulate"]
@@ -88,6 +88,7 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
         job.job_end = min(job.job_end, job.stall_time + hang_len)
         job.job_end = max(job.job_end, job.stall_time + 1200)
     elif sc.name == "heartbeat-false-positive":
+        job.hb_timeout = JAX_HB_DEFAULT if "hb_default" in job.variants else job.hb_timeout
         job.crash_time = onset + job.hb_timeout
         job.stall_time = job.crash_time
     elif sc.name == "node-death":

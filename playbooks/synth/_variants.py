@@ -55,6 +55,10 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   fault, and no onset.
 - healthy `capture_after_end`: the run completes 3-7 minutes before the capture ends (the exporters keep
   scraping): the steps stop, the job's GPUs idle from its last step on, the log ends with its summary.
+- heartbeat-false-positive `hb_printed`: the program prints the heartbeat timeout as JAX takes it
+  (`jax.distributed heartbeat_timeout_seconds=N`, an absl line of rank 0) instead of a `Config param` line.
+- heartbeat-false-positive `hb_default`: the log states no heartbeat timeout at all; the coordinator uses
+  JAX's documented default of 100 s.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -82,6 +86,8 @@ OPT_IN = {
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
+    "hb_printed": "heartbeat-false-positive",
+    "hb_default": "heartbeat-false-positive",
 }
 
 
@@ -150,6 +156,9 @@ def choose(job: Any) -> dict[str, Any]:
         v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
     if name == "monitoring-ghost-data" and "node_freeze" in job.opt_in:
         v["node_freeze"] = True
+    for k in ("hb_printed", "hb_default"):
+        if name == "heartbeat-false-positive" and k in job.opt_in:
+            v[k] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v

@@ -1,0 +1,37 @@
+"""Heartbeat false positives and odd-host collective hangs as the blind corpus E showed them (#10), each
+reproduced by the generator and diagnosed end to end through a served TSDB.
+
+- The program prints the JAX heartbeat timeout itself (`jax.distributed heartbeat_timeout_seconds=N`, not a
+  `Config param` line), or states none (JAX's default of 100 s applies): the heartbeat-stop time is still
+  known, the accused hosts are seen training up to the kill, and the steps stopping at the kill are its
+  effect, not a hang.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from playbooks.diagnose import run_diagnosis
+from playbooks.triage import triage_job
+
+
+def _diagnose(served_job, scenario, seed, profile, **kw):
+    client, truth, job_dir = served_job(scenario, seed, profile, **kw)
+    return run_diagnosis(client, triage=triage_job(job_dir).to_dict()), truth
+
+
+@pytest.mark.parametrize(("variant", "seed"), [("hb_printed", 1), ("hb_default", 2)])
+def test_a_heartbeat_timeout_printed_by_the_program_or_left_at_its_default_dates_the_stop(
+    served_job, variant, seed
+):
+    result, truth = _diagnose(
+        served_job, "heartbeat-false-positive", seed, "amd", nodes=6, variants=(variant,)
+    )
+    if variant == "hb_default":
+        assert truth["heartbeat_timeout_s"] == 100
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
+    accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
+    assert set(accused["hosts"]) == set(truth["accused_hosts"])
