@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -76,6 +77,7 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
         return None
     a = tl.last_advance + max(60.0, 2 * power.step)
     b = (tl.crash_time if tl.crash_time and tl.crash_time > a else tl.end) - power.step
+    b = _spin_end(util, a, b, float(p.get("util_min", 70.0)))
     if power.mask(a, b).sum() < 1 or util.mask(a, b).sum() < 1:
         return None
     active = _steady_level(ctx, power)
@@ -118,6 +120,21 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
             ),
         )
     return _finding(pb, rule, sorted(odd), [], tl.last_advance, ev, busy_hosts=busy, hosts_seen=len(rows))
+
+
+def _spin_end(util: Grid, a: float, b: float, util_min: float) -> float:
+    """Return when the job's spinning ended between a and b: the last instant the typical host (the hosts'
+    median) still ran at `util_min` or more; b when it never did. A collective's watchdog (or anyone) may kill
+    the ranks long before the data ends; the GPUs idle after that are the kill's effect, not part of the
+    pattern of which GPUs spin."""
+    cols = np.nonzero(util.mask(a, b))[0]
+    if not len(cols):
+        return b
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        typical = np.nanmedian(util.values[:, cols], axis=0)
+    spun = cols[np.nan_to_num(typical, nan=0.0) >= util_min]
+    return float(util.t[spun[-1]]) if len(spun) else b
 
 
 def _silent_hosts(ctx: Context, presence: Iterable[object], a: float, b: float) -> set[str]:

@@ -87,6 +87,11 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
         hang_len = float(rng.uniform(1500, 2700))
         job.job_end = min(job.job_end, job.stall_time + hang_len)
         job.job_end = max(job.job_end, job.stall_time + 1200)
+        if "watchdog_kill" in job.variants:
+            wd, after = job.variants["watchdog_kill"]
+            job.crash_time = job.stall_time + wd
+            job.job_end = job.crash_time + after
+            return
     elif sc.name == "heartbeat-false-positive":
         job.hb_timeout = JAX_HB_DEFAULT if "hb_default" in job.variants else job.hb_timeout
         job.crash_time = onset + job.hb_timeout

@@ -35,3 +35,16 @@ def test_a_heartbeat_timeout_printed_by_the_program_or_left_at_its_default_dates
     assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
     accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
     assert set(accused["hosts"]) == set(truth["accused_hosts"])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_hang_killed_by_its_watchdog_long_before_the_data_ends_still_names_the_odd_host(served_job, seed):
+    """The ranks are killed 10-20 min into the hang and every GPU then idles for the rest of the capture,
+    with no dated end in the log: the spinning pattern is read where the GPUs spun, so the host whose GPUs
+    partly stayed idle is still the one whose set differs (it was lost when the idle tail was counted)."""
+    result, truth = _diagnose(served_job, "collective-hang", seed, "nvidia", variants=("watchdog_kill",))
+    assert truth["culprits"], "the seed draws a host with GPUs that never entered the collective"
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+    assert abs(diag["onset"] - truth["onset"]) / truth["interval_s"] <= 3
