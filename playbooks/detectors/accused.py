@@ -129,6 +129,8 @@ def _scene(
     if not math.isfinite(active) or active <= 0:
         return None
     tl = ctx.timeline
+    if not _trained_until_kill(ctx, crash, power.step):
+        return None
     pack_p = _pack(power, accused)
     pack_u = _pack(util, accused) if util is not None else None
     pack_trains = pack_p >= ratio * active
@@ -151,6 +153,19 @@ def _scene(
     return _Scene(
         power, util, pack_p, pack_u, judged, tail, active, ratio, umin, margin, a, b, hb_stop, crash
     )
+
+
+def _trained_until_kill(ctx: Context, crash: float, scrape: float) -> bool:
+    """Whether the job trained until the coordinator killed it: a step completed at all and, when the steps
+    stopped before the data's end, the last one within a couple of steps (or scrapes) of the kill. A job
+    whose steps stopped long before the kill, or never started, hung: the kill only ended it, and heartbeats
+    that the hang blocked are no false positive, whatever the accused hosts' GPUs then did with their peers."""
+    tl = ctx.timeline
+    if tl.last_advance is None and triage_get(ctx.triage, "job", "last_step") is None:
+        return False
+    if not tl.stalled or tl.last_advance is None:
+        return True
+    return tl.last_advance >= crash - max(90.0, 2 * (tl.step_s or 0.0), 2 * scrape)
 
 
 def _judge(ctx: Context, rule: RuleSpec, sc: _Scene, h: str) -> tuple[bool, list[dict[str, Any]]]:

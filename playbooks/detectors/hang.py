@@ -406,6 +406,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
         return None
     e = int(any_busy[-1])
     length = max(2, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
+    length = _cut_by_kill(ctx, g, busy, e, length)
     if e + 1 < length:
         return None
     final = np.zeros(len(g.t), bool)
@@ -447,6 +448,25 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
             )
         )
     return _finding(pb, rule, odd, [], onset, ev, busy_hosts=n_hosts, hosts_seen=n_hosts, pre_step=True)
+
+
+#: the triage classes of a kill for unresponsive ranks: the coordinator's heartbeat timeout, a collective's
+UNRESPONSIVE = ("heartbeat-timeout", "nccl-timeout")
+
+
+def _cut_by_kill(ctx: Context, g: Grid, busy: np.ndarray, e: int, length: int) -> int:
+    """Return how many instants of spinning make a hang before the first step: `length`, or less when the
+    job's log reports it killed for unresponsive ranks (a heartbeat or collective timeout) while the GPUs
+    still spun: the kill cut the spin short, and the whole spin (at least 3 scrapes and 2 minutes) counts."""
+    crash = ctx.timeline.crash_time
+    classes = {m.get("class") for m in (ctx.triage or {}).get("matches") or [] if isinstance(m, Mapping)}
+    if crash is None or not classes & set(UNRESPONSIVE) or float(g.t[e]) < crash - 2 * g.step:
+        return length
+    i = e
+    while i > 0 and busy[:, i - 1].any():
+        i -= 1
+    run = e - i + 1
+    return min(length, run) if run >= max(3, 120.0 / max(g.step, 1e-9)) else length
 
 
 def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: float) -> float:

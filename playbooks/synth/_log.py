@@ -371,6 +371,9 @@ def _hang_ending(job: Job, w: _Writer) -> None:
     if "watchdog_kill" in job.variants:
         _watchdog_kill(job, w)
         return
+    if "heartbeat_kill" in job.variants:
+        _heartbeat_ending(job, w, float(job.crash_time or end))
+        return
     stamp = _utc(end).strftime("%Y-%m-%dT%H:%M:%S")
     w.add(end - 5, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} ***")
     w.add(end - 4, f"srun: Terminating StepId={job.job_id}.0")

@@ -87,6 +87,11 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
         hang_len = float(rng.uniform(1500, 2700))
         job.job_end = min(job.job_end, job.stall_time + hang_len)
         job.job_end = max(job.job_end, job.stall_time + 1200)
+        if "heartbeat_kill" in job.variants:
+            job.hb_timeout, stop, job.accused_tasks = job.variants["heartbeat_kill"]
+            job.crash_time = job.stall_time + stop + job.hb_timeout
+            job.job_end = job.crash_time + float(rng.uniform(60, 180))
+            return
         if "watchdog_kill" in job.variants:
             wd, after = job.variants["watchdog_kill"]
             job.crash_time = job.stall_time + wd

@@ -5,6 +5,10 @@ reproduced by the generator and diagnosed end to end through a served TSDB.
   `Config param` line), or states none (JAX's default of 100 s applies): the heartbeat-stop time is still
   known, the accused hosts are seen training up to the kill, and the steps stopping at the kill are its
   effect, not a hang.
+- A real hang the coordinator then reports as a heartbeat timeout (the hang blocked the heartbeats too) is
+  still a hang: the steps stopped, or never started, long before the kill. Before the first step, the spin
+  that the kill cut short (2-6 min) is the hang's whole pattern.
+- A hang whose ranks a collective watchdog killed long before the data ends still names its odd host.
 """
 
 from __future__ import annotations
@@ -46,5 +50,18 @@ def test_a_hang_killed_by_its_watchdog_long_before_the_data_ends_still_names_the
     assert truth["culprits"], "the seed draws a host with GPUs that never entered the collective"
     diag = result["diagnosis"]
     assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+    assert abs(diag["onset"] - truth["onset"]) / truth["interval_s"] <= 3
+
+
+@pytest.mark.parametrize("seed", [6, 7, 2, 4])
+def test_a_hang_that_the_coordinator_reports_as_a_heartbeat_timeout_is_a_hang(served_job, seed):
+    """Seeds 6 and 7 hang before the first step and are killed 2 and 6 minutes later (were heartbeat false
+    positives: the accused spun with their peers); seeds 2 and 4 hang mid-run, the heartbeats stopping just
+    before (2) or after (4) the stall."""
+    result, truth = _diagnose(served_job, "collective-hang", seed, "amd", variants=("heartbeat_kill",))
+    assert truth["accused_hosts"]
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang", diag["summary"]
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
     assert abs(diag["onset"] - truth["onset"]) / truth["interval_s"] <= 3
