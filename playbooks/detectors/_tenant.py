@@ -117,33 +117,30 @@ def _from_data(tl: Timeline, g: Grid, trained_ratio: float) -> dict[Key, tuple[b
         return {}
     level = float(np.percentile(meds[ok], 90))
     at_level = ~ok | (meds >= trained_ratio * level)
-    out = {}
-    for r, moves in enumerate(_moves(tl, g, level)):
-        follows = bool(np.median(moves) >= FOLLOW) if moves else True
-        strong = len(moves) >= 2
-        out[_key(g.labels[r])] = (follows if strong else follows and bool(at_level[r]), strong)
-    return out
+    ratios = _moves(tl, g, level)
+    seen = np.isfinite(ratios).sum(axis=1)
+    with np.errstate(all="ignore"):
+        follows = (seen == 0) | (np.nanmedian(ratios, axis=1) >= FOLLOW) if ratios.shape[1] else seen == 0
+    strong = seen >= 2
+    mine = np.where(strong, follows, follows & at_level)
+    return {_key(lab): (bool(mine[r]), bool(strong[r])) for r, lab in enumerate(g.labels)}
 
 
-def _moves(tl: Timeline, g: Grid, level: float) -> list[list[float]]:
-    """Return, per row, its power's move across each change of the job's phase (training starts, a
-    synchronous checkpoint, the steps stop) as a share of the job's busiest GPUs' move; only changes where
-    those moved by PHASE_MOVE of the training power count."""
-    ratios: list[list[float]] = [[] for _ in g.labels]
-    if not level > 0:
-        return ratios
-    for on, off in _changes(tl, g.t):
+def _moves(tl: Timeline, g: Grid, level: float) -> np.ndarray:
+    """Return (rows x changes) each row's power move across each change of the job's phase (training
+    starts, a synchronous checkpoint, the steps stop) as a share of the job's busiest GPUs' move (NaN where
+    the row has no data); only changes where those moved by PHASE_MOVE of the training power count."""
+    cols: list[np.ndarray] = []
+    for on, off in _changes(tl, g.t) if level > 0 else []:
         with np.errstate(all="ignore"):
             move = np.nanmedian(g.values[:, on], axis=1) - np.nanmedian(g.values[:, off], axis=1)
         fin = np.isfinite(move)
         if fin.sum() < 2:
             continue
         ref = float(np.percentile(move[fin], 90))
-        if ref < PHASE_MOVE * level:
-            continue
-        for r in np.nonzero(fin)[0]:
-            ratios[r].append(float(move[r]) / ref)
-    return ratios
+        if ref >= PHASE_MOVE * level:
+            cols.append(move / ref)
+    return np.column_stack(cols) if cols else np.full((len(g.labels), 0), np.nan)
 
 
 def _changes(tl: Timeline, t: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
