@@ -63,6 +63,8 @@ class Exporters:
             physical lanes), which a bad link counts along with its retransmits; healthy links count none.
         rdma_textfile: a node_exporter textfile collector exports the ports' hw_counters files under their
             own names (`node_rdma_hw_local_ack_timeout_err_total`, `..._packet_seq_err_total`, ...).
+        rdma_textfile_names: how that collector names a hw_counters file: a format with `{}` for the file
+            (`node_rdma_hw_{}_total`; `mlx5_hw_counters_{}`, `node_ethtool_{}`, ... of other collectors).
         neighbour_gpus: another tenant's GPUs on every host (a node shared between jobs), beside the job's.
         neighbour_load: "steady" (each at its own partial load) or "varying" (the tenant's own job wanders
             and steps: its GPUs heat, cool and change clock whatever the job does).
@@ -93,6 +95,7 @@ class Exporters:
     gpu_util_field: str = "util"
     symbol_errors: bool = False
     rdma_textfile: bool = False
+    rdma_textfile_names: str = "node_rdma_hw_{}_total"
     neighbour_gpus: int = 0
     neighbour_load: str = "steady"
     neighbour_layout: str = "after"
@@ -108,6 +111,10 @@ class Exporters:
             raise ValueError(f"unknown neighbour load {self.neighbour_load!r} (steady, varying)")
         if self.neighbour_layout not in ("after", "scattered"):
             raise ValueError(f"unknown neighbour layout {self.neighbour_layout!r} (after, scattered)")
+        if self.rdma_textfile_names.count("{}") != 1:
+            raise ValueError(
+                f"rdma_textfile_names needs one {{}} for the counter: {self.rdma_textfile_names!r}"
+            )
         if self.ecc not in ("dbe", "remapped"):
             raise ValueError(f"unknown ECC field set {self.ecc!r} (dbe, remapped)")
         if not self.gpu_host_label:
