@@ -68,8 +68,15 @@ def render_query(
         expr = q.promql.replace("{window}", wtxt)
         for s in q.signals:
             expr = expr.replace("{" + s + "}", f"({prof.signal(s).expr(window=wtxt)})")
-    if q.post:
-        # a filter applies to the renamed series: PromQL renames them first
+    above = re.fullmatch(r">\s*(-?[0-9.]+)", q.post.strip())
+    agg = rel.agg if rel else ""
+    if rel and above and (agg == "max" or (agg == "sum" and float(above[1]) == 0 and q.fn in _NON_NEGATIVE)):
+        # a filter on the renamed series, applied after the rename (`Relabel.above`) and already on the
+        # exporter's series, so that the series it drops are not sent: the same series when the largest is
+        # above it, or a sum of values never negative is above 0, exactly when one of its parts is
+        expr, rel = f"({expr}) {q.post}", dataclasses.replace(rel, above=float(above[1]))
+    elif q.post:
+        # any other filter applies to the renamed series: PromQL renames them first
         expr, rel = f"({rel.promql(expr) if rel else expr}) {q.post}", None
     uses_window = bool(q.fn) or (q.signal and prof.signal(q.signal).is_counter)
     window_s = w if uses_window else 0.0
@@ -153,6 +160,9 @@ def _narrowed(sig: Any, hosts: Sequence[str]) -> Any:
     alternatives = "|".join(_regex_literal(h) for h in sorted(hosts))
     return with_matcher(sig, f'{sig.host_from}=~"{alternatives}"')
 
+
+#: functions whose values are never negative (a filter `> 0` on a sum's parts drops none of its value)
+_NON_NEGATIVE = frozenset({"increase", "rate", "irate", "changes", "resets", "count_over_time"})
 
 _OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}
 

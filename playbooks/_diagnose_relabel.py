@@ -35,24 +35,38 @@ class Relabel:
         copies: (target, source, regex) label copies, applied in order as `label_replace` does them.
         by: the labels of the renamed series.
         agg: how series named alike combine ("sum", "max", "min", "avg").
+        above: keep only the combined values above this (a declared query's filter `> 0`), or None.
     """
 
     copies: tuple[tuple[str, str, str], ...]
     by: tuple[str, ...]
     agg: str
+    above: float | None = None
 
     def promql(self, expr: str) -> str:
         """Return the PromQL that renames `expr` as `apply` does (for a query that must name hosts itself)."""
         for target, source, regex in self.copies:
             expr = f'label_replace({expr}, "{target}", "$1", "{source}", "{regex}")'
-        return f"{self.agg} by ({', '.join(self.by)}) ({expr})" if self.by else f"{self.agg}({expr})"
+        expr = f"{self.agg} by ({', '.join(self.by)}) ({expr})" if self.by else f"{self.agg}({expr})"
+        return expr if self.above is None else f"({expr}) > {self.above:g}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"copies": [list(c) for c in self.copies], "by": list(self.by), "agg": self.agg}
+        return {
+            "copies": [list(c) for c in self.copies],
+            "by": list(self.by),
+            "agg": self.agg,
+            "above": self.above,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Relabel:
-        return cls(tuple((str(t), str(s), str(r)) for t, s, r in d["copies"]), tuple(d["by"]), str(d["agg"]))
+        above = d.get("above")
+        return cls(
+            tuple((str(t), str(s), str(r)) for t, s, r in d["copies"]),
+            tuple(d["by"]),
+            str(d["agg"]),
+            None if above is None else float(above),
+        )
 
     def labels(self, labels: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """Return the renamed label set of a series (sorted pairs): label_replace's copies (a value the regex
@@ -73,7 +87,8 @@ class Relabel:
         self, rows: Sequence[tuple[Mapping[str, str], np.ndarray]]
     ) -> list[tuple[dict[str, str], np.ndarray]]:
         """Return the renamed rows: each (labels, values on one grid, NaN where absent) renamed, rows named alike
-        combined point by point over the values present (NaN where none is), in the order first named."""
+        combined point by point over the values present (NaN where none is), in the order first named; with
+        `above`, only the values above it, and only the rows that keep one."""
         groups: dict[tuple[tuple[str, str], ...], list[np.ndarray]] = {}
         for labels, values in rows:
             groups.setdefault(self.labels(labels), []).append(np.asarray(values, dtype=float))
@@ -89,7 +104,15 @@ class Relabel:
             if present.any():
                 values[present] = combine(stack[:, present], axis=0)
             out.append((dict(key), values))
-        return out
+        if self.above is None:
+            return out
+        kept = []
+        for labels, values in out:
+            with np.errstate(invalid="ignore"):
+                values = np.where(values > self.above, values, np.nan)
+            if not np.isnan(values).all():
+                kept.append((labels, values))
+        return kept
 
 
 @lru_cache(maxsize=64)

@@ -37,6 +37,14 @@ def test_an_address_names_its_host_and_two_exporters_of_one_host_combine_as_prom
     assert named("max")["10.0.0.1"][0] == 5.0 and np.isnan(named("max")["10.0.0.1"][1])
     assert named("sum")["10.0.0.1"][::2] == [6.0, 3.0] and named("avg")["10.0.0.1"][::2] == [3.0, 3.0]
     assert named("max")["node-b"] == [2.0, 2.0, 2.0] and named("max")[""] == [7.0, 7.0, 7.0]
+    grew = Relabel((("host", "instance", ADDRESS),), ("host",), "sum", above=0.0)  # a filter `> 0`
+    assert {lab.get("host", ""): v[::2].tolist() for lab, v in grew.apply(rows)} == {
+        "10.0.0.1": [6.0, 3.0],
+        "node-b": [2.0, 2.0],
+        "": [7.0, 7.0],
+    }
+    assert not grew.apply([({"instance": "h:1"}, np.array([0.0, np.nan]))])
+    assert grew.promql("x").endswith(") > 0") and Relabel.from_dict(grew.to_dict()) == grew
     gpu = Relabel((("host", "Hostname", "(.+)"), ("gpu", "GpuIndex", "(.+)")), ("host", "gpu"), "max")
     assert gpu.labels({"Hostname": "a1", "GpuIndex": "3", "job": "dcgm"}) == (("gpu", "3"), ("host", "a1"))
     assert gpu.promql("x") == (
@@ -76,6 +84,8 @@ def test_every_renamed_query_of_a_diagnosis_answers_as_promqls_rename(served_job
             rows = [{"labels": s["labels"], "values": [s["value"]]} for s in out["samples"]]
         return sorted((sorted(r["labels"].items()), r["values"]) for r in rows)
 
+    if profile == "nvidia":  # DCGM names hosts by `Hostname`: the `> 0` filters follow the rename too
+        assert any(q.relabel.above is not None for q in renamed)
     for q in renamed:
         assert '"host", "$1"' not in q.promql, q.promql
         assert answer(q) == answer(replace(q, promql=q.relabel.promql(q.promql), relabel=None)), q.name
