@@ -17,6 +17,7 @@ EVENT_KINDS = {
     "node-failure": "node failure",
     "oom-kill": "OOM kill",
     "killed": "killed",
+    "exited": "exited (failing status)",
     "xid": "Xid",
     "nccl-timeout": "NCCL timeout",
 }

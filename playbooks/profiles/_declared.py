@@ -22,6 +22,9 @@ A profile file (see `builtin/*.toml`; a team puts its own in a folder named by `
     gpu_util = { exporter = "x", metrics = ["pct", "ratio"], scales = [1.0, 100.0] }  # per alternative
     mem_used = { exporter = "x", metric = "a", expr = "a - b", more = ["b"] }
     up = { exporter = "x", target = "up" }     # Prometheus' own per-target series of that exporter's jobs
+    rdma_ack_timeouts = { exporter = "node", metric = "a_total", suffixes = ["local_ack_timeout_err"] }
+                                               # a counter: also every metric of the TSDB named
+                                               # `<any prefix>_local_ack_timeout_err[_total]`, summed
 
 Every key is checked: an unknown key, signal, exporter or aggregation, or a wrong type, raises
 ProfileError naming the file and the item.
@@ -65,6 +68,7 @@ _SIGNAL_KEYS = {
     "target",
     "host",
     "fill_filter",
+    "suffixes",
 }
 _AGGS = {"", "sum", "max", "min", "avg"}
 _TARGETS = {"", "up", "scrape_duration_seconds"}
@@ -106,6 +110,7 @@ class SignalSpec:
     target: str = ""
     host: str = ""
     fill_filter: bool = True
+    suffixes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -204,10 +209,15 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
         raise _fail(
             source, where, f"target must be one of {', '.join(sorted(_TARGETS - {''}))}, got {target!r}"
         )
-    if not metrics and not target:
-        raise _fail(source, where, "needs a metric, metrics or target")
+    suffixes = _strs(raw.get("suffixes", []), source, f"{where}.suffixes", _LABEL)
+    if not metrics and not target and not suffixes:
+        raise _fail(source, where, "needs a metric, metrics, suffixes or target")
     expr = _typed(raw, "expr", str, source, where, "")
     kind = "counter" if raw.get("as_counter") else _SIGNAL_INFO[name][2]
+    if suffixes and (kind != "counter" or target or not all(suffixes)):
+        raise _fail(
+            source, where, "suffixes name a counter's metrics under any prefix (summed): counters only"
+        )
     if expr and kind == "counter":
         raise _fail(source, where, "expr is for gauges only (a counter is rated before anything else)")
     if expr and len(metrics) != 1:
@@ -234,6 +244,7 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
         target=target,
         host=host,
         fill_filter=_typed(raw, "fill_filter", bool, source, where, True),
+        suffixes=suffixes,
     )
 
 

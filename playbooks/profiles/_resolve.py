@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # the client imports the profiles: only its type is needed he
 __all__ = ["build", "decode_name", "encode_name", "read_facts"]
 
 _ADDRESS = re.compile(r"^(.+?)(?::[0-9]+)?$")
+_METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 
 
 def encode_name(base: str, choices: Mapping[str, str]) -> str:
@@ -101,9 +102,12 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
         metrics: tuple[str, ...] = (sig.target,)
     elif sig.expr:
         selector, metrics = sig.expr, (prefix + sig.metrics[0], *(prefix + m for m in sig.more))
-    elif len(sig.metrics) > 1 and kind == "counter":
-        metrics = tuple(prefix + m for m in sig.metrics)
+    elif kind == "counter" and (len(sig.metrics) > 1 or f"also.{sig.name}" in choices):
+        also = [m for m in choices.get(f"also.{sig.name}", "").split(",") if _METRIC.match(m)]
+        metrics = tuple(dict.fromkeys([prefix + m for m in sig.metrics] + also))
         selector = " | ".join(_selector(m, matchers) for m in metrics)
+    elif not sig.metrics:
+        return None  # named by suffixes only, none of which this TSDB holds
     else:
         chosen = choices.get(f"pick.{sig.name}") or sig.metrics[0]
         metrics = (prefix + chosen,)
@@ -161,6 +165,8 @@ def describe(choices: Mapping[str, str]) -> str:
         who, _, what = key.partition(".")
         if who == "pick":
             parts.append(f"{what} from {value}")
+        elif who == "also":
+            parts.append(f"{what} also from {value.replace(',', ', ')}")
         elif what == "host":
             parts.append(
                 f"{who}: host from {'node_uname_info (scraped by address)' if value == 'uname' else value}"
@@ -224,6 +230,17 @@ def _host_choice(
         choices[f"{exp.name}.host"] = host
 
 
+def suffix_matches(sig: SignalSpec, present: Iterable[str], declared: Iterable[str] = ()) -> list[str]:
+    """Return the metrics of `present` a signal's `suffixes` name (`<any prefix>_<suffix>`, optionally
+    `_total`: a textfile collector's `node_rdma_hw_local_ack_timeout_err_total`, another exporter's
+    `mlx5_hw_counters_local_ack_timeout_err`), but the `declared` ones (the signal's own metrics)."""
+    if not sig.suffixes:
+        return []
+    pattern = re.compile(r"(?:^|_)(?:" + "|".join(map(re.escape, sig.suffixes)) + r")(?:_total)?$")
+    skip = set(declared)
+    return sorted(n for n in present if n not in skip and pattern.search(n) and _METRIC.match(n))
+
+
 def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]) -> dict[str, str]:
     """Return the choices this TSDB calls for (only those that differ from the declared defaults).
 
@@ -231,7 +248,8 @@ def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]
     declared order, so that nodes on two exporter releases still meet), else `instance`, joined through
     node_uname_info when the exporter is scraped by addresses that uname names otherwise; a restarted
     exporter pod's earlier host name; its scrape job names. Per gauge with alternatives: the first metric
-    the TSDB holds. The label sets of one metric per exporter (and node_uname_info) are asked in parallel.
+    the TSDB holds. Per counter declared with `suffixes`: the TSDB's metrics those name, under any prefix.
+    The label sets of one metric per exporter (and node_uname_info) are asked in parallel.
     """
     present = set(names)
     choices: dict[str, str] = {}
@@ -260,9 +278,12 @@ def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]
     for sig in spec.signals.values():
         exp = spec.exporters[sig.exporter]
         kind = "counter" if sig.as_counter else _SIGNAL_INFO[sig.name][2]
+        prefix = choices.get(f"{exp.name}.prefix", exp.prefixes[0])
         if len(sig.metrics) > 1 and kind != "counter" and not sig.expr:
-            prefix = choices.get(f"{exp.name}.prefix", exp.prefixes[0])
             found = next((m for m in sig.metrics if prefix + m in present), sig.metrics[0])
             if found != sig.metrics[0]:
                 choices[f"pick.{sig.name}"] = found
+        also = suffix_matches(sig, present, [prefix + m for m in sig.metrics])
+        if also:
+            choices[f"also.{sig.name}"] = ",".join(also)
     return choices

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playbooks.errors import PlaybooksError
+from playbooks.prometheus_types import parse_duration
 
 __all__ = ["DOMAINS", "EVENT_SIGNALS", "SIGNALS", "Profile", "ProfileError", "Signal", "signal_info"]
 
@@ -260,7 +261,7 @@ class Signal:
             inner = "(" + " or ".join(tagged) + ")"
         labels = tuple(self.labels if by is None else by)
         if self.host_join and "host" in labels:
-            return self._joined(inner, labels, agg or self.agg)
+            return self._joined(inner, labels, agg or self.agg, window)
         inner = _host_relabel(inner, self.host_from)
         for old, new in self.host_alias:
             inner = f'label_replace({inner}, "host", "{new}", "host", "{_regex_literal(old)}")'
@@ -275,14 +276,15 @@ class Signal:
             out = f"({out}) * {self.scale:g}"
         return out
 
-    def _joined(self, inner: str, labels: tuple[str, ...], agg: str) -> str:
-        """Aggregate by the exporter's address first, then name the (few) results through node_uname_info."""
+    def _joined(self, inner: str, labels: tuple[str, ...], agg: str, window: str) -> str:
+        """Aggregate by the exporter's address first, then name the (few) results through node_uname_info
+        (as it was within `window`, see `uname_hosts`)."""
         raw = tuple(
             "instance" if n == "host" else (self.gpu_from or "gpu") if n == "gpu" else n for n in labels
         )
         first = f"{agg} by ({', '.join(raw)}) ({inner})"
         named = f'label_replace({first}, "stepwise_ip", "$1", "instance", "{_ADDRESS}")'
-        named = f'label_replace({named} * on (stepwise_ip) group_left (nodename) {UNAME_HOSTS}, "host", "$1", "nodename", "(.+)")'
+        named = f'label_replace({named} * on (stepwise_ip) group_left (nodename) {uname_hosts(window)}, "host", "$1", "nodename", "(.+)")'
         if "gpu" in labels and self.gpu_from and self.gpu_from != "gpu":
             named = f'label_replace({named}, "gpu", "$1", "{self.gpu_from}", "(.+)")'
         out = f"{_OUTER.get(agg, agg)} by ({', '.join(labels)}) ({named})"
@@ -292,12 +294,34 @@ class Signal:
 #: `instance` without its port (host names, IPv4, bracketed IPv6).
 _ADDRESS = "(.+?)(?::[0-9]+)?"
 _OUTER = {"count": "sum"}
-#: One node name per address, so that a renamed node or two exporters on one address never make a
-#: many-to-many match.
-UNAME_HOSTS = (
-    "topk by (stepwise_ip) (1, label_replace(max by (instance, nodename) (last_over_time(node_uname_info[10m])), "
-    f'"stepwise_ip", "$1", "instance", "{_ADDRESS}"))'
-)
+#: How far back node_uname_info names an address at each evaluation (a few of its scrapes).
+UNAME_RECENT = "10m"
+
+
+def _uname_table(lookback: str) -> str:
+    """One node name per address, so that a renamed node or two exporters on one address never make a
+    many-to-many match."""
+    return (
+        "topk by (stepwise_ip) (1, label_replace(max by (instance, nodename) "
+        f'(last_over_time(node_uname_info[{lookback}])), "stepwise_ip", "$1", "instance", "{_ADDRESS}"))'
+    )
+
+
+def uname_hosts(window: str = "") -> str:
+    """Return PromQL naming each address by node_uname_info{nodename}: its name of the last `UNAME_RECENT`,
+    else (an expression whose `window` reaches further back) its last name within `window`.
+
+    A node that died long before the evaluation (a host list over the whole data, its last value in a
+    job-long window) stopped reporting its uname with everything else: only a lookback as long as the
+    window its own series are read over still names it. Its recent name wins for an address that a renamed
+    node reported under two, and a short window (a range query's rate) reads the uname samples of 10 min only.
+    """
+    recent = _uname_table(UNAME_RECENT)
+    try:
+        longer = parse_duration(window) > parse_duration(UNAME_RECENT)
+    except ValueError:
+        longer = False
+    return f"({recent} or on (stepwise_ip) {_uname_table(window)})" if longer else recent
 
 
 def _regex_literal(text: str) -> str:

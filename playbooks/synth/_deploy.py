@@ -62,6 +62,8 @@ class Exporters:
             physical lanes), which a bad link counts along with its retransmits; healthy links count none.
         rdma_textfile: a node_exporter textfile collector exports the ports' hw_counters files under their
             own names (`node_rdma_hw_local_ack_timeout_err_total`, `..._packet_seq_err_total`, ...).
+        rdma_textfile_names: how that collector names a hw_counters file: a format with `{}` for the file
+            (`node_rdma_hw_{}_total`; `mlx5_hw_counters_{}`, `node_ethtool_{}`, ... of other collectors).
     """
 
     gpu: str = "dcgm"
@@ -87,6 +89,7 @@ class Exporters:
     gpu_util_field: str = "util"
     symbol_errors: bool = False
     rdma_textfile: bool = False
+    rdma_textfile_names: str = "node_rdma_hw_{}_total"
     neighbour_gpus: int = 0
 
     def __post_init__(self) -> None:
@@ -96,6 +99,10 @@ class Exporters:
             raise ValueError(f"unknown GPU host label {self.gpu_host_label!r} (Hostname, hostname or '')")
         if self.gpu_util_field not in ("util", "profiling"):
             raise ValueError(f"unknown GPU utilisation field {self.gpu_util_field!r} (util, profiling)")
+        if self.rdma_textfile_names.count("{}") != 1:
+            raise ValueError(
+                f"rdma_textfile_names needs one {{}} for the counter: {self.rdma_textfile_names!r}"
+            )
         if self.ecc not in ("dbe", "remapped"):
             raise ValueError(f"unknown ECC field set {self.ecc!r} (dbe, remapped)")
         if not self.gpu_host_label:

@@ -282,8 +282,9 @@ def _infiniband(lay: _Layout) -> Iterator[Item]:
         fams.append(("node_infiniband_symbol_error_total", np.floor(ns["retx"] / 2.0)))
     if ex.rdma_textfile:
         fams += [
-            ("node_rdma_hw_local_ack_timeout_err_total", ns["ack"]),
-            ("node_rdma_hw_packet_seq_err_total", np.floor(ns["retx"] / 8.0)),
+            (ex.rdma_textfile_names.format("local_ack_timeout_err"), ns["ack"]),
+            (ex.rdma_textfile_names.format("packet_seq_err"), np.floor(ns["retx"] / 8.0)),
+            (ex.rdma_textfile_names.format("rnr_nak_retry_err"), ns["retry_excd"]),
         ]
     if ex.rdma_hw_counters:
         fams += [

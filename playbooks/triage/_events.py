@@ -9,12 +9,14 @@ An event is one log line that names (or, through its srun label or a rank, maps 
   `srun: error: <host>: task N: Out Of Memory`;
 - `killed`: a task killed by a signal: `srun: error: <host>: task N: Killed` / `Exited with exit code
   137|143`, `NODE_EXIT host=<h> exit=137|143`, a shell's `Killed`, torchrun's `exitcode: -9|-15`;
+- `exited`: a task that ended on its own with a failing status: `srun: error: <host>: task N: Exited with
+  exit code <n>` (1, 134, 139, ...: a crash, not a kill);
 - `xid`: `NVRM: Xid (PCI:...): <n>` (its `pci`: the bus key of `_gpu_bus`, which nvidia-smi's lines in the
   log map to a GPU index: `resolve_gpu_bus`);
 - `nccl-timeout`: an NCCL warning about a timeout, or PyTorch's NCCL watchdog timeout of `[Rank N]` (the
   rank mapped to its host through the `NCCL INFO comm ... rank N` lines, the srun label or a one-node job).
 
-`code` is the exit status of a `killed` event as a shell reports it (137 for SIGKILL, 143 for SIGTERM) and
+`code` is the exit status of a `killed` or `exited` event as a shell reports it (137 for SIGKILL, 143 for SIGTERM) and
 the Xid number of an `xid` event, else None. Hosts are names of `[A-Za-z0-9._-]` only (anything else is
 dropped, not cleaned); the text has no control characters.
 """
@@ -31,9 +33,18 @@ from playbooks.textclean import printable
 from ._gpu_bus import bus_key, smi_line
 from ._patterns import _abs_time
 
-__all__ = ["HW_XIDS", "KINDS", "EventScan", "event_line", "merge_events", "resolve_events", "resolve_gpu_bus"]
+__all__ = [
+    "HW_XIDS",
+    "KINDS",
+    "EventScan",
+    "event_line",
+    "merge_events",
+    "resolve_events",
+    "resolve_gpu_bus",
+    "srun_task_exit",
+]
 
-KINDS = ("node-failure", "oom-kill", "killed", "xid", "nccl-timeout")
+KINDS = ("node-failure", "oom-kill", "killed", "exited", "xid", "nccl-timeout")
 #: Xids of a failing GPU, not of the program (13, 31, 43, 45 are the application's own faults or cleanup):
 #: 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate,
 #: 94/95 contained/uncontained ECC, 119/120 GSP errors.
@@ -60,8 +71,21 @@ _TRIGGERS = (
 _HOST = re.compile(r"[A-Za-z0-9._-]{1,253}")
 _NODE_FAIL = re.compile(r"srun: error: Node failure on ([^\s,;]+)")
 _NF_CANCEL = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) DUE TO NODE FAILURE")
+#: srun names the signal that ended a task (strsignal's words): its exit status as a shell reports it
+_SRUN_SIGNALS = {
+    "Hangup": 129,
+    "Interrupt": 130,
+    "Aborted": 134,
+    "Bus error": 135,
+    "Floating point exception": 136,
+    "Killed": 137,
+    "Segmentation fault": 139,
+    "Terminated": 143,
+}
 _SRUN_TASK = re.compile(
-    r"srun: error: ([^\s:]+): tasks? [\d,\-]+: (Killed|Out Of Memory|Exited with exit code (\d+))"
+    r"srun: error: ([^\s:]+): tasks? [\d,\-]+: (Out Of Memory|Exited with exit code (\d+)|"
+    + "|".join(_SRUN_SIGNALS)
+    + ")"
 )
 _NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d+)")
 _SHELL_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b")
@@ -210,17 +234,27 @@ def event_line(
 _Found = tuple[str, str | None, int | None, float | None, int | None]
 
 
+def srun_task_exit(msg: str) -> tuple[str | None, int] | None:
+    """Return (host, exit status) of srun's report of tasks that ended (`srun: error: <host>: task 0-7:
+    Killed` is 137, SIGKILL; `Segmentation fault` 139; `Exited with exit code <n>`), or None (another line,
+    an OOM kill)."""
+    t = _SRUN_TASK.search(msg) if "srun: error:" in msg else None
+    if t is None or t.group(2) == "Out Of Memory":
+        return None
+    return _host(t.group(1)), _SRUN_SIGNALS.get(t.group(2)) or int(t.group(3))
+
+
 def _slurm(msg: str) -> _Found | None:
     if "srun: error:" in msg:
         m = _NODE_FAIL.search(msg)
         if m:
             return "node-failure", _host(m.group(1)), None, None, None
         t = _SRUN_TASK.search(msg)
-        if t:
-            if t.group(2) == "Out Of Memory":
-                return "oom-kill", _host(t.group(1)), None, None, None
-            code = 137 if t.group(2) == "Killed" else int(t.group(3))
-            return ("killed", _host(t.group(1)), None, None, code) if code in (137, 143) else None
+        if t and t.group(2) == "Out Of Memory":
+            return "oom-kill", _host(t.group(1)), None, None, None
+        ended = srun_task_exit(msg)
+        if ended and ended[1]:
+            return "killed" if ended[1] in (137, 143) else "exited", ended[0], None, None, ended[1]
     if "NODE FAILURE" in msg:
         c = _NF_CANCEL.search(msg)
         if c:

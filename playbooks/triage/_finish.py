@@ -131,7 +131,7 @@ def _finish_config(st: _State, out: Triage) -> None:
     if cfg.get("JOB_NODELIST"):
         out.nodes = expand_nodelist(cfg["JOB_NODELIST"])
     if not out.nodes and st.node_exits:
-        out.nodes = list(dict.fromkeys(h.split(".")[0] for h, _, _ in st.node_exits))
+        out.nodes = list(dict.fromkeys(h.split(".")[0] for h, *_ in st.node_exits))
 
 
 def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any], float | None]:
@@ -225,6 +225,10 @@ def _status(
         if complete:
             return "soft-success"
         return "cancelled" if rc in (130, 143) else "failed"
+    ended = _slurm_ending(st)
+    if ended and not st.summary_seen and st.trainer_done is None:
+        # no summary, but Slurm said how the tasks ended: a failing exit, else a cancel (scancel, time limit)
+        return "soft-success" if complete else ended
     if st.summary_seen or complete or st.trainer_done is not None:
         return "completed"
     step_time = prog["step_time_s"]
@@ -233,6 +237,33 @@ def _status(
     if (slurm_state or "").upper() == "RUNNING":
         return "hanging"
     return "unknown-death"
+
+
+#: Exit statuses of a cancel: SIGINT (130) and SIGTERM (143), what scancel and a time limit send every task.
+_CANCEL_EXITS = frozenset({130, 143})
+
+
+def _suspect_exits(st: _State) -> list[tuple[str, int, int, str]]:
+    """Return the failing task exits (NODE_EXIT, srun's `task N: Exited with exit code 1` / `Killed`) that are
+    no cancel's: not 0, 130 or 143, nor a SIGKILL after the step was cancelled (Slurm kills the tasks that
+    outlive the cancel's SIGTERM)."""
+    return [
+        e
+        for e in st.node_exits
+        if e[1] != 0
+        and e[1] not in _CANCEL_EXITS
+        and not (e[1] == 137 and st.cancel_line and e[2] > st.cancel_line)
+    ]
+
+
+def _slurm_ending(st: _State) -> str | None:
+    """Return "failed" when a task exited failing, "cancelled" when the step was cancelled or every task got a
+    cancel's signal, None when the log says neither."""
+    if _suspect_exits(st):
+        return "failed"
+    if st.cancel_line or (st.node_exits and all(e[1] in _CANCEL_EXITS for e in st.node_exits)):
+        return "cancelled"
+    return None
 
 
 def _timing(
@@ -296,11 +327,11 @@ def _computed_classes(
         )
     if status == "cancelled":
         _add(st, "cancelled", 0, f"cancelled (exit {summ[1] if summ else '?'})")
-    bad_exits = [(h, rc, n) for h, rc, n in st.node_exits if rc != 0]
-    if bad_exits and not all(rc == 143 for _, rc, _ in bad_exits):
-        first_suspect = next(((h, rc, n) for h, rc, n in bad_exits if rc != 143), bad_exits[0])
-        _add(st, "node-fail", first_suspect[2], f"NODE_EXIT host={first_suspect[0]} exit={first_suspect[1]}")
-        out.details["node_exits"] = [{"host": h, "exit": rc} for h, rc, _ in bad_exits]
+    suspects = _suspect_exits(st)
+    if suspects:
+        _add(st, "node-fail", suspects[0][2], suspects[0][3])
+        bad = {(h.split(".")[0], rc): h for h, rc, *_ in st.node_exits if rc != 0}
+        out.details["node_exits"] = [{"host": h, "exit": rc} for (_, rc), h in bad.items()]
     if status == "unknown-death":
         _add(st, "unknown-death", 0, "no JOB SUMMARY and no step progress")
     if status == "soft-success":

@@ -7,7 +7,7 @@ import datetime as dt
 import re
 from collections.abc import Iterable
 
-from ._events import event_line
+from ._events import event_line, srun_task_exit
 from ._finish import _finish
 from ._model import Triage
 from ._patterns import (
@@ -178,11 +178,20 @@ def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) 
     if "NODE_EXIT" in msg:
         e = _NODE_EXIT.search(msg)
         if e:
-            st.node_exits.append((e.group(1), int(e.group(2)), n))
+            st.node_exits.append(
+                (e.group(1), int(e.group(2)), n, f"NODE_EXIT host={e.group(1)} exit={e.group(2)}")
+            )
+        return True
+    ended = srun_task_exit(msg)
+    if ended is not None:
+        # srun's own report of the tasks of a host that ended: Slurm's NODE_EXIT (a `Killed` is no OOM by itself)
+        if ended[0]:
+            st.node_exits.append((ended[0], ended[1], n, msg.strip()[:300]))
         return True
     if "CANCELLED AT" in msg:
         c2 = _CANCELLED_AT.search(msg)
         if c2:
+            st.cancel_line = st.cancel_line or n
             with contextlib.suppress(ValueError):
                 st.cancel_time = (
                     dt.datetime.fromisoformat(c2.group(1)).replace(tzinfo=dt.UTC).timestamp() - st.tz

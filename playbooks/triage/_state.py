@@ -14,12 +14,14 @@ class _State:
 
     Attributes:
         steps: step -> (seconds, TGS, loss, time, line) of the lowest rank that logged it; step_rank: that rank.
-        matches: signature hits by class; node_exits: (host, exit status, line) of each NODE_EXIT.
+        matches: signature hits by class; node_exits: (host, exit status, line, text) of each NODE_EXIT and
+        each srun report of a host's tasks that ended (`srun: error: <host>: task 3: Exited with exit code 1`).
         summary_status: (SUCCESS|FAILED, exit status, reason) of the JOB SUMMARY; summary_seen: it began.
         wall_s, saved, restored: the summary's wall time, checkpoint steps saved, the step restored from.
         accused_tasks, in_heartbeat: task ids a heartbeat timeout named, and whether its list is being read.
         procs_per_node: trainer processes a node (1-GPU-per-process mode); training_started: past the barrier.
-        year: (year, month) the absl dates fall in; start_time, barrier_time, cancel_time: from the log.
+        year: (year, month) the absl dates fall in; start_time, barrier_time, cancel_time: from the log;
+        cancel_line: the line of the first `CANCELLED AT` (slurmstepd's `*** STEP ... CANCELLED AT ... ***`).
         fatal_times: (line, time) of each dated failure line; header_done: the KEY=value header has ended.
         events: the host events gathered (`_events.EventScan`).
         last_logged: the step of the last step line read; restarts: (time, step) where the steps went back.
@@ -37,7 +39,7 @@ class _State:
     )
     step_rank: dict[int, int] = field(default_factory=dict)
     matches: dict[str, list[Match]] = field(default_factory=dict)
-    node_exits: list[tuple[str, int, int]] = field(default_factory=list)
+    node_exits: list[tuple[str, int, int, str]] = field(default_factory=list)
     summary_status: tuple[str, int, str | None] | None = None
     summary_seen: bool = False
     wall_s: float | None = None
@@ -49,6 +51,7 @@ class _State:
     training_started: bool = False
     year: tuple[int, int] | None = None
     cancel_time: float | None = None
+    cancel_line: int = 0
     fatal_times: list[tuple[int, float]] = field(default_factory=list)
     header_done: bool = False
     start_time: float | None = None

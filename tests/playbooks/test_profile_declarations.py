@@ -76,6 +76,14 @@ def test_the_builtin_declarations_load():
             'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_util = { exporter = "e", metrics = ["a", "b"], scales = [1.0] }\n',
             "signal gpu_util: scales needs a gauge's metrics",
         ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_power = { exporter = "e", suffixes = ["power_w"] }\n',
+            "signal gpu_power: suffixes name a counter's metrics",
+        ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\nrdma_cnp = { exporter = "e", suffixes = ["cnp.*"] }\n',
+            "signal rdma_cnp.suffixes: not a valid name: cnp.*",
+        ),
         ('name = "x"\n[exporters.e]\nanchor = "a"\n', "anchors: a profile needs at least one anchor"),
         ('name = "x"\nanchors = ["a"\n', "not valid TOML"),
     ],
@@ -84,6 +92,26 @@ def test_a_malformed_declaration_is_refused_naming_the_file_and_item(text, messa
     with pytest.raises(ProfileError, match=re.escape(message)) as err:
         parse_spec(text, "team.toml")
     assert str(err.value).startswith("team.toml: ")
+
+
+def test_a_counters_suffixes_name_its_metrics_under_any_prefix_but_its_own():
+    """`suffixes` match a whole `_`-separated tail, with or without `_total`, never the declared metrics."""
+    from playbooks.profiles._resolve import suffix_matches
+
+    sig = load_profile_specs()["nvidia"].signals["rdma_ack_timeouts"]
+    present = {
+        "node_infiniband_local_ack_timeout_errors_total",  # node_exporter's own name: declared
+        "node_rdma_hw_local_ack_timeout_err_total",
+        "mlx5_hw_counters_local_ack_timeout_err",
+        "local_ack_timeout_err",
+        "xlocal_ack_timeout_err",
+        "node_rdma_hw_local_ack_timeout_err_rate",
+    }
+    assert suffix_matches(sig, present, sig.metrics) == [
+        "local_ack_timeout_err",
+        "mlx5_hw_counters_local_ack_timeout_err",
+        "node_rdma_hw_local_ack_timeout_err_total",
+    ]
 
 
 def test_cross_references_are_checked_when_merged(tmp_path):

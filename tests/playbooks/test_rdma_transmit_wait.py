@@ -5,6 +5,8 @@ no trainer gauges, so only the log knows the steps. Generated jobs served by a r
 
 from __future__ import annotations
 
+import pytest
+
 from playbooks.diagnose import run_diagnosis
 from playbooks.log_series import LOG_STEP_QUERY
 from playbooks.synth import Exporters
@@ -57,3 +59,24 @@ def test_without_a_step_gauge_the_slowdown_comes_from_the_logs_step_times(served
     assert slow and slow[0]["evidence"][0]["query"] == LOG_STEP_QUERY
     assert slow[0]["onset"] >= truth["onset"] - 900
     assert result["diagnosis"]["class"] == "rdma-degradation"
+
+
+@pytest.mark.parametrize(
+    "names", ["node_infiniband_hw_{}_total", "mlx5_hw_counters_{}", "node_ethtool_{}", "rdma_{}_total"]
+)
+def test_the_ports_hw_counters_are_read_under_any_prefix(served_job, names):
+    """Other collectors export the mlx5 hw_counters files under their own prefix (with or without `_total`):
+    the profile names them by their suffix, so the degraded hosts' ACK timeouts are read, their host from
+    `instance` through node_uname_info like node_exporter's own, and the retry exhaustion one of them counts
+    (RNR NAK retries exceeded) is critical there."""
+    ex = Exporters(node_by_address=True, trainer_gauges=False, rdma_textfile=True, rdma_textfile_names=names)
+    client, truth, job_dir = served_job("rdma-degradation", 1, "nvidia", exporters=ex)
+    result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
+    assert "also.rdma_ack_timeouts" in result["source"]["profile"]
+    culprits = {c["host"] for c in truth["culprits"]}
+    acks = [f for f in result["findings"] if f["title"].startswith("Sustained RDMA ACK timeouts")]
+    assert acks and set(acks[0]["hosts"]) == culprits
+    exhausted = [f for f in result["findings"] if f["title"].startswith("RDMA retry exhaustion")]
+    assert all(set(f["hosts"]) <= culprits for f in exhausted)
+    assert result["diagnosis"]["class"] == "rdma-degradation"
+    assert {c["host"] for c in result["diagnosis"]["culprits"]} == culprits

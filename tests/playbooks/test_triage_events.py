@@ -166,7 +166,8 @@ def test_an_xid_keeps_its_bus_and_nvidia_smi_lines_give_each_bus_its_gpu() -> No
 
 
 def test_other_exits_and_application_xids_are_not_kills_or_hardware() -> None:
-    """Exit 1 or 134 is a crash, not a kill; Xid 13 is the program's own fault: an event, not a GPU fault."""
+    """Exit 1 or 134 is a crash, not a kill (srun's report of it is an `exited` event on its host); Xid 13 is
+    the program's own fault: an event, not a GPU fault."""
     t = triage_log(
         HEAD
         + STEPS
@@ -176,7 +177,10 @@ def test_other_exits_and_application_xids_are_not_kills_or_hardware() -> None:
             "Mar  1 10:15:02 gpu-102 kernel: NVRM: Xid (PCI:0000:3b:00): 13, Graphics Exception",
         ]
     )
-    assert [(e["kind"], e["code"]) for e in t.details["host_events"]] == [("xid", 13)]
+    assert [(e["kind"], e["host"], e["code"]) for e in t.details["host_events"]] == [
+        ("exited", "gpu-103", 134),
+        ("xid", "gpu-102", 13),
+    ]
     assert "gpu-hw-error" not in t.classes
 
 
@@ -218,16 +222,11 @@ def test_a_slurm_node_failure_is_a_node_failure_not_a_stage_failure_or_a_cancel(
 
 
 def test_kills_and_timeouts_after_the_node_failure_are_its_effects() -> None:
-    """Survivors SIGKILLed or timing out after Slurm lost a node rank after the node failure; a heartbeat
-    timeout logged before it keeps the seed table's priority."""
+    """Survivors SIGKILLed (srun's `Killed`: no OOM by itself) or timing out after Slurm lost a node rank after
+    the node failure; a heartbeat timeout logged before it keeps the seed table's priority."""
     after = ["srun: error: gpu-101: task 0: Killed", "1: gpu-102:5:6 [0] NCCL WARN Timeout waiting for peer"]
     t = triage_log(HEAD + STEPS + SLURM_NODE_FAILURE[:2] + after + SLURM_NODE_FAILURE[2:])
-    assert t.triage_class == "node-fail" and t.classes == [
-        "node-fail",
-        "oom-host",
-        "nccl-timeout",
-        "stage-fail",
-    ]
+    assert t.triage_class == "node-fail" and t.classes == ["node-fail", "nccl-timeout", "stage-fail"]
     before = "0: E0301 10:19:00.000000 9 client.cc:84] UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats):"
     t = triage_log(HEAD + STEPS + [before, "/job:jax_worker/replica:0/task:3"] + SLURM_NODE_FAILURE)
     assert t.triage_class == "heartbeat-timeout" and t.heartbeat_accused == ["gpu-104"]
