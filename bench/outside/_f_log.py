@@ -104,6 +104,10 @@ def startup(log: Log, tl: Timeline, job_id: str, restored_from: int | None) -> N
             f"--rdzv-backend=c10d --rdzv-endpoint={case.hosts[0]}:29500 train.py",
         )
     for r in range(n):
+        if case.k8s:  # the entrypoint echoes the downward-API env
+            log.add(
+                t + 1 + r * 0.01, r, f"NODE_NAME={case.hosts[r]} POD_NAME={pod_name(case, r)} NODE_RANK={r}"
+            )
         log.add(
             t + 2 + r * 0.01,
             r,

@@ -5,7 +5,8 @@ GPU: utkuozdemir/nvidia_gpu_exporter (`nvidia_smi_*`, one `uuid` label, the inde
 kube-prometheus-stack ServiceMonitor (`gpu`, `UUID`, `modelName`, `Hostname`/`hostname`, `pod`,
 `namespace`, `exported_pod`, ...). Hosts: node_exporter. NICs: telegraf's infiniband_hw input.
 Every target has Prometheus's own `up` and `scrape_duration_seconds`; scrapes jitter and fail now
-and then; a restarted exporter resets its counters; a dead host leaves `up` 0 and nothing else.
+and then; a host's exporters restart together once in a while (a gap of a few scrapes) while its NIC
+counters are cleared (`perfquery -R`, a driver reload): a counter reset; a dead host leaves `up` 0 and nothing else.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _target(
     if host in eff.dead:
         ok &= times < eff.dead[host]
     restart = eff.exporter_restart.get(host)
-    if restart and kind == "node":
+    if restart and kind in ("node", "telegraf"):
         ok &= ~((times >= restart) & (times < restart + 2.5 * (times[1] - times[0])))
     dur = np.abs(
         np.random.default_rng(rng.randrange(1 << 30)).normal(
@@ -99,7 +100,7 @@ def _reset(values: np.ndarray, times: np.ndarray, at: float | None) -> np.ndarra
     if not after.any():
         return values
     base = values[after][0]
-    return np.where(after, values - base + 3, values)
+    return np.where(after, values - base, values)
 
 
 def gpu_target(fl: Fleet, w: Writer, hi: int, rng: random.Random) -> None:
@@ -211,7 +212,6 @@ def node_target(fl: Fleet, w: Writer, hi: int, rng: random.Random) -> None:
         tl = {"instance": f"{host}:9100", "job": "node"}
     ok, frozen = _target(fl, w, host, "node", tl, times, rng)
     v = val.node(fl, hi, times, rng)
-    restart = fl.eff.exporter_restart.get(host)
     t = times[ok]
     for metric, kind, key in (
         ("node_procs_running", "gauge", "procs"),
@@ -220,15 +220,14 @@ def node_target(fl: Fleet, w: Writer, hi: int, rng: random.Random) -> None:
         ("node_vmstat_oom_kill", "unknown", "oom"),
         ("node_netstat_Tcp_RetransSegs", "unknown", "retrans"),
     ):
-        vals = v[key] if kind == "gauge" else _reset(v[key], times, restart)
-        w.add(metric, kind, tl, t, np.round(vals[frozen][ok], 1))
+        w.add(metric, kind, tl, t, np.round(v[key][frozen][ok], 1))
     w.add("node_memory_MemTotal_bytes", "gauge", tl, t, np.full(len(t), fl.mem_total))
     w.add(
         "node_network_transmit_bytes_total",
         "counter",
         {**tl, "device": "eth0"},
         t,
-        _reset(v["tx"], times, restart)[frozen][ok],
+        v["tx"][frozen][ok],
     )
     uname = {
         **tl,
@@ -249,12 +248,15 @@ def _telegraf(fl: Fleet, w: Writer, hi: int, rng: random.Random) -> None:
     times = scrape_times(rng, fl.tl.t0, fl.tl.t1, max(case.node_scrape, 10))
     tl = {"instance": f"{host if not case.k8s else _ip(case.seed, hi)}:9273", "job": "telegraf"}
     ok, frozen = _target(fl, w, host, "telegraf", tl, times, rng)
+    restart = fl.eff.exporter_restart.get(host)
     t = times[ok]
     for k in range(NIC_COUNT):
         v = val.nic(fl, hi, k, times, rng)
         lab = {**tl, "host": host, "device": f"mlx5_{k}", "port": "1"}
         for counter in ("out_of_sequence", "packet_seq_err", "local_ack_timeout_err"):
-            w.add(f"infiniband_hw_{counter}", "unknown", lab, t, v[counter][frozen][ok])
+            w.add(
+                f"infiniband_hw_{counter}", "unknown", lab, t, _reset(v[counter], times, restart)[frozen][ok]
+            )
         w.add("infiniband_port_xmit_data", "unknown", lab, t, v["xmit_bytes"][frozen][ok])
 
 

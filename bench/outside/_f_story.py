@@ -71,7 +71,7 @@ def _fleet(case: Case, tl: Timeline, eff: Effects, rng: random.Random) -> Fleet:
     if spare and rng.random() < 0.4 and case.cls != "monitoring-ghost-data":
         eff.exporter_restart[rng.choice(spare)] = rng.uniform(tl.begin, tl.end)
     mem_total = rng.choice((1.0, 2.0)) * 1024 * GIB
-    model_bytes = rng.uniform(0.12, 0.3) * mem_total
+    model_bytes = rng.uniform(0.08, 0.2) * mem_total
     return Fleet(case, tl, eff, slow_host, replica0, mem_total, model_bytes, old_xid)
 
 

@@ -84,7 +84,7 @@ def gpu(fl: Fleet, hi: int, g: int, times: np.ndarray, rng: random.Random) -> di
     extra_temp = np.zeros(n)
     if (host, g) in eff.hot:
         ramp = np.clip((times - eff.hot[(host, g)]) / 300.0, 0, 1)
-        extra_temp = 26 * ramp
+        extra_temp = 15 * ramp
         busy = (ph == TRAIN) | (ph == EVAL)
         clock = np.where(busy, clock * (1 - 0.3 * ramp), clock)
         power = np.where(busy, power * (1 - 0.15 * ramp), power)
@@ -131,12 +131,12 @@ def _mem_used(fl: Fleet, host: str, times: np.ndarray, ph: np.ndarray) -> np.nda
         rise, kill = eff.oom[host]
         floor_from = [a for a, _, _ in tl.saves if a < rise]
         if floor_from:  # an earlier save left memory behind: a higher floor, not the cause
-            used = np.where((times >= floor_from[0] + 60) & (times < kill), used + 0.25 * fl.mem_total, used)
+            used = np.where((times >= floor_from[0] + 60) & (times < kill), used + 0.2 * fl.mem_total, used)
         frac = np.clip((times - rise) / max(kill - rise, 1.0), 0, 1)
         top = fl.mem_total - 1.5 * GIB
         used = np.where((times >= rise) & (times < kill), used + (top - used) * frac, used)
         used = np.where(times >= kill, 30 * GIB, used)
-    return used
+    return np.minimum(used, fl.mem_total - 1.2 * GIB)
 
 
 def node(fl: Fleet, hi: int, times: np.ndarray, rng: random.Random) -> dict[str, np.ndarray]:

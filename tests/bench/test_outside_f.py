@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ import pytest
 from bench.outside import gen_f
 from bench.outside._f_log import compress
 from bench.outside._f_plan import plan
+from tests.bench._promtool import blocks, dump
 
 KEYS = {"class", "family", "culprits", "onset", "scrape_s", "story"}
 STEP = re.compile(r"step: +\d+ +loss:|global_step: \d+ \| reduced_train_loss|step=\d+ loss=")
@@ -21,23 +20,10 @@ STEP = re.compile(r"step: +\d+ +loss:|global_step: \d+ \| reduced_train_loss|ste
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
 
 
-def _blocks(tsdb: Path) -> list[list[str]]:
-    out = subprocess.run(["promtool", "tsdb", "list", str(tsdb)], capture_output=True, text=True, check=True)
-    rows = [line.split() for line in out.stdout.splitlines()[1:] if line.strip()]
-    assert rows, f"no block in {tsdb}"
-    return rows
-
-
 def _dump(tsdb: Path, match: str, tmp: Path) -> list[tuple[str, float, float]]:
     """(labels, value, unix seconds) of the matching samples, read by promtool from a copy with a wal dir."""
-    copy = Path(tempfile.mkdtemp(dir=tmp)) / "tsdb"
-    shutil.copytree(tsdb, copy)
-    (copy / "wal").mkdir()
-    text = subprocess.run(
-        ["promtool", "tsdb", "dump", "--match", match, str(copy)], capture_output=True, text=True, check=True
-    ).stdout
     rows = []
-    for line in text.splitlines():
+    for line in dump(tsdb, match, tmp).splitlines():
         labels, value, ms = line.rsplit(" ", 2)
         rows.append((labels, float(value), int(ms) / 1000))
     return rows
@@ -51,7 +37,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_every_case_has_a_truth_a_log_with_steps_and_blocks(corpus: Path) -> None:
+def test_every_case_has_a_truth_a_log_with_steps_andblocks(corpus: Path) -> None:
     classes = plan(small=True)
     cases = sorted(p.parent for p in corpus.rglob("truth.json"))
     assert [c.name for c in cases] == [f"{i:02d}-{c}" for i, c in enumerate(classes)]
@@ -61,13 +47,13 @@ def test_every_case_has_a_truth_a_log_with_steps_and_blocks(corpus: Path) -> Non
         jobs = [case / "a", case / "b"] if truth["class"] == "restore-resource-leak" else [case]
         for job in jobs:
             assert STEP.search((job / "job.log").read_text()), f"no step line in {job}/job.log"
-            assert sum(int(r[4]) for r in _blocks(job / "prometheus")) > 10_000
+            assert sum(int(r[4]) for r in blocks(job / "prometheus")) > 10_000
 
 
 def test_network_hang_culprits_stand_out_in_their_nic_counters(corpus: Path, tmp_path: Path) -> None:
     case = corpus / "00-network-hang"
     truth = json.loads((case / "truth.json").read_text())
-    rows = _blocks(case / "prometheus")
+    rows = blocks(case / "prometheus")
     assert min(int(r[1]) for r in rows) / 1000 < truth["onset"] < max(int(r[2]) for r in rows) / 1000
     culprits = {c["host"] for c in truth["culprits"]}
     assert 1 <= len(culprits) <= 2
