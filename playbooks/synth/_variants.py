@@ -61,6 +61,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - collective-hang `heartbeat_kill`: the hang blocks the JAX heartbeats too (a gRPC deadlock): within a minute
   of the stall the tasks stop sending them, and the coordinator kills the job one heartbeat timeout (100-600
   s) later, accusing one or two tasks: a real hang, reported as a heartbeat timeout.
+- heartbeat-false-positive `hb_net_blip`: one accused host's RDMA links retransmit in a burst (as a
+  network hang's trigger does) for 1-3 minutes, ending 1-5 minutes before the heartbeat-stop time; the job
+  trains on until the kill (the seed's "high utilisation, retransmit spike": still a false positive).
 - heartbeat-false-positive `hb_printed`: the program prints the heartbeat timeout as JAX takes it
   (`jax.distributed heartbeat_timeout_seconds=N`, an absl line of rank 0) instead of a `Config param` line.
 - heartbeat-false-positive `hb_default`: the log states no heartbeat timeout at all; the coordinator uses
@@ -94,6 +97,7 @@ OPT_IN = {
     "capture_after_end": "healthy",
     "watchdog_kill": "collective-hang",
     "heartbeat_kill": "collective-hang",
+    "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
 }
@@ -175,12 +179,28 @@ def choose(job: Any) -> dict[str, Any]:
             float(hb.uniform(-60, 60)),
             sorted({int(x) for x in hb.integers(1, max(2, job.nodes), 2)}),
         )
+    if name == "heartbeat-false-positive" and "hb_net_blip" in job.opt_in:
+        r = stream(job, 19).uniform(0, 1, 2)
+        v["hb_net_blip"] = (float(60 + 240 * r[0]), float(60 + 120 * r[1]))  # (ends before the stop, lasts) s
     for k in ("hb_printed", "hb_default"):
         if name == "heartbeat-false-positive" and k in job.opt_in:
             v[k] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v
+
+
+def hb_net_blip(
+    job: Any, retx: np.ndarray, ack: np.ndarray, t: np.ndarray, host: int, hb_stop: float
+) -> None:
+    """A retransmit burst on `host`'s first one or two RDMA devices, ending before the heartbeat-stop time."""
+    rng = stream(job, 20)
+    before, length = job.variants["hb_net_blip"]
+    on = (t >= hb_stop - before - length) & (t < hb_stop - before)
+    for d in range(min(retx.shape[1], 1 + int(rng.integers(0, 2)))):
+        retx[host, d] = np.where(on, rng.uniform(200, 2500, len(t)), retx[host, d])
+        ack[host, d] = np.where(on, rng.uniform(2, 25, len(t)), ack[host, d])
+    job.notes.append(f"{job.hosts[host]}: RDMA retransmit burst before the heartbeat stop; training went on")
 
 
 def rdma_trickle(job: Any, K: int, D: int, N: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,9 @@ reproduced by the generator and diagnosed end to end through a served TSDB.
   `Config param` line), or states none (JAX's default of 100 s applies): the heartbeat-stop time is still
   known, the accused hosts are seen training up to the kill, and the steps stopping at the kill are its
   effect, not a hang.
+- A burst of RDMA retransmits on an accused host minutes before the heartbeats stopped, the job training on
+  until the kill, triggered no hang (the steps never stopped before the kill): still a heartbeat false
+  positive, the burst a side note.
 - A real hang the coordinator then reports as a heartbeat timeout (the hang blocked the heartbeats too) is
   still a hang: the steps stopped, or never started, long before the kill. Before the first step, the spin
   that the kill cut short (2-6 min) is the hang's whole pattern.
@@ -39,6 +42,18 @@ def test_a_heartbeat_timeout_printed_by_the_program_or_left_at_its_default_dates
     assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
     accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
     assert set(accused["hosts"]) == set(truth["accused_hosts"])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_network_blip_before_a_heartbeat_false_positive_is_no_hang_trigger(served_job, seed):
+    """Seeds 1 and 2 were network-hang on the accused host with the burst."""
+    result, truth = _diagnose(served_job, "heartbeat-false-positive", seed, "amd", variants=("hb_net_blip",))
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
+    blip = [f for f in result["findings"] if f["title"].startswith("RDMA retransmit burst")]
+    assert blip and set(blip[0]["hosts"]) <= set(truth["accused_hosts"]), "the burst is still reported"
 
 
 @pytest.mark.parametrize("seed", [1, 2])
