@@ -32,6 +32,8 @@ def _collective_hang(s: Sim) -> None:
         job.notes.append(f"{len(stuck)} GPUs of {job.hosts[ch]} never entered the collective")
     else:
         job.notes.append("uniform deadlock: every GPU busy-waits; no origin host")
+    if "noisy_spin" in job.variants:
+        _variants.noisy_spin(job, g.util, s.grid.hang)
 
 
 def _network_hang(s: Sim) -> None:

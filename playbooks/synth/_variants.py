@@ -58,6 +58,8 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
   (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
   the busy-wait fills only the first part of what follows the stall.
+- collective-hang `noisy_spin`: a spinning GPU's sampled utilisation scatters widely (mean 84 %, sd 14,
+  40-100 %), as a polling kernel's duty cycle does between samples; the idle GPUs stay at 0-2 %.
 - collective-hang `heartbeat_kill`: the hang blocks the JAX heartbeats too (a gRPC deadlock): within a minute
   of the stall the tasks stop sending them, and the coordinator kills the job one heartbeat timeout (100-600
   s) later, accusing one or two tasks: a real hang, reported as a heartbeat timeout.
@@ -97,6 +99,7 @@ OPT_IN = {
     "capture_after_end": "healthy",
     "watchdog_kill": "collective-hang",
     "heartbeat_kill": "collective-hang",
+    "noisy_spin": "collective-hang",
     "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
@@ -182,6 +185,8 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "heartbeat-false-positive" and "hb_net_blip" in job.opt_in:
         r = stream(job, 19).uniform(0, 1, 2)
         v["hb_net_blip"] = (float(60 + 240 * r[0]), float(60 + 120 * r[1]))  # (ends before the stop, lasts) s
+    if name == "collective-hang" and "noisy_spin" in job.opt_in:
+        v["noisy_spin"] = True
     for k in ("hb_printed", "hb_default"):
         if name == "heartbeat-false-positive" and k in job.opt_in:
             v[k] = True
@@ -201,6 +206,13 @@ def hb_net_blip(
         retx[host, d] = np.where(on, rng.uniform(200, 2500, len(t)), retx[host, d])
         ack[host, d] = np.where(on, rng.uniform(2, 25, len(t)), ack[host, d])
     job.notes.append(f"{job.hosts[host]}: RDMA retransmit burst before the heartbeat stop; training went on")
+
+
+def noisy_spin(job: Any, util: np.ndarray, hang: np.ndarray) -> None:
+    """Scatter the spinning GPUs' utilisation during the hang (those above 50 %: the idle ones stay)."""
+    rng = stream(job, 21)
+    spin = (util > 50) & hang[None, None, :]
+    util[...] = np.where(spin, np.clip(rng.normal(84, 14, util.shape), 40, 100), util)
 
 
 def rdma_trickle(job: Any, K: int, D: int, N: int) -> tuple[np.ndarray, np.ndarray]:

@@ -12,6 +12,8 @@ reproduced by the generator and diagnosed end to end through a served TSDB.
   still a hang: the steps stopped, or never started, long before the kill. Before the first step, the spin
   that the kill cut short (2-6 min) is the hang's whole pattern.
 - A hang whose ranks a collective watchdog killed long before the data ends still names its odd host.
+- A spinning GPU's sampled utilisation that scatters (40-100 %) is still spinning: its host's set is the
+  common one, and the odd host (idle GPUs at 0 %) is still the only one named.
 """
 
 from __future__ import annotations
@@ -80,3 +82,15 @@ def test_a_hang_that_the_coordinator_reports_as_a_heartbeat_timeout_is_a_hang(se
     assert diag["class"] == "collective-hang", diag["summary"]
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
     assert abs(diag["onset"] - truth["onset"]) / truth["interval_s"] <= 3
+
+
+@pytest.mark.parametrize("seed", [1, 5])
+def test_a_spin_whose_utilisation_scatters_keeps_the_common_set(served_job, seed):
+    """Seed 1 (odd host) and 5 (uniform deadlock) on 8 hosts x 8 GPUs: the odd host was lost (every host's
+    set drawn at random from its scattered samples)."""
+    result, truth = _diagnose(
+        served_job, "collective-hang", seed, "nvidia", nodes=8, gpus=8, variants=("noisy_spin",)
+    )
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
