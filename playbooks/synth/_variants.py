@@ -55,6 +55,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   fault, and no onset.
 - healthy `capture_after_end`: the run completes 3-7 minutes before the capture ends (the exporters keep
   scraping): the steps stop, the job's GPUs idle from its last step on, the log ends with its summary.
+- healthy `exporter_stall`: one host's GPU exporter hangs once for 3-6 minutes mid-run (its scrapes time
+  out and its GPU samples are missing for that one stretch, then it serves again), with no driver error in
+  the kernel log: one outage of the monitoring, not the recurring timeouts of a GPU driver fault.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -82,6 +85,7 @@ OPT_IN = {
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
+    "exporter_stall": "healthy",
 }
 
 
@@ -136,6 +140,12 @@ def choose(job: Any) -> dict[str, Any]:
         v["nan_stop"] = True
     if name == "healthy" and "capture_after_end" in job.opt_in:
         v["capture_after_end"] = float(stream(job, 15).uniform(180, 420))  # seconds of data after the end
+    if name == "healthy" and "exporter_stall" in job.opt_in:
+        r = stream(job, 16).uniform(0, 1, 2)
+        v["exporter_stall"] = (
+            float(180 + 180 * r[0]),
+            float(0.3 + 0.4 * r[1]),
+        )  # (seconds, where in the run)
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -304,6 +314,20 @@ def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
     rng = stream(job, 4)
     offsets = rng.uniform(0.0, float(job.variants["host_background"]), len(running))
     running += np.where(during[None, :], offsets[:, None], 0.0)
+
+
+def exporter_stall(
+    job: Any, timeouts: np.ndarray, scrape: np.ndarray, gpu_present: np.ndarray, t: np.ndarray
+) -> None:
+    """One host's GPU exporter hangs once (`exporter_stall`): its scrapes time out for one stretch."""
+    secs, where = job.variants["exporter_stall"]
+    h = 1 + int(stream(job, 16).integers(0, max(1, job.nodes - 1))) if job.nodes > 1 else 0
+    start = job.train_start + where * (job.job_end - job.train_start)
+    win = (t >= start) & (t < start + secs)
+    timeouts[h] |= win
+    scrape[h] = np.where(win, 12.0, scrape[h])
+    gpu_present[h] &= ~win
+    job.red_herrings["exporter_stall"] = f"{job.hosts[h]} for {secs:.0f} s"
 
 
 def late_exporter(job: Any, present: np.ndarray) -> None:
