@@ -58,6 +58,8 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - healthy `exporter_stall`: one host's GPU exporter hangs once for 3-6 minutes mid-run (its scrapes time
   out and its GPU samples are missing for that one stretch, then it serves again), with no driver error in
   the kernel log: one outage of the monitoring, not the recurring timeouts of a GPU driver fault.
+- training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
+  only every 60-120 s, so the log's per-step losses are finer than the TSDB's.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -82,6 +84,7 @@ OPT_IN = {
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
+    "sparse_gauges": "training-instability",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
@@ -136,6 +139,8 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "training-instability" and "elastic_restart" in job.opt_in:
         r = stream(job, 14).uniform(0, 1, 2)
         v["elastic_restart"] = (float(600 + 900 * r[0]), float(60 + 120 * r[1]))  # (before the onset, gap) s
+    if name == "training-instability" and "sparse_gauges" in job.opt_in:
+        v["sparse_gauges"] = float(stream(job, 17).uniform(60, 120))  # seconds between refreshes
     if name == "training-instability" and "nan_stop" in job.opt_in:
         v["nan_stop"] = True
     if name == "healthy" and "capture_after_end" in job.opt_in:
