@@ -60,6 +60,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   the kernel log: one outage of the monitoring, not the recurring timeouts of a GPU driver fault.
 - training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
   only every 60-120 s, so the log's per-step losses are finer than the TSDB's.
+- restore-resource-leak `wide_background`: each host's background daemons spread over 35-45 runnable
+  processes (drawn anew per run), more than twice the leak: the leak shows only as a shift of the hosts'
+  distribution, barely beyond its spread on a few hosts.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -85,6 +88,7 @@ OPT_IN = {
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
     "sparse_gauges": "training-instability",
+    "wide_background": "restore-resource-leak",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
@@ -167,6 +171,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["node_freeze"] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
+    if name in ("restore-resource-leak", "healthy") and "wide_background" in job.opt_in:  # both runs
+        v["host_background"] = float(stream(job, 18).uniform(35.0, 45.0))
     return v
 
 
