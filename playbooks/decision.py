@@ -163,6 +163,7 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
             elif f.extra.get("job_gpus_idle") and not _log_failure(ctx):
                 f.severity = "info"
                 f.title += " (the job's GPUs went idle and its log shows no failure: the job ended)"
+    _no_hang_before_kill(findings)
     for f in findings:
         # a rule may need another rule's finding on the same host to stand (e.g. dmesg errors alone), or,
         # without it, its departure must recur (`recurs`: one stretch of scrape timeouts is an outage)
@@ -213,6 +214,19 @@ def _recurs(ctx: Context, f: Finding) -> bool:
         if int(np.sum(above[1:] & ~above[:-1])) + int(above[0]) >= want:
             return True
     return False
+
+
+def _no_hang_before_kill(findings: list[Finding]) -> None:
+    """When the coordinator killed the job while the accused hosts trained with their peers up to the kill (a
+    heartbeat false positive stands: the steps went on until it), no collective ever stalled: a network
+    event before the kill triggered no hang; it is link trouble while the job trained (the seed's "high
+    utilisation, retransmit spike": a false positive that a network blip may have set off)."""
+    if not any(f.rule == "accused_alive" and SEV_RANK[f.severity] >= 1 for f in findings):
+        return
+    for f in findings:
+        if f.klass == "network-hang" and f.role == "cause":
+            f.klass = "rdma-degradation"
+            f.title += " (the job trained on until the coordinator's kill: it triggered no hang)"
 
 
 def _reconcile(

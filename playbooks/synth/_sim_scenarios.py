@@ -81,6 +81,8 @@ def _heartbeat_false_positive(s: Sim) -> None:
     acc = sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_acc, replace=False)}) if K > 1 else [0]
     job.accused_tasks = acc
     job.culprits = []
+    if "hb_net_blip" in job.variants:
+        _variants.hb_net_blip(job, s.nic.retx, s.nic.ack, s.grid.t, acc[0], s.inc.onset)
     job.notes.append(
         "accused hosts trained at full power until the kill: " + ", ".join(job.hosts[a] for a in acc)
     )

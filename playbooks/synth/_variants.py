@@ -63,6 +63,19 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - restore-resource-leak `wide_background`: each host's background daemons spread over 35-45 runnable
   processes (drawn anew per run), more than twice the leak: the leak shows only as a shift of the hosts'
   distribution, barely beyond its spread on a few hosts.
+- collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
+  (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
+  the busy-wait fills only the first part of what follows the stall.
+- collective-hang `heartbeat_kill`: the hang blocks the JAX heartbeats too (a gRPC deadlock): within a minute
+  of the stall the tasks stop sending them, and the coordinator kills the job one heartbeat timeout (100-600
+  s) later, accusing one or two tasks: a real hang, reported as a heartbeat timeout.
+- heartbeat-false-positive `hb_net_blip`: one accused host's RDMA links retransmit in a burst (as a
+  network hang's trigger does) for 1-3 minutes, ending 1-5 minutes before the heartbeat-stop time; the job
+  trains on until the kill (the seed's "high utilisation, retransmit spike": still a false positive).
+- heartbeat-false-positive `hb_printed`: the program prints the heartbeat timeout as JAX takes it
+  (`jax.distributed heartbeat_timeout_seconds=N`, an absl line of rank 0) instead of a `Config param` line.
+- heartbeat-false-positive `hb_default`: the log states no heartbeat timeout at all; the coordinator uses
+  JAX's documented default of 100 s.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -93,6 +106,11 @@ OPT_IN = {
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
     "exporter_stall": "healthy",
+    "watchdog_kill": "collective-hang",
+    "heartbeat_kill": "collective-hang",
+    "hb_net_blip": "heartbeat-false-positive",
+    "hb_printed": "heartbeat-false-positive",
+    "hb_default": "heartbeat-false-positive",
 }
 
 
@@ -169,11 +187,41 @@ def choose(job: Any) -> dict[str, Any]:
         v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
     if name == "monitoring-ghost-data" and "node_freeze" in job.opt_in:
         v["node_freeze"] = True
+    if name == "collective-hang" and "watchdog_kill" in job.opt_in:
+        r = stream(job, 17).uniform(0, 1, 2)
+        v["watchdog_kill"] = (float(600 + 600 * r[0]), float(300 + 600 * r[1]))  # (hang, data after) s
+    if name == "collective-hang" and "heartbeat_kill" in job.opt_in:
+        hb = stream(job, 18)
+        # (timeout s, heartbeat stop after the stall s, accused tasks)
+        v["heartbeat_kill"] = (
+            int(hb.choice([100, 300, 600])),
+            float(hb.uniform(-60, 60)),
+            sorted({int(x) for x in hb.integers(1, max(2, job.nodes), 2)}),
+        )
+    if name == "heartbeat-false-positive" and "hb_net_blip" in job.opt_in:
+        r = stream(job, 19).uniform(0, 1, 2)
+        v["hb_net_blip"] = (float(60 + 240 * r[0]), float(60 + 120 * r[1]))  # (ends before the stop, lasts) s
+    for k in ("hb_printed", "hb_default"):
+        if name == "heartbeat-false-positive" and k in job.opt_in:
+            v[k] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     if name in ("restore-resource-leak", "healthy") and "wide_background" in job.opt_in:  # both runs
         v["host_background"] = float(stream(job, 18).uniform(35.0, 45.0))
     return v
+
+
+def hb_net_blip(
+    job: Any, retx: np.ndarray, ack: np.ndarray, t: np.ndarray, host: int, hb_stop: float
+) -> None:
+    """A retransmit burst on `host`'s first one or two RDMA devices, ending before the heartbeat-stop time."""
+    rng = stream(job, 20)
+    before, length = job.variants["hb_net_blip"]
+    on = (t >= hb_stop - before - length) & (t < hb_stop - before)
+    for d in range(min(retx.shape[1], 1 + int(rng.integers(0, 2)))):
+        retx[host, d] = np.where(on, rng.uniform(200, 2500, len(t)), retx[host, d])
+        ack[host, d] = np.where(on, rng.uniform(2, 25, len(t)), ack[host, d])
+    job.notes.append(f"{job.hosts[host]}: RDMA retransmit burst before the heartbeat stop; training went on")
 
 
 def rdma_trickle(job: Any, K: int, D: int, N: int) -> tuple[np.ndarray, np.ndarray]:
