@@ -55,6 +55,14 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   fault, and no onset.
 - healthy `capture_after_end`: the run completes 3-7 minutes before the capture ends (the exporters keep
   scraping): the steps stop, the job's GPUs idle from its last step on, the log ends with its summary.
+- healthy `exporter_stall`: one host's GPU exporter hangs once for 3-6 minutes mid-run (its scrapes time
+  out and its GPU samples are missing for that one stretch, then it serves again), with no driver error in
+  the kernel log: one outage of the monitoring, not the recurring timeouts of a GPU driver fault.
+- training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
+  only every 60-120 s, so the log's per-step losses are finer than the TSDB's.
+- restore-resource-leak `wide_background`: each host's background daemons spread over 35-45 runnable
+  processes (drawn anew per run), more than twice the leak: the leak shows only as a shift of the hosts'
+  distribution, barely beyond its spread on a few hosts.
 - collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
   (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
   the busy-wait fills only the first part of what follows the stall.
@@ -94,9 +102,12 @@ OPT_IN = {
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
+    "sparse_gauges": "training-instability",
+    "wide_background": "restore-resource-leak",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
+    "exporter_stall": "healthy",
     "watchdog_kill": "collective-hang",
     "heartbeat_kill": "collective-hang",
     "noisy_spin": "collective-hang",
@@ -153,10 +164,18 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "training-instability" and "elastic_restart" in job.opt_in:
         r = stream(job, 14).uniform(0, 1, 2)
         v["elastic_restart"] = (float(600 + 900 * r[0]), float(60 + 120 * r[1]))  # (before the onset, gap) s
+    if name == "training-instability" and "sparse_gauges" in job.opt_in:
+        v["sparse_gauges"] = float(stream(job, 17).uniform(60, 120))  # seconds between refreshes
     if name == "training-instability" and "nan_stop" in job.opt_in:
         v["nan_stop"] = True
     if name == "healthy" and "capture_after_end" in job.opt_in:
         v["capture_after_end"] = float(stream(job, 15).uniform(180, 420))  # seconds of data after the end
+    if name == "healthy" and "exporter_stall" in job.opt_in:
+        r = stream(job, 16).uniform(0, 1, 2)
+        v["exporter_stall"] = (
+            float(180 + 180 * r[0]),
+            float(0.3 + 0.4 * r[1]),
+        )  # (seconds, where in the run)
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -192,6 +211,8 @@ def choose(job: Any) -> dict[str, Any]:
             v[k] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
+    if name in ("restore-resource-leak", "healthy") and "wide_background" in job.opt_in:  # both runs
+        v["host_background"] = float(stream(job, 18).uniform(35.0, 45.0))
     return v
 
 
@@ -364,6 +385,20 @@ def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
     rng = stream(job, 4)
     offsets = rng.uniform(0.0, float(job.variants["host_background"]), len(running))
     running += np.where(during[None, :], offsets[:, None], 0.0)
+
+
+def exporter_stall(
+    job: Any, timeouts: np.ndarray, scrape: np.ndarray, gpu_present: np.ndarray, t: np.ndarray
+) -> None:
+    """One host's GPU exporter hangs once (`exporter_stall`): its scrapes time out for one stretch."""
+    secs, where = job.variants["exporter_stall"]
+    h = 1 + int(stream(job, 16).integers(0, max(1, job.nodes - 1))) if job.nodes > 1 else 0
+    start = job.train_start + where * (job.job_end - job.train_start)
+    win = (t >= start) & (t < start + secs)
+    timeouts[h] |= win
+    scrape[h] = np.where(win, 12.0, scrape[h])
+    gpu_present[h] &= ~win
+    job.red_herrings["exporter_stall"] = f"{job.hosts[h]} for {secs:.0f} s"
 
 
 def late_exporter(job: Any, present: np.ndarray) -> None:
