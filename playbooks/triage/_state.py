@@ -37,6 +37,7 @@ class _State:
         gpus_env: the GPU indices the log's environment lines gave (`_gpus_env`).
         pods: the pods of a `kubectl logs --prefix` log (`_kubectl`); accused_hosts: hosts a coordinator
         declared dead for missed heartbeats (Ray's `... node name: H has been marked dead ...`).
+        clock: the time of the last dated line (an undated step line is placed its duration after it).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -78,6 +79,7 @@ class _State:
     gpus_env: GpuEnv = field(default_factory=GpuEnv)
     pods: Pods = field(default_factory=Pods)
     accused_hosts: list[str] = field(default_factory=list)
+    clock: float | None = None
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -125,3 +125,17 @@ def test_python_logging_steps_after_start_line_take_its_zone():
     ]
     t = triage_log(lines)
     assert t.last_step == 5 and t.progress["last_step_time"] == _utc("2026-06-02T07:19:47.675")
+
+
+def test_undated_nemo_steps_are_placed_their_duration_after_the_last_dated_line():
+    """srun'd NeMo prints its step lines undated: each ended its train_step_timing after the line before it
+    (the `Start:` header's zone, EDT = UTC-4, dates NeMo's own header)."""
+    lines = [
+        "Start: Thu Jun 04 06:00:00 EDT 2026",
+        " 0: [NeMo I 2026-06-04 06:00:13 nemo_logging:393] World size: 256",
+        f" 0: {_nemo(0, '9.56', 7.5)}",
+        f" 0: {_nemo(1, '9.55', 7.0)}",
+    ]
+    t = triage_log(lines)
+    assert t.progress["last_step_time"] == _utc("2026-06-04T10:00:27.5")
+    assert t.details["log_loss"][0] == [_utc("2026-06-04T10:00:20.5"), 9.56]
