@@ -387,6 +387,8 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
     final = np.zeros(len(g.t), bool)
     final[e + 1 - length : e + 1] = True
     spinning = [r for r in range(len(g.labels)) if busy[r, final].mean() >= 0.8]
+    job = _pre_step_job(ctx, rule, g, spinning, final)
+    spinning = [r for r in spinning if job is None or g.key(r) in job]
     if not spinning:
         return None
     starts = []
@@ -397,7 +399,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
         starts.append(float(g.t[i]) - g.step / 2)
     onset = _refine_settle(ctx.grid(rule.queries[0]), float(np.median(starts)), float(g.t[e]), g.step)
     onset = max(onset, _power_settle(ctx.grid(rule.queries[1]), onset, float(g.t[e])))
-    sets = _busy_sets(g, final, util_min, set())
+    sets = _busy_sets(g, final, util_min, set(), job)
     odd = _odd_hosts(sets)
     n_hosts = len(sets)
     common = Counter(sets.values()).most_common(1)[0][0] if sets else frozenset()
@@ -423,6 +425,24 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
             )
         )
     return _finding(pb, rule, odd, [], onset, ev, busy_hosts=n_hosts, hosts_seen=n_hosts, pre_step=True)
+
+
+def _pre_step_job(
+    ctx: Context, rule: RuleSpec, g: Grid, spinning: list[int], final: np.ndarray
+) -> set[tuple[str, str]] | None:
+    """Return the job's GPUs before its first step (None: every GPU): those the log names (`_tenant`), less
+    the spinning GPUs that never sat idle before their final spin while other spinning GPUs did. The job's
+    GPUs idle before it starts; one busy all along was busy before the job began: another tenant's."""
+    keys = [(lab.get("host", ""), lab.get("gpu", "")) for lab in g.labels]
+    job = job_gpus(ctx, None, keys)
+    first = int(np.argmax(final))
+    idle_util = float(rule.params.get("idle_util", 20.0))
+    with np.errstate(all="ignore"):
+        idled = [bool((g.values[r, :first] < idle_util).any()) for r in spinning]
+    if any(idled) and not all(idled):
+        never = {keys[r] for r, x in zip(spinning, idled, strict=True) if not x}
+        job = (set(keys) if job is None else job) - never
+    return job
 
 
 def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: float) -> float:
