@@ -6,7 +6,8 @@ kube-prometheus-stack ServiceMonitor (`gpu`, `UUID`, `modelName`, `Hostname`/`ho
 `namespace`, `exported_pod`, ...). Hosts: node_exporter. NICs: telegraf's infiniband_hw input.
 Every target has Prometheus's own `up` and `scrape_duration_seconds`; scrapes jitter and fail now
 and then; a host's exporters restart together once in a while (a gap of a few scrapes) while its NIC
-counters are cleared (`perfquery -R`, a driver reload): a counter reset; a dead host leaves `up` 0 and nothing else.
+counters are cleared (`perfquery -R`, a driver reload): a counter reset; a dead host leaves `up` 0 and nothing else (on Kubernetes its targets go away), or
+comes back from a reboot with idle GPUs, a new boot time and its kernel counters from zero.
 """
 
 from __future__ import annotations
@@ -68,8 +69,12 @@ def _target(
     """Write `up` and the scrape duration; return the mask of scrapes that succeeded and the freeze index."""
     eff = fl.eff
     ok = np.random.default_rng(rng.randrange(1 << 30)).random(len(times)) > 0.003
+    seen = np.ones(len(times), dtype=bool)
     if host in eff.dead:
-        ok &= times < eff.dead[host]
+        down, back = eff.dead[host], eff.back.get(host, np.inf)
+        ok &= (times < down) | (times >= back)
+        if fl.case.k8s:  # the node's pods leave the endpoints: the target itself goes away
+            seen = (times < down + rng.uniform(60, 300)) | (times >= back)
     restart = eff.exporter_restart.get(host)
     if restart and kind in ("node", "telegraf"):
         ok &= ~((times >= restart) & (times < restart + 2.5 * (times[1] - times[0])))
@@ -88,7 +93,7 @@ def _target(
     if ghost and ghost[1] == kind:
         first = int(np.searchsorted(times, ghost[0]))
         frozen = np.where(np.arange(len(times)) >= first, max(first - 1, 0), frozen)
-    w.add("up", "gauge", labels, times, ok.astype(float))
+    w.add("up", "gauge", labels, times[seen], ok[seen].astype(float))
     w.add("scrape_duration_seconds", "gauge", labels, times[ok], np.round(dur[frozen][ok], 6))
     return ok, frozen
 
@@ -222,6 +227,9 @@ def node_target(fl: Fleet, w: Writer, hi: int, rng: random.Random) -> None:
     ):
         w.add(metric, kind, tl, t, np.round(v[key][frozen][ok], 1))
     w.add("node_memory_MemTotal_bytes", "gauge", tl, t, np.full(len(t), fl.mem_total))
+    boot = fl.tl.t0 - 86400 * (3 + hi % 17)
+    back = fl.eff.back.get(host)
+    w.add("node_boot_time_seconds", "gauge", tl, t, np.where(t >= (back or np.inf), (back or 0) - 75, boot))
     w.add(
         "node_network_transmit_bytes_total",
         "counter",

@@ -42,10 +42,9 @@ class Story:
 
 
 def _pick(rng: random.Random, case: Case, avoid: set[str], k: int = 1) -> list[str]:
-    pool = [
-        h for i, h in enumerate(case.hosts) if h not in avoid and case.sku[i] == case.sku[0]
-    ] or case.hosts[:]
-    return rng.sample(pool, k)
+    common = max(set(case.sku), key=case.sku.count)
+    pool = [h for i, h in enumerate(case.hosts) if h not in avoid and case.sku[i] == common]
+    return rng.sample(pool, min(k, len(pool)))
 
 
 def _fleet(case: Case, tl: Timeline, eff: Effects, rng: random.Random) -> Fleet:
@@ -131,6 +130,9 @@ def _hang(
         culprits = [(host, None)]
         onset = dead
         text = f"{host} went silent (exporters gone), the other ranks hung in NCCL"
+        if rng.random() < 0.35:
+            eff.back[host] = dead + rng.uniform(180, 420)
+            text += "; it came back from a reboot minutes later, idle"
         if rng.random() < 0.5:
             g = rng.randrange(case.gpus)
             first = dead - rng.uniform(90, 300)
@@ -177,7 +179,7 @@ def _crash(case: Case, rng: random.Random, launch: float, setup: float, step_s: 
     hb, accused = 0, []
     if case.cls == "host-oom" and len(tl.saves) >= 2:
         fatal = tl.saves[rng.randrange(1, len(tl.saves))]
-        kill = fatal[0] + rng.uniform(40, 110)
+        kill = fatal[0] + (fatal[1] - fatal[0]) * rng.uniform(0.5, 0.9)  # killed mid-save
         tl = truncate(tl, kill, False, rng.uniform(20, 60))
         fl = _fleet(case, tl, eff, rng)
         k = 2 if len(fl.replica0) > 2 and rng.random() < 0.3 else 1

@@ -22,6 +22,7 @@ class Effects:
 
     Attributes:
         dead: host -> time it went silent (all its exporters gone).
+        back: host -> time a dead host came back from a reboot (GPUs idle, kernel counters from zero).
         idle_in_hang: (host, gpu) pairs that sit idle while the others busy-wait.
         hot: (host, gpu) -> time its temperature began to climb.
         rdma: host -> (start, end, retransmits per second per NIC) of a retransmit burst.
@@ -37,6 +38,7 @@ class Effects:
     """
 
     dead: dict[str, float] = field(default_factory=dict)
+    back: dict[str, float] = field(default_factory=dict)
     idle_in_hang: set[tuple[str, int]] = field(default_factory=set)
     hot: dict[tuple[str, int], float] = field(default_factory=dict)
     rdma: dict[str, tuple[float, float, float]] = field(default_factory=dict)

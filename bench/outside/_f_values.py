@@ -42,13 +42,29 @@ def _lag(target: np.ndarray, times: np.ndarray, tau: float, start: float) -> np.
     return out
 
 
+def host_phase(fl: Fleet, host: str, times: np.ndarray) -> np.ndarray:
+    """The job's phase as this host lived it: nothing runs on a host after it died (or rebooted)."""
+    ph = fl.tl.phase(times)
+    if host in fl.eff.dead:
+        ph = np.where(times >= fl.eff.dead[host], OFF, ph)
+    return ph
+
+
+def since_boot(fl: Fleet, host: str, times: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """A kernel counter: it starts again from zero when the host reboots."""
+    back = fl.eff.back.get(host)
+    if back is None or not (times >= back).any():
+        return values
+    return np.where(times >= back, values - values[times >= back][0], values)
+
+
 def gpu(fl: Fleet, hi: int, g: int, times: np.ndarray, rng: random.Random) -> dict[str, np.ndarray]:
     """util (0..1), power W, temp degC, clock MHz, mem bytes, sbe/dbe counters, xid gauge at `times`."""
-    case, tl, eff = fl.case, fl.tl, fl.eff
+    case, eff = fl.case, fl.eff
     host = case.hosts[hi]
     _, idle_w, train_w, max_mhz, idle_mhz, mem_gib = SKUS[case.sku[hi]]
     nrng = np.random.default_rng(rng.randrange(1 << 30))
-    ph = tl.phase(times)
+    ph = host_phase(fl, host, times)
     n = len(times)
     noise = nrng.normal(0, 1, n)
     util = np.select(
@@ -90,9 +106,6 @@ def gpu(fl: Fleet, hi: int, g: int, times: np.ndarray, rng: random.Random) -> di
         power = np.where(busy, power * (1 - 0.15 * ramp), power)
     temp = _lag(29 + 0.085 * power, times, 70.0, 29 + 0.085 * idle_w) + extra_temp + g * 0.7 + noise * 0.4
     mem = np.where((ph == PRE) | (ph == OFF), 0.5 * GIB, mem_gib * GIB * 0.86)
-    dead_at = eff.dead.get(host)
-    if dead_at is not None:
-        power = np.where(times >= dead_at, 0.0, power)
     sbe = np.cumsum(nrng.random(n) < 0.003) + rng.randrange(0, 4)
     dbe = np.zeros(n)
     xid = np.zeros(n)
@@ -141,10 +154,10 @@ def _mem_used(fl: Fleet, host: str, times: np.ndarray, ph: np.ndarray) -> np.nda
 
 def node(fl: Fleet, hi: int, times: np.ndarray, rng: random.Random) -> dict[str, np.ndarray]:
     """procs running, load1, memory available, OOM kills, TCP retransmits, eth0 bytes (counters cumulate)."""
-    case, tl, eff = fl.case, fl.tl, fl.eff
+    case, eff = fl.case, fl.eff
     host = case.hosts[hi]
     nrng = np.random.default_rng(rng.randrange(1 << 30))
-    ph = tl.phase(times)
+    ph = host_phase(fl, host, times)
     n = len(times)
     busy = (ph == TRAIN) | (ph == EVAL) | (ph == HANG) | (ph == SETUP)
     saving = ph == SAVE
@@ -165,9 +178,11 @@ def node(fl: Fleet, hi: int, times: np.ndarray, rng: random.Random) -> dict[str,
         "procs": np.round(procs),
         "load1": np.round(load, 2),
         "mem_avail": fl.mem_total - used - nrng.uniform(0, 2 * GIB, n),
-        "oom": oom + (3 if rng.random() < 0.1 else 0),  # an old kill from a previous job, on few hosts
-        "retrans": np.round(retr),
-        "tx": np.round(tx + 1e12),
+        "oom": since_boot(
+            fl, host, times, oom + (3 if rng.random() < 0.1 else 0)
+        ),  # old kills on a few hosts
+        "retrans": since_boot(fl, host, times, np.round(retr)),
+        "tx": since_boot(fl, host, times, np.round(tx + 1e12)),
     }
 
 
@@ -186,7 +201,7 @@ def nic(fl: Fleet, hi: int, k: int, times: np.ndarray, rng: random.Random) -> di
         on = (times >= a) & (times < b)
         trickle = trickle + np.where(on, nrng.poisson(rate * dt * (1.0 if k % 2 == 0 else 0.3)), 0)
         ack = np.where(on, nrng.poisson(rate * dt * 0.05), 0)
-    ph = fl.tl.phase(times)
+    ph = host_phase(fl, host, times)
     dt = np.diff(times, prepend=times[0])
     data = np.cumsum(dt * np.where(ph == TRAIN, 2.2e9, 1e6)) / 4.0
     return {

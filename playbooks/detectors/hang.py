@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -16,7 +17,7 @@ from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding, _gaps, _gkey, _match_host, _steady_level
 from ._silent import silence_onset
-from ._tenant import job_gpus
+from ._tenant import job_gpus, job_gpus_before_steps, local_ordinals
 
 
 def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -77,6 +78,7 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
         return None
     a = tl.last_advance + max(60.0, 2 * power.step)
     b = (tl.crash_time if tl.crash_time and tl.crash_time > a else tl.end) - power.step
+    b = _spin_end(util, a, b, float(p.get("util_min", 70.0)))
     if power.mask(a, b).sum() < 1 or util.mask(a, b).sum() < 1:
         return None
     active = _steady_level(ctx, power)
@@ -119,6 +121,21 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
             ),
         )
     return _finding(pb, rule, sorted(odd), [], tl.last_advance, ev, busy_hosts=busy, hosts_seen=len(rows))
+
+
+def _spin_end(util: Grid, a: float, b: float, util_min: float) -> float:
+    """Return when the job's spinning ended between a and b: the last instant the typical host (the hosts'
+    median) still ran at `util_min` or more; b when it never did. A collective's watchdog (or anyone) may kill
+    the ranks long before the data ends; the GPUs idle after that are the kill's effect, not part of the
+    pattern of which GPUs spin."""
+    cols = np.nonzero(util.mask(a, b))[0]
+    if not len(cols):
+        return b
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        typical = np.nanmedian(util.values[:, cols], axis=0)
+    spun = cols[np.nan_to_num(typical, nan=0.0) >= util_min]
+    return float(util.t[spun[-1]]) if len(spun) else b
 
 
 def _silent_hosts(ctx: Context, presence: Iterable[object], a: float, b: float) -> set[str]:
@@ -333,7 +350,7 @@ def _busy_sets(
     local rank it runs, as the job numbers its devices), since the job may hold other indices on each host.
     """
     sets: dict[str, set[str]] = {}
-    local = _local_ordinals(only) if only is not None else {}
+    local = local_ordinals(only) if only is not None else {}
     for lab, v in zip(g.labels, g.values, strict=True):
         h, gpu = lab.get("host", ""), lab.get("gpu", "")
         if h in skip:
@@ -346,14 +363,6 @@ def _busy_sets(
         if len(seg) and (seg >= util_min).mean() >= 0.8:
             sets[h].add(local.get((h, gpu), gpu))
     return {h: frozenset(x) for h, x in sets.items()}
-
-
-def _local_ordinals(gpus: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """Return each (host, gpu)'s place among its host's GPUs of `gpus`, in index order."""
-    by_host: dict[str, list[str]] = {}
-    for h, gpu in gpus:
-        by_host.setdefault(h, []).append(gpu)
-    return {(h, gpu): str(i) for h, gs in by_host.items() for i, gpu in enumerate(sorted(gs, key=_gkey))}
 
 
 def _odd_hosts(sets: dict[str, frozenset[str]]) -> list[str]:
@@ -382,12 +391,13 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
         return None
     e = int(any_busy[-1])
     length = max(2, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
+    length = _cut_by_kill(ctx, g, busy, e, length)
     if e + 1 < length:
         return None
     final = np.zeros(len(g.t), bool)
     final[e + 1 - length : e + 1] = True
     spinning = [r for r in range(len(g.labels)) if busy[r, final].mean() >= 0.8]
-    job = _pre_step_job(ctx, rule, g, spinning, final)
+    job = job_gpus_before_steps(ctx, g, spinning, final, float(p.get("idle_util", 20.0)))
     spinning = [r for r in spinning if job is None or g.key(r) in job]
     if not spinning:
         return None
@@ -427,22 +437,23 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
     return _finding(pb, rule, odd, [], onset, ev, busy_hosts=n_hosts, hosts_seen=n_hosts, pre_step=True)
 
 
-def _pre_step_job(
-    ctx: Context, rule: RuleSpec, g: Grid, spinning: list[int], final: np.ndarray
-) -> set[tuple[str, str]] | None:
-    """Return the job's GPUs before its first step (None: every GPU): those the log names (`_tenant`), less
-    the spinning GPUs that never sat idle before their final spin while other spinning GPUs did. The job's
-    GPUs idle before it starts; one busy all along was busy before the job began: another tenant's."""
-    keys = [(lab.get("host", ""), lab.get("gpu", "")) for lab in g.labels]
-    job = job_gpus(ctx, None, keys)
-    first = int(np.argmax(final))
-    idle_util = float(rule.params.get("idle_util", 20.0))
-    with np.errstate(all="ignore"):
-        idled = [bool((g.values[r, :first] < idle_util).any()) for r in spinning]
-    if any(idled) and not all(idled):
-        never = {keys[r] for r, x in zip(spinning, idled, strict=True) if not x}
-        job = (set(keys) if job is None else job) - never
-    return job
+#: the triage classes of a kill for unresponsive ranks: the coordinator's heartbeat timeout, a collective's
+UNRESPONSIVE = ("heartbeat-timeout", "nccl-timeout")
+
+
+def _cut_by_kill(ctx: Context, g: Grid, busy: np.ndarray, e: int, length: int) -> int:
+    """Return how many instants of spinning make a hang before the first step: `length`, or less when the
+    job's log reports it killed for unresponsive ranks (a heartbeat or collective timeout) while the GPUs
+    still spun: the kill cut the spin short, and the whole spin (at least 3 scrapes and 2 minutes) counts."""
+    crash = ctx.timeline.crash_time
+    classes = {m.get("class") for m in (ctx.triage or {}).get("matches") or [] if isinstance(m, Mapping)}
+    if crash is None or not classes & set(UNRESPONSIVE) or float(g.t[e]) < crash - 2 * g.step:
+        return length
+    i = e
+    while i > 0 and busy[:, i - 1].any():
+        i -= 1
+    run = e - i + 1
+    return min(length, run) if run >= max(3, 120.0 / max(g.step, 1e-9)) else length
 
 
 def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: float) -> float:

@@ -55,6 +55,16 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   fault, and no onset.
 - healthy `capture_after_end`: the run completes 3-7 minutes before the capture ends (the exporters keep
   scraping): the steps stop, the job's GPUs idle from its last step on, the log ends with its summary.
+- collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
+  (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
+  the busy-wait fills only the first part of what follows the stall.
+- collective-hang `heartbeat_kill`: the hang blocks the JAX heartbeats too (a gRPC deadlock): within a minute
+  of the stall the tasks stop sending them, and the coordinator kills the job one heartbeat timeout (100-600
+  s) later, accusing one or two tasks: a real hang, reported as a heartbeat timeout.
+- heartbeat-false-positive `hb_printed`: the program prints the heartbeat timeout as JAX takes it
+  (`jax.distributed heartbeat_timeout_seconds=N`, an absl line of rank 0) instead of a `Config param` line.
+- heartbeat-false-positive `hb_default`: the log states no heartbeat timeout at all; the coordinator uses
+  JAX's documented default of 100 s.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -82,6 +92,10 @@ OPT_IN = {
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
+    "watchdog_kill": "collective-hang",
+    "heartbeat_kill": "collective-hang",
+    "hb_printed": "heartbeat-false-positive",
+    "hb_default": "heartbeat-false-positive",
 }
 
 
@@ -150,6 +164,20 @@ def choose(job: Any) -> dict[str, Any]:
         v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
     if name == "monitoring-ghost-data" and "node_freeze" in job.opt_in:
         v["node_freeze"] = True
+    if name == "collective-hang" and "watchdog_kill" in job.opt_in:
+        r = stream(job, 17).uniform(0, 1, 2)
+        v["watchdog_kill"] = (float(600 + 600 * r[0]), float(300 + 600 * r[1]))  # (hang, data after) s
+    if name == "collective-hang" and "heartbeat_kill" in job.opt_in:
+        hb = stream(job, 18)
+        # (timeout s, heartbeat stop after the stall s, accused tasks)
+        v["heartbeat_kill"] = (
+            int(hb.choice([100, 300, 600])),
+            float(hb.uniform(-60, 60)),
+            sorted({int(x) for x in hb.integers(1, max(2, job.nodes), 2)}),
+        )
+    for k in ("hb_printed", "hb_default"):
+        if name == "heartbeat-false-positive" and k in job.opt_in:
+            v[k] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
     return v
