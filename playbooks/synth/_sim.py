@@ -49,6 +49,9 @@ def simulate(job: Job) -> Job:
     _sim_scenarios.apply(s)
     if "near_limit_save" in job.variants:
         _variants.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
+    if "exporter_stall" in job.variants:
+        hs = s.host
+        _variants.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
     _store(s, big_h)
     _gpu_counters(job, rng, (job.nodes, job.gpus, grid.n))
     _variants.late_exporter(job, s.host.present)
