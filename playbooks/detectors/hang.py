@@ -344,10 +344,10 @@ def _busy_sets(
     skip: set[str],
     only: set[tuple[str, str]] | None = None,
 ) -> dict[str, frozenset[str]]:
-    """Return each host's set of GPU indices that spin: typically (the median over `cols`) at utilisation >=
-    util_min. A polling kernel's sampled utilisation scatters (a spinning GPU may read 50 % now and then), so
-    a share of samples above the line would drop spinning GPUs at random and make every host look odd; an
-    idle GPU reads near 0 throughout.
+    """Return each host's set of GPU indices that spin: on average over `cols` at utilisation >= util_min. A
+    polling kernel's sampled utilisation scatters (a spinning GPU may read 50 % now and then), so a share of
+    samples above the line (or their median, over a few coarse samples) would drop spinning GPUs at random
+    and make hosts look odd; an idle GPU reads near 0 throughout.
 
     Among `only`, the job's GPUs, when given: each counted by its place among its host's job GPUs (the
     local rank it runs, as the job numbers its devices), since the job may hold other indices on each host.
@@ -363,7 +363,7 @@ def _busy_sets(
             continue
         seg = v[cols]
         seg = seg[~np.isnan(seg)]
-        if len(seg) and float(np.median(seg)) >= util_min:
+        if len(seg) and float(np.mean(seg)) >= util_min:
             sets[h].add(local.get((h, gpu), gpu))
     return {h: frozenset(x) for h, x in sets.items()}
 
