@@ -402,7 +402,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
     spinning = [r for r in range(len(g.labels)) if busy[r, final].mean() >= 0.8]
     # every GPU the spinning sets may count (typically at util_min over the final spin) is judged
     with np.errstate(all="ignore"):
-        typical = np.nanmedian(g.values[:, final], axis=1) >= util_min
+        typical = np.nanmean(g.values[:, final], axis=1) >= util_min
     job = job_gpus_before_steps(
         ctx, g, np.nonzero(typical)[0].tolist(), final, float(p.get("idle_util", 20.0))
     )
