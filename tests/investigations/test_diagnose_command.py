@@ -92,7 +92,9 @@ def test_verbosity_2_says_where_the_time_went_on_stderr(job_factory):
     line = next(x for x in proc.stderr.splitlines() if x.startswith("diagnose: timings "))
     phases = dict(kv.split("=") for kv in line.split()[2:])
     assert {"triage_s", "serve_s", "discovery_s", "triage_wait_s", "queries_s", "decision_s"} <= set(phases)
-    assert {"command_s", "cpu_s"} <= set(phases) and all(float(v) >= 0 for v in phases.values())
+    assert {"command_s", "cpu_s", "start_cpu_s", "triage_cpu_s"} <= set(phases)
+    assert all(float(v) >= 0 for v in phases.values())
+    assert float(phases["start_cpu_s"]) + float(phases["triage_cpu_s"]) <= float(phases["cpu_s"])
     assert _servers() == []
 
 
