@@ -104,6 +104,7 @@ METRICS: tuple[Metric, ...] = (
 class Job:
     """What the comparison knows about one job while it runs.
 
+    `aligned` is False when no step of the job is known within its TSDB's range: its whole data is compared.
     `hosts` are its hosts under their one name (the diagnosis's: `names`, from the source's hosts and the
     log's node list); every per-host figure is keyed by it, so a node node_exporter knows by its FQDN or
     address is one host, named as the GPU exporter and the scheduler name it.
@@ -123,6 +124,7 @@ class Job:
     ckpt_period: int | None = None
     window: tuple[float, float] | None = None
     names: HostNames = field(default_factory=HostNames)
+    aligned: bool = True
 
     @property
     def config(self) -> Mapping[str, str]:
@@ -146,7 +148,10 @@ class Job:
         return None
 
     def steady(self, t: float, lo: float, hi: float) -> bool:
-        """Return whether `t` lies in a steady-state step of [lo, hi] (no checkpoint step nor the 2 after it)."""
+        """Return whether `t` lies in a steady-state step of [lo, hi] (no checkpoint step nor the 2 after it);
+        always for a job whose steps are not known within its data."""
+        if not self.aligned:
+            return True
         s = self.step_at(t)
         if s is None or not lo <= s <= hi:
             return False
@@ -299,10 +304,14 @@ def _run(job: Job, calls: Sequence[Callable[[], Any]], concurrency: int) -> list
     return job.client.run_parallel(calls, max_concurrency=concurrency)
 
 
-def cluster_rows(jobs: Sequence[Job], lo: float, hi: float, concurrency: int) -> tuple[list[Row], list[str]]:
-    """Return the metric rows over each job's steady window, and the metrics no job pair could compare."""
+def cluster_rows(
+    jobs: Sequence[Job], lo: float, hi: float, concurrency: int
+) -> tuple[list[Row], list[str], list[str]]:
+    """Return the metric rows over each job's steady window, the metrics a job lacks the signal of, and the
+    metrics a job has no sample of in its window."""
     plan: list[tuple[Metric, str]] = []
     skipped: list[str] = []
+    empty: list[str] = []
     for m in METRICS:
         sig = _pick_signal(m, jobs)
         if sig is None:
@@ -329,7 +338,9 @@ def cluster_rows(jobs: Sequence[Job], lo: float, hi: float, concurrency: int) ->
             )
         known = [f for f in figures if f is not None]
         if len(known) < len(figures):
-            skipped.append(m.name)
+            # no series at all: the TSDB lacks the signal; series, but none in the steady steps: no sample there
+            nothing = any(isinstance(res[i], list) and not res[i] for res in results)
+            (skipped if nothing else empty).append(m.name)
             continue
         rows.append(
             Row(
@@ -340,7 +351,7 @@ def cluster_rows(jobs: Sequence[Job], lo: float, hi: float, concurrency: int) ->
                 [f[1] for f in known],
             )
         )
-    return rows, skipped
+    return rows, skipped, empty
 
 
 def significant(row: Row, base: int, other: int) -> bool:

@@ -20,19 +20,26 @@ from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable
 
 
 def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
+    """Return a query's answer as stored: its series on the query's grid (None where absent), renamed by the
+    query's `relabel` when it has one, with the PromQL that answers them so (the evidence's query)."""
+    promql = q.relabel.promql(q.promql) if q.relabel else q.promql
     if q.kind == "instant":
+        rows = [(s.labels, np.array([s.value], dtype=float)) for s in data]
+        if q.relabel:
+            rows = q.relabel.apply(rows)
         return {
             "kind": "instant",
-            "promql": q.promql,
+            "promql": promql,
             "window_s": q.window_s,
             "at": q.end,
             "samples": [
-                {"labels": s.labels, "value": s.value if math.isfinite(s.value) else None} for s in data
+                {"labels": labels, "value": float(v[0]) if math.isfinite(v[0]) else None}
+                for labels, v in rows
             ],
         }
     step = float(q.step or 1.0)
     n = int(round((q.end - q.start) / step)) + 1
-    series = []
+    grids = []
     for s in data:
         assert isinstance(s, Series)
         grid = np.full(n, np.nan)
@@ -41,11 +48,16 @@ def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
             v = np.asarray(s.values, dtype=float)
             ok = (idx >= 0) & (idx < n) & np.isfinite(v)
             grid[idx[ok]] = v[ok]
-        # JSON: a missing point is None (x != x only for NaN)
-        series.append({"labels": s.labels, "values": [x if x == x else None for x in grid.tolist()]})
+        grids.append((s.labels, grid))
+    if q.relabel:
+        grids = q.relabel.apply(grids)
+    # JSON: a missing point is None (x != x only for NaN)
+    series = [
+        {"labels": labels, "values": [x if x == x else None for x in g.tolist()]} for labels, g in grids
+    ]
     return {
         "kind": "range",
-        "promql": q.promql,
+        "promql": promql,
         "window_s": q.window_s,
         "start": q.start,
         "step": step,
@@ -130,7 +142,7 @@ def _run_unique(
     names: dict[str, tuple[object, ...]] = {}
     for p in plans:
         for q in p.queries:
-            key: tuple[object, ...] = (q.promql, q.kind, q.start, q.end, q.step)
+            key: tuple[object, ...] = (q.promql, q.kind, q.start, q.end, q.step, q.relabel)
             if key not in answers:
                 unique.setdefault(key, q)
             names[q.name] = key

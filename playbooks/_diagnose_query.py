@@ -10,10 +10,11 @@ from typing import Any
 
 from ._diagnose_bits import bits_expr, with_matcher
 from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
+from ._diagnose_relabel import Relabel
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
 from .profiles import PROFILES
-from .profiles._signal import _regex_literal
+from .profiles._signal import _ADDRESS, _regex_literal
 from .prometheus import choose_step
 
 
@@ -59,26 +60,37 @@ def render_query(
     # the grid ends at the data's end, so that an increment in the last scrapes is on its last point (a grid
     # anchored at the start may stop up to a step short of the end)
     aligned = end - math.ceil((end - start) / step - 1e-9) * step
+    rel: Relabel | None = None
     if q.signal:
         grid = (aligned, end, (end - aligned) / step + 1)
-        expr = _signal_expr(q, _narrowed(prof.signal(q.signal), only_hosts), wtxt, hosts, gpus, grid)
+        expr, rel = _signal_expr(q, _narrowed(prof.signal(q.signal), only_hosts), wtxt, hosts, gpus, grid)
     else:
         expr = q.promql.replace("{window}", wtxt)
         for s in q.signals:
             expr = expr.replace("{" + s + "}", f"({prof.signal(s).expr(window=wtxt)})")
-    if q.post:
-        expr = f"({expr}) {q.post}"
+    above = re.fullmatch(r">\s*(-?[0-9.]+)", q.post.strip())
+    agg = rel.agg if rel else ""
+    if rel and above and (agg == "max" or (agg == "sum" and float(above[1]) == 0 and q.fn in _NON_NEGATIVE)):
+        # a filter on the renamed series, applied after the rename (`Relabel.above`) and already on the
+        # exporter's series, so that the series it drops are not sent: the same series when the largest is
+        # above it, or a sum of values never negative is above 0, exactly when one of its parts is
+        expr, rel = f"({expr}) {q.post}", dataclasses.replace(rel, above=float(above[1]))
+    elif q.post:
+        # any other filter applies to the renamed series: PromQL renames them first
+        expr, rel = f"({rel.promql(expr) if rel else expr}) {q.post}", None
     uses_window = bool(q.fn) or (q.signal and prof.signal(q.signal).is_counter)
+    window_s = w if uses_window else 0.0
     if q.kind == "instant":
-        return PlannedQuery(q.name, expr, "instant", start, end, None, w if uses_window else 0.0)
-    return PlannedQuery(q.name, expr, "range", aligned, end, step, w if uses_window else 0.0)
+        return PlannedQuery(q.name, expr, "instant", start, end, None, window_s, rel)
+    return PlannedQuery(q.name, expr, "range", aligned, end, step, window_s, rel)
 
 
 def _signal_expr(
     q: QuerySpec, sig: Any, wtxt: str, hosts: int, gpus: int, grid: tuple[float, float, float]
-) -> str:
-    """Return the PromQL of a declared query on one signal: per-GPU bits or peers where one series per GPU
-    would cost more, a sum of a counter's parts joined after summing, else the signal's own expression.
+) -> tuple[str, Relabel | None]:
+    """Return (the PromQL of a declared query on one signal, how Stepwise renames its answer or None): per-GPU
+    bits or peers where one series per GPU would cost more, a sum of a counter's parts joined after summing,
+    else the signal's own expression, aggregated by the exporter's own labels where it can be renamed after.
     `grid` is the range query's (first, end, points)."""
     points = grid[2]
     fn = q.fn or None
@@ -109,25 +121,28 @@ def _signal_expr(
         # series of several counters with `or` at each step costs ten times more on a large job.
         by = tuple(q.by if q.by is not None else sig.labels)
         ones = [dataclasses.replace(sig, selector=part, metrics=(part.split("{")[0],)) for part in parts]
-        # a per-GPU part is summed by the exporter's own host label before the rename (the regex then runs
-        # on a series per host, not per GPU: 0.5-0.6 -> 0.24-0.37 s of Prometheus CPU a query on 1,024
-        # GPUs); a host's one series gains nothing from it
-        subs = [
-            (sig.scope == "gpu" and _pushdown(one, fn, wtxt, by, "sum"))
-            or one.expr(fn, window=wtxt, by=by, agg="sum")
-            for one in ones
-        ]
+        # each part is summed by the exporter's own host label and the parts joined, then renamed once (a
+        # regex over every GPU's series at every step cost 0.5-0.6 s of Prometheus CPU a query on 1,024 GPUs)
+        pushed = [_pushed(one, fn, wtxt, by, "sum") for one in ones]
+        if all(pushed) and len({p[1] for p in pushed if p}) == 1:
+            subs, rel = [p[0] for p in pushed if p], pushed[0][1] if pushed[0] else None
+            by = _raw_by(sig, by)
+        else:
+            subs, rel = [one.expr(fn, window=wtxt, by=by, agg="sum") for one in ones], None
         tagged = " or ".join(
             f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(subs)
         )
-        expr = f"sum by ({', '.join(by)}) ({tagged})" if by else f"sum({tagged})"
+        return (f"sum by ({', '.join(by)}) ({tagged})" if by else f"sum({tagged})"), rel
     else:
-        expr = _pushdown(sig, fn, wtxt, q.by, q.agg or sig.agg) or (
+        one = _pushed(sig, fn, wtxt, q.by, q.agg or sig.agg)
+        if one:
+            return one
+        expr = (
             sig.expr(fn, window=wtxt, by=q.by, agg=q.agg or None)
             if (fn or sig.is_counter)
             else sig.expr(None, by=q.by, agg=q.agg or None)
         )
-    return expr
+    return expr, None
 
 
 def _plain(sig: Any) -> bool:
@@ -146,16 +161,29 @@ def _narrowed(sig: Any, hosts: Sequence[str]) -> Any:
     return with_matcher(sig, f'{sig.host_from}=~"{alternatives}"')
 
 
+#: functions whose values are never negative (a filter `> 0` on a sum's parts drops none of its value)
+_NON_NEGATIVE = frozenset({"increase", "rate", "irate", "changes", "resets", "count_over_time"})
+
 _OUTER = {"sum": "sum", "max": "max", "min": "min", "avg": "avg", "count": "sum"}
 
 
 def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None, agg: str) -> str | None:
-    """Return the signal's PromQL with the aggregation done before the host label is renamed, or None.
+    """Return the signal's PromQL with the aggregation done before the host label is renamed, or None
+    (`_pushed`, renamed in PromQL: for an expression that joins it with others by host)."""
+    pushed = _pushed(sig, fn, window, by, agg)
+    return pushed[1].promql(pushed[0]) if pushed else None
+
+
+def _pushed(
+    sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None, agg: str
+) -> tuple[str, Relabel] | None:
+    """Return (the signal's PromQL aggregated by the exporter's own labels, the rename to host/gpu), or None.
 
     A profile copies `host` from the exporter's own label (DCGM's `Hostname`, `instance`) on every raw
     series before aggregating; on 1,024 GPUs that label_replace runs over every series at every step.
     Aggregating by the exporter's own labels first and renaming the (few) results gives the same series
-    for one exporter instance per host, at a fraction of the cost.
+    for one exporter instance per host, at a fraction of the cost; renaming them in Stepwise costs
+    Prometheus nothing.
     """
     if (
         sig.host_from in ("", "host")
@@ -170,13 +198,16 @@ def _pushdown(sig: Any, fn: str | None, window: str, by: tuple[str, ...] | None,
     out_by = tuple(by if by is not None else sig.labels)
     if not set(out_by) <= {"host", "gpu"}:
         return None
-    raw = {"host": sig.host_from, "gpu": sig.gpu_from or "gpu"}
     inner = dataclasses.replace(sig, host_from="host", gpu_from="gpu" if sig.scope == "gpu" else "")
-    expr = inner.expr(fn, window=window, by=tuple(raw[b] for b in out_by), agg=agg)
-    if sig.host_from == "instance":
-        expr = f'label_replace({expr}, "host", "$1", "instance", "(.+?)(?::[0-9]+)?")'
-    else:
-        expr = f'label_replace({expr}, "host", "$1", "{sig.host_from}", "(.+)")'
-    if "gpu" in out_by and raw["gpu"] != "gpu":
-        expr = f'label_replace({expr}, "gpu", "$1", "{raw["gpu"]}", "(.+)")'
-    return f"{_OUTER[agg]} by ({', '.join(out_by)}) ({expr})" if out_by else f"{_OUTER[agg]}({expr})"
+    expr = inner.expr(fn, window=window, by=_raw_by(sig, out_by), agg=agg)
+    regex = _ADDRESS if sig.host_from == "instance" else "(.+)"
+    copies = [("host", sig.host_from, regex)]
+    if "gpu" in out_by and (sig.gpu_from or "gpu") != "gpu":
+        copies.append(("gpu", sig.gpu_from, "(.+)"))
+    return expr, Relabel(tuple(copies), out_by, _OUTER[agg])
+
+
+def _raw_by(sig: Any, by: tuple[str, ...]) -> tuple[str, ...]:
+    """Return the exporter's own labels for the normalised `by` (host, gpu) of a signal."""
+    raw = {"host": sig.host_from, "gpu": sig.gpu_from or "gpu"}
+    return tuple(raw.get(b, b) for b in by)

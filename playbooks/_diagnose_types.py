@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._diagnose_relabel import Relabel
 from .errors import PlaybooksError
 
 #: Points of the fine grid every range query shares, and of the coarse grid of per-GPU queries.
@@ -81,6 +82,8 @@ class PlannedQuery:
         start, end: window (unix seconds).
         step: range step in seconds (None for instant queries).
         window_s: the range of the query's function in seconds (0 when none), for the detectors.
+        relabel: how Stepwise names the answer's series (`promql` answers by the exporter's own labels), or
+            None when `promql` names them itself.
     """
 
     name: str
@@ -90,6 +93,7 @@ class PlannedQuery:
     end: float
     step: float | None
     window_s: float = 0.0
+    relabel: Relabel | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +104,7 @@ class PlannedQuery:
             "end": self.end,
             "step": self.step,
             "window_s": self.window_s,
+            "relabel": self.relabel.to_dict() if self.relabel else None,
         }
 
     @classmethod
@@ -112,6 +117,7 @@ class PlannedQuery:
             end=float(d["end"]),
             step=None if d.get("step") is None else float(d["step"]),
             window_s=float(d.get("window_s", 0.0)),
+            relabel=Relabel.from_dict(d["relabel"]) if d.get("relabel") else None,
         )
 
 

@@ -19,7 +19,6 @@ one given. `delta_pct` is the last other job against the baseline.
 
 from __future__ import annotations
 
-import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -27,7 +26,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ._compare_figures import (
-    WARMUP_STEPS,
     CompareError,
     CompareJob,
     Job,
@@ -41,6 +39,7 @@ from ._compare_figures import (
     step_range,
 )
 from ._compare_verdict import WITHIN_NOISE, Verdict, likely_cause, onset_of, row_evidence, verdict_of
+from ._compare_windows import set_windows
 from .profiles import PROFILES
 
 __all__ = [
@@ -167,10 +166,11 @@ def compare_jobs(jobs: Sequence[CompareJob | tuple[Any, ...]], *, concurrency: i
     others = [i for i in range(len(js)) if i != base]
     last = others[-1]
     findings: list[dict[str, Any]] = []
-    overlap, lo_s, hi_s = _set_windows(js, findings)
+    overlap, lo_s, hi_s, notes = set_windows(js)
+    findings.extend(_finding("info", title, [], [], evidence) for title, evidence in notes)
     findings.extend(_log_mismatches(js))
     diff = config_diff([j.config for j in js])
-    rows_list, skipped = cluster_rows(js, lo_s, hi_s, concurrency)
+    rows_list, skipped, empty = cluster_rows(js, lo_s, hi_s, concurrency)
     rows = {r.metric.name: r for r in rows_list}
     # Every job against the baseline; the diagnosis is the most confident difference found, the metric
     # table's deltas and causes are those of the last job.
@@ -193,7 +193,7 @@ def compare_jobs(jobs: Sequence[CompareJob | tuple[Any, ...]], *, concurrency: i
         for r in rows_list
     ]
     findings[:0] = _verdict_findings(verdict, onset)
-    findings.extend(_other_findings(js, base, other, rows, diff, verdict, skipped))
+    findings.extend(_other_findings(js, base, other, rows, diff, verdict, skipped, empty))
 
     requests = sum(s.client.stats.requests - b0 for s, (b0, _) in zip(specs, before, strict=True))
     prom_s = sum(s.client.stats.seconds - s0 for s, (_, s0) in zip(specs, before, strict=True))
@@ -218,47 +218,6 @@ def compare_jobs(jobs: Sequence[CompareJob | tuple[Any, ...]], *, concurrency: i
         },
         "comparison": {"overlap_steps": overlap, "config_diff": diff, "metrics": metrics, "baseline": base},
     }
-
-
-def _set_windows(js: Sequence[Job], findings: list[dict[str, Any]]) -> tuple[list[int] | None, float, float]:
-    """Set each job's steady time window over the overlapping steps; return the overlap and its steady steps.
-
-    Without overlapping steps, each job's whole range is compared and an info finding says so.
-    """
-    ranges = [step_range(j) for j in js]
-    lo, hi = max(r[0] for r in ranges), min(r[1] for r in ranges)
-    overlap: list[int] | None = [lo, hi]
-    if lo > hi:
-        overlap = None
-        lo_s, hi_s = -math.inf, math.inf
-        findings.append(
-            _finding(
-                "info",
-                "No overlapping steps: each job's whole steady range is compared",
-                [],
-                [],
-                [
-                    {
-                        "query": "",
-                        "labels": {},
-                        "value": f"{r[0]}-{r[1]}",
-                        "interpretation": f"{js[i].label} steps",
-                    }
-                    for i, r in enumerate(ranges)
-                ],
-            )
-        )
-    else:
-        span = hi - lo
-        warm = WARMUP_STEPS if span >= 5 * WARMUP_STEPS else max(1, span // 5)
-        lo_s, hi_s = lo + warm, hi
-    for j in js:
-        a = j.time_of(lo_s) if lo_s != -math.inf else j.step_t[0]
-        b = j.time_of(hi_s) if hi_s != math.inf else j.step_t[-1]
-        j.window = (a if a is not None else j.time_range[0], b if b is not None else j.time_range[1])
-        if j.window[1] <= j.window[0]:
-            j.window = j.time_range
-    return overlap, lo_s, hi_s
 
 
 def _log_mismatches(js: Sequence[Job]) -> list[dict[str, Any]]:
@@ -317,8 +276,10 @@ def _other_findings(
     diff: Mapping[str, Any],
     verdict: Verdict,
     skipped: Sequence[str],
+    empty: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """Info findings: the config difference, every other metric beyond noise, the metrics not compared."""
+    """Info findings: the config difference, every other metric beyond noise, the metrics not compared (a
+    job lacks the signal, or has no sample of it in the compared steps)."""
     out = []
     if diff:
         out.append(
@@ -354,6 +315,16 @@ def _other_findings(
     if skipped:
         out.append(
             _finding("info", f"Not compared (signal missing in a job): {', '.join(skipped)}", [], [], [])
+        )
+    if empty:
+        out.append(
+            _finding(
+                "info",
+                f"Not compared (a job has no sample in the compared steps): {', '.join(empty)}",
+                [],
+                [],
+                [],
+            )
         )
     return out
 

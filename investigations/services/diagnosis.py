@@ -206,7 +206,7 @@ def _plans_share_queries(plans: list[Any]) -> list[tuple[Any, dict[str, str]]]:
     for p in plans:
         own, shared = [], {}
         for q in p.queries:
-            key = (q.name, q.promql, q.kind, q.start, q.end, q.step)
+            key = (q.name, q.promql, q.kind, q.start, q.end, q.step, q.relabel)
             if key in owners:
                 shared[q.name] = owners[key]
             else:

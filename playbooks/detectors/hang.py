@@ -16,6 +16,7 @@ from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding, _gaps, _gkey, _match_host, _steady_level
 from ._silent import silence_onset
+from ._tenant import job_gpus
 
 
 def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -311,31 +312,12 @@ def _silences(
 
 
 def _trained_gpus(ctx: Context, rule: RuleSpec, at: int = 5) -> set[tuple[str, str]] | None:
-    """Return the job's GPUs as (host, gpu): those whose power stood at the job's training level while its
-    steps advanced; None when every GPU did (or per-GPU power is not collected): no other tenant to leave out.
-
-    The training level is that of the job's busiest GPUs (the 90th percentile of the GPUs' own medians over
-    the steady training); a GPU that kept well below it (under `trained_ratio` of it) all along did not run
-    the job's steps: another tenant's job on the same hosts (a node shared between jobs). `at`: the index
-    of the rule's per-GPU power query.
-    """
+    """Return the job's GPUs as (host, gpu) (`_tenant.job_gpus`), None when every GPU is; `at`: the index
+    of the rule's per-GPU power query."""
     g = ctx.grid(rule.queries[at]) if len(rule.queries) > at else None
-    if g is None or not g.labels:
+    if g is None:
         return None
-    m = ctx.timeline.steady_mask(g.t)
-    if not m.any():
-        m = ctx.timeline.valid_training(g.t)
-    if not m.any():
-        return None
-    meds = np.array([nan_median(v[m]) for v in g.values])
-    ok = np.isfinite(meds)
-    if not ok.any():
-        return None
-    level = float(np.percentile(meds[ok], 90))
-    trained = ok & (meds >= float(rule.params.get("trained_ratio", 0.75)) * level)
-    if trained[ok].all():
-        return None
-    return {(lab.get("host", ""), lab.get("gpu", "")) for lab, t in zip(g.labels, trained, strict=True) if t}
+    return job_gpus(ctx, g, trained_ratio=float(rule.params.get("trained_ratio", 0.75)))
 
 
 def _busy_sets(
@@ -345,22 +327,33 @@ def _busy_sets(
     skip: set[str],
     only: set[tuple[str, str]] | None = None,
 ) -> dict[str, frozenset[str]]:
-    """Return each host's set of GPU indices that spin (utilisation >= util_min) over most of `cols`
-    (among `only`, the job's GPUs, when given)."""
+    """Return each host's set of GPU indices that spin (utilisation >= util_min) over most of `cols`.
+
+    Among `only`, the job's GPUs, when given: each counted by its place among its host's job GPUs (the
+    local rank it runs, as the job numbers its devices), since the job may hold other indices on each host.
+    """
     sets: dict[str, set[str]] = {}
+    local = _local_ordinals(only) if only is not None else {}
     for lab, v in zip(g.labels, g.values, strict=True):
         h, gpu = lab.get("host", ""), lab.get("gpu", "")
         if h in skip:
             continue
+        sets.setdefault(h, set())
         if only is not None and (h, gpu) not in only:
-            sets.setdefault(h, set())
             continue
         seg = v[cols]
         seg = seg[~np.isnan(seg)]
-        sets.setdefault(h, set())
         if len(seg) and (seg >= util_min).mean() >= 0.8:
-            sets[h].add(gpu)
+            sets[h].add(local.get((h, gpu), gpu))
     return {h: frozenset(x) for h, x in sets.items()}
+
+
+def _local_ordinals(gpus: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """Return each (host, gpu)'s place among its host's GPUs of `gpus`, in index order."""
+    by_host: dict[str, list[str]] = {}
+    for h, gpu in gpus:
+        by_host.setdefault(h, []).append(gpu)
+    return {(h, gpu): str(i) for h, gs in by_host.items() for i, gpu in enumerate(sorted(gs, key=_gkey))}
 
 
 def _odd_hosts(sets: dict[str, frozenset[str]]) -> list[str]:

@@ -22,17 +22,20 @@ from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding
+from ._tenant import job_rows
 
 
 def _det_peer_outlier(
     ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]
 ) -> Finding | None:
     g = ctx.grid(rule.queries[0])
+    p = rule.params
+    if g is not None and p.get("job_gpus"):
+        g = _only_job(ctx, g, str(p["job_gpus"]))
     # the pack: every row, or (Prometheus judged the whole pack and sent its stand-outs) its statistics
     size = _pack_size(g)
     if g is None or size < 3:
         return None
-    p = rule.params
     tl = ctx.timeline
     sign = 1.0 if p.get("direction", "up") == "up" else -1.0
     vals = g.values.copy()
@@ -166,6 +169,18 @@ def _rare(
     pack_n = float(m.sum()) * (cond.shape[0] - 1)
     tests = cond.shape[0] * max(1.0, float(m.sum()) / length)
     return burst_chance(hits / per, length / per, pack / per, pack_n / per, tests) <= float(p["alpha"])
+
+
+def _only_job(ctx: Context, g: Grid, power_query: str) -> Grid:
+    """Return `g` without the GPUs that are not the job's (another tenant's on a shared node: they follow
+    another job's phases, so their place among the job's tells nothing of the job's GPUs)."""
+    keep = job_rows(ctx, g, power_query)
+    if keep is None:
+        return g
+    labels = [lab for lab, k in zip(g.labels, keep, strict=True) if k]
+    # where Prometheus judged the pack (a large job), its statistics still hold every GPU; only the
+    # candidates it sent are left out
+    return Grid(t=g.t, labels=labels, values=g.values[keep], pack=g.pack)
 
 
 def _pack_size(g: Grid | None) -> int:

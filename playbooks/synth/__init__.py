@@ -152,6 +152,7 @@ def _build_one(
     promtool: str,
     prometheus: str,
     keep_openmetrics: bool,
+    tsdb_last_minutes: float | None = None,
 ) -> dict[str, Any]:
     t0 = time.monotonic()
     if job_dir.exists():
@@ -166,12 +167,16 @@ def _build_one(
     tsdb = job_dir / "prometheus"
     tsdb.mkdir()
     om = job_dir / "metrics.om"
+    # the TSDB's first sample: the data's own, or (a Prometheus started late, a retention that dropped the
+    # rest) its last `tsdb_last_minutes`; the log is whole
+    since = float(job.t[0]) if tsdb_last_minutes is None else float(job.t[-1]) - 60.0 * tsdb_last_minutes
+    since = max(since, float(job.t[0]))
     # the WAL tail never holds more than half of a job's data, so that blocks always exist too
-    tail_s = min(wal_tail_minutes * 60.0, 0.5 * float(job.t[-1] - job.t[0]))
+    tail_s = min(wal_tail_minutes * 60.0, 0.5 * float(job.t[-1] - since))
     cut = float(job.t[-1]) - tail_s if wal_tail_minutes > 0 else None
     if job.profile != "amd" and job.exporters is not None:
         apply_to_job(job, job.exporters)
-    tail, om_stats = _tsdb.write_openmetrics(_emit.series(job), om, cut)
+    tail, om_stats = _tsdb.write_openmetrics(_emit.series(job), om, cut, since)
     t_om = time.monotonic()
     _tsdb.promtool_blocks(om, tsdb, promtool)
     t_blocks = time.monotonic()
@@ -180,6 +185,7 @@ def _build_one(
     wal_stats = _tsdb.write_wal_tail(tsdb, tail, prometheus) if tail else {"samples": 0}
     truth = _truth(job, job_dir, log_path)
     truth["wal_tail_start"] = cut
+    truth["data_range"][0] = since
     (job_dir / "truth.json").write_text(json.dumps(truth, indent=2, sort_keys=True))
     return {
         "job_dir": str(job_dir),
@@ -227,6 +233,7 @@ def generate_job(
     keep_openmetrics: bool = False,
     exporters: Exporters | str | None = None,
     variants: Collection[str] = (),
+    tsdb_last_minutes: float | None = None,
 ) -> GeneratedJob:
     """Build the job directory `out` (log at `<out>.log`, `out/log` symlink, `out/prometheus/`, truth).
 
@@ -236,6 +243,8 @@ def generate_job(
     are deployed: an `Exporters`, a perturbation name of `PERTURBATIONS`, "random" (drawn from the
     seed) or None (the plain deployment). `variants` names off-by-default variants of the scenario
     (`_variants.OPT_IN`: node-death's `death_at_end`); their values are drawn from the seed.
+    `tsdb_last_minutes` keeps only the data's last minutes in the TSDB (a Prometheus that started late or
+    whose retention dropped the rest), the log whole; truth's `data_range` is then what the TSDB holds.
     """
     if scenario not in SCENARIO_TABLE:
         raise SynthError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
@@ -268,6 +277,7 @@ def generate_job(
             promtool=promtool,
             prometheus=prometheus,
             keep_openmetrics=keep_openmetrics,
+            tsdb_last_minutes=tsdb_last_minutes,
         )
         for job, d in jobs
     ]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ._neighbour import add_neighbour
 from ._sim_plan import Job
 
 __all__ = ["PERTURBATIONS", "Exporters", "apply_to_job"]
@@ -64,6 +65,11 @@ class Exporters:
             own names (`node_rdma_hw_local_ack_timeout_err_total`, `..._packet_seq_err_total`, ...).
         rdma_textfile_names: how that collector names a hw_counters file: a format with `{}` for the file
             (`node_rdma_hw_{}_total`; `mlx5_hw_counters_{}`, `node_ethtool_{}`, ... of other collectors).
+        neighbour_gpus: another tenant's GPUs on every host (a node shared between jobs), beside the job's.
+        neighbour_load: "steady" (each at its own partial load) or "varying" (the tenant's own job wanders
+            and steps: its GPUs heat, cool and change clock whatever the job does).
+        neighbour_layout: "after" (the tenant's indices follow the job's) or "scattered" (on some hosts the
+            job holds another subset of the node's indices, and on some nobody else runs: those GPUs idle).
     """
 
     gpu: str = "dcgm"
@@ -91,6 +97,8 @@ class Exporters:
     rdma_textfile: bool = False
     rdma_textfile_names: str = "node_rdma_hw_{}_total"
     neighbour_gpus: int = 0
+    neighbour_load: str = "steady"
+    neighbour_layout: str = "after"
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "amd-dme", "none"):
@@ -99,6 +107,10 @@ class Exporters:
             raise ValueError(f"unknown GPU host label {self.gpu_host_label!r} (Hostname, hostname or '')")
         if self.gpu_util_field not in ("util", "profiling"):
             raise ValueError(f"unknown GPU utilisation field {self.gpu_util_field!r} (util, profiling)")
+        if self.neighbour_load not in ("steady", "varying"):
+            raise ValueError(f"unknown neighbour load {self.neighbour_load!r} (steady, varying)")
+        if self.neighbour_layout not in ("after", "scattered"):
+            raise ValueError(f"unknown neighbour layout {self.neighbour_layout!r} (after, scattered)")
         if self.rdma_textfile_names.count("{}") != 1:
             raise ValueError(
                 f"rdma_textfile_names needs one {{}} for the counter: {self.rdma_textfile_names!r}"
@@ -178,6 +190,11 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "dcgm-profiling": {"gpu_util_field": "profiling"},
     "red-herrings": {"stale_xid": True, "counter_noise": True, "noisy_host": True},
     "shared-node": {"neighbour_gpus": 4},
+    "shared-node-varying": {
+        "neighbour_gpus": 4,
+        "neighbour_load": "varying",
+        "neighbour_layout": "scattered",
+    },
 }
 
 
@@ -215,32 +232,7 @@ def apply_to_job(job: Job, ex: Exporters) -> None:
             job.red_herrings["stale_xid"] = f"{job.hosts[h]}:{g}"
             job.notes.append(f"GPU {g} of {job.hosts[h]} holds an Xid from before the job (stale)")
     if ex.neighbour_gpus > 0:
-        _add_neighbour(job, ex.neighbour_gpus)
-
-
-def _add_neighbour(job: Job, n: int) -> None:
-    """Append `n` GPUs a host that another tenant keeps busy at a steady partial load (never the job's)."""
-    rng = np.random.default_rng([job.seed, 515])
-    gs, gm = job.gpu_sig, job.gpu
-    K, _, N = gs["power"].shape
-    level = rng.uniform(40.0, 80.0, (K, n, 1))  # each GPU its own steady load (mean 50-60 % a host)
-    util = np.clip(level + rng.normal(0.0, 3.0, (K, n, N)), 0.0, 100.0)
-    power = gm.active_w * (0.1 + 0.45 * level / 100.0) + rng.normal(0.0, 8.0, (K, n, N))
-    clock = np.nanmax(gs["sclk"]) * rng.uniform(0.85, 0.95, (K, n, 1)) * np.ones((1, 1, N))
-    extra = {
-        "util": util,
-        "power": power,
-        "temp": rng.uniform(45.0, 55.0, (K, n, 1)) + rng.normal(0.0, 0.5, (K, n, N)),
-        "sclk": np.round(clock),
-        "mclk": np.full((K, n, N), float(gm.mem_clock_mhz)),
-        "vram_used": gm.vram_bytes * rng.uniform(0.3, 0.6, (K, n, 1)) * np.ones((1, 1, N)),
-        "vram_total": np.full((K, n, N), float(gm.vram_bytes)),
-    }
-    for key, arr in gs.items():
-        if getattr(arr, "ndim", 0) == 3 and arr.shape[:2] == (K, job.gpus):
-            add = extra.get(key, np.zeros((K, n, N)))
-            gs[key] = np.concatenate([arr, add], axis=1)
-    job.notes.append(f"another tenant keeps GPUs {job.gpus}-{job.gpus + n - 1} of every host busy")
+        add_neighbour(job, ex.neighbour_gpus, load=ex.neighbour_load, layout=ex.neighbour_layout)
 
 
 def hold(values: np.ndarray, interval: float, collect_s: float, phase: int) -> np.ndarray:

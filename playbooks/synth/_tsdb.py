@@ -45,9 +45,9 @@ def _labels(labels: dict[str, str]) -> str:
 
 
 def write_openmetrics(
-    items: Iterable[Item], path: Path, cut: float | None
+    items: Iterable[Item], path: Path, cut: float | None, since: float | None = None
 ) -> tuple[list[TailSeries], dict[str, int]]:
-    """Write samples older than `cut` as OpenMetrics; return (tail series, stats).
+    """Write samples older than `cut` (and not older than `since`) as OpenMetrics; return (tail series, stats).
 
     Each returned tail entry is (name, labels, timestamps, values) of samples at or after `cut`.
     """
@@ -60,7 +60,7 @@ def write_openmetrics(
             if key not in ts_cache or len(ts_cache[key]) != len(ts):
                 ts_cache[key] = np.array([f"{x:.3f}" for x in ts.tolist()], dtype=object)
             ts_s = ts_cache[key]
-            ok = ~np.isnan(vals)
+            ok = ~np.isnan(vals) if since is None else ~np.isnan(vals) & (ts >= since)
             head = ok if cut is None else ok & (ts < cut)
             if head.any():
                 pat = f"{name}{{{_labels(labels)}}} {_FMT[fmt]} %s\n"

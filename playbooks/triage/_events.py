@@ -71,8 +71,21 @@ _TRIGGERS = (
 _HOST = re.compile(r"[A-Za-z0-9._-]{1,253}")
 _NODE_FAIL = re.compile(r"srun: error: Node failure on ([^\s,;]+)")
 _NF_CANCEL = re.compile(r"CANCELLED AT (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d) DUE TO NODE FAILURE")
+#: srun names the signal that ended a task (strsignal's words): its exit status as a shell reports it
+_SRUN_SIGNALS = {
+    "Hangup": 129,
+    "Interrupt": 130,
+    "Aborted": 134,
+    "Bus error": 135,
+    "Floating point exception": 136,
+    "Killed": 137,
+    "Segmentation fault": 139,
+    "Terminated": 143,
+}
 _SRUN_TASK = re.compile(
-    r"srun: error: ([^\s:]+): tasks? [\d,\-]+: (Killed|Out Of Memory|Exited with exit code (\d+))"
+    r"srun: error: ([^\s:]+): tasks? [\d,\-]+: (Out Of Memory|Exited with exit code (\d+)|"
+    + "|".join(_SRUN_SIGNALS)
+    + ")"
 )
 _NODE_EXIT = re.compile(r"NODE_EXIT host=(\S+) exit=(\d+)")
 _SHELL_KILLED = re.compile(r"(?:^|line \d+:\s+\d+ )Killed\b")
@@ -223,11 +236,12 @@ _Found = tuple[str, str | None, int | None, float | None, int | None]
 
 def srun_task_exit(msg: str) -> tuple[str | None, int] | None:
     """Return (host, exit status) of srun's report of tasks that ended (`srun: error: <host>: task 0-7:
-    Killed` is 137, SIGKILL; `Exited with exit code <n>`), or None (another line, an OOM kill)."""
+    Killed` is 137, SIGKILL; `Segmentation fault` 139; `Exited with exit code <n>`), or None (another line,
+    an OOM kill)."""
     t = _SRUN_TASK.search(msg) if "srun: error:" in msg else None
     if t is None or t.group(2) == "Out Of Memory":
         return None
-    return _host(t.group(1)), 137 if t.group(2) == "Killed" else int(t.group(3))
+    return _host(t.group(1)), _SRUN_SIGNALS.get(t.group(2)) or int(t.group(3))
 
 
 def _slurm(msg: str) -> _Found | None:

@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from ._events import event_line, srun_task_exit
 from ._finish import _finish
+from ._gpus_env import gpus_env_line, gpus_env_result
 from ._model import Triage
 from ._patterns import (
     _CANCELLED_AT,
@@ -50,6 +51,8 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         if st.job_start is None and msg[:3] in _WEEKDAYS and _scan_date(st, msg):
             continue
         ts, msg = _dated(msg, st.year, st.tz)
+        if ("_GPUS" in msg or "_DEVICE" in msg) and ("=" in msg or ":" in msg):
+            gpus_env_line(st.gpus_env, msg)
         if rank is None and not st.header_done and _scan_header(st, out, msg):
             continue
         if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
@@ -63,6 +66,9 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
             continue
         _scan_failure(st, n, ts, msg, hint)
     _finish(st, out, now, slurm_state)
+    gpus = gpus_env_result(st.gpus_env, out.nodes)
+    if gpus is not None:
+        out.details["job_gpus"] = gpus
 
 
 _HW_SIGNS = dict(SIGNATURES)["gpu-hw-error"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ._events import EventScan
+from ._gpus_env import GpuEnv
 from ._model import MAX_MATCHES_PER_CLASS, Match
 
 
@@ -32,6 +33,7 @@ class _State:
         trainer_done: the time a trainer said it completed; launcher_ok / launcher_failed: the launcher's
         successful exits, and the codes of its failing ones; bar_from_job_start: a progress bar was placed
         from the job's start (no `Running training` line: its step times are early by the setup).
+        gpus_env: the GPU indices the log's environment lines gave (`_gpus_env`).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -70,6 +72,7 @@ class _State:
     launcher_ok: int = 0
     bar_from_job_start: bool = False
     launcher_failed: list[int] = field(default_factory=list)
+    gpus_env: GpuEnv = field(default_factory=GpuEnv)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -5,37 +5,19 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from bench.outside import gen_e
 from bench.outside._e_plan import compress
+from tests.bench._promtool import blocks, dump
 
 CLASSES = ("network-hang", "restore-resource-leak", "gpu-hardware-fault")
 KEYS = {"class", "family", "culprits", "onset", "scrape_s", "story"}
 STEP = re.compile(r"iteration +\d+/|'loss': |completed step: |\] step \d+: loss=|steps: \d+ loss: ")
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="needs promtool")
-
-
-def _blocks(tsdb: Path) -> list[list[str]]:
-    out = subprocess.run(["promtool", "tsdb", "list", str(tsdb)], capture_output=True, text=True, check=True)
-    rows = [line.split() for line in out.stdout.splitlines()[1:] if line.strip()]
-    assert rows, f"no block in {tsdb}"
-    return rows
-
-
-def _dump(tsdb: Path, match: str, tmp: Path) -> str:
-    """promtool's dump of a copy (dump wants a wal directory, the generator writes blocks only)."""
-    copy = Path(tempfile.mkdtemp(dir=tmp)) / "tsdb"
-    shutil.copytree(tsdb, copy)
-    (copy / "wal").mkdir()
-    return subprocess.run(
-        ["promtool", "tsdb", "dump", "--match", match, str(copy)], capture_output=True, text=True, check=True
-    ).stdout
 
 
 @pytest.fixture(scope="module")
@@ -56,22 +38,22 @@ def test_every_case_has_a_truth_a_log_and_a_tsdb_promtool_reads(corpus: Path) ->
         for job in jobs:
             log = (job / "job.log").read_text()
             assert STEP.search(log), f"no step line in {job}/job.log"
-            assert sum(int(r[4]) for r in _blocks(job / "prometheus")) > 1000
+            assert sum(int(r[4]) for r in blocks(job / "prometheus")) > 1000
 
 
 def test_truth_names_culprits_and_onset_inside_the_data(corpus: Path, tmp_path: Path) -> None:
     case = corpus / "00-network-hang"
     truth = json.loads((case / "truth.json").read_text())
     assert 1 <= len(truth["culprits"]) <= 2
-    rows = _blocks(case / "prometheus")
+    rows = blocks(case / "prometheus")
     lo, hi = min(int(r[1]) for r in rows) / 1000, max(int(r[2]) for r in rows) / 1000
     assert lo < truth["onset"] < hi
-    temps = _dump(case / "prometheus", "DCGM_FI_DEV_GPU_TEMP", tmp_path)
+    temps = dump(case / "prometheus", "DCGM_FI_DEV_GPU_TEMP", tmp_path)
     for culprit in truth["culprits"]:
         assert f'Hostname="{culprit["host"]}"' in temps
     hw = json.loads((corpus / "02-gpu-hardware-fault" / "truth.json").read_text())
     assert len(hw["culprits"]) == 1 and hw["culprits"][0]["gpu"] is not None
-    xid = _dump(corpus / "02-gpu-hardware-fault" / "prometheus", "DCGM_FI_DEV_XID_ERRORS", tmp_path)
+    xid = dump(corpus / "02-gpu-hardware-fault" / "prometheus", "DCGM_FI_DEV_XID_ERRORS", tmp_path)
     host = hw["culprits"][0]["host"]
     bad = [
         line

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from playbooks._diagnose_bits import LABEL, OFFSET
+from playbooks._diagnose_execute import _to_result
 from playbooks.anomaly import Grid
 from playbooks.diagnose import SourceInfo, discover_source, execute, plan, render_query, run_diagnosis
 from playbooks.loader import DEFINITIONS, PlaybookError, _query, load_playbooks, parse_playbook
@@ -113,8 +114,9 @@ def test_a_small_job_reads_each_gpus_utilisation_as_it_is():
 
 def test_a_counter_of_several_metrics_per_gpu_is_summed_per_host_before_the_rename(served_job):
     """DCGM's uncorrectable errors are three counters per GPU: each is summed by the exporter's `Hostname`
-    before `host` is copied from it (the regex then runs once a host, not once a GPU), and the series come back
-    the same, values and all, as when every GPU's series is renamed first, on a job whose GPU's count grows."""
+    and the parts joined by it, and `host` is named from it by Stepwise (no regex in Prometheus), and the series
+    come back the same, values and all, as when every GPU's series is renamed first, on a job whose GPU's count
+    grows."""
     client, _, _ = served_job("gpu-hardware-fault", 1, "nvidia")
     source = discover_source(client)
     q = next(q for q in load_playbooks()["gpu_health"].queries if q.name == "ecc_ue_host")
@@ -124,7 +126,8 @@ def test_a_counter_of_several_metrics_per_gpu_is_summed_per_host_before_the_rena
         q, "nvidia", start=a, end=b, interval=source.interval, hosts=len(source.hosts), gpus=gpus
     )
     sig = PROFILES["nvidia"].signal("gpu_ecc_uncorrectable")
-    assert planned.promql.count("by (Hostname)") == len(sig.selector.split(" | ")) > 1
+    assert planned.promql.count("sum by (Hostname) (increase(") == len(sig.selector.split(" | ")) > 1
+    assert planned.relabel is not None and '"host", "$1"' not in planned.promql
     window = f"{int(math.ceil(planned.window_s))}s"
     parts = [
         replace(sig, selector=p, metrics=(p.split("{")[0],)).expr(
@@ -136,10 +139,10 @@ def test_a_counter_of_several_metrics_per_gpu_is_summed_per_host_before_the_rena
         " or ".join(f'label_replace({e}, "stepwise_part", "{i}", "", "")' for i, e in enumerate(parts))
     )
 
-    def answer(promql: str) -> list:
-        got = client.query_range(promql, planned.start, planned.end, planned.step)
-        return sorted((sorted(s.labels.items()), s.timestamps, s.values) for s in got)
+    def answer(q) -> list:
+        got = _to_result(q, client.query_range(q.promql, q.start, q.end, q.step))["series"]
+        return sorted((sorted(s["labels"].items()), s["values"]) for s in got)
 
-    summed_first = answer(planned.promql)
-    assert summed_first == answer(renamed_first)
-    assert any(v > 0 for _, _, values in summed_first for v in values)
+    summed_first = answer(planned)
+    assert summed_first == answer(replace(planned, promql=renamed_first, relabel=None))
+    assert any(v for _, values in summed_first for v in values)

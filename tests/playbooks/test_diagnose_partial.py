@@ -4,6 +4,7 @@ lacks instead of reading the silence as health."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -67,7 +68,8 @@ class _Routed(PrometheusClient):
     def query_range(self, promql, start, end, step=None):
         if not self._routed(promql):
             return self.fast.query_range(promql, start, end, step)
-        self.steps.setdefault(promql.replace("[", "(").split("(")[-2:][0], []).append(step)
+        # by the metric the query reads (the temperature's, the clock's)
+        self.steps.setdefault(re.findall(r"DCGM_FI_DEV_\w+", promql)[-1], []).append(step)
         return super().query_range(promql, start, end, step)
 
     def query(self, promql, at=None):

@@ -20,6 +20,7 @@ from dataclasses import replace
 import pytest
 
 from playbooks import tsdb_server
+from playbooks._diagnose_execute import _to_result
 from playbooks.diagnose import (
     DiagnosisError,
     PlannedQuery,
@@ -237,7 +238,8 @@ def test_a_window_is_judged_on_its_own(served_job, view_root):
 
 
 def test_aggregating_before_renaming_hosts_gives_the_same_series(served_job, view_root):
-    """The cheaper rendering (aggregate by DCGM's Hostname, then rename) returns exactly the profile's series."""
+    """The cheaper rendering (aggregate by DCGM's Hostname, then rename, in Stepwise where the query carries its
+    `relabel`) gives exactly the profile's series."""
     client, _, _ = _serve(served_job, view_root, "node-death", 1, "nvidia")
     source = discover_source(client)
     prof = PROFILES["nvidia"]
@@ -255,19 +257,16 @@ def test_aggregating_before_renaming_hosts_gives_the_same_series(served_job, vie
             else sig.expr(None, by=q.by, agg=q.agg or None)
         )
         assert pq.promql != plain
-        fast = {
-            tuple(sorted(s.labels.items())): s.values
-            for s in client.query_range(pq.promql, pq.start, pq.end, pq.step)
-        }
-        ref = {
-            tuple(sorted(s.labels.items())): s.values
-            for s in client.query_range(plain, pq.start, pq.end, pq.step)
-        }
+
+        def answer(q: PlannedQuery) -> dict:
+            data = client.query_range(q.promql, q.start, q.end, q.step)
+            return {tuple(sorted(s["labels"].items())): s["values"] for s in _to_result(q, data)["series"]}
+
+        fast, ref = answer(pq), answer(replace(pq, promql=plain, relabel=None))
         assert fast.keys() == ref.keys() and fast
         for k, vals in fast.items():
             assert all(
-                (math.isnan(a) and math.isnan(b)) or a == pytest.approx(b)
-                for a, b in zip(vals, ref[k], strict=True)
+                (a is None and b is None) or a == pytest.approx(b) for a, b in zip(vals, ref[k], strict=True)
             )
         checked += 1
     assert checked == 6

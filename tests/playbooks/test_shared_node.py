@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from playbooks.diagnose import run_diagnosis
@@ -65,3 +66,87 @@ def test_a_finished_run_on_shared_nodes_is_healthy(served_job, tmp_path: Path, s
     result = run_diagnosis(client, triage=triage)
     assert result["diagnosis"]["class"] == "healthy"
     assert _criticals(result) == []
+
+
+VARYING = {"exporters": "shared-node-varying", "nodes": 4, "gpus": 4, "hours": 1.3}
+
+
+def _job_indices(truth) -> dict[str, set[str]]:
+    """Return, per host, the GPU indices the job holds (the generator's record)."""
+    return {h: {str(i) for i in x} for h, x in truth["red_herrings"]["job_gpus"].items()}
+
+
+def test_a_varying_tenant_holds_other_indices_on_some_hosts(served_job):
+    """Seed 65: every host reports 8 GPUs; the job holds 4 of each, indices 0-3 on some hosts and a scattered
+    subset on others; the tenant's GPUs heat and cool with a load of their own."""
+    client, truth, _ = served_job("healthy", 65, "nvidia", **VARYING)
+    held = _job_indices(truth)
+    assert all(len(x) == 4 for x in held.values())
+    assert any(x != {"0", "1", "2", "3"} for x in held.values())
+    temps = client.query_range("DCGM_FI_DEV_GPU_TEMP", *truth["data_range"], 60.0)
+    assert len(temps) == 4 * 8
+    tenant = [s.values for s in temps if s.labels["gpu"] not in held[s.labels["Hostname"]]]
+    assert max(float(np.nanmax(v) - np.nanmin(v)) for v in tenant) > 8.0
+
+
+@pytest.mark.parametrize("seed", [63, 64, 65, 67])
+def test_a_healthy_job_beside_a_wandering_tenant_reads_healthy(served_job, seed):
+    """Seeds 63-67 called the tenant's GPUs (heating and cooling with their own job) hot against the job's
+    before: only the job's GPUs (those that follow its phases) make the pack. No warning at all."""
+    client, _, job_dir = served_job("healthy", seed, "nvidia", **VARYING)
+    result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
+    assert result["diagnosis"]["class"] == "healthy"
+    assert [f["title"] for f in result["findings"] if f["severity"] in ("warning", "critical")] == []
+
+
+@pytest.mark.parametrize("seed", [63, 64, 65, 67])
+def test_a_thermal_straggler_beside_a_tenant_names_only_its_gpu(served_job, seed):
+    """Before, hosts whose tenant GPUs wandered were named with the straggler's, and the onset was that of
+    a tenant's move (16-104 scrapes early): now the straggler's host and GPU alone, dated within 3 scrapes."""
+    client, truth, job_dir = served_job("thermal-straggler", seed, "nvidia", **VARYING)
+    diag = run_diagnosis(client, triage=triage_job(job_dir).to_dict())["diagnosis"]
+    assert diag["class"] == "thermal-straggler"
+    assert [(c["host"], c["gpu"]) for c in diag["culprits"]] == [
+        (c["host"], c["gpu"]) for c in truth["culprits"]
+    ]
+    assert abs(diag["onset"] - truth["onset"]) <= 3 * truth["interval_s"]
+
+
+def test_the_logs_gpus_come_first(served_job, tmp_path: Path):
+    """A log that prints each host's SLURM_STEP_GPUS tells the job's GPUs: the triage reads them and the
+    diagnosis of the straggler is the same."""
+    client, truth, job_dir = served_job("thermal-straggler", 65, "nvidia", **VARYING)
+    held = _job_indices(truth)
+    lines = [f"{h}: SLURM_STEP_GPUS={','.join(sorted(x, key=int))}" for h, x in sorted(held.items())]
+    text = (job_dir / "log").read_text().splitlines()
+    (tmp_path / "log").write_text("\n".join(text[:1] + lines + text[1:]) + "\n")
+    triage = triage_job(tmp_path).to_dict()
+    assert triage["details"]["job_gpus"]["source"] == "SLURM_STEP_GPUS"
+    assert {h: set(map(str, x)) for h, x in triage["details"]["job_gpus"]["hosts"].items()} == held
+    diag = run_diagnosis(client, triage=triage)["diagnosis"]
+    assert [(c["host"], c["gpu"]) for c in diag["culprits"]] == [
+        (c["host"], c["gpu"]) for c in truth["culprits"]
+    ]
+
+
+def test_a_hang_beside_a_scattered_tenant_accuses_no_host_for_its_indices(served_job):
+    """Seed 62: the job holds other indices on some hosts; its ranks are compared by their place among
+    each host's job GPUs, so no host stands out for holding other indices."""
+    client, truth, job_dir = served_job("collective-hang", 62, "nvidia", **VARYING)
+    diag = run_diagnosis(client, triage=triage_job(job_dir).to_dict())["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+
+
+def test_a_log_in_another_numbering_yields_to_the_data(served_job, tmp_path: Path):
+    """A log that prints a container's view (CUDA_VISIBLE_DEVICES=0,1,2,3 on every host) where the job holds
+    other indices on some hosts: there the data's phases tell otherwise, and the data decides."""
+    client, truth, job_dir = served_job("thermal-straggler", 65, "nvidia", **VARYING)
+    text = (job_dir / "log").read_text().splitlines()
+    (tmp_path / "log").write_text("\n".join(text[:1] + ["CUDA_VISIBLE_DEVICES=0,1,2,3"] + text[1:]) + "\n")
+    triage = triage_job(tmp_path).to_dict()
+    assert triage["details"]["job_gpus"]["all"] == [0, 1, 2, 3]
+    diag = run_diagnosis(client, triage=triage)["diagnosis"]
+    assert [(c["host"], c["gpu"]) for c in diag["culprits"]] == [
+        (c["host"], c["gpu"]) for c in truth["culprits"]
+    ]

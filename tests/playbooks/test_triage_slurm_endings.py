@@ -22,6 +22,12 @@ CANCEL = "slurmstepd: error: *** STEP 81234.0 ON gpu-101 CANCELLED AT 2026-03-01
         (["srun: error: gpu-104: tasks 3: Exited with exit code 137"], "failed", "node-fail", "gpu-104"),
         (["srun: error: gpu-104: task 3: Exited with exit code 139"], "failed", "node-fail", "gpu-104"),
         (
+            ["srun: error: gpu-101: task 0: Segmentation fault (core dumped)"],
+            "failed",
+            "node-fail",
+            "gpu-101",
+        ),
+        (
             # one task crashes; srun aborts the step and kills the others: the crash is the suspect
             [
                 "srun: error: gpu-103: task 2: Exited with exit code 1",
@@ -58,8 +64,25 @@ CANCEL = "slurmstepd: error: *** STEP 81234.0 ON gpu-101 CANCELLED AT 2026-03-01
             "cancelled",
             None,
         ),
+        (
+            [f"srun: error: gpu-10{r + 1}: task {r}: Terminated" for r in range(4)],
+            "cancelled",
+            "cancelled",
+            None,
+        ),
     ],
-    ids=["exit-1", "killed", "exit-137", "exit-139", "crash-then-abort", "scancel", "time-limit", "all-143"],
+    ids=[
+        "exit-1",
+        "killed",
+        "exit-137",
+        "exit-139",
+        "segfault",
+        "crash-then-abort",
+        "scancel",
+        "time-limit",
+        "all-143",
+        "all-terminated",
+    ],
 )
 def test_srun_and_slurmstepd_endings_read_as_their_class(ending, status, klass, host) -> None:
     t = triage_log(HEAD + STEPS + ending)

@@ -1,0 +1,167 @@
+"""Which GPUs are the job's, on nodes it shares with another tenant: the one place that decides (#10).
+
+A node's GPUs may be split between jobs (Slurm's gres, a Kubernetes device plugin): the exporter reports
+every GPU of the node under the same host, with nothing in its labels saying whose work runs on it. A
+diagnostician compares the job's GPUs with each other, never with another tenant's, whose temperature,
+clock and power follow another job's phases. The job's GPUs are told apart by:
+
+1. the log, when it prints which GPUs the job holds (`SLURM_STEP_GPUS`, `CUDA_VISIBLE_DEVICES`, ... read
+   by the triage as `details.job_gpus`), unless the data contradicts it (indices in another numbering);
+2. the data: the job's GPUs follow the job's phases, their power rising when training starts and falling
+   at each synchronous checkpoint and when the steps stop, as much as the job's busiest GPUs do; another
+   tenant's go their own way. Where no such change of phase is seen, a GPU that stood well below the job's
+   training power all through its steady training (under `trained_ratio` of its busiest GPUs) did not run
+   its steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from playbooks.anomaly import Grid, nan_median
+from playbooks.context import Context, Timeline, triage_get
+
+from ._base import _match_host
+
+__all__ = ["job_gpus", "job_rows"]
+
+#: A change of the job's phase tells whose a GPU is when the job's busiest GPUs moved by at least this
+#: share of their training power across it (an asynchronous checkpoint moves nobody's).
+PHASE_MOVE = 0.3
+#: A GPU follows the job when it moves, across the job's changes of phase, by at least this share of the
+#: busiest GPUs' move (a typical change: the median over the changes seen).
+FOLLOW = 0.5
+#: Points on each side of a change of phase judged (the one next to the change is left out: a grid point
+#: may straddle it).
+SIDE = 4
+
+Key = tuple[str, str]
+
+
+def job_gpus(
+    ctx: Context, power: Grid | None, keys: Sequence[Key] = (), *, trained_ratio: float = 0.75
+) -> set[Key] | None:
+    """Return the job's GPUs as (host, gpu) among those of `power` (per GPU) and `keys`, or None when every
+    GPU is the job's as far as the log and the data tell (no other tenant to leave out)."""
+    keys = list(dict.fromkeys([*keys, *(_key(lab) for lab in power.labels)] if power else keys))
+    if not keys:
+        return None
+    from_data = _from_data(ctx.timeline, power, trained_ratio) if power is not None else {}
+    from_log = _from_log(ctx.triage, keys)
+    # a host where the data's phases clearly say otherwise: the log's indices are in another numbering
+    # there (a container's or a cgroup's, counted from 0)
+    for h in [h for h, idx in from_log.items() if _contradicted(h, idx, from_data)]:
+        del from_log[h]
+    mine: set[Key] = set()
+    for k in keys:
+        logged = from_log.get(k[0])
+        if k[1] in logged if logged is not None else from_data.get(k, (True, False))[0]:
+            mine.add(k)
+    return None if len(mine) == len(keys) else mine
+
+
+def job_rows(ctx: Context, g: Grid, power_query: str, *, trained_ratio: float = 0.75) -> np.ndarray | None:
+    """Return which rows of a per-GPU grid are the job's GPUs (`power_query`: the per-GPU power the decision
+    reads), or None when all are (or the grid has no GPU label)."""
+    if not g.labels or any("gpu" not in lab for lab in g.labels):
+        return None
+    keys = [_key(lab) for lab in g.labels]
+    mine = job_gpus(ctx, ctx.grid(power_query), keys, trained_ratio=trained_ratio)
+    if mine is None:
+        return None
+    return np.array([k in mine for k in keys], bool)
+
+
+def _key(lab: Mapping[str, str]) -> Key:
+    return lab.get("host", ""), lab.get("gpu", "")
+
+
+def _from_log(triage: Mapping[str, Any] | None, keys: Sequence[Key]) -> dict[str, frozenset[str]]:
+    """Return, per host of `keys`, the GPU indices the job's log says it holds (hosts it says nothing of
+    are left out)."""
+    info = triage_get(triage, "details", "job_gpus")
+    if not isinstance(info, Mapping):
+        return {}
+    hosts = sorted({h for h, _ in keys})
+    every = info.get("all")
+    out = {h: frozenset(str(i) for i in every) for h in hosts} if every else {}
+    for name, idx in (info.get("hosts") or {}).items():
+        h = _match_host(str(name), hosts)
+        if h is not None and idx:
+            out[h] = frozenset(str(i) for i in idx)
+    return out
+
+
+def _contradicted(host: str, logged: frozenset[str], from_data: Mapping[Key, tuple[bool, bool]]) -> bool:
+    """Whether the data's phases (two changes or more) clearly tell otherwise than the log for a GPU of
+    `host`."""
+    return any(strong and mine != (k[1] in logged) for k, (mine, strong) in from_data.items() if k[0] == host)
+
+
+def _from_data(tl: Timeline, g: Grid, trained_ratio: float) -> dict[Key, tuple[bool, bool]]:
+    """Return, per GPU of the per-GPU power `g`, (whether it ran the job's work, whether the phases tell
+    it clearly): it follows the job's phases across two changes or more (clearly); across one, it follows
+    and stood at the job's training power during the steady training (one change may meet another job's
+    own step); across none, it stood there."""
+    m = tl.steady_mask(g.t)
+    if not m.any():
+        m = tl.valid_training(g.t)
+    if not m.any() or not g.labels:
+        return {}
+    meds = np.array([nan_median(v[m]) for v in g.values])
+    ok = np.isfinite(meds)
+    if not ok.any():
+        return {}
+    level = float(np.percentile(meds[ok], 90))
+    at_level = ~ok | (meds >= trained_ratio * level)
+    ratios = _moves(tl, g, level)
+    seen = np.isfinite(ratios).sum(axis=1)
+    with np.errstate(all="ignore"):
+        follows = (seen == 0) | (np.nanmedian(ratios, axis=1) >= FOLLOW) if ratios.shape[1] else seen == 0
+    strong = seen >= 2
+    mine = np.where(strong, follows, follows & at_level)
+    return {_key(lab): (bool(mine[r]), bool(strong[r])) for r, lab in enumerate(g.labels)}
+
+
+def _moves(tl: Timeline, g: Grid, level: float) -> np.ndarray:
+    """Return (rows x changes) each row's power move across each change of the job's phase (training
+    starts, a synchronous checkpoint, the steps stop) as a share of the job's busiest GPUs' move (NaN where
+    the row has no data); only changes where those moved by PHASE_MOVE of the training power count."""
+    cols: list[np.ndarray] = []
+    for on, off in _changes(tl, g.t) if level > 0 else []:
+        with np.errstate(all="ignore"):
+            move = np.nanmedian(g.values[:, on], axis=1) - np.nanmedian(g.values[:, off], axis=1)
+        fin = np.isfinite(move)
+        if fin.sum() < 2:
+            continue
+        ref = float(np.percentile(move[fin], 90))
+        if ref >= PHASE_MOVE * level:
+            cols.append(move / ref)
+    return np.column_stack(cols) if cols else np.full((len(g.labels), 0), np.nan)
+
+
+def _changes(tl: Timeline, t: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Return (training side, idle side) index arrays around each change of the job's phase on grid `t`:
+    training (after warm-up, outside checkpoints) against setup, a checkpoint save, or after the last step."""
+    state = np.full(len(t), -1)
+    state[~tl.training_mask(t) | tl.in_checkpoint(t)] = 0
+    state[tl.valid_training(t)] = 1
+    idx = np.nonzero(state >= 0)[0]
+    runs: list[np.ndarray] = []
+    for i in idx:
+        if runs and state[runs[-1][-1]] == state[i] and i == runs[-1][-1] + 1:
+            runs[-1] = np.append(runs[-1], i)
+        else:
+            runs.append(np.array([i]))
+    out = []
+    for a, b in zip(runs[:-1], runs[1:], strict=True):
+        if state[a[0]] == state[b[0]]:
+            continue
+        near_a = a[-SIDE - 1 : -1] if len(a) > 2 else a[-SIDE:]
+        near_b = b[1 : SIDE + 1] if len(b) > 2 else b[:SIDE]
+        on, off = (near_a, near_b) if state[a[0]] == 1 else (near_b, near_a)
+        out.append((on, off))
+    return out
