@@ -116,8 +116,9 @@ def _cpu_verdict(p: _Pair) -> Verdict | None:
         raised = sorted(h for h, d in deltas.items() if d > thr)
         share = len(raised) / len(deltas) if deltas else 0.0
         med = statistics.median(deltas.values()) if deltas else 0.0
-        # the whole distribution moved: its shift's interval lies above the floor and the ranks separate
-        moved = shift is not None and shift.p < 0.05 and shift.low > rows["procs_running"].metric.abs_floor
+        # the whole distribution moved: the ranks separate (one-sided, 5 %) and the shift's lower bound at
+        # that level is at least the floor (a count: at least one more runnable process a host)
+        moved = shift is not None and shift.p < 0.05 and shift.low >= rows["procs_running"].metric.abs_floor
         text = (
             f"+{med:.1f} runnable processes per host (median host), raised on {len(raised)} of "
             f"{len(deltas)} hosts"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from .classes import load_classes
 from .context import Context, Finding, _r
 from .log_evidence import apply_log_evidence
@@ -161,11 +163,19 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
             elif f.extra.get("job_gpus_idle") and not _log_failure(ctx):
                 f.severity = "info"
                 f.title += " (the job's GPUs went idle and its log shows no failure: the job ended)"
+    _no_hang_before_kill(findings)
     for f in findings:
-        # a rule may need another rule's finding on the same host to stand (e.g. dmesg errors alone)
+        # a rule may need another rule's finding on the same host to stand (e.g. dmesg errors alone), or,
+        # without it, its departure must recur (`recurs`: one stretch of scrape timeouts is an outage)
         needs = f.extra.get("needs") or ()
-        if needs and not any(o.rule in needs and set(o.hosts) & set(f.hosts) for o in findings):
+        if (
+            needs
+            and not any(o.rule in needs and set(o.hosts) & set(f.hosts) for o in findings)
+            and not _recurs(ctx, f)
+        ):
             f.severity = "info"
+            if "recurs" in f.extra:
+                f.title += " (one stretch, no driver error on the host: an outage of the monitoring)"
     # rdma-degradation means the job slowed down: without a step-time rise overlapping it, retransmits are a
     # note (when the job's step time is known at all)
     if ctx.grid("step_time") is not None and not ctx.timeline.stalled:
@@ -179,6 +189,44 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
             ):
                 f.severity = "info"
                 f.title += " (the job did not slow down)"
+
+
+def _recurs(ctx: Context, f: Finding) -> bool:
+    """Whether a finding's departure recurs on one of its hosts: at least `recurs` separate stretches
+    where the host's value stands above the midpoint between the pack's level and its own peak (scrape
+    timeouts that come and go, not one hung exporter that timed out for a few minutes once)."""
+    if "recurs" not in f.extra:
+        return False
+    want, query = f.extra["recurs"]
+    g = ctx.grid(query)
+    if g is None:
+        return False
+    with np.errstate(all="ignore"):
+        level = g.pack["median"] if "median" in g.pack else np.nanmedian(g.values, axis=0)
+    for h in f.hosts:
+        x = g.row(host=h)
+        if x is None or len(x) != len(level):
+            continue
+        seen = np.isfinite(x) & np.isfinite(level)
+        if not seen.any():
+            continue
+        above = (x > (level + np.nanmax(x[seen])) / 2)[seen]
+        if int(np.sum(above[1:] & ~above[:-1])) + int(above[0]) >= want:
+            return True
+    return False
+
+
+def _no_hang_before_kill(findings: list[Finding]) -> None:
+    """When the coordinator killed the job while the accused hosts trained with their peers up to the kill (a
+    heartbeat false positive stands: the steps went on until it), no collective ever stalled: a network
+    event before the kill triggered no hang; it is link trouble while the job trained (the seed's "high
+    utilisation, retransmit spike": a false positive that a network blip may have set off)."""
+    if not any(f.rule == "accused_alive" and SEV_RANK[f.severity] >= 1 for f in findings):
+        return
+    for f in findings:
+        if f.klass == "network-hang" and f.role == "cause":
+            f.klass = "rdma-degradation"
+            f.title += " (the job trained on until the coordinator's kill: it triggered no hang)"
 
 
 def _reconcile(

@@ -25,7 +25,9 @@ from typing import Any
 import numpy as np
 
 from .context import Context, Finding, triage_get
+from .detectors.counters import _fatal_rise
 from .hostnames import short_name
+from .log_series import log_loss_departure
 from .triage import HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence", "hw_xid_hosts"]
@@ -39,6 +41,7 @@ def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
     """Add the log's host events to `findings`: evidence on findings they corroborate, new findings for what
     the data missed."""
     _nonfinite_loss(ctx, findings)
+    _finer_loss_onset(ctx, findings)
     events = [e for e in triage_get(ctx.triage, "details", "host_events") or [] if isinstance(e, Mapping)]
     if not events:
         return
@@ -194,6 +197,31 @@ def _node_failures(ctx: Context, findings: list[Finding], events: list[dict[str,
     )
 
 
+def _finer_loss_onset(ctx: Context, findings: list[Finding]) -> None:
+    """Date a training metric's move from the log's per-step losses when the log prints them more often
+    than the series the rule judged changed (trainer gauges refreshed every 30 s or more): the series saw
+    the move between its last value before it (`prev`) and the one that showed it (`cross`). A loss jump
+    is the log's own metric: its departure in the log dates it. Another training metric (gradient norm,
+    MoE load-balance loss) takes the log's loss departure only within that bracket: the same move, seen
+    finer."""
+    points = triage_get(ctx.triage, "details", "log_loss") or []
+    times = np.array(sorted(float(p[0]) for p in points if p[0] is not None))
+    if len(times) < 3:
+        return
+    spacing = float(np.median(np.diff(times)))
+    for f in findings:
+        cross, prev = f.extra.get("cross"), f.extra.get("prev")
+        if f.klass != "training-instability" or cross is None or prev is None:
+            continue
+        if not spacing < float(cross) - float(prev):
+            continue  # the series is as fine as the log
+        t_on = log_loss_departure(points, float(cross), float(f.extra.get("window", 1200.0)))
+        if t_on is None:
+            continue
+        if f.rule == "loss_jump" or float(prev) - spacing <= t_on <= float(cross):
+            f.onset = t_on
+
+
 def _kills(
     ctx: Context, findings: list[Finding], ooms: list[dict[str, Any]], killed: list[dict[str, Any]]
 ) -> None:
@@ -216,18 +244,39 @@ def _kills(
     if not hosts:
         return
     rises = [t for t in (near[h].onset for h in hosts if h in near) if t is not None]
+    rises += [t for t in (_kill_rise(ctx, h) for h in hosts) if t is not None]
     times = [e["time"] for e in kills if e["host"] in hosts and e.get("time") is not None]
+    # without the memory's rise, nor a time on the kill's line: the fatal save began after the last step
+    last = ctx.timeline.last_advance if ctx.timeline.stalled else None
     findings.append(
         _cause(
             "host_oom",
             "oom_kill_log",
             "host-oom",
             hosts,
-            min(rises) if rises else min(times) if times else None,
+            min(rises) if rises else min(times) if times else last,
             f"OOM kill on {', '.join(hosts)} (job log)",
             [_evidence(e, meaning[e["kind"] == "oom-kill"]) for e in kills if e["host"] in hosts],
         )
     )
+
+
+def _kill_rise(ctx: Context, host: str) -> float | None:
+    """Return when the rise that ended in the host's kill began: the start of the final rise before its
+    memory's largest fall (what the kill freed), not an earlier save whose retained memory raised the floor
+    (`_fatal_rise`, as the counter's own OOM rule dates it). None without such a fall (less than half)."""
+    g = ctx.grid("mem_frac")
+    x = g.row(host=host) if g is not None else None
+    if g is None or x is None:
+        return None
+    seen = np.nonzero(np.isfinite(x))[0]
+    if len(seen) < 3:
+        return None
+    k = int(np.argmin(np.diff(x[seen])))
+    if not x[seen[k + 1]] < 0.5 * x[seen[k]]:
+        return None
+    j = _fatal_rise(ctx, g, x, int(seen[k + 1]))
+    return float(g.t[j]) - g.step / 2 if j is not None else None
 
 
 def _limit_between_scrapes(ctx: Context, host: str) -> bool:

@@ -14,6 +14,11 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from .anomaly import step_noise
+from .departure import departure
+
 #: at most this many (time, loss) points kept from a log (a 1 GB log prints millions of step lines)
 MAX_POINTS = 4000
 #: fewer logged losses than this are no series to judge
@@ -95,3 +100,29 @@ def _as_result(
         "n": n,
         "series": [{"labels": {}, "values": values}],
     }
+
+
+def log_loss_departure(
+    points: Sequence[Sequence[float | None]], cross_t: float, window: float
+) -> float | None:
+    """Return when the log's per-step loss left its level on the way to a rise seen at `cross_t`, or None.
+
+    The steps printed in the `window` seconds up to `cross_t` are taken in step order (a save's pause
+    between two steps is no part of a divergence, which grows step by step), on a log scale (a divergence
+    grows by factors). A jump (one step makes most of the rise, far beyond the steps' noise) is dated at
+    the step before it; a climb at the break of a baseline-then-rise fit (`departure`). Either is dated when
+    the last step of the baseline completed: the first diverging step began then.
+    """
+    pts = [(float(t), float(v)) for t, v in points if t is not None and v is not None and v > 0]
+    pts = [p for p in pts if cross_t - window <= p[0] <= cross_t]
+    if len(pts) < MIN_POINTS:
+        return None
+    t = np.array([p[0] for p in pts])
+    y = np.log(np.array([p[1] for p in pts]))
+    d = np.diff(y)
+    k = int(np.argmax(d))  # the largest step up: between points k and k + 1
+    base = float(np.median(y[: k + 1][-30:]))
+    if d[k] > 3 * step_noise(y[: k + 1]) and d[k] >= 0.5 * (float(np.max(y[k + 1 :])) - base):
+        return float(t[k])
+    tau = departure(np.arange(len(y), dtype=float), y, len(y) - 1, len(y) - 1, earliest=0.0)
+    return float(t[int(math.floor(tau))]) if tau is not None else None

@@ -38,7 +38,8 @@ def _nccl_timeout(log: Log, st: Story, rng: random.Random) -> None:
                 f" Rank {gr}] Exception (either an error or timeout) detected by watchdog at work: "
                 f"{seq}, last enqueued NCCL work: {seq + 1}, last completed NCCL work: {seq - 1}.",
             )
-    _exit(log, tl.end, rng, "exitcode: -6")
+    alive = next(r for r, h in enumerate(case.hosts) if h not in dead)
+    _exit(log, tl.end, rng, "exitcode: -6", rank=alive)
 
 
 def _exit(log: Log, t: float, rng: random.Random, why: str, rank: int = 0) -> None:

@@ -179,7 +179,7 @@ def _crash(case: Case, rng: random.Random, launch: float, setup: float, step_s: 
     hb, accused = 0, []
     if case.cls == "host-oom" and len(tl.saves) >= 2:
         fatal = tl.saves[rng.randrange(1, len(tl.saves))]
-        kill = fatal[0] + rng.uniform(40, 110)
+        kill = fatal[0] + (fatal[1] - fatal[0]) * rng.uniform(0.5, 0.9)  # killed mid-save
         tl = truncate(tl, kill, False, rng.uniform(20, 60))
         fl = _fleet(case, tl, eff, rng)
         k = 2 if len(fl.replica0) > 2 and rng.random() < 0.3 else 1

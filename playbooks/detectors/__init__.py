@@ -26,7 +26,7 @@ __all__ = ["DETECTORS", "DetectorSpec", "evaluate"]
 Detector = Callable[[Context, Playbook, RuleSpec, tuple[float, float]], Finding | None]
 
 #: Parameters every rule may carry, whatever its detector (read by the decision).
-COMMON_PARAMS = frozenset({"needs"})
+COMMON_PARAMS = frozenset({"needs", "recurs"})
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,8 @@ def _finding(
     title = finding_title(rule.title, hosts, gpus, value)
     if rule.params.get("needs"):
         extra = {**extra, "needs": tuple(rule.params["needs"])}
+    if rule.params.get("recurs"):
+        extra = {**extra, "recurs": (int(rule.params["recurs"]), rule.queries[0])}
     return Finding(
         playbook=pb.name,
         rule=rule.id,

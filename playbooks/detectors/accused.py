@@ -16,6 +16,10 @@ from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding, _gaps, _match_host, _steady_level
 
+#: the JAX coordination service's heartbeat timeout when the program sets none (seconds: ten missed 10 s
+#: heartbeats; MaxText's base.yml has the same): a log that does not state it ran with it
+JAX_HEARTBEAT_TIMEOUT_DEFAULT = 100
+
 
 @dataclass(frozen=True)
 class _Scene:
@@ -63,8 +67,9 @@ def _det_accused_alive(
     accused = list(tr.get("heartbeat_accused") or [])
     crash = triage_get(tr, "job", "crash_time")
     timeout = _int(triage_get(tr, "config", "jax_distributed_heartbeat_timeout_seconds"))
+    timeout = JAX_HEARTBEAT_TIMEOUT_DEFAULT if timeout is None else timeout
     power, util = ctx.grid(rule.queries[0]), ctx.grid(rule.queries[1])
-    if not accused or crash is None or timeout is None or power is None:
+    if not accused or crash is None or power is None:
         return None
     if util is not None and len(util.t) != len(power.t):
         util = None
@@ -124,6 +129,8 @@ def _scene(
     if not math.isfinite(active) or active <= 0:
         return None
     tl = ctx.timeline
+    if not _trained_until_kill(ctx, crash, power.step):
+        return None
     pack_p = _pack(power, accused)
     pack_u = _pack(util, accused) if util is not None else None
     pack_trains = pack_p >= ratio * active
@@ -146,6 +153,19 @@ def _scene(
     return _Scene(
         power, util, pack_p, pack_u, judged, tail, active, ratio, umin, margin, a, b, hb_stop, crash
     )
+
+
+def _trained_until_kill(ctx: Context, crash: float, scrape: float) -> bool:
+    """Whether the job trained until the coordinator killed it: a step completed at all and, when the steps
+    stopped before the data's end, the last one within a couple of steps (or scrapes) of the kill. A job
+    whose steps stopped long before the kill, or never started, hung: the kill only ended it, and heartbeats
+    that the hang blocked are no false positive, whatever the accused hosts' GPUs then did with their peers."""
+    tl = ctx.timeline
+    if tl.last_advance is None and triage_get(ctx.triage, "job", "last_step") is None:
+        return False
+    if not tl.stalled or tl.last_advance is None:
+        return True
+    return tl.last_advance >= crash - max(90.0, 2 * (tl.step_s or 0.0), 2 * scrape)
 
 
 def _judge(ctx: Context, rule: RuleSpec, sc: _Scene, h: str) -> tuple[bool, list[dict[str, Any]]]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -77,6 +78,7 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
         return None
     a = tl.last_advance + max(60.0, 2 * power.step)
     b = (tl.crash_time if tl.crash_time and tl.crash_time > a else tl.end) - power.step
+    b = _spin_end(util, a, b, float(p.get("util_min", 70.0)))
     if power.mask(a, b).sum() < 1 or util.mask(a, b).sum() < 1:
         return None
     active = _steady_level(ctx, power)
@@ -119,6 +121,21 @@ def _det_busy_wait(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[floa
             ),
         )
     return _finding(pb, rule, sorted(odd), [], tl.last_advance, ev, busy_hosts=busy, hosts_seen=len(rows))
+
+
+def _spin_end(util: Grid, a: float, b: float, util_min: float) -> float:
+    """Return when the job's spinning ended between a and b: the last instant the typical host (the hosts'
+    median) still ran at `util_min` or more; b when it never did. A collective's watchdog (or anyone) may kill
+    the ranks long before the data ends; the GPUs idle after that are the kill's effect, not part of the
+    pattern of which GPUs spin."""
+    cols = np.nonzero(util.mask(a, b))[0]
+    if not len(cols):
+        return b
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        typical = np.nanmedian(util.values[:, cols], axis=0)
+    spun = cols[np.nan_to_num(typical, nan=0.0) >= util_min]
+    return float(util.t[spun[-1]]) if len(spun) else b
 
 
 def _silent_hosts(ctx: Context, presence: Iterable[object], a: float, b: float) -> set[str]:
@@ -327,7 +344,10 @@ def _busy_sets(
     skip: set[str],
     only: set[tuple[str, str]] | None = None,
 ) -> dict[str, frozenset[str]]:
-    """Return each host's set of GPU indices that spin (utilisation >= util_min) over most of `cols`.
+    """Return each host's set of GPU indices that spin: typically (the median over `cols`) at utilisation >=
+    util_min. A polling kernel's sampled utilisation scatters (a spinning GPU may read 50 % now and then), so
+    a share of samples above the line would drop spinning GPUs at random and make every host look odd; an
+    idle GPU reads near 0 throughout.
 
     Among `only`, the job's GPUs, when given: each counted by its place among its host's job GPUs (the
     local rank it runs, as the job numbers its devices), since the job may hold other indices on each host.
@@ -343,7 +363,7 @@ def _busy_sets(
             continue
         seg = v[cols]
         seg = seg[~np.isnan(seg)]
-        if len(seg) and (seg >= util_min).mean() >= 0.8:
+        if len(seg) and float(np.median(seg)) >= util_min:
             sets[h].add(local.get((h, gpu), gpu))
     return {h: frozenset(x) for h, x in sets.items()}
 
@@ -382,6 +402,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
         return None
     e = int(any_busy[-1])
     length = max(2, int(round(_dur(rule, "min_duration", 600.0) / max(g.step, 1e-9))))
+    length = _cut_by_kill(ctx, g, busy, e, length)
     if e + 1 < length:
         return None
     final = np.zeros(len(g.t), bool)
@@ -423,6 +444,25 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
             )
         )
     return _finding(pb, rule, odd, [], onset, ev, busy_hosts=n_hosts, hosts_seen=n_hosts, pre_step=True)
+
+
+#: the triage classes of a kill for unresponsive ranks: the coordinator's heartbeat timeout, a collective's
+UNRESPONSIVE = ("heartbeat-timeout", "nccl-timeout")
+
+
+def _cut_by_kill(ctx: Context, g: Grid, busy: np.ndarray, e: int, length: int) -> int:
+    """Return how many instants of spinning make a hang before the first step: `length`, or less when the
+    job's log reports it killed for unresponsive ranks (a heartbeat or collective timeout) while the GPUs
+    still spun: the kill cut the spin short, and the whole spin (at least 3 scrapes and 2 minutes) counts."""
+    crash = ctx.timeline.crash_time
+    classes = {m.get("class") for m in (ctx.triage or {}).get("matches") or [] if isinstance(m, Mapping)}
+    if crash is None or not classes & set(UNRESPONSIVE) or float(g.t[e]) < crash - 2 * g.step:
+        return length
+    i = e
+    while i > 0 and busy[:, i - 1].any():
+        i -= 1
+    run = e - i + 1
+    return min(length, run) if run >= max(3, 120.0 / max(g.step, 1e-9)) else length
 
 
 def _refine_settle(util: Grid | None, coarse: float, end: float, coarse_step: float) -> float:

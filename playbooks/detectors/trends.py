@@ -81,7 +81,11 @@ def _det_change_point(
             f"{len(idx)} anomalous points)",
         )
     ]
-    return _finding(pb, rule, [], [], t_on, ev)
+    # where the rule saw the rise, and the series' last distinct value before it: the move happened in
+    # between (the log's finer per-step losses may date it: `log_evidence`)
+    before = np.nonzero(np.isfinite(y[:cross]))[0]
+    prev = float(g.t[before[-1]]) if len(before) else float(g.t[cross])
+    return _finding(pb, rule, [], [], t_on, ev, cross=float(g.t[cross]), prev=prev, window=window)
 
 
 def _per_run(

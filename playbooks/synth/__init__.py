@@ -58,7 +58,7 @@ class GeneratedJob:
 
 def _config(job: _sim.Job, job_dir_name: str) -> dict[str, str]:
     p = job.passthrough
-    return {
+    cfg = {
         "steps": p["steps"],
         "checkpoint_period": p["checkpoint_period"],
         "enable_checkpointing": p["enable_checkpointing"],
@@ -77,6 +77,9 @@ def _config(job: _sim.Job, job_dir_name: str) -> dict[str, str]:
         "quantization": "",
         "enable_single_replica_ckpt_restoring": p.get("enable_single_replica_ckpt_restoring", "false"),
     }
+    if "hb_printed" in job.variants or "hb_default" in job.variants:
+        del cfg["jax_distributed_heartbeat_timeout_seconds"]  # printed otherwise (_log._setup), or not at all
+    return cfg
 
 
 def _triage_class(job: _sim.Job) -> str | None:

@@ -223,6 +223,9 @@ def _setup(w: _Writer, cfg_t: float) -> None:
     job, hosts = w.job, w.job.hosts
     for key in sorted(job.config):
         w.all_ranks(cfg_t, f"Config param {key}: {job.config[key]}")
+    if "hb_printed" in job.variants:
+        line = f"jax.distributed heartbeat_timeout_seconds={job.hb_timeout}"
+        w.add(cfg_t + 1, _absl("I", cfg_t + 1, w.pids[0], "main.py:81") + line, 0)
     w.all_ranks(cfg_t + 5, f"number parameters: {float(w.rng.uniform(7, 400)):.3f} billion")
     w.all_ranks(cfg_t + 6, "Memstats: After params initialized:")
     if job.restored_from is None:
@@ -365,6 +368,12 @@ def _hang_ending(job: Job, w: _Writer) -> None:
             "localGid ::ffff:10.12.0.1 remoteGid ::ffff:10.12.0.2",
             h,
         )
+    if "watchdog_kill" in job.variants:
+        _watchdog_kill(job, w)
+        return
+    if "heartbeat_kill" in job.variants:
+        _heartbeat_ending(job, w, float(job.crash_time or end))
+        return
     stamp = _utc(end).strftime("%Y-%m-%dT%H:%M:%S")
     w.add(end - 5, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} ***")
     w.add(end - 4, f"srun: Terminating StepId={job.job_id}.0")
@@ -373,6 +382,19 @@ def _hang_ending(job: Job, w: _Writer) -> None:
         w.add(end - 2.5, f"srun: error: {host}: task {r}: Exited with exit code 143")
     w.add(end - 2, f"== Training FAILED (exit=143, {int(end - job.train_start)}s) ==")
     _summary(w, end - 1, 143, "CANCELLED (scancel / SIGTERM)")
+
+
+def _watchdog_kill(job: Job, w: _Writer) -> None:
+    """The collective's watchdog gives up on every rank (NCCL's own lines carry no time) and srun reports
+    the exits; the job leaves no summary."""
+    crash = float(job.crash_time or job.job_end)
+    for r, host in enumerate(job.hosts):
+        pid = w.pids[r]
+        w.add(
+            crash, f"{host}:{pid}:{pid + 40} [0] NCCL WARN Timeout waiting for the collective to complete", r
+        )
+    for r, host in enumerate(job.hosts):
+        w.add(crash + 5, f"srun: error: {host}: task {r}: Exited with exit code 1")
 
 
 def _heartbeat_ending(job: Job, w: _Writer, crash: float) -> None:

@@ -23,7 +23,7 @@ from ._sim_parts import (
     _tb_export,
     _truncate_steps,
 )
-from ._sim_plan import GIB, NAN, TIB, Job, plan
+from ._sim_plan import GIB, JAX_HB_DEFAULT, NAN, TIB, Job, plan
 from ._sim_state import GpuSignals, Grid, HostSignals, Incident, NicSignals, Sim, Slowdown
 
 __all__ = ["GIB", "NAN", "TIB", "Job", "plan", "simulate"]
@@ -49,6 +49,9 @@ def simulate(job: Job) -> Job:
     _sim_scenarios.apply(s)
     if "near_limit_save" in job.variants:
         _variants.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
+    if "exporter_stall" in job.variants:
+        hs = s.host
+        _variants.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
     _store(s, big_h)
     _gpu_counters(job, rng, (job.nodes, job.gpus, grid.n))
     _variants.late_exporter(job, s.host.present)
@@ -87,7 +90,18 @@ def _ending(job: Job, rng: np.random.Generator, onset: float) -> None:
         hang_len = float(rng.uniform(1500, 2700))
         job.job_end = min(job.job_end, job.stall_time + hang_len)
         job.job_end = max(job.job_end, job.stall_time + 1200)
+        if "heartbeat_kill" in job.variants:
+            job.hb_timeout, stop, job.accused_tasks = job.variants["heartbeat_kill"]
+            job.crash_time = job.stall_time + stop + job.hb_timeout
+            job.job_end = job.crash_time + float(rng.uniform(60, 180))
+            return
+        if "watchdog_kill" in job.variants:
+            wd, after = job.variants["watchdog_kill"]
+            job.crash_time = job.stall_time + wd
+            job.job_end = job.crash_time + after
+            return
     elif sc.name == "heartbeat-false-positive":
+        job.hb_timeout = JAX_HB_DEFAULT if "hb_default" in job.variants else job.hb_timeout
         job.crash_time = onset + job.hb_timeout
         job.stall_time = job.crash_time
     elif sc.name == "node-death":

@@ -222,6 +222,10 @@ def plan(
     return job
 
 
+#: JAX's heartbeat timeout when the program sets none (seconds; MaxText's base.yml has the same)
+JAX_HB_DEFAULT = 100
+
+
 def _run_config(
     rng: np.random.Generator, sc: Scenario, nodes: int, moe: bool, base: Job | None
 ) -> tuple[int, int, int, dict[str, str]]:

@@ -32,6 +32,8 @@ def _collective_hang(s: Sim) -> None:
         job.notes.append(f"{len(stuck)} GPUs of {job.hosts[ch]} never entered the collective")
     else:
         job.notes.append("uniform deadlock: every GPU busy-waits; no origin host")
+    if "noisy_spin" in job.variants:
+        _variants.noisy_spin(job, g.util, s.grid.hang)
 
 
 def _network_hang(s: Sim) -> None:
@@ -81,6 +83,8 @@ def _heartbeat_false_positive(s: Sim) -> None:
     acc = sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_acc, replace=False)}) if K > 1 else [0]
     job.accused_tasks = acc
     job.culprits = []
+    if "hb_net_blip" in job.variants:
+        _variants.hb_net_blip(job, s.nic.retx, s.nic.ack, s.grid.t, acc[0], s.inc.onset)
     job.notes.append(
         "accused hosts trained at full power until the kill: " + ", ".join(job.hosts[a] for a in acc)
     )

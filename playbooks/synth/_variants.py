@@ -55,6 +55,29 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   fault, and no onset.
 - healthy `capture_after_end`: the run completes 3-7 minutes before the capture ends (the exporters keep
   scraping): the steps stop, the job's GPUs idle from its last step on, the log ends with its summary.
+- healthy `exporter_stall`: one host's GPU exporter hangs once for 3-6 minutes mid-run (its scrapes time
+  out and its GPU samples are missing for that one stretch, then it serves again), with no driver error in
+  the kernel log: one outage of the monitoring, not the recurring timeouts of a GPU driver fault.
+- training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
+  only every 60-120 s, so the log's per-step losses are finer than the TSDB's.
+- restore-resource-leak `wide_background`: each host's background daemons spread over 35-45 runnable
+  processes (drawn anew per run), more than twice the leak: the leak shows only as a shift of the hosts'
+  distribution, barely beyond its spread on a few hosts.
+- collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
+  (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
+  the busy-wait fills only the first part of what follows the stall.
+- collective-hang `noisy_spin`: a spinning GPU's sampled utilisation scatters widely (mean 84 %, sd 14,
+  40-100 %), as a polling kernel's duty cycle does between samples; the idle GPUs stay at 0-2 %.
+- collective-hang `heartbeat_kill`: the hang blocks the JAX heartbeats too (a gRPC deadlock): within a minute
+  of the stall the tasks stop sending them, and the coordinator kills the job one heartbeat timeout (100-600
+  s) later, accusing one or two tasks: a real hang, reported as a heartbeat timeout.
+- heartbeat-false-positive `hb_net_blip`: one accused host's RDMA links retransmit in a burst (as a
+  network hang's trigger does) for 1-3 minutes, ending 1-5 minutes before the heartbeat-stop time; the job
+  trains on until the kill (the seed's "high utilisation, retransmit spike": still a false positive).
+- heartbeat-false-positive `hb_printed`: the program prints the heartbeat timeout as JAX takes it
+  (`jax.distributed heartbeat_timeout_seconds=N`, an absl line of rank 0) instead of a `Config param` line.
+- heartbeat-false-positive `hb_default`: the log states no heartbeat timeout at all; the coordinator uses
+  JAX's documented default of 100 s.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -79,9 +102,18 @@ OPT_IN = {
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
+    "sparse_gauges": "training-instability",
+    "wide_background": "restore-resource-leak",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
+    "exporter_stall": "healthy",
+    "watchdog_kill": "collective-hang",
+    "heartbeat_kill": "collective-hang",
+    "noisy_spin": "collective-hang",
+    "hb_net_blip": "heartbeat-false-positive",
+    "hb_printed": "heartbeat-false-positive",
+    "hb_default": "heartbeat-false-positive",
 }
 
 
@@ -132,10 +164,18 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "training-instability" and "elastic_restart" in job.opt_in:
         r = stream(job, 14).uniform(0, 1, 2)
         v["elastic_restart"] = (float(600 + 900 * r[0]), float(60 + 120 * r[1]))  # (before the onset, gap) s
+    if name == "training-instability" and "sparse_gauges" in job.opt_in:
+        v["sparse_gauges"] = float(stream(job, 17).uniform(60, 120))  # seconds between refreshes
     if name == "training-instability" and "nan_stop" in job.opt_in:
         v["nan_stop"] = True
     if name == "healthy" and "capture_after_end" in job.opt_in:
         v["capture_after_end"] = float(stream(job, 15).uniform(180, 420))  # seconds of data after the end
+    if name == "healthy" and "exporter_stall" in job.opt_in:
+        r = stream(job, 16).uniform(0, 1, 2)
+        v["exporter_stall"] = (
+            float(180 + 180 * r[0]),
+            float(0.3 + 0.4 * r[1]),
+        )  # (seconds, where in the run)
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -150,9 +190,50 @@ def choose(job: Any) -> dict[str, Any]:
         v["short_freeze"] = (float(300 + 600 * r[0]), bool(r[1] < 0.5))  # (seconds frozen, until the end)
     if name == "monitoring-ghost-data" and "node_freeze" in job.opt_in:
         v["node_freeze"] = True
+    if name == "collective-hang" and "watchdog_kill" in job.opt_in:
+        r = stream(job, 17).uniform(0, 1, 2)
+        v["watchdog_kill"] = (float(600 + 600 * r[0]), float(300 + 600 * r[1]))  # (hang, data after) s
+    if name == "collective-hang" and "heartbeat_kill" in job.opt_in:
+        hb = stream(job, 18)
+        # (timeout s, heartbeat stop after the stall s, accused tasks)
+        v["heartbeat_kill"] = (
+            int(hb.choice([100, 300, 600])),
+            float(hb.uniform(-60, 60)),
+            sorted({int(x) for x in hb.integers(1, max(2, job.nodes), 2)}),
+        )
+    if name == "heartbeat-false-positive" and "hb_net_blip" in job.opt_in:
+        r = stream(job, 19).uniform(0, 1, 2)
+        v["hb_net_blip"] = (float(60 + 240 * r[0]), float(60 + 120 * r[1]))  # (ends before the stop, lasts) s
+    if name == "collective-hang" and "noisy_spin" in job.opt_in:
+        v["noisy_spin"] = True
+    for k in ("hb_printed", "hb_default"):
+        if name == "heartbeat-false-positive" and k in job.opt_in:
+            v[k] = True
     if name in ("restore-resource-leak", "healthy"):
         v["host_background"] = float(rng.uniform(8.0, 16.0))  # spread of runnable daemons across hosts
+    if name in ("restore-resource-leak", "healthy") and "wide_background" in job.opt_in:  # both runs
+        v["host_background"] = float(stream(job, 18).uniform(35.0, 45.0))
     return v
+
+
+def hb_net_blip(
+    job: Any, retx: np.ndarray, ack: np.ndarray, t: np.ndarray, host: int, hb_stop: float
+) -> None:
+    """A retransmit burst on `host`'s first one or two RDMA devices, ending before the heartbeat-stop time."""
+    rng = stream(job, 20)
+    before, length = job.variants["hb_net_blip"]
+    on = (t >= hb_stop - before - length) & (t < hb_stop - before)
+    for d in range(min(retx.shape[1], 1 + int(rng.integers(0, 2)))):
+        retx[host, d] = np.where(on, rng.uniform(200, 2500, len(t)), retx[host, d])
+        ack[host, d] = np.where(on, rng.uniform(2, 25, len(t)), ack[host, d])
+    job.notes.append(f"{job.hosts[host]}: RDMA retransmit burst before the heartbeat stop; training went on")
+
+
+def noisy_spin(job: Any, util: np.ndarray, hang: np.ndarray) -> None:
+    """Scatter the spinning GPUs' utilisation during the hang (those above 50 %: the idle ones stay)."""
+    rng = stream(job, 21)
+    spin = (util > 50) & hang[None, None, :]
+    util[...] = np.where(spin, np.clip(rng.normal(84, 14, util.shape), 40, 100), util)
 
 
 def rdma_trickle(job: Any, K: int, D: int, N: int) -> tuple[np.ndarray, np.ndarray]:
@@ -304,6 +385,20 @@ def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
     rng = stream(job, 4)
     offsets = rng.uniform(0.0, float(job.variants["host_background"]), len(running))
     running += np.where(during[None, :], offsets[:, None], 0.0)
+
+
+def exporter_stall(
+    job: Any, timeouts: np.ndarray, scrape: np.ndarray, gpu_present: np.ndarray, t: np.ndarray
+) -> None:
+    """One host's GPU exporter hangs once (`exporter_stall`): its scrapes time out for one stretch."""
+    secs, where = job.variants["exporter_stall"]
+    h = 1 + int(stream(job, 16).integers(0, max(1, job.nodes - 1))) if job.nodes > 1 else 0
+    start = job.train_start + where * (job.job_end - job.train_start)
+    win = (t >= start) & (t < start + secs)
+    timeouts[h] |= win
+    scrape[h] = np.where(win, 12.0, scrape[h])
+    gpu_present[h] &= ~win
+    job.red_herrings["exporter_stall"] = f"{job.hosts[h]} for {secs:.0f} s"
 
 
 def late_exporter(job: Any, present: np.ndarray) -> None:

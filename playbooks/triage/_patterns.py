@@ -101,6 +101,10 @@ _STEP = re.compile(
     r"(?:.*?loss: ([-+0-9.eEnaif]+))?"
 )
 _CONFIG = re.compile(r"^Config param ([A-Za-z0-9_.]+): ?(.*)$")
+#: the JAX coordination service's heartbeat timeout as a program prints or passes it, other than a `Config
+#: param` line: `jax.distributed heartbeat_timeout_seconds=600`, `heartbeat_timeout_seconds: 600`,
+#: `--jax_distributed_heartbeat_timeout_seconds=600`, `initialize(..., heartbeat_timeout_seconds=600)`
+HB_TIMEOUT = re.compile(r"\b(?:jax_distributed_)?heartbeat_timeout_seconds['\"]?\s*[=:]\s*(\d+)")
 _HEADER = re.compile(
     r"^(JOB_ID|JOB_NAME|NNODES|JOB_NODELIST|JAX_COORDINATOR_PORT|RAY_PORT|PASSTHROUGH_ARGS|"
     r"MODEL_NAME|MODEL_NAME_ALIAS|EXP_TAG|SLURM_JOB_ID|SLURM_JOB_NAME|SLURM_JOB_NUM_NODES|"

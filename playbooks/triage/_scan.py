@@ -28,6 +28,7 @@ from ._patterns import (
     _TUNNEL,
     _WALL,
     HARMLESS,
+    HB_TIMEOUT,
     SIGNATURES,
     _classify,
     _clean,
@@ -165,6 +166,10 @@ def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) 
         if c:
             out.config.setdefault(c.group(1), c.group(2).strip())
         return True
+    if "heartbeat_timeout_seconds" in msg:
+        hb = HB_TIMEOUT.search(msg)
+        if hb:  # under the seed's config key: the one setting, however the program printed it
+            out.config.setdefault("jax_distributed_heartbeat_timeout_seconds", hb.group(1))
     if "ssh " in msg and "-L " in msg and out.tunnel is None:
         t = _TUNNEL.search(msg.strip())
         if t:

@@ -186,3 +186,21 @@ def test_a_metric_row_names_the_signals_it_reads() -> None:
     assert metric_signals("procs_running") == ("procs_running",)
     assert "rdma_retransmits" in metric_signals("rdma_retransmits")
     assert metric_signals("no_such_row") == ()
+
+
+@pytest.mark.parametrize(("profile", "seed"), [("nvidia", 3), ("amd", 6)])
+def test_a_leak_within_wide_per_host_backgrounds_is_the_shift_of_the_whole_distribution(
+    job_factory, served_job, profile, seed
+):
+    """D3 04: each host's own background spreads over more than twice the leak and is drawn anew per run,
+    so few hosts stand out on their own; the hosts' distribution shifted (one-sided rank test at 5 %, its
+    lower bound at least one process). Seeds 3 and 6 read healthy when the bound was two-sided."""
+    from playbooks.triage import triage_job
+
+    restored, truth = job_factory(
+        "restore-resource-leak", seed, profile, nodes=8, variants=("wide_background",)
+    )
+    assert truth["variants"]["host_background"] >= 35
+    base = restored.with_name(restored.name + "-baseline")
+    jobs = [CompareJob(served_job.dir(d), triage_job(d).to_dict()) for d in (base, restored)]
+    assert compare_jobs(jobs)["diagnosis"]["class"] == "restore-resource-leak"

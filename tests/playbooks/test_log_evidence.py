@@ -322,3 +322,15 @@ def test_a_sigkill_where_memory_reached_its_limit_between_two_scrapes_is_an_oom_
     events = [_ev("killed", h, code=137) for h in ("h01", "h02", "h03")]
     d = decide_diagnosis(_mem_ctx(events, rows), [near])
     assert d["class"] == "host-oom" and [c["host"] for c in d["culprits"]] == ["h01", "h02"]
+
+
+def test_an_oom_kill_known_only_from_the_log_is_dated_at_the_start_of_its_fatal_rise():
+    """E22 10, 19: no OOM-kill counter, no sample at the limit, srun's exit 137 lines carry no time. An
+    earlier save left memory at 40 %; the fatal save climbs from there between two scrapes past the limit
+    and the kill frees it: the onset is where that final rise began (the start of the interval before its
+    first higher sample), not the earlier save, and not left empty."""
+    flat = [0.25 + 0.003 * (i % 3) for i in range(30)]
+    rows = {"h01": [*flat, 0.400, 0.403, 0.401, 0.52, 0.66, 0.80, 0.942, 0.05, 0.05], "h02": [0.25] * 39}
+    d = decide_diagnosis(_mem_ctx([_ev("killed", "h01", code=137)], rows), [])
+    assert d["class"] == "host-oom" and [c["host"] for c in d["culprits"]] == ["h01"]
+    assert d["onset"] == 3000.0 + 33 * 30.0 - 15.0

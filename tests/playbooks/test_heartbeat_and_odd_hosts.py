@@ -1,0 +1,96 @@
+"""Heartbeat false positives and odd-host collective hangs as the blind corpus E showed them (#10), each
+reproduced by the generator and diagnosed end to end through a served TSDB.
+
+- The program prints the JAX heartbeat timeout itself (`jax.distributed heartbeat_timeout_seconds=N`, not a
+  `Config param` line), or states none (JAX's default of 100 s applies): the heartbeat-stop time is still
+  known, the accused hosts are seen training up to the kill, and the steps stopping at the kill are its
+  effect, not a hang.
+- A burst of RDMA retransmits on an accused host minutes before the heartbeats stopped, the job training on
+  until the kill, triggered no hang (the steps never stopped before the kill): still a heartbeat false
+  positive, the burst a side note.
+- A real hang the coordinator then reports as a heartbeat timeout (the hang blocked the heartbeats too) is
+  still a hang: the steps stopped, or never started, long before the kill. Before the first step, the spin
+  that the kill cut short (2-6 min) is the hang's whole pattern.
+- A hang whose ranks a collective watchdog killed long before the data ends still names its odd host.
+- A spinning GPU's sampled utilisation that scatters (40-100 %) is still spinning: its host's set is the
+  common one, and the odd host (idle GPUs at 0 %) is still the only one named.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from playbooks.diagnose import run_diagnosis
+from playbooks.triage import triage_job
+
+
+def _diagnose(served_job, scenario, seed, profile, **kw):
+    client, truth, job_dir = served_job(scenario, seed, profile, **kw)
+    return run_diagnosis(client, triage=triage_job(job_dir).to_dict()), truth
+
+
+@pytest.mark.parametrize(("variant", "seed"), [("hb_printed", 1), ("hb_default", 2)])
+def test_a_heartbeat_timeout_printed_by_the_program_or_left_at_its_default_dates_the_stop(
+    served_job, variant, seed
+):
+    result, truth = _diagnose(
+        served_job, "heartbeat-false-positive", seed, "amd", nodes=6, variants=(variant,)
+    )
+    if variant == "hb_default":
+        assert truth["heartbeat_timeout_s"] == 100
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
+    accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
+    assert set(accused["hosts"]) == set(truth["accused_hosts"])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_network_blip_before_a_heartbeat_false_positive_is_no_hang_trigger(served_job, seed):
+    """Seeds 1 and 2 were network-hang on the accused host with the burst."""
+    result, truth = _diagnose(served_job, "heartbeat-false-positive", seed, "amd", variants=("hb_net_blip",))
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
+    blip = [f for f in result["findings"] if f["title"].startswith("RDMA retransmit burst")]
+    assert blip and set(blip[0]["hosts"]) <= set(truth["accused_hosts"]), "the burst is still reported"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_hang_killed_by_its_watchdog_long_before_the_data_ends_still_names_the_odd_host(served_job, seed):
+    """The ranks are killed 10-20 min into the hang and every GPU then idles for the rest of the capture,
+    with no dated end in the log: the spinning pattern is read where the GPUs spun, so the host whose GPUs
+    partly stayed idle is still the one whose set differs (it was lost when the idle tail was counted)."""
+    result, truth = _diagnose(served_job, "collective-hang", seed, "nvidia", variants=("watchdog_kill",))
+    assert truth["culprits"], "the seed draws a host with GPUs that never entered the collective"
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+    assert abs(diag["onset"] - truth["onset"]) / truth["interval_s"] <= 3
+
+
+@pytest.mark.parametrize("seed", [6, 7, 2, 4])
+def test_a_hang_that_the_coordinator_reports_as_a_heartbeat_timeout_is_a_hang(served_job, seed):
+    """Seeds 6 and 7 hang before the first step and are killed 2 and 6 minutes later (were heartbeat false
+    positives: the accused spun with their peers); seeds 2 and 4 hang mid-run, the heartbeats stopping just
+    before (2) or after (4) the stall."""
+    result, truth = _diagnose(served_job, "collective-hang", seed, "amd", variants=("heartbeat_kill",))
+    assert truth["accused_hosts"]
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang", diag["summary"]
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+    assert abs(diag["onset"] - truth["onset"]) / truth["interval_s"] <= 3
+
+
+@pytest.mark.parametrize("seed", [1, 5])
+def test_a_spin_whose_utilisation_scatters_keeps_the_common_set(served_job, seed):
+    """Seed 1 (odd host) and 5 (uniform deadlock) on 8 hosts x 8 GPUs: the odd host was lost (every host's
+    set drawn at random from its scattered samples)."""
+    result, truth = _diagnose(
+        served_job, "collective-hang", seed, "nvidia", nodes=8, gpus=8, variants=("noisy_spin",)
+    )
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
