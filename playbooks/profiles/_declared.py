@@ -7,6 +7,7 @@ A profile file (see `builtin/*.toml`; a team puts its own in a folder named by `
     vendor = "nvidia"                          # "nvidia", "amd" or "" (no GPU exporter)
     anchors = ["train_loss"]                   # any of these present identifies the family
     gpu_model_label = "modelName"              # label naming the GPU model, optional
+    gpu_model_metric = "x_gpu_info"            # the metric carrying it (default: the GPU signals' own)
     include = ["node_exporter"]                # fragments (other files' stems) merged first
 
     [exporters.trainer]                        # one scrape target family
@@ -47,7 +48,17 @@ from ._signal import _SIGNAL_INFO, ProfileError
 
 __all__ = ["ExporterSpec", "ProfileSpec", "SignalSpec", "load_specs", "parse_spec"]
 
-_TOP_KEYS = {"name", "title", "vendor", "anchors", "gpu_model_label", "include", "exporters", "signals"}
+_TOP_KEYS = {
+    "name",
+    "title",
+    "vendor",
+    "anchors",
+    "gpu_model_label",
+    "gpu_model_metric",
+    "include",
+    "exporters",
+    "signals",
+}
 _EXPORTER_KEYS = {
     "anchor",
     "scope",
@@ -135,6 +146,7 @@ class ProfileSpec:
     source: str
     include: tuple[str, ...] = ()
     needed: frozenset[str] = field(default=frozenset())
+    gpu_model_metric: str = ""
 
 
 def _fail(source: str, where: str, msg: str) -> ProfileError:
@@ -286,6 +298,13 @@ def _scales(
     return tuple(float(v) for v in value)
 
 
+def _metric_name(raw: dict[str, Any], key: str, source: str) -> str:
+    value = _typed(raw, key, str, source, key, "")
+    if value and not _METRIC.match(value):
+        raise _fail(source, key, f"not a metric name: {value!r}")
+    return str(value)
+
+
 def parse_spec(text: str, source: str) -> ProfileSpec:
     """Parse one profile file (a fragment has no `name`); raise ProfileError naming `source` and the item."""
     try:
@@ -312,6 +331,7 @@ def parse_spec(text: str, source: str) -> ProfileSpec:
         vendor=vendor,
         anchors=anchors,
         gpu_model_label=_typed(raw, "gpu_model_label", str, source, "gpu_model_label", ""),
+        gpu_model_metric=_metric_name(raw, "gpu_model_metric", source),
         exporters={k: _exporter(k, v, source) for k, v in exporters.items()},
         signals={k: _signal(k, v, source) for k, v in signals.items()},
         source=source,
@@ -355,6 +375,7 @@ def _merge(spec: ProfileSpec, fragments: dict[str, ProfileSpec]) -> ProfileSpec:
         vendor=spec.vendor,
         anchors=spec.anchors,
         gpu_model_label=spec.gpu_model_label,
+        gpu_model_metric=spec.gpu_model_metric,
         exporters=exporters,
         signals=signals,
         source=spec.source,

@@ -162,6 +162,7 @@ def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profil
         vendor=spec.vendor,
         base=spec.name,
         gpu_model_label=spec.gpu_model_label,
+        gpu_model_metric=spec.gpu_model_metric,
         source=spec.source,
     )
 

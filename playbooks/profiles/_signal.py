@@ -405,6 +405,8 @@ class Profile:
         vendor: GPU vendor, for choosing GPU models ("" when the family has no GPU exporter).
         base: the declaration's name ("nvidia" for "nvidia@...").
         gpu_model_label: the label naming the GPU model ("modelName", "card_model"), "" if none.
+        gpu_model_metric: the metric carrying that label (nvidia_gpu_exporter's info metric); "": the GPU
+            signals' own.
         source: the declaration file.
     """
 
@@ -415,6 +417,7 @@ class Profile:
     vendor: str
     base: str = ""
     gpu_model_label: str = ""
+    gpu_model_metric: str = ""
     source: str = ""
 
     def signal(self, name: str) -> Signal:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from playbooks._diagnose_source import _model_evidence
+from playbooks.diagnose import discover_source
 from playbooks.profiles import PROFILES
 from playbooks.synth import Exporters
+from playbooks.synth._models import GPU_MODELS
 
 from .test_exporter_variants import _diagnose, _verdict_holds
 
@@ -28,6 +31,11 @@ def test_nvidia_gpu_exporter_keeps_the_verdict(served_job, view_root, scenario):
     assert all(prof.available(names)[s] for s in ("gpu_power", "gpu_temp", "gpu_util", "gpu_clock"))
     _verdict_holds(result, truth)
     assert result["source"]["gpus_per_host"] == truth["gpus_per_host"]
+    # nvidia_smi_gpu_info{name} names the model (its power and thermal priors), not only VRAM and power
+    assert discover_source(client).gpu_model == truth["gpu_model"]
+    span, end = "1d", float(truth["data_range"][1])
+    names = _model_evidence(client, prof, prof.available(names), span, end)[0]
+    assert GPU_MODELS[truth["gpu_model"]].dcgm_model_name in names
     if scenario == "thermal-straggler":
         got = {(c["host"], str(c.get("gpu"))) for c in result["diagnosis"]["culprits"]}
         assert got == {(c["host"], str(c["gpu"])) for c in truth["culprits"]}, result["diagnosis"]["summary"]
