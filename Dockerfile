@@ -23,6 +23,9 @@ COPY playbooks ./playbooks
 COPY templates ./templates
 COPY static ./static
 RUN pip install -e .
+# PYTHONDONTWRITEBYTECODE keeps the running app from writing bytecode, so the project's is compiled once here:
+# without it every `manage.py` command compiles the modules it imports again (0.1-0.2 s of CPU a start).
+RUN python -m compileall -q stepwise investigations reports playbooks
 
 # Collected at build time with a throwaway key and data dir, so nothing secret lands in the image.
 # Hashed names and gzip/brotli copies, served compressed and cached for a year (settings.py).

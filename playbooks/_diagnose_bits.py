@@ -18,6 +18,7 @@ detector.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,6 +28,11 @@ from .profiles._signal import _ADDRESS
 OFFSET = 26
 #: The label the encoded series carry (its value: the threshold).
 LABEL = "stepwise_bits"
+
+
+def _plain(sig: Any) -> bool:
+    """Return whether a signal reads one metric selector as it is (no sum of parts, no fill filter)."""
+    return not sig.fill_filter and bool(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", sig.selector))
 
 
 def with_matcher(sig: Any, matcher: str) -> Any:

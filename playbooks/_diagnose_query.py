@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ._diagnose_bits import bits_expr, with_matcher
+from ._diagnose_bits import _plain, bits_expr, with_matcher
 from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
 from ._diagnose_relabel import Relabel
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
@@ -144,11 +144,6 @@ def _signal_expr(
             else sig.expr(None, by=q.by, agg=q.agg or None)
         )
     return expr, None
-
-
-def _plain(sig: Any) -> bool:
-    """Return whether a signal reads one metric selector as it is (no sum of parts, no fill filter)."""
-    return not sig.fill_filter and bool(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", sig.selector))
 
 
 def _narrowed(sig: Any, hosts: Sequence[str]) -> Any:

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ._diagnose_bits import _plain, with_matcher
 from .profiles import Profile
+from .profiles._signal import _ADDRESS
 from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, choose_step
+from .prometheus_types import parse_duration
 
 #: GPU-scope signals tried in order to count GPUs per host.
 _GPU_SIGNALS = ("gpu_power", "gpu_temp", "gpu_util", "gpu_vram_used", "gpu_clock")
@@ -129,21 +132,30 @@ def _available(profile: Profile, names: Iterable[str]) -> list[str]:
 def source_hosts(client: PrometheusClient, profile: Profile, win: str, at: float) -> set[str]:
     """Return the normalised hosts seen by any of the host signals over `win` before `at`.
 
-    The one host list of a source: discovery and the diagnosis both take it from here.
+    The one host list of a source: discovery and the diagnosis both take it from here. A signal whose host is
+    one label of one metric selector is named from the TSDB's index (label values over the window: no sample
+    is read; on 128 hosts x 4 h the query reading every sample of the window cost Prometheus 0.11 s, on
+    1,024 x 2 h 0.49 s); the others by their PromQL, in one request.
     """
-    exprs = [
-        f"group by (host) ({profile.signal(name).expr('last_over_time', window=win)})"
-        for name in _available(profile, _HOST_SIGNALS)
-    ]
+    hosts: set[str] = set()
+    exprs = []
+    for name in _available(profile, _HOST_SIGNALS):
+        sig = profile.signal(name)
+        named = _index_hosts(client, sig, at - parse_duration(win), at)
+        if named is None:
+            exprs.append(f"group by (host) ({sig.expr('last_over_time', window=win)})")
+        else:
+            hosts |= named
     if not exprs:
-        return set()
+        return hosts
     try:  # one request for every signal; should it fail short of an unreachable server, each is asked alone
-        return {s.labels["host"] for s in client.query(" or ".join(exprs), at=at) if s.labels.get("host")}
+        return hosts | {
+            s.labels["host"] for s in client.query(" or ".join(exprs), at=at) if s.labels.get("host")
+        }
     except PrometheusUnreachable:
         raise
     except PrometheusError:
         pass
-    hosts: set[str] = set()
     errors: list[PrometheusError] = []
     for expr in exprs:
         try:
@@ -155,6 +167,29 @@ def source_hosts(client: PrometheusClient, profile: Profile, win: str, at: float
     if not hosts and errors:
         raise errors[0]
     return hosts
+
+
+def _index_hosts(client: PrometheusClient, sig: Any, start: float, end: float) -> set[str] | None:
+    """Return the hosts a signal's series name in [start, end], read from the index (label values), as its
+    PromQL names them; None when only its PromQL can (a join, an alias, several host labels, an expression),
+    or when the server refuses the label values (another implementation)."""
+    src = sig.host_from
+    if not src or "," in src or sig.host_join or sig.host_alias or not _plain(sig):
+        return None
+    try:
+        values = client.label_values(src, [sig.selector], start, end)
+        if src == "instance":  # the address less its port
+            hosts = {m[1] for v in values if (m := re.fullmatch(_ADDRESS, v))}
+        else:
+            hosts = set(values)
+        if src != "host":
+            # a series without the exporter's label keeps a host label of its own, as label_replace leaves it
+            hosts |= set(client.label_values("host", [with_matcher(sig, f'{src}=""').selector], start, end))
+    except PrometheusUnreachable:
+        raise
+    except PrometheusError:
+        return None
+    return {h for h in hosts if h}
 
 
 def gpus_per_host(client: PrometheusClient, profile: Profile, win: str, at: float) -> dict[str, int]:

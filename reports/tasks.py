@@ -8,6 +8,7 @@ from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
+import stepwise.celery  # noqa: F401 (the app every shared_task below binds to; see stepwise/__init__.py)
 from reports.services import pdf
 
 logger = logging.getLogger(__name__)

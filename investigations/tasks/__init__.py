@@ -3,6 +3,8 @@ imported here."""
 
 from __future__ import annotations
 
+import stepwise.celery  # noqa: F401 (the app every shared_task below binds to; see stepwise/__init__.py)
+
 from .comparison import comparison_execute_task  # noqa: F401 (registers it)
 from .diagnosis import diagnosis_decide_task, diagnosis_plan_task, playbook_execute_task  # noqa: F401
 from .discovery import datasource_discover_task  # noqa: F401 (registers it)

@@ -24,9 +24,9 @@ import numpy as np
 from playbooks.anomaly import Grid, nan_median
 from playbooks.context import Context, Timeline, triage_get
 
-from ._base import _match_host
+from ._base import _gkey, _match_host
 
-__all__ = ["job_gpus", "job_rows"]
+__all__ = ["job_gpus", "job_gpus_before_steps", "job_rows", "local_ordinals"]
 
 #: A change of the job's phase tells whose a GPU is when the job's busiest GPUs moved by at least this
 #: share of their training power across it (an asynchronous checkpoint moves nobody's).
@@ -73,6 +73,33 @@ def job_rows(ctx: Context, g: Grid, power_query: str, *, trained_ratio: float = 
     if mine is None:
         return None
     return np.array([k in mine for k in keys], bool)
+
+
+def job_gpus_before_steps(
+    ctx: Context, g: Grid, spinning: Sequence[int], final: np.ndarray, idle_util: float
+) -> set[Key] | None:
+    """Return the job's GPUs of a per-GPU utilisation grid before its first step (None: every GPU): those the
+    log names, less the `spinning` rows that never sat idle (under `idle_util`) before the `final` spin
+    while other spinning rows did. Before the first step no training level nor change of phase tells them
+    apart; but the job's GPUs idle before it starts: one busy all along was busy before the job began."""
+    keys = [_key(lab) for lab in g.labels]
+    job = job_gpus(ctx, None, keys)
+    first = int(np.argmax(final))
+    with np.errstate(all="ignore"):
+        idled = [bool((g.values[r, :first] < idle_util).any()) for r in spinning]
+    if any(idled) and not all(idled):
+        never = {keys[r] for r, x in zip(spinning, idled, strict=True) if not x}
+        job = (set(keys) if job is None else job) - never
+    return job
+
+
+def local_ordinals(gpus: set[Key]) -> dict[Key, str]:
+    """Return each (host, gpu)'s place among its host's GPUs of `gpus`, in index order: the local rank it
+    runs, as the job numbers its devices (the job may hold other indices on each host)."""
+    by_host: dict[str, list[str]] = {}
+    for h, gpu in gpus:
+        by_host.setdefault(h, []).append(gpu)
+    return {(h, gpu): str(i) for h, gs in by_host.items() for i, gpu in enumerate(sorted(gs, key=_gkey))}
 
 
 def _key(lab: Mapping[str, str]) -> Key:

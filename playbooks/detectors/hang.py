@@ -17,7 +17,7 @@ from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding, _gaps, _gkey, _match_host, _steady_level
 from ._silent import silence_onset
-from ._tenant import job_gpus
+from ._tenant import job_gpus, job_gpus_before_steps, local_ordinals
 
 
 def _det_step_stall(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, float]) -> Finding | None:
@@ -344,16 +344,16 @@ def _busy_sets(
     skip: set[str],
     only: set[tuple[str, str]] | None = None,
 ) -> dict[str, frozenset[str]]:
-    """Return each host's set of GPU indices that spin: typically (the median over `cols`) at utilisation >=
-    util_min. A polling kernel's sampled utilisation scatters (a spinning GPU may read 50 % now and then), so
-    a share of samples above the line would drop spinning GPUs at random and make every host look odd; an
-    idle GPU reads near 0 throughout.
+    """Return each host's set of GPU indices that spin: on average over `cols` at utilisation >= util_min. A
+    polling kernel's sampled utilisation scatters (a spinning GPU may read 50 % now and then), so a share of
+    samples above the line (or their median, over a few coarse samples) would drop spinning GPUs at random
+    and make hosts look odd; an idle GPU reads near 0 throughout.
 
     Among `only`, the job's GPUs, when given: each counted by its place among its host's job GPUs (the
     local rank it runs, as the job numbers its devices), since the job may hold other indices on each host.
     """
     sets: dict[str, set[str]] = {}
-    local = _local_ordinals(only) if only is not None else {}
+    local = local_ordinals(only) if only is not None else {}
     for lab, v in zip(g.labels, g.values, strict=True):
         h, gpu = lab.get("host", ""), lab.get("gpu", "")
         if h in skip:
@@ -363,17 +363,9 @@ def _busy_sets(
             continue
         seg = v[cols]
         seg = seg[~np.isnan(seg)]
-        if len(seg) and float(np.median(seg)) >= util_min:
+        if len(seg) and float(np.mean(seg)) >= util_min:
             sets[h].add(local.get((h, gpu), gpu))
     return {h: frozenset(x) for h, x in sets.items()}
-
-
-def _local_ordinals(gpus: set[tuple[str, str]]) -> dict[tuple[str, str], str]:
-    """Return each (host, gpu)'s place among its host's GPUs of `gpus`, in index order."""
-    by_host: dict[str, list[str]] = {}
-    for h, gpu in gpus:
-        by_host.setdefault(h, []).append(gpu)
-    return {(h, gpu): str(i) for h, gs in by_host.items() for i, gpu in enumerate(sorted(gs, key=_gkey))}
 
 
 def _odd_hosts(sets: dict[str, frozenset[str]]) -> list[str]:
@@ -408,6 +400,13 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
     final = np.zeros(len(g.t), bool)
     final[e + 1 - length : e + 1] = True
     spinning = [r for r in range(len(g.labels)) if busy[r, final].mean() >= 0.8]
+    # every GPU the spinning sets may count (typically at util_min over the final spin) is judged
+    with np.errstate(all="ignore"):
+        typical = np.nanmean(g.values[:, final], axis=1) >= util_min
+    job = job_gpus_before_steps(
+        ctx, g, np.nonzero(typical)[0].tolist(), final, float(p.get("idle_util", 20.0))
+    )
+    spinning = [r for r in spinning if job is None or g.key(r) in job]
     if not spinning:
         return None
     starts = []
@@ -418,7 +417,7 @@ def _pre_step_hang(ctx: Context, pb: Playbook, rule: RuleSpec, g: Grid) -> Findi
         starts.append(float(g.t[i]) - g.step / 2)
     onset = _refine_settle(ctx.grid(rule.queries[0]), float(np.median(starts)), float(g.t[e]), g.step)
     onset = max(onset, _power_settle(ctx.grid(rule.queries[1]), onset, float(g.t[e])))
-    sets = _busy_sets(g, final, util_min, set())
+    sets = _busy_sets(g, final, util_min, set(), job)
     odd = _odd_hosts(sets)
     n_hosts = len(sets)
     common = Counter(sets.values()).most_common(1)[0][0] if sets else frozenset()

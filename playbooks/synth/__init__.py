@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _emit, _log, _sim, _tsdb, _variants
+from . import _emit, _log, _log_trainers, _sim, _tsdb, _variants
 from ._deploy import PERTURBATIONS, Exporters, apply_to_job
 from ._models import GPU_MODELS, SCENARIO_TABLE, SCENARIOS, Scenario
 from ._tsdb import SynthError
@@ -237,6 +237,7 @@ def generate_job(
     exporters: Exporters | str | None = None,
     variants: Collection[str] = (),
     tsdb_last_minutes: float | None = None,
+    log_format: str = "",
 ) -> GeneratedJob:
     """Build the job directory `out` (log at `<out>.log`, `out/log` symlink, `out/prometheus/`, truth).
 
@@ -248,12 +249,17 @@ def generate_job(
     (`_variants.OPT_IN`: node-death's `death_at_end`); their values are drawn from the seed.
     `tsdb_last_minutes` keeps only the data's last minutes in the TSDB (a Prometheus that started late or
     whose retention dropped the rest), the log whole; truth's `data_range` is then what the TSDB holds.
+    `log_format` writes the log in another trainer's or launcher's grammar (`_log_trainers.LOG_FORMATS`).
     """
     if scenario not in SCENARIO_TABLE:
         raise SynthError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     if profile not in PROFILES:
         raise SynthError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
     ex = _exporters(profile, seed, exporters)
+    try:
+        _log_trainers.check(log_format)
+    except ValueError as e:
+        raise SynthError(str(e)) from None
     if nodes < 1 or gpus < 1 or interval <= 0:
         raise SynthError("nodes, gpus and interval must be positive")
     for v in variants:
@@ -268,6 +274,7 @@ def generate_job(
     sims = _simulate_jobs(scenario, seed, nodes, params, ex.host_domain if ex is not None else "")
     jobs = list(zip(sims, [out, out.with_name(out.name + "-baseline")][: len(sims)], strict=True))
     for job, _ in jobs:
+        job.log_format = log_format
         job.profile = profile
         job.exporters = ex
         tag = "-".join(f"{k}_{v}" for k, v in list(job.passthrough.items())[:2])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _log_trainers as _lt
 from ._sim import Job
 
 HARMLESS = (
@@ -80,6 +81,7 @@ class _Writer:
         self.rank_events: dict[int, list[tuple[float, int, str]]] = {}
         self.seq = 0
         self.absl = bool(rng.random() < 0.7)
+        self.fmt = job.log_format  # "" the seed's grammar, else one of _log_trainers.LOG_FORMATS
         self.pids = [int(x) for x in rng.integers(20_000, 90_000, job.nodes)]
 
     def lab(self, rank: int | None) -> str:
@@ -89,6 +91,9 @@ class _Writer:
 
     def add(self, ts: float, line: str, rank: int | None = None) -> None:
         self.seq += 1
+        if _lt.kubectl(self.fmt):  # every pod's lines in one log, behind kubectl's prefix
+            self.events.append((ts, self.seq, _lt.pod_prefix(self.job.job_id, rank or 0, ts) + line))
+            return
         if self.k8s and rank not in (None, 0):
             self.rank_events.setdefault(rank, []).append((ts, self.seq, line))
             return  # the primary k8s log holds rank 0 only
@@ -110,6 +115,9 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
     ray_port = int(rng.integers(20000, 52767))
     pass_args = " ".join(f"{k}={v}" for k, v in job.passthrough.items())
     _header(w, ray_port, pass_args)
+    if _lt.kubectl(w.fmt):
+        for r, host in enumerate(job.hosts):
+            w.add(job.start + 0.5 + r * 0.01, _lt.pod_env(job.job_id, r, host), r)
     t = _stages(w) + 2
     _launch(w, t, pass_args, ray_port, prom_port, job_dir_name)
     cfg_t = t + 60
@@ -273,7 +281,9 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
             f"Tokens/s/device: {tokens / secs:.3f}, total_weights: {int(tokens * K * job.gpus)}, "
             f"loss: {float(job.loss[i]):.3f}"
         )
-        for r in range(K):
+        if w.fmt:  # the trainer's own step line, on rank 0
+            w.add(te, _lt.step_line(w.fmt, te, int(step), secs, float(job.loss[i]), job.steps_total), 0)
+        for r in range(K if not w.fmt else 0):
             jit = float(w.rng.random()) * 0.05
             pre = w.ray(r) + (_absl("I", te + jit, w.pids[r], "metric_logger.py:190") if w.absl else "")
             w.add(te + jit, pre + body, r)

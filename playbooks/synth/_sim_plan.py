@@ -71,6 +71,7 @@ class Job:
     red_herrings: dict[str, Any] = field(default_factory=dict)
     variants: dict[str, Any] = field(default_factory=dict)
     opt_in: frozenset[str] = frozenset()  # the off-by-default variants asked for (_variants.OPT_IN)
+    log_format: str = ""  # the log's grammar: the seed's, or one of `_log_trainers.LOG_FORMATS`
     restart: tuple[float, int] | None = (
         None  # an elastic restart: (the old run's last step end, resumed step)
     )

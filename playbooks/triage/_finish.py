@@ -9,6 +9,7 @@ from typing import Any
 from playbooks.log_series import loss_points
 
 from ._events import resolve_events, resolve_gpu_bus
+from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
@@ -45,12 +46,12 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     ordered = _ordered(st, _last_step_line(st))
     out.matches = ordered
     out.triage_class = ordered[0].klass if ordered else None
-    if st.accused_tasks:
-        hosts = []
+    if st.accused_tasks or st.accused_hosts:
+        hosts = list(st.accused_hosts)
         for task in dict.fromkeys(st.accused_tasks):
             node = task // st.procs_per_node
             hosts.append(out.nodes[node] if node < len(out.nodes) else f"task:{task}")
-        out.heartbeat_accused = hosts
+        out.heartbeat_accused = list(dict.fromkeys(hosts))
     crash = _first_failure_time(st)
     if crash is None and status in ("failed", "cancelled", "unknown-death"):
         crash = st.cancel_time or end_time
@@ -130,6 +131,8 @@ def _finish_config(st: _State, out: Triage) -> None:
             cfg.setdefault(k, v)
     if cfg.get("JOB_NODELIST"):
         out.nodes = expand_nodelist(cfg["JOB_NODELIST"])
+    if not out.nodes and st.pods.host:
+        out.nodes = pod_nodes(st.pods)
     if not out.nodes and st.node_exits:
         out.nodes = list(dict.fromkeys(h.split(".")[0] for h, *_ in st.node_exits))
 

@@ -32,6 +32,9 @@ SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "UNAVAILABLE: The following tasks are unhealthy (stopped sending heartbeats)",
             "Terminating process because the JAX distributed service detected fatal errors",
             "Polled error from coordination service",
+            # Ray's GCS: "The node with node id: ... and node name: H has been marked dead because the detector
+            # has missed too many heartbeats from it."
+            "has been marked dead because the detector has missed too many heartbeats",
         ),
     ),
     ("oom-gpu", ("RESOURCE_EXHAUSTED", "ResourceExhausted", "OUT_OF_MEMORY", "XLA_ERROR", "out of memory")),
@@ -86,6 +89,14 @@ _ISO = re.compile(
 # the same stamp after pdsh's host label (DeepSpeed's multi-node launcher: "host: [2026-... ,900] [INFO] ...") or
 # a space (Megatron-LM's training_log: " [2026-04-17 17:53:27] iteration ..."), and Hugging Face's own
 # logging format "[INFO|trainer.py:2128] 2026-07-17 19:57:24,593 >> "
+# Python logging's own header before the message, its stamp local time: torchtitan's "[titan] %(asctime)s -
+# %(name)s - %(levelname)s - " (after torchrun's "[rank0]:"), "%(asctime)s %(levelname)s [%(filename)s:%(lineno)d] "
+# and NeMo's "[NeMo %(levelname)1.1s %(asctime)s %(module)s:%(lineno)d] "
+_PYLOG = re.compile(
+    r"^(?:\[rank\d+\]:)?(?:\[titan\] )?(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) - [\w.]+ - [A-Z]+ - "
+    r"|^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) (?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \[[^\]]{1,200}\] "
+    r"|^\[NeMo [DIWEC] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) [^\]]{1,200}\] "
+)
 _ISO_LOOSE = re.compile(
     r"^(?:[A-Za-z0-9][\w.-]{0,252}: | +)\[(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s?"
     r"|^\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\|[^\]]{1,200}\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) >> "
@@ -93,7 +104,8 @@ _ISO_LOOSE = re.compile(
 # a trainer reporting a non-finite loss ("loss is nan", "loss=inf", "NaN loss", "non-finite losses")
 _NONFINITE = re.compile(
     r"\bloss\W{0,3}(?:is|=|:|became|becomes)?\W{0,3}(?:nan|[-+]?inf(?:inity)?)\b"
-    r"|\b(?:nan|non-?finite|inf(?:inite)?)\s+loss(?:es)?\b",
+    r"|\b(?:nan|non-?finite|inf(?:inite)?)\s+loss(?:es)?\b"
+    r"|found NaN in local grad norm",  # Megatron-core's check before the gradients' all-reduce
     re.IGNORECASE,
 )
 _STEP = re.compile(
@@ -182,6 +194,7 @@ def _dated(msg: str, year: tuple[int, int] | None, tz: float = 0.0) -> tuple[flo
         t = _abs_time(year, mo, day, hh, mm, ss, a.group(7))
         return (t - tz if t is not None else None), msg[a.end() :]
     m = _ISO.match(msg) or (_ISO_LOOSE.match(msg) if msg[:1] in " [" or ": [" in msg[:256] else None)
+    m = m or (_PYLOG.match(msg) if msg[:1] in "[2" else None)
     if not m:
         return None, msg
     try:

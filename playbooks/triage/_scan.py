@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from ._events import event_line, srun_task_exit
 from ._finish import _finish
 from ._gpus_env import gpus_env_line, gpus_env_result
+from ._kubectl import pod_line
 from ._model import Triage
 from ._patterns import (
     _CANCELLED_AT,
@@ -40,7 +41,7 @@ from ._patterns import (
 from ._state import _add, _State
 from ._trainers import TRIGGERS, header_date, trainer_line
 
-_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Job")
+_WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Job", "Sta")  # also `Job start:`, `Start:`
 
 
 def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slurm_state: str | None) -> None:
@@ -48,17 +49,28 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
     for n, raw in lines:
         if "completed step: " in raw and _step_seen(st, raw):
             continue  # most lines of a big log: another rank's copy of a step already read
-        rank, msg = _clean(raw)
+        pod = pod_line(st.pods, raw) if raw[:5] == "[pod/" else None
+        if pod is not None and pod[3]:
+            continue  # a pod's NODE_NAME/NODE_RANK line: read by pod_line
+        rank, msg = _clean(raw if pod is None else pod[2])
+        rank = rank if pod is None else pod[0]
         if st.job_start is None and msg[:3] in _WEEKDAYS and _scan_date(st, msg):
             continue
         ts, msg = _dated(msg, st.year, st.tz)
+        ts = ts if pod is None or pod[1] is None else pod[1]  # kubectl's UTC stamp before the pod's local one
+        st.clock = ts if ts is not None else st.clock
         if ("_GPUS" in msg or "_DEVICE" in msg) and ("=" in msg or ":" in msg):
             gpus_env_line(st.gpus_env, msg)
         if rank is None and not st.header_done and _scan_header(st, out, msg):
             continue
         if "completed step:" in msg and _scan_step(st, n, rank, ts, msg):
             continue
-        if st.nonfinite is None and ts is not None and "oss" in msg and _NONFINITE.search(msg):
+        if (
+            st.nonfinite is None
+            and ts is not None
+            and ("oss" in msg or "NaN" in msg)
+            and _NONFINITE.search(msg)
+        ):
             st.nonfinite = (ts, n, msg.strip()[:300])
         if any(k in msg for k in TRIGGERS) and trainer_line(st, n, rank, ts, msg):
             continue
@@ -73,6 +85,8 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
 
 
 _HW_SIGNS = dict(SIGNATURES)["gpu-hw-error"]
+_RAY_DEAD = re.compile(r"\bnode name: (\S+) has been marked dead")
+_RAY_HEALTH = re.compile(r"RAY_health_check_period_ms=(\d+)\s+RAY_health_check_failure_threshold=(\d+)")
 _SECONDS_START = frozenset("0123456789.")
 
 
@@ -166,6 +180,11 @@ def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) 
         if c:
             out.config.setdefault(c.group(1), c.group(2).strip())
         return True
+    if "RAY_health_check_failure_threshold=" in msg:
+        ray = _RAY_HEALTH.search(msg)
+        if ray:  # Ray's GCS marks a node dead after period x threshold without a health check answered
+            hb_s = int(ray.group(1)) * int(ray.group(2)) // 1000
+            out.config.setdefault("jax_distributed_heartbeat_timeout_seconds", str(hb_s))
     if "heartbeat_timeout_seconds" in msg:
         hb = HB_TIMEOUT.search(msg)
         if hb:  # under the seed's config key: the one setting, however the program printed it
@@ -275,5 +294,8 @@ def _scan_failure(st: _State, n: int, ts: float | None, msg: str, hint: str | No
         _add(st, klass, n, msg)
         if klass == "heartbeat-timeout" and "stopped sending heartbeats" in msg:
             st.in_heartbeat = True
+        dead = _RAY_DEAD.search(msg) if klass == "heartbeat-timeout" else None
+        if dead:
+            st.accused_hosts.append(dead.group(1))
         if ts is not None:
             st.fatal_times.append((n, ts))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ._events import EventScan
 from ._gpus_env import GpuEnv
+from ._kubectl import Pods
 from ._model import MAX_MATCHES_PER_CLASS, Match
 
 
@@ -34,6 +35,9 @@ class _State:
         successful exits, and the codes of its failing ones; bar_from_job_start: a progress bar was placed
         from the job's start (no `Running training` line: its step times are early by the setup).
         gpus_env: the GPU indices the log's environment lines gave (`_gpus_env`).
+        pods: the pods of a `kubectl logs --prefix` log (`_kubectl`); accused_hosts: hosts a coordinator
+        declared dead for missed heartbeats (Ray's `... node name: H has been marked dead ...`).
+        clock: the time of the last dated line (an undated step line is placed its duration after it).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -73,6 +77,9 @@ class _State:
     bar_from_job_start: bool = False
     launcher_failed: list[int] = field(default_factory=list)
     gpus_env: GpuEnv = field(default_factory=GpuEnv)
+    pods: Pods = field(default_factory=Pods)
+    accused_hosts: list[str] = field(default_factory=list)
+    clock: float | None = None
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

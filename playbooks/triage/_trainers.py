@@ -13,6 +13,13 @@ Each format as its project prints it:
   engine's ``steps: N loss: X iter time (s): T samples/sec: S`` and the launcher's ``Process P exits
   successfully.`` / ``exits with return code = C``;
 - absl/JAX trainers: a dated ``step N: loss=X ... step_time=Ts`` (key=value, the keys as printed);
+- NeMo / Megatron-core through Lightning: ``Training epoch 0, iteration 12/9999 | ... | reduced_train_loss: 9.5 |
+  train_step_timing in s: 12.7 | ...``, ``Global Checkpoint Save : Rank: 0 : Iteration: 200 : ...``;
+- PyTorch Lightning: ``Epoch 0, global step 200: 'train_loss' reached a new best, saving model to ...`` (a save),
+  ``Restoring states from the checkpoint path at .../step=500-last.ckpt`` and ```Trainer.fit` stopped:
+  `max_steps=N` reached.`` (the training completed);
+- torchtitan: ``step:  12  loss:  9.6370  grad_norm: ...`` (read as key: value), ``Training starts at step N``
+  (N > 1: resumed from step N - 1), ``Finished saving the checkpoint`` and ``Training completed``;
 - the job script's ``date`` line (``Fri Jul 17 19:57:04 PST 2026``, also after ``Job start:``): the zone the
   log's local stamps are in and the year absl dates lack.
 """
@@ -40,6 +47,11 @@ _ZONES = {
 }  # fmt: skip
 _MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _MEG_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
+_NEMO_S = re.compile(r"train_step_timing in s:\s*([0-9.]+)")
+_NEMO_SAVE = re.compile(r"Global Checkpoint Save : Rank: \d+ : Iteration: (\d+)")
+_PL_SAVE = re.compile(r"\bglobal step (\d+): .*\bsaving model to ")
+_PL_RESTORE = re.compile(r"Restoring states from the checkpoint path at \S*?step=(\d+)")
+_TITAN_START = re.compile(r"^Training starts at step (\d+)")
 _MEG_LOSS = re.compile(r"\|\s*([\w .-]{0,40}?loss):\s*(" + _NUM + r")", re.IGNORECASE)
 _MEG_NAN = re.compile(r"number of nan iterations:\s*(\d+)")
 _MEG_SAVE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
@@ -67,6 +79,9 @@ TRIGGERS = (
     "exits ",
     "Saving model",
     "checkpoint",
+    "Checkpoint Save",
+    "Training completed",
+    "Restoring states",
 )
 
 
@@ -153,13 +168,20 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
     m = _MEG_ITER.search(msg)
     if m:
         ms = _MEG_MS.search(msg)
+        nemo = _NEMO_S.search(msg) if ms is None else None
         losses = {k.strip().lower(): v for k, v in _MEG_LOSS.findall(msg)}
         loss = losses.get("lm loss") or next(iter(losses.values()), None)
         st.total_steps = st.total_steps or int(m.group(2))
         nan = _MEG_NAN.search(msg)
         if nan and int(nan.group(1)) > 0 and st.nonfinite is None and ts is not None:
             st.nonfinite = (ts, n, msg.strip()[:300])  # iterations whose loss or gradients were NaN
-        record(st, rank, int(m.group(1)), float(ms.group(1)) / 1000.0 if ms else None, _f(loss), ts, n)
+        secs = float(ms.group(1)) / 1000.0 if ms else _f(nemo.group(1)) if nemo else None
+        if ts is None and secs is not None and st.clock is not None:
+            ts = (
+                st.clock + secs
+            )  # an undated step line (NeMo's): it ended its own duration after the last dated line
+        record(st, rank, int(m.group(1)), secs, _f(loss), ts, n)
+        st.clock = ts if ts is not None else st.clock
         return True
     s = _MEG_SAVE.search(msg)
     if s:
@@ -218,6 +240,8 @@ def _step_kv(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -
 
 
 def _other(st: _State, ts: float | None, msg: str) -> bool:
+    if _lightning_titan(st, ts, msg):
+        return True
     if "Running training" in msg and "*****" in msg:
         st.train_start = ts if ts is not None else st.job_start
         return True
@@ -243,6 +267,27 @@ def _other(st: _State, ts: float | None, msg: str) -> bool:
         elif e:
             st.launcher_failed.append(int(e.group(1)))
         return False  # a failing exit is also read as a failure line
+    return False
+
+
+def _lightning_titan(st: _State, ts: float | None, msg: str) -> bool:
+    """Read NeMo's, Lightning's and torchtitan's checkpoint, restore, start and completion lines."""
+    last = st.last_logged
+    if "Trainer.fit` stopped" in msg or msg.rstrip() == "Training completed":
+        st.trainer_done = ts or max((row[3] or 0.0 for row in st.steps.values()), default=0.0)
+        return True
+    saved = _NEMO_SAVE.search(msg) or _PL_SAVE.search(msg) if "ave" in msg or "aving" in msg else None
+    if saved:
+        st.saved.append(int(saved.group(1)))
+        return True
+    if msg.startswith("Finished saving the checkpoint") and last is not None:
+        st.saved.append(last)
+        return True
+    start = _PL_RESTORE.search(msg) if "Restoring states" in msg else _TITAN_START.match(msg)
+    if start:
+        restored = int(start.group(1)) - (0 if "Restoring" in msg else 1)
+        st.restored = restored if restored > 0 else st.restored
+        return True
     return False
 
 

@@ -92,7 +92,9 @@ def test_verbosity_2_says_where_the_time_went_on_stderr(job_factory):
     line = next(x for x in proc.stderr.splitlines() if x.startswith("diagnose: timings "))
     phases = dict(kv.split("=") for kv in line.split()[2:])
     assert {"triage_s", "serve_s", "discovery_s", "triage_wait_s", "queries_s", "decision_s"} <= set(phases)
-    assert {"command_s", "cpu_s"} <= set(phases) and all(float(v) >= 0 for v in phases.values())
+    assert {"command_s", "cpu_s", "start_cpu_s", "triage_cpu_s"} <= set(phases)
+    assert all(float(v) >= 0 for v in phases.values())
+    assert float(phases["start_cpu_s"]) + float(phases["triage_cpu_s"]) <= float(phases["cpu_s"])
     assert _servers() == []
 
 
@@ -105,6 +107,31 @@ def test_it_renders_markdown(job_factory):
     for heading in ("### Findings", "### Metric evidence", "### Anomalies detected"):
         assert heading in proc.stdout
     assert _servers() == []
+
+
+_STARTS_WITHOUT_CELERY = """
+import os, sys
+os.environ["DJANGO_SETTINGS_MODULE"] = "stepwise.settings"
+import django
+django.setup()
+import investigations.management.commands.diagnose
+print(sorted({m.split(".")[0] for m in sys.modules} & {"celery", "kombu"}))
+from investigations.tasks import job_triage_task
+from reports.tasks import report_pdf_task
+import stepwise
+print(job_triage_task.app is stepwise.celery_app, report_pdf_task.app is stepwise.celery_app)
+print(stepwise.celery_app.conf.task_acks_late)
+"""
+
+
+def test_the_command_starts_without_celery_and_tasks_still_bind_to_the_app():
+    """The command sends no task: Django and the command load without Celery (the task modules load the app),
+    and every task still binds to the configured app."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _STARTS_WITHOUT_CELERY], cwd=REPO, capture_output=True, text=True, env=ENV
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == ["[]", "True True", "True"]
 
 
 def test_a_bad_job_dir_exits_2_with_one_line(tmp_path):

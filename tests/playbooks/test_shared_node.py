@@ -150,3 +150,14 @@ def test_a_log_in_another_numbering_yields_to_the_data(served_job, tmp_path: Pat
     assert [(c["host"], c["gpu"]) for c in diag["culprits"]] == [
         (c["host"], c["gpu"]) for c in truth["culprits"]
     ]
+
+
+def test_a_hang_before_the_first_step_accuses_no_host_for_a_busy_tenant(served_job):
+    """Seed 7 hangs before the first step (no step, no training level to tell GPUs apart): a neighbour GPU
+    at >= 70 % from the data's start made its host's spinning set differ (dgx031 was named). The job's
+    GPUs sat idle before the job began; a GPU busy all along is another tenant's."""
+    client, truth, job_dir = served_job("collective-hang", 7, "nvidia", **SHARED)
+    assert "pre_step" in truth["variants"]
+    diag = run_diagnosis(client, triage=triage_job(job_dir).to_dict())["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}

@@ -99,7 +99,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts):
         t0 = time.monotonic()
-        self._phases: dict[str, float] = {}
+        # the CPU the process spent starting (interpreter, Django, imports), for bench/diagnosis_speed.py
+        self._phases: dict[str, float] = {"start_cpu_s": round(time.process_time(), 3)}
 
         def work(signals: ExitOnSignal) -> dict:
             self._signals = signals
@@ -182,11 +183,12 @@ class Command(BaseCommand):
         return triage
 
     def _timed(self, phase: str, fn, *args):
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.thread_time()
         try:
             return fn(*args)
         finally:
             self._phases[phase] = round(time.monotonic() - t0, 3)
+            self._phases[phase.removesuffix("_s") + "_cpu_s"] = round(time.thread_time() - cpu0, 3)
 
     def _served(self, tsdb: Path, triage, profile, start, end, playbooks) -> dict:
         # where manage.py started serving it while Django started, else a work root of our own

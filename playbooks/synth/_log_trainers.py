@@ -1,0 +1,59 @@
+"""Other log grammars a generated job's log can be written in (`generate_job(..., log_format=...)`), as the
+real tools print them, so the triage's readers of these formats are exercised end to end:
+
+- ``kubectl-titan``: every pod's lines merged by ``kubectl logs --prefix --timestamps`` (``[pod/NAME/pytorch]
+  2026-06-02T02:33:11.957133056Z <line>``, UTC, nanoseconds), each pod first echoing ``NODE_NAME=<host>
+  POD_NAME=<pod> NODE_RANK=<rank>``; rank 0 logs torchtitan's step lines with its own stamp in local time
+  (UTC+5:30): ``[rank0]:[titan] 2026-06-02 08:00:00,000 - root - INFO - step:    12  loss:  9.6370 ...``;
+- ``kubectl-nemo``: the same prefix; rank 0 logs NeMo's (Megatron-core through Lightning) undated
+  ``Training epoch 0, iteration 12/9999 | ... | reduced_train_loss: 9.5 | train_step_timing in s: 4.662 | ...``;
+- ``srun-nemo``: NeMo's undated step lines behind srun's task label (``0: ``), the seed's other lines as they are.
+
+Every other line of the log stays in the seed's grammar.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+LOG_FORMATS = ("kubectl-titan", "kubectl-nemo", "srun-nemo")
+_TITAN_TZ = dt.timezone(dt.timedelta(hours=5, minutes=30))
+
+
+def check(fmt: str) -> None:
+    """Raise ValueError for a grammar this module does not write ("" is the seed's)."""
+    if fmt and fmt not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {fmt!r}; known: {', '.join(LOG_FORMATS)}")
+
+
+def kubectl(fmt: str) -> bool:
+    return fmt.startswith("kubectl-")
+
+
+def pod_name(job_id: str, rank: int) -> str:
+    return f"{job_id.lower()}-master-0" if rank == 0 else f"{job_id.lower()}-worker-{rank - 1}"
+
+
+def pod_prefix(job_id: str, rank: int, ts: float) -> str:
+    """kubectl's ``--prefix --timestamps`` before one line of the pod of node rank `rank`."""
+    stamp = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return f"[pod/{pod_name(job_id, rank)}/pytorch] {stamp}{int(ts * 1e9) % 1000:03d}Z "
+
+
+def pod_env(job_id: str, rank: int, host: str) -> str:
+    return f"NODE_NAME={host} POD_NAME={pod_name(job_id, rank)} NODE_RANK={rank}"
+
+
+def step_line(fmt: str, ts: float, step: int, secs: float, loss: float, total: int) -> str:
+    """Rank 0's line for one completed step in the trainer's own grammar."""
+    if fmt == "kubectl-titan":
+        local = dt.datetime.fromtimestamp(ts, _TITAN_TZ)
+        stamp = local.strftime("%Y-%m-%d %H:%M:%S,") + f"{local.microsecond // 1000:03d}"
+        return (
+            f"[rank0]:[titan] {stamp} - root - INFO - step: {step:5d}  loss: {loss:8.4f}  grad_norm:  1.2345  "
+            f"memory: 61.87GiB(78.12%)  tps: 5,885  tflops: 282.49  mfu: 28.56%"
+        )
+    return (
+        f"Training epoch 0, iteration {step}/{total} | lr: 0.0003 | global_batch_size: 512 | global_step: {step} | "
+        f"reduced_train_loss: {loss:.4f} | train_step_timing in s: {secs:.3f} | consumed_samples: {(step + 1) * 512}"
+    )
