@@ -103,6 +103,7 @@ def _signal_expr(
         and sig.scope == "gpu"
         and not fn
         and _plain(sig)
+        and not sig.gpu_index
         and gpus * points >= PEERS_MIN_POINTS
     ):
         # which GPUs reach a value, as bits per host: only where one series per GPU costs more to send
@@ -194,7 +195,7 @@ def _pushed(
     ):
         return None
     out_by = tuple(by if by is not None else sig.labels)
-    if not set(out_by) <= {"host", "gpu"}:
+    if not set(out_by) <= {"host", "gpu"} or (sig.gpu_index and "gpu" in out_by):
         return None
     inner = dataclasses.replace(sig, host_from="host", gpu_from="gpu" if sig.scope == "gpu" else "")
     expr = inner.expr(fn, window=window, by=_raw_by(sig, out_by), agg=agg)
