@@ -46,7 +46,7 @@ def peer_expr(sig: Any, agg: str, *, direction: str, start: float, end: float) -
 
     `sig` is a `playbooks.profiles.Signal` of GPU scope; `agg` combines the series of one GPU.
     """
-    plain = " | " not in sig.selector and not sig.fill_filter and not sig.host_join
+    plain = " | " not in sig.selector and not sig.fill_filter and not sig.host_join and not sig.gpu_index
     if plain:
         # the raw series: one per GPU, without the relabelling every step would pay for
         base, keys = sig.selector, (sig.host_from, sig.gpu_from or "gpu")

@@ -26,6 +26,9 @@ def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: flo
         return max(step + interval, 4.0 * interval)
     if q.window == "job":
         return max(step, end - start)
+    if q.window == "step":
+        # the samples since the previous grid point: none, and the point's value is one the lookback held
+        return step
     from .prometheus import parse_duration
 
     return parse_duration(q.window)
@@ -100,6 +103,7 @@ def _signal_expr(
         and sig.scope == "gpu"
         and not fn
         and _plain(sig)
+        and not sig.gpu_index
         and gpus * points >= PEERS_MIN_POINTS
     ):
         # which GPUs reach a value, as bits per host: only where one series per GPU costs more to send
@@ -191,7 +195,7 @@ def _pushed(
     ):
         return None
     out_by = tuple(by if by is not None else sig.labels)
-    if not set(out_by) <= {"host", "gpu"}:
+    if not set(out_by) <= {"host", "gpu"} or (sig.gpu_index and "gpu" in out_by):
         return None
     inner = dataclasses.replace(sig, host_from="host", gpu_from="gpu" if sig.scope == "gpu" else "")
     expr = inner.expr(fn, window=window, by=_raw_by(sig, out_by), agg=agg)

@@ -110,8 +110,10 @@ def _model_evidence(
 ) -> tuple[list[str], float | None, float | None]:
     """What names the GPU model: the model label's values, the largest VRAM total and the highest power."""
     model_names: list[str] = []
+    if prof.gpu_model_label and prof.gpu_model_metric:
+        model_names += client.label_values(prof.gpu_model_label, [prof.gpu_model_metric])
     for sig in ("gpu_temp", "gpu_util", "gpu_power"):
-        if prof.gpu_model_label and avail.get(sig):
+        if prof.gpu_model_label and not prof.gpu_model_metric and avail.get(sig):
             model_names += client.label_values(prof.gpu_model_label, [prof.signal(sig).metrics[0]])
     vram = power = None
     if avail.get("gpu_vram_total"):

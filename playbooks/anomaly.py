@@ -348,22 +348,28 @@ def change_points(
         return out
     tv, xv = t[idx], x[idx]
     dx = np.abs(np.diff(xv))
+    # every point's reference at once (refs[k - ref_points]: the median of the ref_points before k); the noise
+    # scale, a median over a time window, only where the rise is large enough against the level to fire
+    refs = np.median(np.lib.stride_tricks.sliding_window_view(xv, ref_points)[:-1], axis=1).tolist()
+    times, values = tv.tolist(), xv.tolist()
     lo = 0
     for k in range(ref_points, len(idx)):
-        while tv[lo] < tv[k] - window:
+        while times[lo] < times[k] - window:
             lo += 1
-        ref = float(np.median(xv[k - ref_points : k]))
-        steps = dx[lo : k - 1]
-        steps = steps[steps > 0]
-        noise = MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0
+        ref, xk = refs[k - ref_points], values[k]
         level = abs(ref)
         if origin is not None and origin > ref:
             level = min(level, origin - ref)
-        scale = max(noise, 0.01 * level, 1e-12)
-        if ref == 0 and xv[k] == 0:
+        if ref == 0 and xk == 0:
             continue
-        rel = (xv[k] - ref) / level if level else np.inf
-        if (xv[k] - ref) / scale >= z and rel >= min_rel:
+        rel = (xk - ref) / level if level else np.inf
+        if not rel >= min_rel:
+            continue
+        steps = dx[lo : k - 1]
+        steps = steps[steps > 0]
+        noise = MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0
+        scale = max(noise, 0.01 * level, 1e-12)
+        if (xk - ref) / scale >= z:
             out.append(int(idx[k]))
     return out
 
@@ -381,24 +387,34 @@ def climbs(
     out: list[int] = []
     levels: dict[int, float] = {}
     idx = np.nonzero(valid & ~np.isnan(x))[0]
-    tv, xv = t[idx], x[idx]
+    times, values = t[idx].tolist(), x[idx].tolist()
     lo = hi = 0
     for k in range(len(idx)):
-        while lo < k and tv[lo] < tv[k] - window:
+        while lo < k and times[lo] < times[k] - window:
             lo += 1
-        while hi < k and tv[hi] <= tv[k] - window / 2:
+        while hi < k and times[hi] <= times[k] - window / 2:
             hi += 1
         if hi - lo < 6:
             continue
-        earlier = xv[lo:hi]
-        ref = float(np.median(earlier))
-        steps = np.abs(np.diff(earlier))
-        steps = steps[steps > 0]
-        scale = max(MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0, 0.01 * abs(ref), 1e-12)
-        if ref and (xv[k] - ref) / scale >= z and (xv[k] - ref) / abs(ref) >= min_rel:
+        earlier = values[lo:hi]
+        ref, xk = _median(earlier), values[k]
+        # the rise against the level first: the noise scale is only needed where it is large enough
+        if not (ref and (xk - ref) / abs(ref) >= min_rel):
+            continue
+        steps = [d for d in (abs(b - a) for a, b in zip(earlier, earlier[1:], strict=False)) if d > 0]
+        scale = max(MAD_SCALE * _median(steps) if len(steps) >= 3 else 0.0, 0.01 * abs(ref), 1e-12)
+        if (xk - ref) / scale >= z:
             out.append(int(idx[k]))
             levels[int(idx[k])] = ref + scale
     return out, levels
+
+
+def _median(values: list[float]) -> float:
+    """Return the median of a short list of finite floats, as np.median computes it (the mean of the two
+    middle values of an even count), without numpy's per-call cost in a per-point loop."""
+    s = sorted(values)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
 def nan_median(x: Sequence[float] | np.ndarray) -> float:

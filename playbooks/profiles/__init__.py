@@ -7,6 +7,8 @@ environment variable `STEPWISE_PROFILE_DIRS`, separated by `os.pathsep`), checke
 - `amd`: the seed system (hw_* GPU/host plugins, Ray, TensorBoard bridge tb_*);
 - `nvidia`: dcgm-exporter (2.4 -> 4.x, HEAD) + node_exporter (1.5 -> 1.12) + training_* gauges;
 - `amd-dme`: AMD's device-metrics-exporter + node_exporter + training_* gauges;
+- `nvidia-smi`: utkuozdemir/nvidia_gpu_exporter (`nvidia_smi_*`, GPUs by `uuid`, their index joined from
+  `nvidia_smi_index`) + node_exporter + training_* gauges;
 - `node`: node_exporter (+ training_* gauges) alone: no GPU signal, each listed as unavailable.
 
 Usage::

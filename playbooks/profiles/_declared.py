@@ -7,6 +7,7 @@ A profile file (see `builtin/*.toml`; a team puts its own in a folder named by `
     vendor = "nvidia"                          # "nvidia", "amd" or "" (no GPU exporter)
     anchors = ["train_loss"]                   # any of these present identifies the family
     gpu_model_label = "modelName"              # label naming the GPU model, optional
+    gpu_model_metric = "x_gpu_info"            # the metric carrying it (default: the GPU signals' own)
     include = ["node_exporter"]                # fragments (other files' stems) merged first
 
     [exporters.trainer]                        # one scrape target family
@@ -15,6 +16,11 @@ A profile file (see `builtin/*.toml`; a team puts its own in a folder named by `
     host_labels = ["hostname"]                 # the first label its series carry names the host, else `instance`
     join_uname = true                          # `instance` by address -> node_uname_info{nodename}
     gpu_label = "gpu"  match = 'x="y"'  prefixes = ["", "amd_"]  jobs = ["trainer"]  fill_filter = "metric"
+    gpu_index = { value = "x_index", info = "x_gpu_info", label = "index" }
+                                               # gpu_label names a GPU (a uuid) but not its index: the index
+                                               # is the value of `value`{gpu_label}, else the `label` of
+                                               # `info`{gpu_label} (the first the TSDB holds; neither: the
+                                               # gpu_label's own value stands as the GPU's name)
 
     [signals]                                  # semantic signal -> how this family exports it
     loss = { exporter = "trainer", metric = "train_loss" }
@@ -42,7 +48,17 @@ from ._signal import _SIGNAL_INFO, ProfileError
 
 __all__ = ["ExporterSpec", "ProfileSpec", "SignalSpec", "load_specs", "parse_spec"]
 
-_TOP_KEYS = {"name", "title", "vendor", "anchors", "gpu_model_label", "include", "exporters", "signals"}
+_TOP_KEYS = {
+    "name",
+    "title",
+    "vendor",
+    "anchors",
+    "gpu_model_label",
+    "gpu_model_metric",
+    "include",
+    "exporters",
+    "signals",
+}
 _EXPORTER_KEYS = {
     "anchor",
     "scope",
@@ -53,7 +69,9 @@ _EXPORTER_KEYS = {
     "prefixes",
     "jobs",
     "fill_filter",
+    "gpu_index",
 }
+_GPU_INDEX_KEYS = {"value", "info", "label"}
 _SIGNAL_KEYS = {
     "exporter",
     "metric",
@@ -91,6 +109,7 @@ class ExporterSpec:
     prefixes: tuple[str, ...] = ("",)
     jobs: tuple[str, ...] = ()
     fill_filter: str = ""
+    gpu_index: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +146,7 @@ class ProfileSpec:
     source: str
     include: tuple[str, ...] = ()
     needed: frozenset[str] = field(default=frozenset())
+    gpu_model_metric: str = ""
 
 
 def _fail(source: str, where: str, msg: str) -> ProfileError:
@@ -189,7 +209,23 @@ def _exporter(name: str, raw: Any, source: str) -> ExporterSpec:
         prefixes=_strs(raw.get("prefixes", [""]), source, f"{where}.prefixes", _METRIC) or ("",),
         jobs=_strs(raw.get("jobs", []), source, f"{where}.jobs"),
         fill_filter=_typed(raw, "fill_filter", str, source, where, ""),
+        gpu_index=_gpu_index(raw.get("gpu_index", {}), source, f"{where}.gpu_index"),
     )
+
+
+def _gpu_index(raw: Any, source: str, where: str) -> tuple[tuple[str, str], ...]:
+    """Return the GPU index's sources, in the order tried: ("", metric) for a metric whose value is the index,
+    (label, metric) for an info metric whose `label` is."""
+    if not isinstance(raw, dict):
+        raise _fail(source, where, "expected an inline table { value = ..., info = ..., label = ... }")
+    _check_keys(raw, _GPU_INDEX_KEYS, source, where)
+    got = {k: _typed(raw, k, str, source, where, "") for k in _GPU_INDEX_KEYS}
+    for key in ("value", "info"):
+        if got[key] and not _METRIC.match(got[key]):
+            raise _fail(source, where, f"{key} must be a metric name, got {got[key]!r}")
+    if bool(got["info"]) != bool(got["label"]) or (got["label"] and not _LABEL.match(got["label"])):
+        raise _fail(source, where, "info (a metric) and label (its label holding the index) go together")
+    return tuple((lab, m) for lab, m in (("", got["value"]), (got["label"], got["info"])) if m)
 
 
 def _signal(name: str, raw: Any, source: str) -> SignalSpec:
@@ -262,6 +298,13 @@ def _scales(
     return tuple(float(v) for v in value)
 
 
+def _metric_name(raw: dict[str, Any], key: str, source: str) -> str:
+    value = _typed(raw, key, str, source, key, "")
+    if value and not _METRIC.match(value):
+        raise _fail(source, key, f"not a metric name: {value!r}")
+    return str(value)
+
+
 def parse_spec(text: str, source: str) -> ProfileSpec:
     """Parse one profile file (a fragment has no `name`); raise ProfileError naming `source` and the item."""
     try:
@@ -288,6 +331,7 @@ def parse_spec(text: str, source: str) -> ProfileSpec:
         vendor=vendor,
         anchors=anchors,
         gpu_model_label=_typed(raw, "gpu_model_label", str, source, "gpu_model_label", ""),
+        gpu_model_metric=_metric_name(raw, "gpu_model_metric", source),
         exporters={k: _exporter(k, v, source) for k, v in exporters.items()},
         signals={k: _signal(k, v, source) for k, v in signals.items()},
         source=source,
@@ -331,6 +375,7 @@ def _merge(spec: ProfileSpec, fragments: dict[str, ProfileSpec]) -> ProfileSpec:
         vendor=spec.vendor,
         anchors=spec.anchors,
         gpu_model_label=spec.gpu_model_label,
+        gpu_model_metric=spec.gpu_model_metric,
         exporters=exporters,
         signals=signals,
         source=spec.source,

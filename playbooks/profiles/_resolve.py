@@ -129,7 +129,16 @@ def _one(spec: ProfileSpec, sig: SignalSpec, choices: Mapping[str, str]) -> Sign
         as_counter=sig.as_counter,
         host_join=join,
         host_alias=alias if not sig.host else (),
+        gpu_index=_gpu_index(exp, choices) if _SIGNAL_INFO[sig.name][1] == "gpu" else (),
     )
+
+
+def _gpu_index(exp: ExporterSpec, choices: Mapping[str, str]) -> tuple[str, ...]:
+    """Return the GPU index source this TSDB holds ((label, metric), see `Signal.gpu_index`), else ()."""
+    if not exp.gpu_index:
+        return ()
+    chosen = choices.get(f"{exp.name}.gpu_index", exp.gpu_index[0][1])
+    return next((src for src in exp.gpu_index if src[1] == chosen), ())
 
 
 def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profile:
@@ -153,13 +162,20 @@ def build(spec: ProfileSpec, choices: Mapping[str, str] | None = None) -> Profil
         vendor=spec.vendor,
         base=spec.name,
         gpu_model_label=spec.gpu_model_label,
+        gpu_model_metric=spec.gpu_model_metric,
         source=spec.source,
     )
 
 
 def describe(choices: Mapping[str, str]) -> str:
     """Return the per-TSDB choices in words: "dcgm: host from hostname; node: host from node_uname_info"."""
-    words = {"host": "host from", "jobs": "scrape jobs", "prefix": "prefix", "alias": "renamed"}
+    words = {
+        "host": "host from",
+        "jobs": "scrape jobs",
+        "prefix": "prefix",
+        "alias": "renamed",
+        "gpu_index": "GPU index from",
+    }
     parts = []
     for key, value in sorted(choices.items()):
         who, _, what = key.partition(".")
@@ -230,6 +246,22 @@ def _host_choice(
         choices[f"{exp.name}.host"] = host
 
 
+def _index_choice(
+    client: PrometheusClient, exp: ExporterSpec, present: set[str], choices: dict[str, str]
+) -> None:
+    """Choose the first GPU index source the TSDB holds (an info metric: with its index label), else none
+    (`-`: the GPU label's own value names the GPU)."""
+    if not exp.gpu_index:
+        return
+    found = "-"
+    for label, metric in exp.gpu_index:
+        if metric in present and (not label or client.label_values(label, [metric])):
+            found = metric
+            break
+    if found != exp.gpu_index[0][1]:
+        choices[f"{exp.name}.gpu_index"] = found
+
+
 def suffix_matches(sig: SignalSpec, present: Iterable[str], declared: Iterable[str] = ()) -> list[str]:
     """Return the metrics of `present` a signal's `suffixes` name (`<any prefix>_<suffix>`, optionally
     `_total`: a textfile collector's `node_rdma_hw_local_ack_timeout_err_total`, another exporter's
@@ -275,6 +307,7 @@ def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]
         if jobs and not set(jobs) <= set(exp.jobs):
             choices[f"{exp.name}.jobs"] = ",".join(jobs)
         _host_choice(exp, series, uname, choices)
+        _index_choice(client, exp, present, choices)
     for sig in spec.signals.values():
         exp = spec.exporters[sig.exporter]
         kind = "counter" if sig.as_counter else _SIGNAL_INFO[sig.name][2]

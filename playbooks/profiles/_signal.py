@@ -18,7 +18,7 @@ absolute value is never a signal by itself.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from playbooks.errors import PlaybooksError
@@ -159,6 +159,9 @@ class Signal:
         fill_filter: PromQL of a 0/1 staleness-fill gauge; samples where it is 1 are dropped.
         as_counter: the exporter exposes as a counter what `SIGNALS` calls a gauge (PSI seconds, whose rate
             x 100 is the percentage another exporter reports directly).
+        gpu_index: ("", metric): `gpu_from` names a GPU (nvidia_gpu_exporter's `uuid`) whose index is the
+            value of `metric{<gpu_from>}`; (label, metric): the index is `label` of `metric{<gpu_from>}` (an
+            info metric). () : `gpu_from` holds the GPU's name itself.
     """
 
     name: str
@@ -172,6 +175,7 @@ class Signal:
     as_counter: bool = False
     host_join: str = ""
     host_alias: tuple[tuple[str, str], ...] = ()
+    gpu_index: tuple[str, ...] = ()
     domain: str = field(init=False)
     scope: str = field(init=False)
     kind: str = field(init=False)
@@ -260,6 +264,20 @@ class Signal:
             tagged = [f'label_replace({p}, "stepwise_part", "{i}", "", "")' for i, p in enumerate(parts)]
             inner = "(" + " or ".join(tagged) + ")"
         labels = tuple(self.labels if by is None else by)
+        if self.gpu_index and "gpu" in labels:
+            # the GPU's index from its exporter's own table, then the rest as for an exporter labelling it
+            inner = f"({inner} * on ({self.gpu_from}) group_left (gpu) {gpu_index_table(self, window)})"
+            return replace(self, gpu_from="gpu", gpu_index=())._finish(inner, labels, agg, window)
+        return self._finish(inner, labels, agg, window)
+
+    @property
+    def renamed(self) -> bool:
+        """True when the host or GPU name comes from other series (node_uname_info, a GPU index), an alias or
+        one of several labels: only `expr` names the series (no raw selector's labels do)."""
+        return bool(self.host_join or self.host_alias or "," in self.host_from or self.gpu_index)
+
+    def _finish(self, inner: str, labels: tuple[str, ...], agg: str | None, window: str) -> str:
+        """Name `inner`'s host and GPU, aggregate it by `labels` and scale it."""
         if self.host_join and "host" in labels:
             return self._joined(inner, labels, agg or self.agg, window)
         inner = _host_relabel(inner, self.host_from)
@@ -324,6 +342,30 @@ def uname_hosts(window: str = "") -> str:
     return f"({recent} or on (stepwise_ip) {_uname_table(window)})" if longer else recent
 
 
+def gpu_index_table(sig: Signal, window: str = "") -> str:
+    """Return PromQL of one series per GPU (`sig.gpu_from`, value 1) labelled `gpu` with its index, from its
+    exporter's index metric (its value) or info metric (a label), as of the last `UNAME_RECENT`, or, for an
+    expression reaching further back, within `window` (a GPU whose exporter stopped long before)."""
+    label, metric = sig.gpu_index
+    key = sig.gpu_from
+
+    def table(lookback: str) -> str:
+        last = f"last_over_time({metric}[{lookback}])"
+        named = (
+            f'count_values by ({key}) ("gpu", {last})'
+            if not label
+            else f'label_replace({last}, "gpu", "$1", "{label}", "(.+)")'
+        )
+        return f"topk by ({key}) (1, group by ({key}, gpu) ({named}))"
+
+    try:
+        longer = parse_duration(window) > parse_duration(UNAME_RECENT)
+    except ValueError:
+        longer = False
+    recent = table(UNAME_RECENT)
+    return f"({recent} or on ({key}) {table(window)})" if longer else recent
+
+
 def _regex_literal(text: str) -> str:
     """Return `text` as an RE2 pattern matching exactly it, escaped for a PromQL string."""
     return "".join("\\\\" + c if c in ".+*?()[]{}|^$\\" else c for c in text)
@@ -363,6 +405,8 @@ class Profile:
         vendor: GPU vendor, for choosing GPU models ("" when the family has no GPU exporter).
         base: the declaration's name ("nvidia" for "nvidia@...").
         gpu_model_label: the label naming the GPU model ("modelName", "card_model"), "" if none.
+        gpu_model_metric: the metric carrying that label (nvidia_gpu_exporter's info metric); "": the GPU
+            signals' own.
         source: the declaration file.
     """
 
@@ -373,6 +417,7 @@ class Profile:
     vendor: str
     base: str = ""
     gpu_model_label: str = ""
+    gpu_model_metric: str = ""
     source: str = ""
 
     def signal(self, name: str) -> Signal:

@@ -27,7 +27,8 @@ class Exporters:
     """One deployment of a job's exporters (the defaults are the plain deployment every test knew).
 
     Attributes:
-        gpu: "dcgm" (NVIDIA dcgm-exporter), "amd-dme" (AMD device-metrics-exporter) or "none" (no GPU
+        gpu: "dcgm" (NVIDIA dcgm-exporter), "nvsmi" (utkuozdemir/nvidia_gpu_exporter: `nvidia_smi_*` with a
+            `uuid` label only, no host label), "amd-dme" (AMD device-metrics-exporter) or "none" (no GPU
             exporter was deployed: node_exporter and the trainer only); the seed system ignores these options.
         gpu_host_label: the GPU exporter's host label: "Hostname" (dcgm-exporter releases), "hostname"
             (its HEAD, AMD's exporter), "" (`--no-hostname`: only `instance` names the target).
@@ -101,8 +102,8 @@ class Exporters:
     neighbour_layout: str = "after"
 
     def __post_init__(self) -> None:
-        if self.gpu not in ("dcgm", "amd-dme", "none"):
-            raise ValueError(f"unknown GPU exporter {self.gpu!r} (dcgm, amd-dme, none)")
+        if self.gpu not in ("dcgm", "nvsmi", "amd-dme", "none"):
+            raise ValueError(f"unknown GPU exporter {self.gpu!r} (dcgm, nvsmi, amd-dme, none)")
         if self.gpu_host_label not in ("Hostname", "hostname", ""):
             raise ValueError(f"unknown GPU host label {self.gpu_host_label!r} (Hostname, hostname or '')")
         if self.gpu_util_field not in ("util", "profiling"):
@@ -117,7 +118,11 @@ class Exporters:
             )
         if self.ecc not in ("dbe", "remapped"):
             raise ValueError(f"unknown ECC field set {self.ecc!r} (dbe, remapped)")
-        if not self.gpu_host_label:
+        if self.gpu == "nvsmi":
+            # nvidia_gpu_exporter has no host label: its `instance` (the node's name, or its address when
+            # node_exporter is scraped by address too) names the target
+            object.__setattr__(self, "gpu_host_label", "")
+        elif not self.gpu_host_label:
             # without a host label only addresses meet: node_exporter must be scraped by address too
             object.__setattr__(self, "node_by_address", True)
 

@@ -50,6 +50,9 @@ def simulate(job: Job) -> Job:
     if "near_limit_save" in job.variants:
         _variants.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
     if "exporter_stall" in job.variants:
+        if "stall_in_dip" in job.opt_in:
+            secs = job.variants["exporter_stall"][0]
+            _variants.cooling_drop(job, s.gpu.temp, grid.t, _variants.stall_start(job), hold=secs + 60.0)
         hs = s.host
         _variants.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
     _store(s, big_h)

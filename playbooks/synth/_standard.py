@@ -1,7 +1,8 @@
 """Series of the ecosystem's standard exporters, deployed as `_deploy.Exporters` says.
 
 - NVIDIA dcgm-exporter (`DCGM_FI_DEV_*`; `Hostname`, `hostname` or no host label; ECC or remapped rows;
-  `DCGM_FI_DEV_XID_ERRORS` as the gauge of the last Xid) or AMD's device-metrics-exporter (`gpu_*` with
+  `DCGM_FI_DEV_XID_ERRORS` as the gauge of the last Xid), nvidia_gpu_exporter (`nvidia_smi_*` in base
+  units, a `uuid` label only, the index as the value of `nvidia_smi_index`) or AMD's device-metrics-exporter (`gpu_*` with
   `hostname`, `gpu_id`, `gpu_partition_id`, `card_model`, an optional field prefix);
 - node_exporter (`node_*` with `instance`, `node_uname_info{nodename}`, the InfiniBand port counters and,
   for >= 1.11, the RDMA hw counters);
@@ -20,6 +21,7 @@ from ._sim import Job
 
 Item = tuple[str, dict[str, str], np.ndarray, np.ndarray, str]
 MIB = 1024.0**2
+_POD = {"dcgm": "nvidia-dcgm-exporter", "nvsmi": "nvidia-gpu-exporter"}
 
 
 def _ip(job: Job, h: int) -> str:
@@ -55,12 +57,14 @@ class _Layout:
             f"{_ip(job, h)}:9100" if ex.node_by_address else f"{job.hosts[h]}{ex.node_domain}:9100"
             for h in range(K)
         ]
-        gpu_port = 9400 if ex.gpu == "dcgm" else 5000
-        self.gpu_inst = [f"{_pod_ip(job, h) if ex.kubernetes else _ip(job, h)}:{gpu_port}" for h in range(K)]
-        self.gpu_pod = [
-            f"{'nvidia-dcgm-exporter' if ex.gpu == 'dcgm' else 'amd-metrics-exporter'}-{_suffix(job, h)}"
+        gpu_port = {"dcgm": 9400, "nvsmi": 9835}.get(ex.gpu, 5000)
+        self.gpu_inst = [
+            f"{_pod_ip(job, h) if ex.kubernetes else _ip(job, h)}:{gpu_port}"
+            if ex.gpu != "nvsmi" or ex.node_by_address
+            else f"{job.hosts[h]}:{gpu_port}"
             for h in range(K)
         ]
+        self.gpu_pod = [f"{_POD.get(ex.gpu, 'amd-metrics-exporter')}-{_suffix(job, h)}" for h in range(K)]
         rng = np.random.default_rng([job.seed, 31])
         self.restart_at = (
             int(rng.integers(len(job.t) // 4, 3 * len(job.t) // 4)) if ex.hostname_change else -1
@@ -82,7 +86,7 @@ class _Layout:
     def gpu_target(self, h: int) -> dict[str, str]:
         lab = {"instance": self.gpu_inst[h], "job": self.ex.gpu_job}
         if self.ex.kubernetes:
-            ns = "gpu-operator" if self.ex.gpu == "dcgm" else "kube-amd-gpu"
+            ns = "kube-amd-gpu" if self.ex.gpu == "amd-dme" else "gpu-operator"
             lab |= {
                 "container": self.gpu_pod[h].rsplit("-", 1)[0],
                 "endpoint": "gpu-metrics",
@@ -128,18 +132,23 @@ def _gpu_family(
                 yield name, lab, t, v, fmt
 
 
-def _dcgm(lay: _Layout) -> Iterator[Item]:
-    job, ex = lay.job, lay.ex
-    gs = job.gpu_sig
+def _uuids(job: Job) -> list[list[str]]:
+    """Return each host's GPUs' UUIDs (the same for either NVIDIA exporter of a seed)."""
     rng = np.random.default_rng([job.seed, 99])
-    uuids = [
+    return [
         [
             f"GPU-{rng.integers(0, 2**32):08x}-{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**16):04x}-"
             f"{rng.integers(0, 2**16):04x}-{rng.integers(0, 2**48):012x}"
-            for _ in range(gs["power"].shape[1])
+            for _ in range(job.gpu_sig["power"].shape[1])
         ]
         for _ in range(job.nodes)
     ]
+
+
+def _dcgm(lay: _Layout) -> Iterator[Item]:
+    job, ex = lay.job, lay.ex
+    gs = job.gpu_sig
+    uuids = _uuids(job)
 
     def extra(h: int, g: int) -> dict[str, str]:
         return {
@@ -176,6 +185,40 @@ def _dcgm(lay: _Layout) -> Iterator[Item]:
     ]
     if ex.ecc == "remapped":
         fams.append(("DCGM_FI_DEV_ROW_REMAP_FAILURE", np.zeros_like(gs["temp"]), "d"))
+    for name, arr, fmt in fams:
+        yield from _gpu_family(lay, name, arr, fmt, extra)
+
+
+def _nvsmi(lay: _Layout) -> Iterator[Item]:
+    """nvidia_gpu_exporter: `nvidia_smi_<query field>` in base units, each GPU labelled by its `uuid` only; the
+    index is the value of nvidia_smi_index and a label of nvidia_smi_gpu_info; no Xid, no PCIe replays."""
+    job, gs = lay.job, lay.job.gpu_sig
+    uuids = _uuids(job)
+
+    def extra(h: int, g: int) -> dict[str, str]:
+        return {"uuid": uuids[h][g]}
+
+    def info(h: int, g: int) -> dict[str, str]:
+        return extra(h, g) | {
+            "driver_version": "550.90.07",
+            "index": str(g),
+            "name": job.gpu.dcgm_model_name,
+            "pci_bus_id": f"00000000:{0x18 + 0x10 * g:02X}:00.0",
+        }
+
+    index = np.broadcast_to(np.arange(gs["power"].shape[1])[None, :, None], gs["power"].shape)
+    yield from _gpu_family(lay, "nvidia_smi_gpu_info", np.ones_like(gs["power"]), "d", info)
+    fams = [
+        ("nvidia_smi_index", index, "d"),
+        ("nvidia_smi_temperature_gpu", gs["temp"], "d"),
+        ("nvidia_smi_power_draw_watts", gs["power"], "f2"),
+        ("nvidia_smi_clocks_current_sm_clock_hz", gs["sclk"] * 1e6, "d"),
+        ("nvidia_smi_utilization_gpu_ratio", np.round(gs["util"]) / 100.0, "f2"),
+        ("nvidia_smi_memory_used_bytes", gs["vram_used"], "d"),
+        ("nvidia_smi_memory_total_bytes", gs["vram_total"], "d"),
+        ("nvidia_smi_ecc_errors_uncorrected_volatile_total", gs["umc_ue"], "d"),
+        ("nvidia_smi_ecc_errors_corrected_volatile_total", gs["umc_ce"], "d"),
+    ]
     for name, arr, fmt in fams:
         yield from _gpu_family(lay, name, arr, fmt, extra)
 
@@ -355,7 +398,7 @@ def standard_series(job: Job, ex: Exporters) -> Iterator[Item]:
     """Yield every series of the job as the standard exporters deployed per `ex` export them."""
     lay = _Layout(job, ex)
     if ex.gpu != "none":
-        yield from (_dcgm(lay) if ex.gpu == "dcgm" else _dme(lay))
+        yield from {"dcgm": _dcgm, "nvsmi": _nvsmi}.get(ex.gpu, _dme)(lay)
     yield from _node(lay)
     yield from _targets(lay)
     if ex.trainer_gauges:

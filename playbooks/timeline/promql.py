@@ -26,7 +26,7 @@ def _bare_ok(profile: Profile, signal: str) -> bool:
     if not profile.has(signal):
         return False
     sig = profile.signal(signal)
-    mapped = sig.host_join or sig.host_alias or "," in sig.host_from
+    mapped = sig.renamed
     return sig.scope in ("gpu", "host") and not sig.fill_filter and not mapped and _is_selector(sig.selector)
 
 

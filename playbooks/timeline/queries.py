@@ -138,7 +138,7 @@ def panel_queries(
     fn = spec.fn if sig.is_counter else None
     bare = spec.signal in ctx.unique and _bare_ok(profile, spec.signal)
 
-    mapped = bool(sig.host_join or sig.host_alias or "," in sig.host_from)
+    mapped = sig.renamed
     if mapped:
         # the host's name comes from node_uname_info, an alias or one of several labels: only the
         # profile's own expression (aggregated by address first) names it
