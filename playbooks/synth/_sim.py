@@ -55,6 +55,10 @@ def simulate(job: Job) -> Job:
             _variants.cooling_drop(job, s.gpu.temp, grid.t, _variants.stall_start(job), hold=secs + 60.0)
         hs = s.host
         _variants.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
+    if "culprit_stall" in job.variants:
+        secs, into = job.variants["culprit_stall"]
+        at = (s.inc.host, s.inc.onset + into * float(s.inc.slow.ramp), secs)
+        _variants.exporter_stall(job, s.host.timeouts, s.host.scrape, s.host.gpu_present, grid.t, at)
     _store(s, big_h)
     _gpu_counters(job, rng, (job.nodes, job.gpus, grid.n))
     _variants.late_exporter(job, s.host.present)

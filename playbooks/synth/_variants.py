@@ -61,6 +61,8 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - healthy `stall_in_dip`: the exporter stall (one host, 4-5 minutes) begins as every GPU of the job cools by
   8-14 degC (an evaluation pause, a cooling change) for the stall's length and a minute, recovering over 3
   min: a range query holds the stalled host's last (hot) values up to its lookback while the pack cools.
+- thermal-straggler `culprit_stall`: the hot GPU's host's exporter stalls once for 2-5 minutes while the GPU
+  heats (10-50 % into its ramp): its values are held, then it serves again, hotter.
 - training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
   only every 60-120 s, so the log's per-step losses are finer than the TSDB's.
 - restore-resource-leak `wide_background`: each host's background daemons spread over 35-45 runnable
@@ -101,6 +103,7 @@ OPT_IN = {
     "slow_heating": "thermal-straggler",
     "capped_rack": "thermal-straggler",
     "cooling_drop": "thermal-straggler",
+    "culprit_stall": "thermal-straggler",
     "long_wait": "node-death",
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
@@ -161,6 +164,9 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "thermal-straggler" and "cooling_drop" in job.opt_in:
         r = stream(job, 15).uniform(0, 1, 2)
         v["cooling_drop"] = (float(8 + 6 * r[0]), float(-30 + 120 * r[1]))  # (degC, seconds after the onset)
+    if name == "thermal-straggler" and "culprit_stall" in job.opt_in:
+        r = stream(job, 23).uniform(0, 1, 2)
+        v["culprit_stall"] = (float(120 + 180 * r[0]), float(0.1 + 0.4 * r[1]))  # (seconds, into the ramp)
     if name == "node-death" and "long_wait" in job.opt_in:
         v["long_wait"] = float(stream(job, 16).uniform(1200, 2400))  # seconds from the death to the kill
     if name == "training-instability" and "smooth_divergence" in job.opt_in:
@@ -181,7 +187,7 @@ def choose(job: Any) -> dict[str, Any]:
             float(0.3 + 0.4 * r[1]),
         )  # (seconds, where in the run)
     if name == "healthy" and "stall_in_dip" in job.opt_in:
-        r = stream(job, 20).uniform(0, 1, 3)
+        r = stream(job, 22).uniform(0, 1, 3)
         v["exporter_stall"] = (float(240 + 60 * r[0]), float(0.3 + 0.4 * r[1]))
         v["cooling_drop"] = (float(8 + 6 * r[2]), 0.0)
     if name == "healthy" and draws[3] < 0.4:
@@ -401,12 +407,20 @@ def stall_start(job: Any) -> float:
 
 
 def exporter_stall(
-    job: Any, timeouts: np.ndarray, scrape: np.ndarray, gpu_present: np.ndarray, t: np.ndarray
+    job: Any,
+    timeouts: np.ndarray,
+    scrape: np.ndarray,
+    gpu_present: np.ndarray,
+    t: np.ndarray,
+    at: tuple[int, float, float] | None = None,
 ) -> None:
-    """One host's GPU exporter hangs once (`exporter_stall`): its scrapes time out for one stretch."""
-    secs, where = job.variants["exporter_stall"]
-    h = 1 + int(stream(job, 16).integers(0, max(1, job.nodes - 1))) if job.nodes > 1 else 0
-    start = stall_start(job)
+    """One host's GPU exporter hangs once (`exporter_stall`; `at` (host, start, seconds): `culprit_stall`'s):
+    its scrapes time out for one stretch."""
+    if at is None:
+        h = 1 + int(stream(job, 16).integers(0, max(1, job.nodes - 1))) if job.nodes > 1 else 0
+        start, secs = stall_start(job), float(job.variants["exporter_stall"][0])
+    else:
+        h, start, secs = at
     win = (t >= start) & (t < start + secs)
     timeouts[h] |= win
     scrape[h] = np.where(win, 12.0, scrape[h])
