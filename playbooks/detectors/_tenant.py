@@ -15,9 +15,9 @@ clock and power follow another job's phases. The job's GPUs are told apart by:
 
 The phases are the log's: a log whose times are misplaced (undated steps dated from the last stamp before
 them, a clock in another zone) puts them where the GPUs did something else. A host the job runs on holds
-some of its GPUs: where the phases find none on a host the log names, that host's GPUs are judged by their
-power over the job's whole training instead (the level rule); where they find none on most hosts, the
-phases are wrong, not the hosts, and the data tells no GPU apart.
+some of its GPUs: where the phases find none on a host the log names whose GPUs stood at the job's training
+power, its GPUs are judged by their power over the job's whole training instead (the level rule); where
+that is so of most hosts, the phases are wrong, not the hosts, and the data tells no GPU apart.
 """
 
 from __future__ import annotations
@@ -164,32 +164,36 @@ def _from_data(tl: Timeline, g: Grid, trained_ratio: float) -> dict[Key, tuple[b
 def _every_host_holds_some(
     ctx: Context, g: Grid, from_data: dict[Key, tuple[bool, bool]], trained_ratio: float
 ) -> dict[Key, tuple[bool, bool]]:
-    """Return `from_data` with a job's GPU on every host the job runs on (those the log names; every host
-    when it names none): on a host where the phases found none, the GPUs that stood at the job's training
-    power for a quarter of its training or more (the level rule; all of them when none did). When the
-    phases found none on most hosts they are misplaced: nothing is told apart (an empty answer)."""
+    """Return `from_data` with a job's GPU on every host the job runs on: one the log names (any host when
+    it names none) where GPUs stood at the job's training power, for a quarter of its training or more,
+    though the phases found none of its GPUs to be the job's. There those GPUs are the job's (the level
+    rule) unless the phases were seen there, clearly; when such hosts are most of the job's, the phases are
+    misplaced and tell nothing apart (an empty answer). A host whose GPUs never stood there keeps the
+    phases' answer (they never ran the job's steps)."""
     hosts = sorted({h for h, _ in from_data})
     named = [str(n) for n in triage_get(ctx.triage, "nodes") or []]
     ours = {h for h in hosts if not named or any(_match_host(n, [h]) for n in named)}
-    found = {h for (h, _), (mine, _) in from_data.items() if mine}
-    lost = ours - found
+    lost = ours - {h for (h, _), (mine, _) in from_data.items() if mine}
     if not lost:
         return from_data
-    if 2 * len(lost) > len(ours):
-        return {}
     m = ctx.timeline.training_mask(g.t)
     with np.errstate(all="ignore"):
         high = np.array(
             [np.nanpercentile(v[m], 75) if m.any() and np.isfinite(v[m]).any() else np.nan for v in g.values]
         )
     ok = np.isfinite(high)
-    level = float(np.percentile(high[ok], 90)) if ok.any() else np.nan
+    if not ok.any():
+        return from_data
+    level = float(np.percentile(high[ok], 90))
     at_level = {_key(lab): bool(high[r] >= trained_ratio * level) for r, lab in enumerate(g.labels)}
+    trained = {h for (h, _), x in at_level.items() if x and h in lost}
+    if 2 * len(trained) > len(ours):
+        return {}
+    # a host whose GPUs clearly did not follow the phases (two changes or more) stopped following them
+    # (its exporter froze, say): the phases, seen there, decide
+    trained -= {h for (h, _), (_, strong) in from_data.items() if strong}
     out = dict(from_data)
-    for h in lost:
-        keys = [k for k in from_data if k[0] == h]
-        some = any(at_level.get(k, False) for k in keys)
-        out.update({k: (at_level.get(k, False) or not some, False) for k in keys})
+    out.update({k: (at_level.get(k, False), False) for k in from_data if k[0] in trained})
     return out
 
 
