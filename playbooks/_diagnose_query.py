@@ -26,6 +26,9 @@ def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: flo
         return max(step + interval, 4.0 * interval)
     if q.window == "job":
         return max(step, end - start)
+    if q.window == "step":
+        # the samples since the previous grid point: none, and the point's value is one the lookback held
+        return step
     from .prometheus import parse_duration
 
     return parse_duration(q.window)

@@ -105,7 +105,7 @@ def _query(raw: Mapping[str, Any], where: str) -> QuerySpec:
     if agg not in _AGGS:
         raise PlaybookError(f"{where}: agg must be one of {', '.join(sorted(_AGGS - {''}))}")
     window = str(raw.get("window", "auto"))
-    if window not in ("auto", "job"):
+    if window not in ("auto", "job", "step"):
         _duration(window, where)
     peers = str(raw.get("peers", ""))
     if peers not in ("", "up", "down") or (peers and (not signal or kind != "range" or by is not None)):

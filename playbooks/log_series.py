@@ -60,8 +60,7 @@ def with_log_step_time(
     points = [p for p in ((triage or {}).get("details") or {}).get("log_loss") or [] if p[0] is not None]
     if len(points) < MIN_POINTS + 1:
         return list(outputs)
-    logged = ((triage or {}).get("details") or {}).get("steps_logged")
-    stride = max(1, math.ceil(int(logged) / MAX_POINTS)) if isinstance(logged, int) else 1
+    stride = _steps_per_point(triage, len(points))
     times = [float(p[0]) for p in points]
     # a step's time, dated when it completed; a step line logged again after a restart (time going back) is none
     per_step = [[b, (b - a) / stride if b > a else None] for a, b in zip(times, times[1:], strict=False)]
@@ -73,6 +72,18 @@ def with_log_step_time(
             )
         out.append(o)
     return out
+
+
+def _steps_per_point(triage: Mapping[str, Any] | None, n_points: int) -> float:
+    """How many training steps lie between two of the log's timed points: a trainer that prints every 10th
+    step (Megatron's and torchtitan's default log intervals) and the MAX_POINTS thinning both space them.
+    From the first and last steps the log names over the points kept; 1 when they say nothing."""
+    job = (triage or {}).get("job") or {}
+    first, last = job.get("first_step"), job.get("last_step")
+    if isinstance(first, int | float) and isinstance(last, int | float) and last > first and n_points > 1:
+        return max(1.0, (float(last) - float(first)) / (n_points - 1))
+    logged = ((triage or {}).get("details") or {}).get("steps_logged")
+    return float(max(1, math.ceil(int(logged) / MAX_POINTS))) if isinstance(logged, int) else 1.0
 
 
 def _as_result(

@@ -87,8 +87,9 @@ class QuerySpec:
         promql: a template with `{signal}` placeholders (each replaced by the signal's normalised
             expression) and `{window}`; "" when `signal` is used.
         fn: function applied to the signal (rate/increase for counters, *_over_time for gauges).
-        window: range of `fn`: a Prometheus duration, or "auto" (4 scrape intervals, at least one step and
-            one scrape, so that consecutive windows share a scrape).
+        window: range of `fn`: a Prometheus duration, "auto" (4 scrape intervals, at least one step and
+            one scrape, so that consecutive windows share a scrape), "job" (the whole window) or "step"
+            (exactly one grid step: the samples since the previous point, whether a point's value is fresh).
         by: output labels (default: the signal's scope).
         agg: aggregation across the series of one output label set (default: the signal's own).
         kind: "range" or "instant" (evaluated at the end of the window over `window`).

@@ -77,9 +77,12 @@ def _det_peer_outlier(
     # disarray (its members follow a move each with its own timing and share), one member's place in it is
     # not its own doing: such instants do not date a departure
     moving = disarray(dev, g.pack, scale) | fleet_move(med, scale, m)
+    # values the mask took out (a silent exporter's, held by the lookback) are unknown, not in the pack: a
+    # row in its place before such a silence and beyond it after left during it, as across a disarray
+    held = np.isnan(vals) & ~np.isnan(g.values)
     for r, i in flagged:
         y = np.where(m & ~np.isnan(vals[r]), d[r], np.nan)
-        t_on = _left_pack(g, rule, zz[r], y, moving, i, length)
+        t_on = _left_pack(g, rule, zz[r], y, moving | held[r], i, length)
         h, gpu = g.key(r)
         onset = t_on if onset is None else min(onset, t_on)
         if h not in hosts:

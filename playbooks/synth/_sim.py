@@ -50,8 +50,15 @@ def simulate(job: Job) -> Job:
     if "near_limit_save" in job.variants:
         _variants.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
     if "exporter_stall" in job.variants:
+        if "stall_in_dip" in job.opt_in:
+            secs = job.variants["exporter_stall"][0]
+            _variants.cooling_drop(job, s.gpu.temp, grid.t, _variants.stall_start(job), hold=secs + 60.0)
         hs = s.host
         _variants.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
+    if "culprit_stall" in job.variants:
+        secs, into = job.variants["culprit_stall"]
+        at = (s.inc.host, s.inc.onset + into * float(s.inc.slow.ramp), secs)
+        _variants.exporter_stall(job, s.host.timeouts, s.host.scrape, s.host.gpu_present, grid.t, at)
     _store(s, big_h)
     _gpu_counters(job, rng, (job.nodes, job.gpus, grid.n))
     _variants.late_exporter(job, s.host.present)

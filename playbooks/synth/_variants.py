@@ -58,6 +58,11 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - healthy `exporter_stall`: one host's GPU exporter hangs once for 3-6 minutes mid-run (its scrapes time
   out and its GPU samples are missing for that one stretch, then it serves again), with no driver error in
   the kernel log: one outage of the monitoring, not the recurring timeouts of a GPU driver fault.
+- healthy `stall_in_dip`: the exporter stall (one host, 4-5 minutes) begins as every GPU of the job cools by
+  8-14 degC (an evaluation pause, a cooling change) for the stall's length and a minute, recovering over 3
+  min: a range query holds the stalled host's last (hot) values up to its lookback while the pack cools.
+- thermal-straggler `culprit_stall`: the hot GPU's host's exporter stalls once for 2-5 minutes while the GPU
+  heats (10-50 % into its ramp): its values are held, then it serves again, hotter.
 - training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
   only every 60-120 s, so the log's per-step losses are finer than the TSDB's.
 - restore-resource-leak `wide_background`: each host's background daemons spread over 35-45 runnable
@@ -98,6 +103,7 @@ OPT_IN = {
     "slow_heating": "thermal-straggler",
     "capped_rack": "thermal-straggler",
     "cooling_drop": "thermal-straggler",
+    "culprit_stall": "thermal-straggler",
     "long_wait": "node-death",
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
@@ -108,6 +114,7 @@ OPT_IN = {
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",
     "exporter_stall": "healthy",
+    "stall_in_dip": "healthy",
     "watchdog_kill": "collective-hang",
     "heartbeat_kill": "collective-hang",
     "noisy_spin": "collective-hang",
@@ -157,6 +164,9 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "thermal-straggler" and "cooling_drop" in job.opt_in:
         r = stream(job, 15).uniform(0, 1, 2)
         v["cooling_drop"] = (float(8 + 6 * r[0]), float(-30 + 120 * r[1]))  # (degC, seconds after the onset)
+    if name == "thermal-straggler" and "culprit_stall" in job.opt_in:
+        r = stream(job, 23).uniform(0, 1, 2)
+        v["culprit_stall"] = (float(120 + 180 * r[0]), float(0.1 + 0.4 * r[1]))  # (seconds, into the ramp)
     if name == "node-death" and "long_wait" in job.opt_in:
         v["long_wait"] = float(stream(job, 16).uniform(1200, 2400))  # seconds from the death to the kill
     if name == "training-instability" and "smooth_divergence" in job.opt_in:
@@ -176,6 +186,10 @@ def choose(job: Any) -> dict[str, Any]:
             float(180 + 180 * r[0]),
             float(0.3 + 0.4 * r[1]),
         )  # (seconds, where in the run)
+    if name == "healthy" and "stall_in_dip" in job.opt_in:
+        r = stream(job, 22).uniform(0, 1, 3)
+        v["exporter_stall"] = (float(240 + 60 * r[0]), float(0.3 + 0.4 * r[1]))
+        v["cooling_drop"] = (float(8 + 6 * r[2]), 0.0)
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -387,13 +401,26 @@ def host_background(job: Any, running: np.ndarray, during: np.ndarray) -> None:
     running += np.where(during[None, :], offsets[:, None], 0.0)
 
 
+def stall_start(job: Any) -> float:
+    """Return when the exporter stall (`exporter_stall`, `stall_in_dip`) begins."""
+    return float(job.train_start + job.variants["exporter_stall"][1] * (job.job_end - job.train_start))
+
+
 def exporter_stall(
-    job: Any, timeouts: np.ndarray, scrape: np.ndarray, gpu_present: np.ndarray, t: np.ndarray
+    job: Any,
+    timeouts: np.ndarray,
+    scrape: np.ndarray,
+    gpu_present: np.ndarray,
+    t: np.ndarray,
+    at: tuple[int, float, float] | None = None,
 ) -> None:
-    """One host's GPU exporter hangs once (`exporter_stall`): its scrapes time out for one stretch."""
-    secs, where = job.variants["exporter_stall"]
-    h = 1 + int(stream(job, 16).integers(0, max(1, job.nodes - 1))) if job.nodes > 1 else 0
-    start = job.train_start + where * (job.job_end - job.train_start)
+    """One host's GPU exporter hangs once (`exporter_stall`; `at` (host, start, seconds): `culprit_stall`'s):
+    its scrapes time out for one stretch."""
+    if at is None:
+        h = 1 + int(stream(job, 16).integers(0, max(1, job.nodes - 1))) if job.nodes > 1 else 0
+        start, secs = stall_start(job), float(job.variants["exporter_stall"][0])
+    else:
+        h, start, secs = at
     win = (t >= start) & (t < start + secs)
     timeouts[h] |= win
     scrape[h] = np.where(win, 12.0, scrape[h])
@@ -437,16 +464,16 @@ def capped_rack(job: Any, temp: np.ndarray, clock: np.ndarray, power: np.ndarray
     job.red_herrings["capped_rack"] = [job.hosts[h] for h in half]
 
 
-def cooling_drop(job: Any, temp: np.ndarray, t: np.ndarray, onset: float) -> None:
+def cooling_drop(job: Any, temp: np.ndarray, t: np.ndarray, onset: float, hold: float = 90.0) -> None:
     """Every GPU cools by about the drawn degrees (each host by its own share, 0.6-1.4 of it: its place in
-    the airflow) for 90 s, recovering over 3 min; each host's exporter sees it up to 1.5 scrapes late."""
+    the airflow) for `hold` s, recovering over 3 min; each host's exporter sees it up to 1.5 scrapes late."""
     depth, after = job.variants["cooling_drop"]
     rng = stream(job, 17)
     for h in range(temp.shape[0]):
         t0 = onset + after + float(rng.uniform(0, 1.5 * job.interval))
         dt = t - t0
-        shape = np.where((dt >= 0) & (dt < 90), 1.0, 0.0) + np.where(
-            dt >= 90, np.clip(1 - (dt - 90) / 180, 0, 1), 0
+        shape = np.where((dt >= 0) & (dt < hold), 1.0, 0.0) + np.where(
+            dt >= hold, np.clip(1 - (dt - hold) / 180, 0, 1), 0
         )
         temp[h] -= depth * float(rng.uniform(0.6, 1.4)) * shape[None, :]
     job.red_herrings["cooling_drop"] = f"{depth:.0f} degC at {onset + after:.0f}"

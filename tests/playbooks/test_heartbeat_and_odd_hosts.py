@@ -99,3 +99,19 @@ def test_a_spin_whose_utilisation_scatters_keeps_the_common_set(served_job, seed
     diag = result["diagnosis"]
     assert diag["class"] == "collective-hang"
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+
+
+def test_one_trickle_tick_before_a_hang_is_no_network_trigger(served_job):
+    """Seed 8 (4 hosts, 15 s scrapes, rate over 60 s) was network-hang on node0011 and node0013: each counted
+    one scrape's tick of the background trickle (38 packets on one NIC) shortly before the stall, which rate()
+    spread over its window into four points of 0.63/s; no host had counted any before, so the background was
+    0/s and the tick was "sustained for 1 min, 1x the background". A tick of the size every host shows now
+    and then is no change: the hang is a clean collective hang, with no culprit."""
+    result, truth = _diagnose(served_job, "collective-hang", 8, "amd", variants=("heartbeat_kill",))
+    diag = result["diagnosis"]
+    assert diag["class"] == "collective-hang", diag["summary"]
+    assert diag["culprits"] == [] == truth["culprits"]
+    assert abs(diag["onset"] - truth["onset"]) / truth["interval_s"] <= 3
+    assert not [f for f in result["findings"] if f["title"].startswith("RDMA retransmit burst")]
+    said = [e["interpretation"] for f in result["findings"] for e in f["evidence"]]
+    assert not [s for s in said if " 1x the background" in s or " 0x the background" in s]
