@@ -63,6 +63,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   min: a range query holds the stalled host's last (hot) values up to its lookback while the pack cools.
 - healthy, thermal-straggler `hot_host`: one host's GPUs all warm by 8-14 degC (each by its own share)
   partway into the training and stay warm (its rack's inlet air, a fan): the thermal straggler's own host.
+- gpu-driver-fault `xid_stretch`: the GPU's firmware (GSP) stops answering once: one stretch of 3-7 minutes of
+  timed-out scrapes on the culprit host, Xid 119 in DCGM's Xid gauge on one of its GPUs from then on, and no
+  kernel error count: the Xid is the driver error that tells it from an outage of the monitoring.
 - thermal-straggler `culprit_stall`: the hot GPU's host's exporter stalls once for 2-5 minutes while the GPU
   heats (10-50 % into its ramp): its values are held, then it serves again, hotter.
 - training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
@@ -124,6 +127,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
+    "xid_stretch": "gpu-driver-fault",
 }
 
 
@@ -170,6 +174,9 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "thermal-straggler" and "culprit_stall" in job.opt_in:
         r = stream(job, 23).uniform(0, 1, 2)
         v["culprit_stall"] = (float(120 + 180 * r[0]), float(0.1 + 0.4 * r[1]))  # (seconds, into the ramp)
+    if name == "gpu-driver-fault" and "xid_stretch" in job.opt_in:
+        r = stream(job, 24).uniform(0, 1, 2)
+        v["xid_stretch"] = (float(180 + 240 * r[0]), int(r[1] * job.gpus))  # (seconds of timeouts, the GPU)
     if name == "node-death" and "long_wait" in job.opt_in:
         v["long_wait"] = float(stream(job, 16).uniform(1200, 2400))  # seconds from the death to the kill
     if name == "training-instability" and "smooth_divergence" in job.opt_in:
