@@ -12,6 +12,12 @@ clock and power follow another job's phases. The job's GPUs are told apart by:
    tenant's go their own way. Where no such change of phase is seen, a GPU that stood well below the job's
    training power all through its steady training (under `trained_ratio` of its busiest GPUs) did not run
    its steps.
+
+The phases are the log's: a log whose times are misplaced (undated steps dated from the last stamp before
+them, a clock in another zone) puts them where the GPUs did something else. A host the job runs on holds
+some of its GPUs: where the phases find none on a host the log names whose GPUs stood at the job's training
+power, its GPUs are judged by their power over the job's whole training instead (the level rule); where
+that is so of most hosts, the phases are wrong, not the hosts, and the data tells no GPU apart.
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ def job_gpus(
     if not keys:
         return None
     from_data = _from_data(ctx.timeline, power, trained_ratio) if power is not None else {}
+    if power is not None:
+        from_data = _every_host_holds_some(ctx, power, from_data, trained_ratio)
     from_log = _from_log(ctx.triage, keys)
     # a host where the data's phases clearly say otherwise: the log's indices are in another numbering
     # there (a container's or a cgroup's, counted from 0)
@@ -151,6 +159,42 @@ def _from_data(tl: Timeline, g: Grid, trained_ratio: float) -> dict[Key, tuple[b
     strong = seen >= 2
     mine = np.where(strong, follows, follows & at_level)
     return {_key(lab): (bool(mine[r]), bool(strong[r])) for r, lab in enumerate(g.labels)}
+
+
+def _every_host_holds_some(
+    ctx: Context, g: Grid, from_data: dict[Key, tuple[bool, bool]], trained_ratio: float
+) -> dict[Key, tuple[bool, bool]]:
+    """Return `from_data` with a job's GPU on every host the job runs on: one the log names (any host when
+    it names none) where GPUs stood at the job's training power, for a quarter of its training or more,
+    though the phases found none of its GPUs to be the job's. There those GPUs are the job's (the level
+    rule) unless the phases were seen there, clearly; when such hosts are most of the job's, the phases are
+    misplaced and tell nothing apart (an empty answer). A host whose GPUs never stood there keeps the
+    phases' answer (they never ran the job's steps)."""
+    hosts = sorted({h for h, _ in from_data})
+    named = [str(n) for n in triage_get(ctx.triage, "nodes") or []]
+    ours = {h for h in hosts if not named or any(_match_host(n, [h]) for n in named)}
+    lost = ours - {h for (h, _), (mine, _) in from_data.items() if mine}
+    if not lost:
+        return from_data
+    m = ctx.timeline.training_mask(g.t)
+    with np.errstate(all="ignore"):
+        high = np.array(
+            [np.nanpercentile(v[m], 75) if m.any() and np.isfinite(v[m]).any() else np.nan for v in g.values]
+        )
+    ok = np.isfinite(high)
+    if not ok.any():
+        return from_data
+    level = float(np.percentile(high[ok], 90))
+    at_level = {_key(lab): bool(high[r] >= trained_ratio * level) for r, lab in enumerate(g.labels)}
+    trained = {h for (h, _), x in at_level.items() if x and h in lost}
+    if 2 * len(trained) > len(ours):
+        return {}
+    # a host whose GPUs clearly did not follow the phases (two changes or more) stopped following them
+    # (its exporter froze, say): the phases, seen there, decide
+    trained -= {h for (h, _), (_, strong) in from_data.items() if strong}
+    out = dict(from_data)
+    out.update({k: (at_level.get(k, False), False) for k in from_data if k[0] in trained})
+    return out
 
 
 def _moves(tl: Timeline, g: Grid, level: float) -> np.ndarray:

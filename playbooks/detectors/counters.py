@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -47,9 +46,7 @@ def _det_rate_outlier(
     most of a small job. A background is a high quantile of a host's non-zero values (a counter that ticks
     now and then has the size of its larger ticks as background, never 0: a tick or two that rate() spreads
     over its window stay within it). A host stands out where its rate exceeds `factor` x the larger of the
-    two for most of `min_duration` past the rate window (a change point on several scrapes, not a few close
-    ticks: one increment lifts rate() for its whole window). A finding where neither had any background says
-    so and how far it stands above the floor, never "1x the background". Only hosts within an order of
+    two for most of `min_duration` (a change point, not a few close ticks). Only hosts within an order of
     magnitude of the strongest are named, and an excess on more than `max_share` of the hosts (and more than
     three) is job-wide, not a host's fault: no finding, unless every one of them left its own history at
     the same time (one fabric event: a finding on all of them; never for a hang's trigger). With a traffic query (second), only instants where
@@ -87,23 +84,13 @@ def _det_rate_outlier(
                 rule.queries[0],
                 {"host": h},
                 level,
-                f"{level:.3g}/s sustained from {fmt_time(t_on)}: {_against(ref[r], strength, p)}",
+                f"{level:.3g}/s sustained from {fmt_time(t_on)}: {strength:.0f}x the background "
+                f"({ref[r]:.3g}/s: the pack's over the job, or its own before)",
             )
         )
     onset = min(f[2] for f in found)
     extra: dict[str, Any] = {"common_event": True} if common else {}
     return _finding(pb, rule, hosts, [], onset, ev, strength=top, **extra)
-
-
-def _against(ref: float, strength: float, p: Mapping[str, Any]) -> str:
-    """Say what a host's rate stands out against: the background, or the floor where there is none to speak of
-    (a background of 0/s: neither the host nor the pack counted any before)."""
-    floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
-    if factor * ref >= floor:
-        return f"{strength:.0f}x the background ({ref:.3g}/s: the pack's over the job, or its own before)"
-    return f"{strength:.1f}x the floor of {floor:g}/s; the host and the pack counted " + (
-        "none before" if ref <= 0 else f"at most {ref:.3g}/s before"
-    )
 
 
 def _excess(
@@ -116,11 +103,7 @@ def _excess(
     a, b = win
     floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
     job = tl.training_mask(g.t) if tl.train_start is not None else np.ones(len(g.t), bool)
-    # rate() spreads one increment over its whole window: a change lasts `min_duration` beyond that smear
-    # (increments on several scrapes), or a single tick of the trickle every fabric shows is a "change"
-    length = (
-        max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9)))) + _smear(ctx, rule, g) - 1
-    )
+    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
     length = min(length, max(1, int(g.mask(a, b).sum())))
     # each host against its own history before its change first, the pack's (before theirs) second; the
     # history must be training (before it, traffic and its counters had not started): with no step data, the
@@ -158,11 +141,6 @@ def _excess(
     return exc, own, ref, length
 
 
-def _smear(ctx: Context, rule: RuleSpec, g: Grid) -> int:
-    """Return how many grid points one increment of the counter lifts its rate (the rate window's length)."""
-    return max(1, int(round(ctx.window_s(rule.queries[0]) / max(g.step, 1e-9))))
-
-
 def _sustained(
     ctx: Context, rule: RuleSpec, g: Grid, exc: np.ndarray, ref: np.ndarray, length: int
 ) -> list[tuple[float, int, float, float]]:
@@ -172,8 +150,7 @@ def _sustained(
     found = []
     for r in range(len(g.labels)):
         i = first_sustained(exc[r], length, float(p.get("min_fraction", 0.8)))
-        # a run no longer than one increment's smear (a tick at the end of the data) is one scrape's tick
-        if i is None or int(exc[r][i : i + length].sum()) <= _smear(ctx, rule, g):
+        if i is None:
             continue
         x = g.values[r]
         level = nan_median(x[exc[r]])

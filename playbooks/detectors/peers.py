@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,11 +66,14 @@ def _det_peer_outlier(
     cond &= m[None, :]
     cond &= ~np.isnan(vals)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    flagged = []
-    for r in range(len(g.labels)):
-        i = first_sustained(cond[r], length, float(p.get("min_fraction", 0.8)))
-        if i is not None and _rare(ctx, g, cond, m, r, i, length, p):
-            flagged.append((r, i))
+    flagged = _flag(ctx, g, cond, m, length, p)
+    # a host whose GPUs stand out together is judged against itself: what its GPUs share is its own
+    least = float(p.get("min_rel", 0.0)) * np.abs(med)
+    warm = _host_wide(g, flagged, (d, zz, cond), scale, (float(p.get("z", 6.0)), least))
+    if warm:
+        flagged = _flag(ctx, g, cond, m, length, p)
+    if not flagged and warm:
+        return _host_note(ctx, pb, rule, g, warm, sign)
     if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
         return None
     hosts, gpus, ev, onset = [], [], [], None
@@ -102,6 +106,99 @@ def _det_peer_outlier(
             )
         )
     return _finding(pb, rule, hosts, gpus, onset, ev)
+
+
+def _flag(
+    ctx: Context, g: Grid, cond: np.ndarray, m: np.ndarray, length: int, p: Mapping[str, Any]
+) -> list[tuple[int, int]]:
+    """Return (row, first index of its sustained stretch) of the rows beyond the pack long enough."""
+    flagged = []
+    for r in range(len(g.labels)):
+        i = first_sustained(cond[r], length, float(p.get("min_fraction", 0.8)))
+        if i is not None and _rare(ctx, g, cond, m, r, i, length, p):
+            flagged.append((r, i))
+    return flagged
+
+
+def _host_wide(
+    g: Grid,
+    flagged: list[tuple[int, int]],
+    judged: tuple[np.ndarray, np.ndarray, np.ndarray],
+    scale: np.ndarray,
+    bar: tuple[float, np.ndarray],
+) -> dict[str, tuple[list[int], float]]:
+    """Judge the GPUs of a host where most of its (job's) GPUs stand out together against their own host's
+    other GPUs instead of the pack: a shared offset is the host's environment (its rack's inlet air, its
+    fans), and only a GPU beyond its siblings stands out on its own. `judged` (deviation, standing, the
+    condition) is rewritten in place for those hosts' rows, against `scale` and `bar` (z, least deviation
+    at each instant). Return, per such host, its rows
+    and the median of its GPUs' offset from the pack where they stood out."""
+    d, zz, cond = judged
+    rows: dict[str, list[int]] = {}
+    for r, lab in enumerate(g.labels):
+        rows.setdefault(str(lab.get("host", "")), []).append(r)
+    hot: dict[str, int] = {}
+    for r, _ in flagged:
+        h = str(g.labels[r].get("host", ""))
+        hot[h] = hot.get(h, 0) + 1
+    out = {}
+    for h, n in hot.items():
+        mine = rows[h]
+        if len(mine) < 3 or (2 * n <= len(mine) and not _siblings_warm(mine, flagged, d, scale, bar)):
+            continue
+        with np.errstate(all="ignore"):
+            shared = np.nanmedian(np.where(cond[mine], d[mine], np.nan))
+        out[h] = (mine, float(shared))
+        own = np.empty((len(mine), d.shape[1]))
+        for k, r in enumerate(mine):
+            with np.errstate(all="ignore"):
+                own[k] = d[r] - np.nanmedian(d[[o for o in mine if o != r]], axis=0)
+        with np.errstate(all="ignore"):
+            cond[mine] &= (own / scale[None, :] >= bar[0]) & (own >= bar[1][None, :])
+            zz[mine] = own / scale[None, :]
+        d[mine] = own
+    return out
+
+
+def _siblings_warm(
+    mine: list[int],
+    flagged: list[tuple[int, int]],
+    d: np.ndarray,
+    scale: np.ndarray,
+    bar: tuple[float, np.ndarray],
+) -> bool:
+    """Return True if, where a host's flagged GPU stood out, its host's other GPUs stood above the pack
+    together by half the bar at least at most instants: a warm host where only some GPUs crossed the bar."""
+    for r, i in flagged:
+        if r not in mine:
+            continue
+        others = [o for o in mine if o != r]
+        with np.errstate(all="ignore"):
+            shared = np.nanmedian(d[others, i:], axis=0)
+            up = (shared >= 0.5 * bar[0] * scale[i:]) & (shared >= 0.5 * bar[1][i:])
+        if up.mean() > 0.5:
+            return True
+    return False
+
+
+def _host_note(
+    ctx: Context,
+    pb: Playbook,
+    rule: RuleSpec,
+    g: Grid,
+    warm: Mapping[str, tuple[list[int], float]],
+    sign: float,
+) -> Finding:
+    """Return a note (context, not a fault) of the hosts whose GPUs stand out from the pack only together."""
+    parts, ev = [], []
+    for h, (rows, shared) in warm.items():
+        way = "above" if sign > 0 else "below"
+        parts.append(f"host {h} runs {shared:.3g} {way} its peers on all its GPUs")
+        text = f"{len(rows)} GPUs {way} the pack together by {shared:.3g}; none beyond its own host's others"
+        ev.append(_ev(ctx, rule.queries[0], {"host": h}, shared, text))
+    f = _finding(pb, rule, list(warm), [], None, ev)
+    title = "; ".join(parts)
+    return dataclasses.replace(f, severity="info", role="context", title=title[0].upper() + title[1:])
 
 
 def _left_pack(

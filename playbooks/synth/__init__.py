@@ -263,7 +263,8 @@ def generate_job(
     if nodes < 1 or gpus < 1 or interval <= 0:
         raise SynthError("nodes, gpus and interval must be positive")
     for v in variants:
-        if _variants.OPT_IN.get(v) != scenario:
+        allowed = _variants.OPT_IN.get(v, ())
+        if scenario not in ((allowed,) if isinstance(allowed, str) else allowed):
             known = ", ".join(f"{k} ({s})" for k, s in _variants.OPT_IN.items())
             raise SynthError(f"scenario {scenario!r} has no variant {v!r}; known: {known}")
     out = Path(out).resolve()

@@ -49,6 +49,14 @@ def simulate(job: Job) -> Job:
     _sim_scenarios.apply(s)
     if "near_limit_save" in job.variants:
         _variants.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
+    if "hot_host" in job.variants:
+        # a thermal straggler's own host, or any host of a healthy job
+        warm = (
+            s.inc.host
+            if job.scenario.name == "thermal-straggler"
+            else int(_variants.stream(job, 26).integers(job.nodes))
+        )
+        _variants.hot_host(job, s.gpu.temp, grid.training, grid.t, warm)
     if "exporter_stall" in job.variants:
         if "stall_in_dip" in job.opt_in:
             secs = job.variants["exporter_stall"][0]

@@ -157,6 +157,9 @@ def _gpu_counters(job: Job, rng: np.random.Generator, shape: tuple[int, int, int
         sig["umc_ue"][h, g] = np.where(on, n_ue + np.floor((t - t0) / 60.0).clip(0, 5), 0)
         sig["xid"][h, g] = np.where(on, float(rng.choice([48, 79])), 0)
         job.host_sig["dmesg"][h] = np.where(on, job.host_sig["dmesg"][h] + 3, job.host_sig["dmesg"][h])
+    dx = job.driver_xid
+    if dx is not None:  # DCGM's Xid gauge holds the last Xid
+        sig["xid"][dx.host, dx.gpu] = np.where(t >= dx.t, 119.0, 0.0)
     pre = job.predeath
     if pre is not None:
         h, g = pre.host, pre.gpu

@@ -114,6 +114,7 @@ class Job:
     oom_host: int | None = None  # host-oom: the index of the killed host
     hwfault: GpuFault | None = None  # gpu-hardware-fault: the GPU that fails
     predeath: GpuFault | None = None  # node-death with errors first: the GPU that errs before the death
+    driver_xid: GpuFault | None = None  # gpu-driver-fault `xid_stretch`: the GPU whose driver logs Xid 119
     preremap: GpuFault | None = None  # node-death variant remap_before_death: the GPU that remaps one row
 
     @property

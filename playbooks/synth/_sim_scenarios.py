@@ -171,6 +171,16 @@ def _monitoring_ghost_data(s: Sim) -> None:
 def _gpu_driver_fault(s: Sim) -> None:
     job, rng, hs, ch, N = s.job, s.rng, s.host, s.inc.host, s.grid.n
     on = s.grid.t >= s.inc.onset
+    if "xid_stretch" in job.variants:
+        # the GSP stops answering once: one stretch of timed-out scrapes, Xid 119 in DCGM's gauge, no dmesg count
+        secs, gpu = job.variants["xid_stretch"]
+        win = on & (s.grid.t < s.inc.onset + secs)
+        hs.timeouts[ch] = win
+        hs.scrape[ch] = np.where(win, 12.0, hs.scrape[ch])
+        hs.gpu_present[ch] = ~win
+        job.driver_xid = GpuFault(host=ch, gpu=int(gpu), t=s.inc.onset)
+        job.culprits = [{"host": job.hosts[ch], "gpu": None}]
+        return
     hs.timeouts[ch] = on & (rng.random(N) < 0.45)
     hs.scrape[ch] = np.where(hs.timeouts[ch], rng.uniform(11.9, 12.3, N), hs.scrape[ch])
     hs.gpu_present[ch] = ~hs.timeouts[ch]

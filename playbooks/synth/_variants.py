@@ -61,6 +61,11 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - healthy `stall_in_dip`: the exporter stall (one host, 4-5 minutes) begins as every GPU of the job cools by
   8-14 degC (an evaluation pause, a cooling change) for the stall's length and a minute, recovering over 3
   min: a range query holds the stalled host's last (hot) values up to its lookback while the pack cools.
+- healthy, thermal-straggler `hot_host`: one host's GPUs all warm by 8-14 degC (each by its own share)
+  partway into the training and stay warm (its rack's inlet air, a fan): the thermal straggler's own host.
+- gpu-driver-fault `xid_stretch`: the GPU's firmware (GSP) stops answering once: one stretch of 3-7 minutes of
+  timed-out scrapes on the culprit host, Xid 119 in DCGM's Xid gauge on one of its GPUs from then on, and no
+  kernel error count: the Xid is the driver error that tells it from an outage of the monitoring.
 - thermal-straggler `culprit_stall`: the hot GPU's host's exporter stalls once for 2-5 minutes while the GPU
   heats (10-50 % into its ramp): its values are held, then it serves again, hotter.
 - training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
@@ -96,7 +101,7 @@ import numpy as np
 
 TIB = 1024.0**4
 #: the variants a caller may ask for, by the scenario that has them
-OPT_IN = {
+OPT_IN: dict[str, str | tuple[str, ...]] = {
     "death_at_end": "node-death",
     "remap_before_death": "node-death",
     "coarse_staircase": "host-oom",
@@ -104,6 +109,7 @@ OPT_IN = {
     "capped_rack": "thermal-straggler",
     "cooling_drop": "thermal-straggler",
     "culprit_stall": "thermal-straggler",
+    "hot_host": ("healthy", "thermal-straggler"),
     "long_wait": "node-death",
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
@@ -121,6 +127,7 @@ OPT_IN = {
     "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
+    "xid_stretch": "gpu-driver-fault",
 }
 
 
@@ -167,6 +174,9 @@ def choose(job: Any) -> dict[str, Any]:
     if name == "thermal-straggler" and "culprit_stall" in job.opt_in:
         r = stream(job, 23).uniform(0, 1, 2)
         v["culprit_stall"] = (float(120 + 180 * r[0]), float(0.1 + 0.4 * r[1]))  # (seconds, into the ramp)
+    if name == "gpu-driver-fault" and "xid_stretch" in job.opt_in:
+        r = stream(job, 24).uniform(0, 1, 2)
+        v["xid_stretch"] = (float(180 + 240 * r[0]), int(r[1] * job.gpus))  # (seconds of timeouts, the GPU)
     if name == "node-death" and "long_wait" in job.opt_in:
         v["long_wait"] = float(stream(job, 16).uniform(1200, 2400))  # seconds from the death to the kill
     if name == "training-instability" and "smooth_divergence" in job.opt_in:
@@ -190,6 +200,10 @@ def choose(job: Any) -> dict[str, Any]:
         r = stream(job, 22).uniform(0, 1, 3)
         v["exporter_stall"] = (float(240 + 60 * r[0]), float(0.3 + 0.4 * r[1]))
         v["cooling_drop"] = (float(8 + 6 * r[2]), 0.0)
+    if name in OPT_IN["hot_host"] and "hot_host" in job.opt_in:
+        r = stream(job, 24).uniform(0, 1, 3)
+        # (degC warmer, where in the training it warms, seconds the warming takes)
+        v["hot_host"] = (float(8 + 6 * r[0]), float(0.3 + 0.3 * r[1]), float(120 + 360 * r[2]))
     if name == "healthy" and draws[3] < 0.4:
         v["near_limit_save"] = float(rng.uniform(0.955, 0.975))
     if name == "rdma-degradation" and stream(job, 7).random() < 0.3:
@@ -477,3 +491,15 @@ def cooling_drop(job: Any, temp: np.ndarray, t: np.ndarray, onset: float, hold: 
         )
         temp[h] -= depth * float(rng.uniform(0.6, 1.4)) * shape[None, :]
     job.red_herrings["cooling_drop"] = f"{depth:.0f} degC at {onset + after:.0f}"
+
+
+def hot_host(job: Any, temp: np.ndarray, training: np.ndarray, t: np.ndarray, host: int) -> None:
+    """One host's GPUs all warm by about the drawn degrees (each by 0.8-1.2 of it: its inlet air warmed, a
+    fan slowed) partway into the training, and stay warm: the host's environment, no GPU's fault."""
+    warmer, where, secs = job.variants["hot_host"]
+    tt = t[training] if training.any() else t
+    t0 = float(tt[0] + where * (tt[-1] - tt[0]))
+    shape = np.clip((t - t0) / secs, 0, 1)
+    share = np.asarray(stream(job, 25).uniform(0.8, 1.2, temp.shape[1]))
+    temp[host] += warmer * share[:, None] * shape[None, :]
+    job.red_herrings["hot_host"] = f"{job.hosts[host]} {warmer:.0f} degC warmer from {t0:.0f}"

@@ -31,3 +31,14 @@ def test_one_stretch_of_exporter_timeouts_without_driver_errors_is_no_driver_fau
     result, truth = _diagnose(served_job, "gpu-driver-fault", 3, profile, nodes=8)
     assert result["diagnosis"]["class"] == "gpu-driver-fault"
     assert [c["host"] for c in result["diagnosis"]["culprits"]] == [c["host"] for c in truth["culprits"]]
+
+
+def test_one_stretch_of_timeouts_with_a_driver_xid_is_a_driver_fault(served_job):
+    """E23 09: one stretch of GPU exporter timeouts on a host whose GPU reports Xid 119 (a GSP RPC timeout: the
+    driver's own error) is a driver fault on that host, although no kernel error count grew; the stretch alone
+    (above) is not."""
+    result, truth = _diagnose(served_job, "gpu-driver-fault", 3, "nvidia", variants=("xid_stretch",), nodes=8)
+    assert result["diagnosis"]["class"] == "gpu-driver-fault"
+    assert [c["host"] for c in result["diagnosis"]["culprits"]] == [c["host"] for c in truth["culprits"]]
+    xid = [f for f in result["findings"] if f["title"].startswith("Xid 119 on")]
+    assert xid and xid[0]["hosts"] == [truth["culprits"][0]["host"]]

@@ -13,7 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from playbooks.detectors import _tenant, hang
+from playbooks.detectors._tenant import job_gpus
 from playbooks.diagnose import run_diagnosis
+from playbooks.synth._deploy import Exporters
 from playbooks.triage import triage_job
 
 SHARED = {"exporters": "shared-node", "nodes": 4, "gpus": 4, "hours": 1.0}
@@ -160,4 +163,43 @@ def test_a_hang_before_the_first_step_accuses_no_host_for_a_busy_tenant(served_j
     assert "pre_step" in truth["variants"]
     diag = run_diagnosis(client, triage=triage_job(job_dir).to_dict())["diagnosis"]
     assert diag["class"] == "collective-hang"
+    assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+
+
+def test_phases_misplaced_by_the_log_leave_no_host_without_job_gpus(served_job, monkeypatch):
+    """Corpus F seed 32 case 05 (node-death, 128 hosts): NeMo's undated steps were dated from the log's last
+    stamp, minutes before the GPUs trained, and the GPU exporter collected every other scrape: the steady
+    window straddled training's start, and half the hosts, a scrape late, had no GPU at the job's level and
+    none found to be the job's (47 hosts were then named in a collective hang). A host the log names holds
+    some of the job's GPUs: there the level over its whole training decides."""
+    ex = Exporters(trainer_gauges=False, gpu_collect_s=120.0)
+    client, truth, job_dir = served_job(
+        "node-death",
+        1,
+        "nvidia",
+        nodes=8,
+        gpus=4,
+        interval=60.0,
+        hours=1.0,
+        exporters=ex,
+        log_format="srun-nemo",
+    )
+    triage = triage_job(job_dir).to_dict()
+    early = 540.0  # the log's steps placed minutes before the GPUs ran them
+    triage["details"]["first_step_time"] -= early
+    triage["progress"]["last_step_time"] -= early
+    triage["details"]["log_loss"] = [[t - early, x] for t, x in triage["details"]["log_loss"]]
+    decided: list[set | None] = []
+
+    def spy(*args, **kw):
+        decided.append(out := job_gpus(*args, **kw))
+        return out
+
+    monkeypatch.setattr(hang, "job_gpus", spy)
+    monkeypatch.setattr(_tenant, "job_gpus", spy)
+    diag = run_diagnosis(client, triage=triage)["diagnosis"]
+    assert decided
+    for mine in decided:
+        assert mine is None or {h for h, _ in mine} == set(truth["hosts"])
+    assert diag["class"] == "node-death"
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
