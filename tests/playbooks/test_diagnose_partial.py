@@ -68,8 +68,9 @@ class _Routed(PrometheusClient):
     def query_range(self, promql, start, end, step=None):
         if not self._routed(promql):
             return self.fast.query_range(promql, start, end, step)
-        # by the metric the query reads (the temperature's, the clock's)
-        self.steps.setdefault(re.findall(r"DCGM_FI_DEV_\w+", promql)[-1], []).append(step)
+        # by the query (several read the temperature: the per-GPU values, the per-host sample count), a window
+        # tied to the step being the same query on a coarser grid
+        self.steps.setdefault(re.sub(r"\[\d+s\]", "[window]", promql), []).append(step)
         return super().query_range(promql, start, end, step)
 
     def query(self, promql, at=None):

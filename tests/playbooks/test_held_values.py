@@ -19,4 +19,7 @@ def test_values_held_through_an_exporter_stall_are_no_thermal_straggler(served_j
     client, truth, job_dir = served_job("healthy", seed, profile, variants=("stall_in_dip",), nodes=8)
     result = run_diagnosis(client, triage=triage_job(job_dir).to_dict())
     assert result["diagnosis"]["class"] == "healthy"
-    assert not [f for f in result["findings"] if f["class"] == "thermal-straggler"]
+    # a warm host's context note (info, another host) may stay; nothing may read the stalled host as hot
+    stalled = truth["red_herrings"]["exporter_stall"].split()[0]
+    thermal = [f for f in result["findings"] if f["class"] == "thermal-straggler"]
+    assert not [f for f in thermal if f["severity"] != "info" or stalled in f["hosts"]]
