@@ -17,6 +17,7 @@ import numpy as np
 
 from .anomaly import Grid, nan_median
 from .gpus import GPU_MODELS, GpuModel
+from .log_series import steps_per_point
 from .model import Playbook
 
 __all__ = ["Context", "Finding", "Timeline", "build_context", "focus_window", "triage_get"]
@@ -299,6 +300,9 @@ def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str,
     tl.train_start, tl.last_advance, tl.last_step = float(first_t), float(last_t), float(last)
     if triage_get(triage, "details", "last_step_time_estimated"):
         tl.train_start, tl.last_advance = _placed_by_power(tl, results)
+    elif (every := _print_interval_s(triage)) is not None:
+        # a log that prints every Nth step trained quietly after its last print: that print is a lower bound
+        tl.last_advance = _placed_by_power(tl, results, cap=tl.last_advance + every)[1]
     tl.warm_end = min(tl.train_start + 10 * step_s, tl.last_advance)
     # the log's restarts: from just before the new run's first step, which warms up again
     again = triage_get(triage, "details", "restarts") or []
@@ -310,8 +314,26 @@ def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str,
     return tl
 
 
-def _placed_by_power(tl: Timeline, results: Mapping[str, Any]) -> tuple[float, float]:
-    """Return (first, last) step times no earlier than the GPUs say, for steps the log did not date.
+def _print_interval_s(triage: Mapping[str, Any] | None) -> float | None:
+    """Return the seconds between two of the log's step lines when it prints every Nth step (N > 1), or None.
+
+    The mean over the run (first to last printed step): an evaluation's or a save's pause between two prints
+    makes it a little longer, which only widens the bound it sets."""
+    logged = triage_get(triage, "details", "steps_logged")
+    first_t = triage_get(triage, "details", "first_step_time")
+    last_t = triage_get(triage, "progress", "last_step_time")
+    if not isinstance(logged, int) or logged < 3 or not isinstance(first_t, int | float):
+        return None
+    if not isinstance(last_t, int | float) or steps_per_point(triage, logged) < 2 or last_t <= first_t:
+        return None
+    return (float(last_t) - float(first_t)) / (logged - 1)
+
+
+def _placed_by_power(
+    tl: Timeline, results: Mapping[str, Any], cap: float | None = None
+) -> tuple[float, float]:
+    """Return (first, last) step times no earlier than the GPUs say, for steps the log did not date or did
+    not print (a log that prints every Nth step: then no later than `cap`, one print after the last).
 
     Undated step lines are placed their own durations after the last dated line: the earliest they can have
     ended, early by whatever setup ran between (data loaders, compilation). The job's GPUs tell when it
@@ -334,6 +356,7 @@ def _placed_by_power(tl: Timeline, results: Mapping[str, Any]) -> tuple[float, f
     if level <= 0 or not len(on):
         return first, last
     end = float(t[on[-1]]) + (power.step / 2 if on[-1] + 1 < len(t) else 0.0)
+    end = min(end, cap) if cap is not None else end
     if end > last:
         last, tl.stall_unc_s = end, power.step
     return min(last, max(first, float(t[on[0]]) - power.step)), last

@@ -60,7 +60,7 @@ def with_log_step_time(
     points = [p for p in ((triage or {}).get("details") or {}).get("log_loss") or [] if p[0] is not None]
     if len(points) < MIN_POINTS + 1:
         return list(outputs)
-    stride = _steps_per_point(triage, len(points))
+    stride = steps_per_point(triage, len(points))
     times = [float(p[0]) for p in points]
     # a step's time, dated when it completed; a step line logged again after a restart (time going back) is none
     per_step = [[b, (b - a) / stride if b > a else None] for a, b in zip(times, times[1:], strict=False)]
@@ -74,7 +74,7 @@ def with_log_step_time(
     return out
 
 
-def _steps_per_point(triage: Mapping[str, Any] | None, n_points: int) -> float:
+def steps_per_point(triage: Mapping[str, Any] | None, n_points: int) -> float:
     """How many training steps lie between two of the log's timed points: a trainer that prints every 10th
     step (Megatron's and torchtitan's default log intervals) and the MAX_POINTS thinning both space them.
     From the first and last steps the log names over the points kept; 1 when they say nothing."""
