@@ -333,7 +333,8 @@ def _placed_by_power(
     tl: Timeline, results: Mapping[str, Any], cap: float | None = None
 ) -> tuple[float, float]:
     """Return (first, last) step times no earlier than the GPUs say, for steps the log did not date or did
-    not print (a log that prints every Nth step: then no later than `cap`, one print after the last).
+    not print (a log that prints every Nth step: then beyond the blur of either's timing and no later than
+    `cap`, one print after the last).
 
     Undated step lines are placed their own durations after the last dated line: the earliest they can have
     ended, early by whatever setup ran between (data loaders, compilation). The job's GPUs tell when it
@@ -356,10 +357,18 @@ def _placed_by_power(
     if level <= 0 or not len(on):
         return first, last
     end = float(t[on[-1]]) + (power.step / 2 if on[-1] + 1 < len(t) else 0.0)
-    end = min(end, cap) if cap is not None else end
+    if cap is not None:  # the last print is exact: the GPUs move it only beyond their own timing's blur
+        end = min(end, cap) if end > last + _timing_tolerance(tl, power.step) else last
     if end > last:
         last, tl.stall_unc_s = end, power.step
     return min(last, max(first, float(t[on[0]]) - power.step)), last
+
+
+def _timing_tolerance(tl: Timeline, grid_step: float) -> float:
+    """Return how much later one source must date the last step than another to be believed over it: a grid
+    step or two (a gauge's sampling, a power reading's averaging and its fall) or two training steps, at
+    least a minute."""
+    return max(60.0, 2 * grid_step, 2 * float(tl.step_s or 0.0))
 
 
 def _analysed_range(source: Any, results: Mapping[str, Any]) -> tuple[float, float]:
@@ -400,7 +409,7 @@ def _last_advance(
         isinstance(logged, int | float)
         and tl.last_advance is not None
         and tl.start <= logged <= tl.end + 60
-        and logged > tl.last_advance + max(60.0, 2 * step.step, 2 * float(tl.step_s or 0.0))
+        and logged > tl.last_advance + _timing_tolerance(tl, step.step)
     ):
         tl.gauge_lag_s = float(logged) - tl.last_advance
         tl.last_advance = float(logged)
