@@ -155,7 +155,8 @@ class Signal:
             (`instance` without its port) is this series' `instance` (exporters scraped by IP, DCGM with
             `--no-hostname`); `host_from` is then "instance". "" for none.
         host_alias: (old, new) host names: an exporter pod restarted under another name on the same
-            target reports `new` from then on; its earlier series are renamed to it.
+            target reports `new` from then on; its earlier series are renamed to it. With `host_join`:
+            (old, new) addresses of one GPU exporter (the same GPU UUIDs) whose pod came back elsewhere.
         fill_filter: PromQL of a 0/1 staleness-fill gauge; samples where it is 1 are dropped.
         as_counter: the exporter exposes as a counter what `SIGNALS` calls a gauge (PSI seconds, whose rate
             x 100 is the percentage another exporter reports directly).
@@ -300,6 +301,8 @@ class Signal:
         raw = tuple(
             "instance" if n == "host" else (self.gpu_from or "gpu") if n == "gpu" else n for n in labels
         )
+        for old, new in self.host_alias:  # an address its restarted pod reported from before: the node's
+            inner = f'label_replace({inner}, "instance", "{new}", "instance", "{_regex_literal(old)}(?::[0-9]+)?")'
         first = f"{agg} by ({', '.join(raw)}) ({inner})"
         named = f'label_replace({first}, "stepwise_ip", "$1", "instance", "{_ADDRESS}")'
         named = f'label_replace({named} * on (stepwise_ip) group_left (nodename) {uname_hosts(window)}, "host", "$1", "nodename", "(.+)")'
