@@ -63,24 +63,30 @@ def _det_peer_outlier(
     with np.errstate(all="ignore"):
         zz = d / scale[None, :]
         cond = (zz >= float(p.get("z", 6.0))) & (d >= float(p.get("min_rel", 0.0)) * np.abs(med)[None, :])
-    cond &= m[None, :]
+    # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
+    # disarray (its members follow a move each with its own timing and share), one member's place in it is
+    # not its own doing: such instants do not date a departure
+    unrest = disarray(dev, g.pack, scale)
+    moving = unrest | fleet_move(med, scale, m)
+    # nor is excess judged there, nor while the pack's level is away from its usual one (a dip at every
+    # evaluation or checkpoint is its rhythm, yet a member sampled a little before or after the others, or
+    # one host's GPUs that the dip missed, stand apart from it for as long as it lasts): only where the
+    # pack holds its level
+    judged = m & ~(unrest | away(g.t, med, scale, m))
+    cond &= judged[None, :]
     cond &= ~np.isnan(vals)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    flagged = _flag(ctx, g, cond, m, length, p)
+    flagged = _flag(ctx, g, cond, judged, length, p)
     # a host whose GPUs stand out together is judged against itself: what its GPUs share is its own
     least = float(p.get("min_rel", 0.0)) * np.abs(med)
     warm = _host_wide(g, flagged, (d, zz, cond), scale, (float(p.get("z", 6.0)), least))
     if warm:
-        flagged = _flag(ctx, g, cond, m, length, p)
+        flagged = _flag(ctx, g, cond, judged, length, p)
     if not flagged and warm:
         return _host_note(ctx, pb, rule, g, warm, sign)
     if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
         return None
     hosts, gpus, ev, onset = [], [], [], None
-    # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
-    # disarray (its members follow a move each with its own timing and share), one member's place in it is
-    # not its own doing: such instants do not date a departure
-    moving = disarray(dev, g.pack, scale) | fleet_move(med, scale, m)
     # values the mask took out (a silent exporter's, held by the lookback) are unknown, not in the pack: a
     # row in its place before such a silence and beyond it after left during it, as across a disarray
     held = np.isnan(vals) & ~np.isnan(g.values)
@@ -109,14 +115,17 @@ def _det_peer_outlier(
 
 
 def _flag(
-    ctx: Context, g: Grid, cond: np.ndarray, m: np.ndarray, length: int, p: Mapping[str, Any]
+    ctx: Context, g: Grid, cond: np.ndarray, judged: np.ndarray, length: int, p: Mapping[str, Any]
 ) -> list[tuple[int, int]]:
-    """Return (row, first index of its sustained stretch) of the rows beyond the pack long enough."""
+    """Return (row, first index of its sustained stretch) of the rows beyond the pack long enough: for
+    `length` of the `judged` instants (those between are no evidence either way)."""
+    cols = np.nonzero(judged)[0]
+    kept = cond[:, cols]
     flagged = []
     for r in range(len(g.labels)):
-        i = first_sustained(cond[r], length, float(p.get("min_fraction", 0.8)))
-        if i is not None and _rare(ctx, g, cond, m, r, i, length, p):
-            flagged.append((r, i))
+        i = first_sustained(kept[r], length, float(p.get("min_fraction", 0.8)))
+        if i is not None and _rare(ctx, g, kept, np.ones(len(cols), bool), r, i, length, p):
+            flagged.append((r, int(cols[i])))
     return flagged
 
 
@@ -237,6 +246,26 @@ def disarray(dev: np.ndarray, pack: Mapping[str, np.ndarray] | None, scale: np.n
         spread_t = MAD_SCALE * pack["mad"] if pack and "mad" in pack else robust_spread(dev, axis=0)
         out = spread_t > DISARRAY * scale
     return np.where(np.isnan(out), False, out).astype(bool)
+
+
+#: The pack's usual level at an instant is its median level within this many seconds either side.
+USUAL_LEVEL_S = 1800.0
+
+
+def away(t: np.ndarray, level: np.ndarray, scale: np.ndarray, judged: np.ndarray) -> np.ndarray:
+    """Return the instants where the pack's `level` is further than DISARRAY times the members' typical
+    wander (`scale`) from its usual level: its median over the `judged` instants within USUAL_LEVEL_S
+    (a dip, a spike or a step; a slow drift of the whole pack moves its usual level with it)."""
+    out = np.zeros(len(level), bool)
+    ok = judged & np.isfinite(level)
+    if not ok.any():
+        return out
+    tj, lj = t[ok], level[ok]
+    lo = np.searchsorted(tj, t - USUAL_LEVEL_S, side="left")
+    hi = np.searchsorted(tj, t + USUAL_LEVEL_S, side="right")
+    for k in np.nonzero(ok)[0]:
+        out[k] = abs(level[k] - float(np.median(lj[lo[k] : hi[k]]))) > DISARRAY * scale[k]
+    return out
 
 
 def fleet_move(level: np.ndarray, scale: np.ndarray, judged: np.ndarray) -> np.ndarray:
