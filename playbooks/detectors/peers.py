@@ -62,17 +62,13 @@ def _det_peer_outlier(
     scale = np.where(scale > 0, scale, np.nan)
     with np.errstate(all="ignore"):
         zz = d / scale[None, :]
-        cond = (zz >= float(p.get("z", 6.0))) & (d >= float(p.get("min_rel", 0.0)) * np.abs(med)[None, :])
     # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
     # disarray (its members follow a move each with its own timing and share), one member's place in it is
-    # not its own doing: such instants do not date a departure
+    # not its own doing: such instants do not date a departure, nor is excess judged in a disarray
     unrest = disarray(dev, g.pack, scale)
     moving = unrest | fleet_move(med, scale, m)
-    # nor is excess judged there, nor while the pack's level is away from its usual one (a dip at every
-    # evaluation or checkpoint is its rhythm, yet a member sampled a little before or after the others, or
-    # one host's GPUs that the dip missed, stand apart from it for as long as it lasts): only where the
-    # pack holds its level
-    judged = m & ~(unrest | away(g.t, med, scale, m))
+    judged = m & ~unrest
+    cond = _beyond(d, scale, med, np.abs(med - usual_level(g.t, med, m)), p)
     cond &= judged[None, :]
     cond &= ~np.isnan(vals)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
@@ -112,6 +108,22 @@ def _det_peer_outlier(
             )
         )
     return _finding(pb, rule, hosts, gpus, onset, ev)
+
+
+def _beyond(
+    d: np.ndarray, scale: np.ndarray, med: np.ndarray, away: np.ndarray, p: Mapping[str, Any]
+) -> np.ndarray:
+    """Return where each row's deviation `d` stands beyond the pack (`z` times its `scale`, and `min_rel`
+    of its level `med`) by more than the pack's own excursion from its usual level (`away`): while the pack
+    dips (an evaluation, a checkpoint, a cooling change), a member sampled a little before or after the
+    others, or one whose host the dip missed, holds its place apart by as much as the dip, which is not
+    its own doing."""
+    with np.errstate(all="ignore"):
+        own = d - np.where(np.isfinite(away), away, 0.0)[None, :]
+        out: np.ndarray = (own >= float(p.get("z", 6.0)) * scale[None, :]) & (
+            own >= float(p.get("min_rel", 0.0)) * np.abs(med)[None, :]
+        )
+    return out
 
 
 def _flag(
@@ -252,19 +264,19 @@ def disarray(dev: np.ndarray, pack: Mapping[str, np.ndarray] | None, scale: np.n
 USUAL_LEVEL_S = 1800.0
 
 
-def away(t: np.ndarray, level: np.ndarray, scale: np.ndarray, judged: np.ndarray) -> np.ndarray:
-    """Return the instants where the pack's `level` is further than DISARRAY times the members' typical
-    wander (`scale`) from its usual level: its median over the `judged` instants within USUAL_LEVEL_S
-    (a dip, a spike or a step; a slow drift of the whole pack moves its usual level with it)."""
-    out = np.zeros(len(level), bool)
+def usual_level(t: np.ndarray, level: np.ndarray, judged: np.ndarray) -> np.ndarray:
+    """Return the pack's usual level at each instant: the median of its `level` over the `judged` instants
+    within USUAL_LEVEL_S either side (a dip or a spike leaves it; a slow drift of the whole pack moves it
+    along); NaN where there is none."""
+    out = np.full(len(level), np.nan)
     ok = judged & np.isfinite(level)
     if not ok.any():
         return out
     tj, lj = t[ok], level[ok]
     lo = np.searchsorted(tj, t - USUAL_LEVEL_S, side="left")
     hi = np.searchsorted(tj, t + USUAL_LEVEL_S, side="right")
-    for k in np.nonzero(ok)[0]:
-        out[k] = abs(level[k] - float(np.median(lj[lo[k] : hi[k]]))) > DISARRAY * scale[k]
+    for k in np.nonzero(hi > lo)[0]:
+        out[k] = float(np.median(lj[lo[k] : hi[k]]))
     return out
 
 
