@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _variants, _variants_thermal
+from . import _variants
 from ._sim_plan import TIB, GpuFault
 from ._sim_state import Sim
 
@@ -116,11 +116,10 @@ def _thermal_straggler(s: Sim) -> None:
     job, rng, g, ch, cg = s.job, s.rng, s.gpu, s.inc.host, s.inc.gpu
     ramp = float(s.inc.slow.ramp)
     frac = np.clip((s.grid.t - s.inc.onset) / ramp, 0, 1) * s.grid.training
-    rise = _variants_thermal.rise(job, float(rng.uniform(22, 32)))
+    rise = float(rng.uniform(22, 32))
     g.temp[ch, cg] = g.temp[ch, cg] + rise * frac
     g.clock[ch, cg] = g.clock[ch, cg] * (1 - float(rng.uniform(0.2, 0.35)) * np.clip(frac * 1.5 - 0.3, 0, 1))
     g.power[ch, cg] = g.power[ch, cg] * (1 - 0.15 * frac)
-    _variants_thermal.jitter(job, g.temp)
     if "capped_rack" in job.variants:
         _variants.capped_rack(job, g.temp, g.clock, g.power, ch)
     if "cooling_drop" in job.variants:

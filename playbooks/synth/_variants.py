@@ -128,7 +128,6 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
     "xid_stretch": "gpu-driver-fault",
-    "mild_heat": "thermal-straggler",  # _variants_thermal
     "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
 }
 

@@ -1,12 +1,9 @@
-"""Off-by-default variants of the thermal straggler (see `_variants` for the others and their streams).
+"""Off-by-default variants of the GPUs' temperatures (see `_variants` for the others and their streams).
 
-- thermal-straggler `mild_heat`: the pack runs close to its model's slowdown temperature, so the hot GPU
-  throttles (its clock 20-35 % down) after heating only 7-10 degC above its own place in the pack, and
-  every GPU's reading jitters by about a degree from scrape to scrape (fans, load): read as whole degrees
-  (DCGM, nvidia-smi), the pack's spread is mostly rounding, and the rise is some ten times its noise.
-- healthy, thermal-straggler `missed_dip`: once, partway into the training, the cooling of every rack but one host's dips
-  (8-14 degC, each host by its own share and up to a scrape late, for 3-5 minutes, recovering over 3): the
-  spared host's GPUs hold their level while the pack cools, and stand above it for the dip's length.
+- healthy, thermal-straggler `missed_dip`: once, partway into the training, the cooling of every rack but
+  one host's dips (8-14 degC, each host by its own share and up to a scrape late, for 3-5 minutes,
+  recovering over 3): the spared host's GPUs hold their level while the pack cools, and stand above it
+  for the dip's length.
 """
 
 from __future__ import annotations
@@ -20,8 +17,6 @@ from ._variants import stream
 
 def choose(job: Any, v: dict[str, Any]) -> None:
     """Add this module's variants of `job` to `v` (drawn from their own streams: 40 and up)."""
-    if job.scenario.name == "thermal-straggler" and "mild_heat" in job.opt_in:
-        v["mild_heat"] = float(stream(job, 40).uniform(7.0, 10.0))  # degC the hot GPU rises
     if job.scenario.name in ("healthy", "thermal-straggler") and "missed_dip" in job.opt_in:
         r = stream(job, 42).uniform(0, 1, 4)
         # (degC, where in the training, seconds it lasts, the spared host)
@@ -31,17 +26,6 @@ def choose(job: Any, v: dict[str, Any]) -> None:
             float(180 + 120 * r[2]),
             int(r[3] * job.nodes),
         )
-
-
-def rise(job: Any, drawn: float) -> float:
-    """Return how far the hot GPU heats: the scenario's `drawn` rise, or a mild one."""
-    return float(job.variants.get("mild_heat", drawn))
-
-
-def jitter(job: Any, temp: np.ndarray) -> None:
-    """Add each GPU's scrape-to-scrape temperature jitter (sd 0.9 degC) to `temp` in place."""
-    if "mild_heat" in job.variants:
-        temp += stream(job, 41).normal(0.0, 0.9, temp.shape)
 
 
 def missed_dip(job: Any, temp: np.ndarray, t: np.ndarray, training: np.ndarray) -> None:
