@@ -191,7 +191,8 @@ def _dcgm(lay: _Layout) -> Iterator[Item]:
 
 def _nvsmi(lay: _Layout) -> Iterator[Item]:
     """nvidia_gpu_exporter: `nvidia_smi_<query field>` in base units, each GPU labelled by its `uuid` only; the
-    index is the value of nvidia_smi_index and a label of nvidia_smi_gpu_info; no Xid, no PCIe replays."""
+    index is the value of nvidia_smi_index and a label of nvidia_smi_gpu_info; no PCIe replays; Xids as its
+    NVML backend exports them (`_nvsmi_xids`)."""
     job, gs = lay.job, lay.job.gpu_sig
     uuids = _uuids(job)
 
@@ -221,6 +222,31 @@ def _nvsmi(lay: _Layout) -> Iterator[Item]:
     ]
     for name, arr, fmt in fams:
         yield from _gpu_family(lay, name, arr, fmt, extra)
+    yield from _nvsmi_xids(lay, extra)
+
+
+def _nvsmi_xids(lay: _Layout, extra: Callable[[int, int], dict[str, str]]) -> Iterator[Item]:
+    """nvidia_gpu_exporter's NVML-backend Xid families (its docs/METRICS.md): per GPU and code, from the code's
+    first event on, `nvidia_smi_xid_errors_total` (the events so far) and `nvidia_smi_xid_last_timestamp_seconds`
+    (when the last came). An event is the GPU's Xid gauge turning to the code; one held from the data's start
+    came a day before it (a stale Xid)."""
+    job = lay.job
+    xid, t = job.gpu_sig["xid"], job.t
+    for code in sorted({int(c) for c in np.unique(xid) if c > 0}):
+        on = xid == code
+        event = on & ~np.concatenate([np.zeros_like(on[..., :1]), on[..., :-1]], axis=-1)
+        when = np.where(event, t, np.nan)
+        when[..., 0] = np.where(event[..., 0], t[0] - 86400.0, np.nan)
+        count = np.cumsum(event, axis=-1).astype(float)
+        count[count == 0] = np.nan
+
+        def labels(h: int, g: int, code: int = code) -> dict[str, str]:
+            return extra(h, g) | {"xid": str(code)}
+
+        yield from _gpu_family(lay, "nvidia_smi_xid_errors_total", count, "d", labels)
+        yield from _gpu_family(
+            lay, "nvidia_smi_xid_last_timestamp_seconds", np.fmax.accumulate(when, axis=-1), "d", labels
+        )
 
 
 def _dme(lay: _Layout) -> Iterator[Item]:
