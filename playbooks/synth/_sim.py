@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import _sim_scenarios, _variants
+from . import _sim_scenarios, _variants, _variants_apply
 from ._sim_parts import (
     STEP_FIELDS,
     _gpu_counters,
@@ -48,7 +48,7 @@ def simulate(job: Job) -> Job:
     big_h = _red_herrings(s)
     _sim_scenarios.apply(s)
     if "near_limit_save" in job.variants:
-        _variants.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
+        _variants_apply.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
     if "hot_host" in job.variants:
         # a thermal straggler's own host, or any host of a healthy job
         warm = (
@@ -56,20 +56,22 @@ def simulate(job: Job) -> Job:
             if job.scenario.name == "thermal-straggler"
             else int(_variants.stream(job, 26).integers(job.nodes))
         )
-        _variants.hot_host(job, s.gpu.temp, grid.training, grid.t, warm)
+        _variants_apply.hot_host(job, s.gpu.temp, grid.training, grid.t, warm)
     if "exporter_stall" in job.variants:
         if "stall_in_dip" in job.opt_in:
             secs = job.variants["exporter_stall"][0]
-            _variants.cooling_drop(job, s.gpu.temp, grid.t, _variants.stall_start(job), hold=secs + 60.0)
+            _variants_apply.cooling_drop(
+                job, s.gpu.temp, grid.t, _variants_apply.stall_start(job), hold=secs + 60.0
+            )
         hs = s.host
-        _variants.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
+        _variants_apply.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
     if "culprit_stall" in job.variants:
         secs, into = job.variants["culprit_stall"]
         at = (s.inc.host, s.inc.onset + into * float(s.inc.slow.ramp), secs)
-        _variants.exporter_stall(job, s.host.timeouts, s.host.scrape, s.host.gpu_present, grid.t, at)
+        _variants_apply.exporter_stall(job, s.host.timeouts, s.host.scrape, s.host.gpu_present, grid.t, at)
     _store(s, big_h)
     _gpu_counters(job, rng, (job.nodes, job.gpus, grid.n))
-    _variants.late_exporter(job, s.host.present)
+    _variants_apply.late_exporter(job, s.host.present)
     job.present = s.host.present
     job.gpu_present = s.host.gpu_present & s.host.present
     job.scrape_timeout_mask = s.host.timeouts
@@ -173,7 +175,7 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
         _truncate_steps(job, job.step_end <= job.stall_time)
 
     if "elastic_restart" in job.variants:
-        _variants.elastic_restart(job, onset, STEP_FIELDS)
+        _variants_apply.elastic_restart(job, onset, STEP_FIELDS)
     if job.onset is None and sc.klass != "healthy":
         job.onset = onset
     if sc.name == "collective-hang":
@@ -185,11 +187,11 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
         i0 = int(np.searchsorted(job.step_end, onset))
         job.onset = float(job.step_end[max(0, i0 - 1)]) if i0 else float(job.step_end[0])
         if "smooth_divergence" in job.variants:
-            _variants.smooth_divergence(job, i0)
+            _variants_apply.smooth_divergence(job, i0)
         else:
             _instability(job, rng, i0)
         if "nan_stop" in job.variants:
-            _variants.nan_stop(job, i0, STEP_FIELDS, rng)
+            _variants_apply.nan_stop(job, i0, STEP_FIELDS, rng)
 
     # steps config: complete jobs ran all their steps; others meant to go further.
     last = job.last_step if job.last_step is not None else 0
@@ -330,7 +332,7 @@ def _host_signals(job: Job, rng: np.random.Generator, grid: Grid) -> HostSignals
     running = np.where(train, rng.integers(6, 14, (K, N)), rng.integers(1, 4, (K, N))).astype(float)
     running = np.where(grid.hang[None, :], rng.integers(8, 14, (K, N)), running)
     if "host_background" in job.variants:
-        _variants.host_background(job, running, t >= job.train_start - 300)
+        _variants_apply.host_background(job, running, t >= job.train_start - 300)
     cpu_util = np.where(train, rng.uniform(18, 30, (K, N)), rng.uniform(1, 4, (K, N)))
     ctx_rate = np.where(train, rng.uniform(2e4, 6e4, (K, N)), rng.uniform(3e3, 6e3, (K, N)))
     tcp_rate = np.abs(rng.normal(0.4, 0.4, (K, N)))
@@ -375,7 +377,7 @@ def _nic_signals(job: Job, rng: np.random.Generator, grid: Grid) -> NicSignals:
     rdma_bw = np.where(train, rng.uniform(8e9, 12e9, nshape), rng.uniform(1e5, 1e6, nshape))
     retx = np.abs(rng.normal(0, 0.02, nshape)) * (rng.random(nshape) < 0.01)
     ack = np.zeros(nshape)
-    trickle_retx, trickle_ack = _variants.rdma_trickle(job, K, D, N)
+    trickle_retx, trickle_ack = _variants_apply.rdma_trickle(job, K, D, N)
     retx, ack = retx + trickle_retx, ack + trickle_ack
     cnp = np.where(train, np.abs(rng.normal(0.5, 0.5, nshape)), 0.0)
     return NicSignals(

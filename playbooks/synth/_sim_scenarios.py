@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _variants
+from . import _variants_apply
 from ._sim_plan import TIB, GpuFault
 from ._sim_state import Sim
 
@@ -19,7 +19,7 @@ def _collective_hang(s: Sim) -> None:
     job, rng, g, ch = s.job, s.rng, s.gpu, s.inc.host
     K, G, N = job.nodes, job.gpus, s.grid.n
     if "pre_step" in job.variants:
-        _variants.pre_step_hang(job, g.util, g.power, s.grid.hang, job.gpu.idle_w)
+        _variants_apply.pre_step_hang(job, g.util, g.power, s.grid.hang, job.gpu.idle_w)
         return
     if rng.random() < 0.5 and K > 2:
         stuck = rng.choice(G, size=int(rng.integers(2, max(3, G - 1))), replace=False)
@@ -33,7 +33,7 @@ def _collective_hang(s: Sim) -> None:
     else:
         job.notes.append("uniform deadlock: every GPU busy-waits; no origin host")
     if "noisy_spin" in job.variants:
-        _variants.noisy_spin(job, g.util, s.grid.hang)
+        _variants_apply.noisy_spin(job, g.util, s.grid.hang)
 
 
 def _network_hang(s: Sim) -> None:
@@ -84,7 +84,7 @@ def _heartbeat_false_positive(s: Sim) -> None:
     job.accused_tasks = acc
     job.culprits = []
     if "hb_net_blip" in job.variants:
-        _variants.hb_net_blip(job, s.nic.retx, s.nic.ack, s.grid.t, acc[0], s.inc.onset)
+        _variants_apply.hb_net_blip(job, s.nic.retx, s.nic.ack, s.grid.t, acc[0], s.inc.onset)
     job.notes.append(
         "accused hosts trained at full power until the kill: " + ", ".join(job.hosts[a] for a in acc)
     )
@@ -100,7 +100,7 @@ def _host_oom(s: Sim) -> None:
     ramp = (t >= info["ramp_start"]) & (t < info["kill"])
     frac = np.clip((t - info["ramp_start"]) / max(1.0, info["kill"] - info["ramp_start"]), 0, 1)
     if "staircase" in job.variants:
-        _variants.staircase(job, mem, h, t, info["ramp_start"])
+        _variants_apply.staircase(job, mem, h, t, info["ramp_start"])
     mem[h] = np.where(ramp, mem[h] + (2 * TIB * 0.999 - mem[h]) * frac, mem[h])
     mem[h] = np.where(t >= info["kill"], 2 * TIB * rng.uniform(0.08, 0.1), mem[h])
     hs.oom_rate[h] = np.where((t >= info["kill"]) & (t < info["kill"] + job.interval), 1.0 / job.interval, 0)
@@ -121,9 +121,9 @@ def _thermal_straggler(s: Sim) -> None:
     g.clock[ch, cg] = g.clock[ch, cg] * (1 - float(rng.uniform(0.2, 0.35)) * np.clip(frac * 1.5 - 0.3, 0, 1))
     g.power[ch, cg] = g.power[ch, cg] * (1 - 0.15 * frac)
     if "capped_rack" in job.variants:
-        _variants.capped_rack(job, g.temp, g.clock, g.power, ch)
+        _variants_apply.capped_rack(job, g.temp, g.clock, g.power, ch)
     if "cooling_drop" in job.variants:
-        _variants.cooling_drop(job, g.temp, s.grid.t, s.inc.onset)
+        _variants_apply.cooling_drop(job, g.temp, s.grid.t, s.inc.onset)
     job.culprits = [{"host": job.hosts[ch], "gpu": str(cg)}]
 
 
@@ -133,7 +133,7 @@ def _rdma_degradation(s: Sim) -> None:
     n_bad = int(rng.integers(1, min(3, K - 1) + 1)) if K > 2 else 1
     bad = sorted({int(x) for x in rng.choice(np.arange(1, K), size=n_bad, replace=False)}) if K > 1 else [0]
     if job.variants.get("majority_degraded"):
-        bad = _variants.majority_degraded(job, bad)
+        bad = _variants_apply.majority_degraded(job, bad)
     on = (s.grid.t >= s.inc.onset) & s.grid.training
     for j, h in enumerate(bad):
         d = int(rng.integers(0, D))
@@ -162,7 +162,7 @@ def _monitoring_ghost_data(s: Sim) -> None:
     job, ch = s.job, s.inc.host
     job.frozen_from[ch] = int(np.searchsorted(s.grid.t, s.inc.onset))
     if "short_freeze" in job.variants:
-        job.frozen_from[ch], job.frozen_to[ch] = _variants.short_freeze(job, s.grid.t, s.inc.onset)
+        job.frozen_from[ch], job.frozen_to[ch] = _variants_apply.short_freeze(job, s.grid.t, s.inc.onset)
     if "node_freeze" in job.variants:
         job.notes.append("the node_exporter froze, not the GPU exporter")
     job.culprits = [{"host": job.hosts[ch], "gpu": None}]

@@ -13,7 +13,8 @@ Each panel aggregates in Prometheus, never in Python:
   device's raw series on a coarser grid, one selector pass; the median, each device's score, the top-k
   and the typical score are taken on the server, as `max_over_time(abs(x - scalar(quantile(0.5, x)))
   [window:step])` would, without a quantile per grid point in Prometheus), so one hot GPU among 1,024 is
-  drawn and named. The band's three lines are one range query. A band whose per-device
+  drawn and named. The band's min and max are one range query; its median is taken from the score's
+  grid (every device's series there, already fetched), not by a quantile at each step. A band whose per-device
   expression is rated or aggregated (a counter's per-host sum of rates) and small enough is instead one
   range query of every device, split on the server into the band, the scores and the top-k
   (`queries.SPLIT_MAX_SAMPLES`): PromQL would evaluate it once per band line and twice per score step.

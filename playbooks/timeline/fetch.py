@@ -13,7 +13,7 @@ from .context import TimelineContext
 from .panels import PANELS, TimelineError
 from .promql import _bare_expr, _fmt_seconds, _label_vector, _select
 from .queries import DEFAULT_MAX_LINES, DEFAULT_TOPK, PanelPlan, budget_note, panel_queries, score_grid
-from .traces import PanelData, _device_scores, _panel_from_results, _scored, _unavailable_message
+from .traces import PanelData, Trace, _device_scores, _panel_from_results, _scored, _unavailable_message
 
 
 def panels_fetch(
@@ -58,7 +58,7 @@ def panels_fetch(
     results = client.run_parallel([call for _, _, call in jobs], max_concurrency=max_concurrency)
     for (i, role, _), result in zip(jobs, results, strict=True):
         if role == "score" and not isinstance(result, PrometheusError):
-            result, outliers = result
+            result, per_panel[i]["median"], outliers = result
             if outliers is not None:
                 per_panel[i]["outliers_query"], per_panel[i]["outliers"] = outliers
         per_panel[i][role] = result
@@ -76,11 +76,11 @@ def panels_fetch(
 
 
 def _cost(plan: PanelPlan, role: str, ctx: TimelineContext) -> float:
-    """Return a query's relative cost: the series it reads times its points (a band query aggregates three
-    times, a score reads the series raw on a coarser grid), to start the costliest first."""
+    """Return a query's relative cost: the series it reads times its points (a band query aggregates twice,
+    its min and max, a score reads the series raw on a coarser grid), to start the costliest first."""
     series = max(1, ctx.series_count(plan.spec))
     step = plan.score_step if role == "score" else plan.step
-    return (3.0 if role == "band" else 1.0) * series / max(step, 1.0)
+    return (2.0 if role == "band" else 1.0) * series / max(step, 1.0)
 
 
 def _score_and_outliers(
@@ -91,19 +91,20 @@ def _score_and_outliers(
     start: float,
     end: float,
     topk: int,
-) -> tuple[Any, tuple[str, Any] | None]:
-    """Return (every series' score, (the query, the series) of the top-k fetched by label or None).
+) -> tuple[Any, Trace | None, tuple[str, Any] | None]:
+    """Return (every series' score, the band's median trace or None, (the query, the series) of the top-k
+    fetched by label or None).
 
-    The scores are taken from every device's series on the score's grid (`_device_scores`). The score query
-    raising PrometheusError raises it (the panel shows the error); the top-k's error is returned in their
-    place, as any other query's."""
+    The scores and the median are taken from every device's series on the score's grid (`_device_scores`).
+    The score query raising PrometheusError raises it (the panel shows the error); the top-k's error is
+    returned in their place, as any other query's."""
     first, last = score_grid(start, end, plan.score_step)
-    scored = _device_scores(
+    scored, median = _device_scores(
         client.query_range(score, first, last, plan.score_step), first, plan.score_step, end
     )
-    top = _scored(scored or [], 0.0, topk)[0]
+    top = _scored(scored, 0.0, topk)[0]
     if not top:
-        return scored, None
+        return scored, median, None
     rows = [{n: s.labels.get(n, "") for n in plan.labels} for s in top]
     if plan.bare:
         sig = ctx.profile.signal(plan.spec.signal)
@@ -113,6 +114,6 @@ def _score_and_outliers(
     else:
         q = f"{plan.expr} and on ({', '.join(plan.labels)}) ({_label_vector(rows)})"
     try:
-        return scored, (q, client.query_range(q, start, end, plan.step))
+        return scored, median, (q, client.query_range(q, start, end, plan.step))
     except PrometheusError as exc:
-        return scored, (q, exc)
+        return scored, median, (q, exc)

@@ -35,7 +35,8 @@ class Trace:
         t, v: unix seconds and values.
         score: the outlier's largest deviation from the median, in the panel's unit.
         axis: a compared job's own step axis, which maps its times to steps (None: the panel's job's).
-        step: the query step of a compared job's trace (0: the panel's).
+        step: the step of a trace on a grid of its own (a compared job's, a band's median on the score's
+            grid), which its holes are judged by; 0: the panel's.
     """
 
     name: str
@@ -105,25 +106,35 @@ def _deviations(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return median, scores
 
 
-def _device_scores(found: Sequence[Series], first: float, step: float, at: float) -> list[InstantSample]:
-    """Return every device's score from its series on the score grid (`first` + k x `step`): its largest
-    deviation from the median of all devices at each grid time, what `max_over_time(abs(x - scalar(quantile(
-    0.5, x)))[..:step])` returns at `at`, one sample a device with any value."""
+def _device_scores(
+    found: Sequence[Series], first: float, step: float, at: float
+) -> tuple[list[InstantSample], Trace | None]:
+    """Return (every device's score, the band's median trace or None) from every device's series on the score
+    grid (`first` + k x `step`).
+
+    A device's score is its largest deviation from the median of all devices at each grid time, what
+    `max_over_time(abs(x - scalar(quantile(0.5, x)))[..:step])` returns at `at`, one sample a device with
+    any value. The median at each grid time some device has a value is the band's median line, as
+    `quantile(0.5, x)` evaluated on that grid gives it: Prometheus need not compute it again at the band's
+    finer step."""
     rows = [s for s in found if s.timestamps]
     if not rows:
-        return []
+        return [], None
     counts = [len(s.timestamps) for s in rows]
     t = np.fromiter(chain.from_iterable(s.timestamps for s in rows), float, sum(counts))
     v = np.fromiter(chain.from_iterable(s.values for s in rows), float, sum(counts))
     col = np.rint((t - first) / step).astype(np.int64)  # a range query's times sit on its grid
     grid = np.full((len(rows), int(col.max()) + 1), np.nan)
     grid[np.repeat(np.arange(len(rows)), counts), col] = v
-    _, scores = _deviations(grid)
-    return [
+    median, scores = _deviations(grid)
+    has = ~np.isnan(grid).all(axis=0)
+    times = first + step * np.arange(grid.shape[1])
+    scored = [
         InstantSample(dict(s.labels), at, float(x))
         for s, x in zip(rows, scores, strict=True)
         if np.isfinite(x)
     ]
+    return scored, Trace("median", "median", {}, times[has], median[has], step=step)
 
 
 def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[Trace]:
@@ -247,12 +258,14 @@ def _band_traces(plan: PanelPlan, results: dict[str, Any], topk: int) -> tuple[l
         devices.sort(key=_trace_order)  # ties ranked by name, as lines are
         return _band_split(devices, topk, floor)
     band = []
-    by_stat = {s.labels.get("stat"): s for s in results["band"]}
+    by_stat: dict[Any, Any] = {s.labels.get("stat"): s for s in results["band"]}
     for stat in ("min", "median", "max"):
         if stat in by_stat:
             tr = _to_trace(by_stat[stat], stat)
             tr.name = stat
             band.append(tr)
+        elif stat == "median" and results.get("median") is not None:
+            band.append(results["median"])  # on the score's grid (`_device_scores`)
     scored, bar = _scored(results.get("score") or [], floor, topk)
     scores = {_key(s.labels, plan.labels): s.value for s in scored}
     outliers = []

@@ -41,7 +41,10 @@ def test_panel_queries_choose_lines_or_band(panel, gpus, hosts, unique, mode, ro
     assert set(plan.queries) == roles
     assert plan.step >= 15.0
     if "band" in roles:
-        assert "quantile(0.5" in plan.queries["band"] and plan.queries["score"] == plan.expr
+        assert '"min"' in plan.queries["band"] and '"max"' in plan.queries["band"]
+        assert (
+            "quantile" not in plan.queries["band"] and plan.queries["score"] == plan.expr
+        )  # median: score grid
         assert plan.score_step > plan.step  # every device raw on a coarser grid; scores taken in Python
     if "devices" in roles:
         assert plan.queries["devices"] == plan.expr and "quantile" not in plan.expr

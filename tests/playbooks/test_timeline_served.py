@@ -40,9 +40,10 @@ def test_thermal_stragglers_hot_gpu_is_the_named_outlier(served_job, max_lines) 
 def test_a_band_panel_sends_its_band_as_one_query_and_reads_every_series_once_for_the_scores(
     served_job, monkeypatch
 ) -> None:
-    """At a real Prometheus: min, median and max come back from one range query; the scores from one range
-    query of every series raw on a coarser grid (no quantile, no subquery), the same numbers PromQL's own
-    `max_over_time(abs(x - scalar(quantile(0.5, x)))[range:grid])` gives; then the top-k by label."""
+    """At a real Prometheus: min and max come back from one range query; the scores and the median line from
+    one range query of every series raw on a coarser grid (no quantile, no subquery), the same numbers PromQL's
+    own `max_over_time(abs(x - scalar(quantile(0.5, x)))[range:grid])` and `quantile(0.5, x)` on that grid
+    give; then the top-k by label."""
     client, truth, _ = served_job("thermal-straggler", profile="amd")
     start, end = truth["data_range"]
     ctx = tl.context_build(client, PROFILES["amd"], start, end)
@@ -64,7 +65,7 @@ def test_a_band_panel_sends_its_band_as_one_query_and_reads_every_series_once_fo
     scores = [i for i, (_, q, _) in enumerate(sent) if q == plan.queries["score"]]
     assert [sent[i][2] for i in scores] == [ctx.gpu_series], sent  # every GPU's series, once
     bands = [i for i, (_, q, _) in enumerate(sent) if '"stat"' in q]
-    assert [sent[i][2] for i in bands] == [3], sent  # min, median, max: one query
+    assert [sent[i][2] for i in bands] == [2], sent  # min and max: one query
     (top,) = set(range(3)) - set(scores) - set(bands)
     assert top > scores[0] and sent[top][2] == 3, sent  # by label
     assert all(p == "/api/v1/query_range" and "topk" not in q for p, q, _ in sent)
@@ -75,9 +76,22 @@ def test_a_band_panel_sends_its_band_as_one_query_and_reads_every_series_once_fo
     promql = f"max_over_time((abs({x} - scalar(quantile(0.5, {x}))))[{(end - start) * 1000:.0f}ms:{res:g}s])"
     want = {(s.labels["host"], s.labels["gpu"]): s.value for s in client.query(promql, end)}
     first, last = tl_queries.score_grid(start, end, res)
-    got = tl_traces._device_scores(client.query_range(x, first, last, res), first, res, end)
+    got, median = tl_traces._device_scores(client.query_range(x, first, last, res), first, res, end)
     assert {(s.labels["host"], s.labels["gpu"]): s.value for s in got} == pytest.approx(want)
     assert panel.outliers[0]["score"] == pytest.approx(want[culprit["host"], culprit["gpu"]])
+    assert [t.role for t in panel.traces[:3]] == ["min", "median", "max"]
+    _assert_promql_median(client, panel.traces[1], x, first, last, res)
+    assert median is not None and np.array_equal(median.t, panel.traces[1].t)
+    # drawn as one line: its holes are judged by the score's step, not the band's finer one
+    drawn = {d["meta"]["role"]: d for d in tl.figure_build(panel, ctx, xmode="time-utc")["data"]}
+    assert drawn["median"]["x"].count(None) <= drawn["max"]["x"].count(None), drawn["median"]["x"][:8]
+
+
+def _assert_promql_median(client, trace, x, first, last, step) -> None:
+    """Assert that a band's median trace is `quantile(0.5, x)` as Prometheus evaluates it on the score grid."""
+    (want,) = client.query_range(f"quantile(0.5, {x})", first, last, step)
+    assert np.array_equal(trace.t, np.asarray(want.timestamps)), (trace.t, want.timestamps)
+    assert np.allclose(trace.v, np.asarray(want.values)), trace.name
 
 
 @pytest.mark.parametrize(
@@ -104,7 +118,12 @@ def test_a_served_counter_band_split_on_the_server_matches_prometheuss_band(serv
     assert split.mode == promql.mode == "band"
     assert len(split.queries) == 1 and "rate(" in split.queries[0] and len(promql.queries) == 3
     for ts, tp in zip(split.traces[:3], promql.traces[:3], strict=True):
-        assert ts.role == tp.role and np.array_equal(ts.t, tp.t) and np.allclose(ts.v, tp.v), ts.role
+        assert ts.role == tp.role, ts.role
+        if ts.role != "median":  # PromQL's band draws its median on the score's grid
+            assert np.array_equal(ts.t, tp.t) and np.allclose(ts.v, tp.v), ts.role
+    plan = tl.panel_queries(tl.PANELS["rdma_retransmits"], ctx, start, end, max_lines=2)
+    _assert_promql_median(client, promql.traces[1], plan.expr, *tl_queries.score_grid(start, end, plan.score_step),
+                          plan.score_step)  # fmt: skip
     assert [o["name"] for o in split.outliers] == [o["name"] for o in promql.outliers]
     assert split.outliers[0]["host"] in {c["host"] for c in truth["culprits"]}
 
@@ -138,7 +157,12 @@ def test_served_unique_band_matches_the_aggregated_band(served_job, profile) -> 
         assert b.mode == a.mode == "band"
         assert " by (" not in b.queries[0] and " by (" in a.queries[0]
         for tb, ta in zip(b.traces[:3], a.traces[:3], strict=True):
-            assert tb.role == ta.role and np.allclose(tb.v, ta.v, equal_nan=True), (b.spec.key, tb.role)
+            assert tb.role == ta.role, (b.spec.key, tb.role)
+            if tb.role != "median":  # the PromQL band's median is on the score's grid
+                assert np.allclose(tb.v, ta.v, equal_nan=True), (b.spec.key, tb.role)
+        plan = tl.panel_queries(tl.PANELS[b.spec.key], ctx, start, end, max_lines=2)
+        first, last = tl_queries.score_grid(start, end, plan.score_step)
+        _assert_promql_median(client, b.traces[1], plan.expr, first, last, plan.score_step)
         # The aggregated expression is split on the server (few samples), its score taken at every step
         # rather than on the score query's coarser grid: the same outliers, nearly the same scores.
         assert [o["name"] for o in b.outliers] == [o["name"] for o in a.outliers], b.spec.key
