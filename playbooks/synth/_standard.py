@@ -310,7 +310,7 @@ def _node(lay: _Layout) -> Iterator[Item]:
         ("node_netstat_TcpExt_TCPAbortOnTimeout", hs["tcp_abort"], "d"),
         ("node_procs_running", hs["running"], "d"),
         ("node_procs_blocked", hs["blocked"], "d"),
-        ("node_context_switches_total", hs["ctx"], "d"),
+        ("node_context_switches_total", hs["ctx"], "d") if lay.ex.node_stat else None,
         ("node_vmstat_oom_kill", hs["oom"], "d"),
         ("node_memory_MemTotal_bytes", hs["mem_total"], "d"),
         ("node_memory_MemAvailable_bytes", hs["mem_total"] - hs["mem_used"], "d"),
@@ -320,9 +320,11 @@ def _node(lay: _Layout) -> Iterator[Item]:
         ("node_pressure_io_waiting_seconds_total", io_some_s, "f3"),
         ("node_load1", hs["running"] * 0.9, "f2"),
     )
-    for metric, arr, fmt in node_metrics:
+    for metric, arr, fmt in filter(None, node_metrics):
         for h in range(K):
             yield metric, lay.node_labels(h), t, _mask(job, h, arr[h], hw=False), fmt
+    if lay.ex.node_netdev_bytes:
+        yield from _netdev_bytes(lay)
     for metric in ("node_network_receive_errs_total", "node_network_transmit_errs_total"):
         for h in range(K):
             yield (
@@ -333,6 +335,18 @@ def _node(lay: _Layout) -> Iterator[Item]:
                 "d",
             )
     yield from _infiniband(lay)
+
+
+def _netdev_bytes(lay: _Layout) -> Iterator[Item]:
+    """The bytes each host's eth0 sent: a few hundred kB/s to a few MB/s (scrape answers, logs, checkpoint
+    metadata), never still while the host lives."""
+    job = lay.job
+    rng = np.random.default_rng([job.seed, 32])
+    rate = rng.uniform(2e5, 3e6, (job.nodes, 1)) * rng.uniform(0.5, 1.5, (job.nodes, len(job.t)))
+    sent = np.floor(rng.uniform(1e9, 1e12, (job.nodes, 1)) + np.cumsum(rate * job.interval, axis=-1))
+    for h in range(job.nodes):
+        lab = lay.node_labels(h) | {"device": "eth0"}
+        yield "node_network_transmit_bytes_total", lab, job.t, _mask(job, h, sent[h], hw=False), "d"
 
 
 def _infiniband(lay: _Layout) -> Iterator[Item]:

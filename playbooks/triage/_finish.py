@@ -66,7 +66,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if any(row[2] is not None for row in st.steps.values()):
         out.details["log_loss"] = loss_points(st.steps)
-    if st.bar_from_job_start and steps:
+    if (st.bar_from_job_start or st.step_placed) and steps:
+        # the steps' times are the earliest they can have had (a setup may have run between)
         out.details["last_step_time_estimated"] = True
     if st.restarts:
         out.details["restarts"] = [[ts, step] for ts, step in st.restarts]
