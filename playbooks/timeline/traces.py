@@ -35,7 +35,8 @@ class Trace:
         t, v: unix seconds and values.
         score: the outlier's largest deviation from the median, in the panel's unit.
         axis: a compared job's own step axis, which maps its times to steps (None: the panel's job's).
-        step: the query step of a compared job's trace (0: the panel's).
+        step: the step of a trace on a grid of its own (a compared job's, a band's median on the score's
+            grid), which its holes are judged by; 0: the panel's.
     """
 
     name: str
@@ -133,7 +134,7 @@ def _device_scores(
         for s, x in zip(rows, scores, strict=True)
         if np.isfinite(x)
     ]
-    return scored, Trace("median", "median", {}, times[has], median[has])
+    return scored, Trace("median", "median", {}, times[has], median[has], step=step)
 
 
 def _rank_outliers(traces: list[Trace], topk: int, floor: float = 0.0) -> list[Trace]:

@@ -82,6 +82,9 @@ def test_a_band_panel_sends_its_band_as_one_query_and_reads_every_series_once_fo
     assert [t.role for t in panel.traces[:3]] == ["min", "median", "max"]
     _assert_promql_median(client, panel.traces[1], x, first, last, res)
     assert median is not None and np.array_equal(median.t, panel.traces[1].t)
+    # drawn as one line: its holes are judged by the score's step, not the band's finer one
+    drawn = {d["meta"]["role"]: d for d in tl.figure_build(panel, ctx, xmode="time-utc")["data"]}
+    assert drawn["median"]["x"].count(None) <= drawn["max"]["x"].count(None), drawn["median"]["x"][:8]
 
 
 def _assert_promql_median(client, trace, x, first, last, step) -> None:
