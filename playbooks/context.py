@@ -8,6 +8,7 @@ used as the job's own baseline), with the triage as a hint. `Finding` is what a 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,9 @@ class Timeline:
         restored: the job restored from a checkpoint (triage).
         restarts: [(when, warm_end)] of each restart within the data (an elastic restart: the step counter
             went back to a checkpoint): the old run's last sample, and when the new run's warm-up ended.
+        gauge_lag_s: how far the step gauge's last advance lags the log's last step.
+        stall_unc_s: how far off last_advance may be beyond the steps' own timing (the grid step of the GPU
+            power that dated steps the log did not date).
     """
 
     start: float
@@ -53,7 +57,8 @@ class Timeline:
     checkpoints: list[tuple[float, float]] = field(default_factory=list)
     steady: tuple[float, float] | None = None
     restored: bool = False
-    gauge_lag_s: float = 0.0  # how far the step gauge's last advance lags the log's last step
+    gauge_lag_s: float = 0.0
+    stall_unc_s: float = 0.0
     restarts: list[tuple[float, float]] = field(default_factory=list)
 
     def segment(self, t: np.ndarray) -> np.ndarray:
@@ -292,6 +297,8 @@ def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str,
         return tl
     step_s = float(tl.step_s or 30.0)
     tl.train_start, tl.last_advance, tl.last_step = float(first_t), float(last_t), float(last)
+    if triage_get(triage, "details", "last_step_time_estimated"):
+        tl.train_start, tl.last_advance = _placed_by_power(tl, results)
     tl.warm_end = min(tl.train_start + 10 * step_s, tl.last_advance)
     # the log's restarts: from just before the new run's first step, which warms up again
     again = triage_get(triage, "details", "restarts") or []
@@ -301,6 +308,35 @@ def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str,
     tl.stalled = _stalled(tl, results, triage, step_s)
     _set_steady(tl, tl.warm_end)
     return tl
+
+
+def _placed_by_power(tl: Timeline, results: Mapping[str, Any]) -> tuple[float, float]:
+    """Return (first, last) step times no earlier than the GPUs say, for steps the log did not date.
+
+    Undated step lines are placed their own durations after the last dated line: the earliest they can have
+    ended, early by whatever setup ran between (data loaders, compilation). The job's GPUs tell when it
+    trained (the pack's median power near its high level, the 90th percentile over the data): the first
+    step ended no earlier than they first trained from its placed time on, and the steps ran as long as they
+    trained, up to the crash (a checkpoint's dip between is part of training): until between their last
+    instant at that level and the grid's next one (the middle; `stall_unc_s` holds the grid's step).
+    """
+    first, last = float(tl.train_start or 0.0), float(tl.last_advance or 0.0)
+    power = results.get("power_by_host")
+    if not isinstance(power, Grid) or not len(power.labels) or len(power.t) < 5:
+        return first, last
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        pack = np.nanmedian(power.values, axis=0)
+        level = float(np.nanpercentile(pack, 90)) if np.isfinite(pack).any() else 0.0
+    t = power.t
+    on = np.nonzero((np.nan_to_num(pack, nan=0.0) >= 0.85 * level) & (t >= first - power.step))[0]
+    on = on[t[on] <= (tl.crash_time or tl.end)]
+    if level <= 0 or not len(on):
+        return first, last
+    end = float(t[on[-1]]) + (power.step / 2 if on[-1] + 1 < len(t) else 0.0)
+    if end > last:
+        last, tl.stall_unc_s = end, power.step
+    return min(last, max(first, float(t[on[0]]) - power.step)), last
 
 
 def _analysed_range(source: Any, results: Mapping[str, Any]) -> tuple[float, float]:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from .classes import load_classes
-from .context import Context, Finding, _r
+from .context import Context, Finding, Timeline, _r
 from .log_evidence import apply_log_evidence
 from .report import fmt_time
 
@@ -34,7 +34,7 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
     ranked = sorted(
         cands, key=lambda f: (-round(score(ctx, f, findings), 6), f.onset if f.onset is not None else inf)
     )
-    tol = max(90.0, 2 * (tl.step_s or 0.0))
+    tol = order_tol(tl)
     primary = _unless_explained(ctx, ranked, tol)
     klass = primary.klass
     klass, primary, onset = _reconcile(ctx, klass, primary, findings, tol)
@@ -64,6 +64,12 @@ def decide_diagnosis(ctx: Context, findings: list[Finding]) -> dict[str, Any]:
         "summary": _summary(ctx, klass, hosts, gpus, onset, primary, findings),
         "chain": chain,
     }
+
+
+def order_tol(tl: Timeline) -> float:
+    """Return how close in time two events are too close to order: two steps (90 s at least), plus how
+    uncertain the stall's own time is."""
+    return max(90.0, 2 * (tl.step_s or 0.0)) + tl.stall_unc_s
 
 
 def _unless_explained(ctx: Context, ranked: list[Finding], tol: float) -> Finding:
@@ -113,7 +119,7 @@ def score(ctx: Context, f: Finding, findings: list[Finding]) -> float:
     ratio = f.extra.get("strength")
     total += 0.5 if not ratio else min(1.0, max(0.0, math.log10(max(float(ratio), 1.0)) / 2))
     total += min(0.75, 0.25 * sum(1 for o in findings if _corroborates(o, f)))
-    tol = max(90.0, 2 * (tl.step_s or 0.0))
+    tol = order_tol(tl)
     spec = load_classes()[f.klass]
     late = not spec.stops_job or (
         f.onset is not None and tl.last_advance is not None and f.onset > tl.last_advance + tol

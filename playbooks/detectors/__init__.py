@@ -125,6 +125,7 @@ DETECTORS: dict[str, DetectorSpec] = {
             ("rate",),
             ("traffic",),
             params="floor factor min_duration min_fraction before_stall max_share",
+            rest="counters of the same link that corroborate a lone tick",
         ),
         _spec(
             "peer_outlier",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -51,15 +52,17 @@ def _det_rate_outlier(
     three) is job-wide, not a host's fault: no finding, unless every one of them left its own history at
     the same time (one fabric event: a finding on all of them; never for a hang's trigger). With a traffic query (second), only instants where
     the host's traffic flows are judged. The onset walks back, over the whole data, to where the rate left
-    the background.
+    the background. Queries after the traffic corroborate a lone tick (see `_lone_ticks`).
     """
     g = ctx.grid(rule.queries[0])
     win = _rate_window(ctx, rule, g, focus) if g is not None else None
     if g is None or win is None:
         return None
     p = rule.params
-    exc, own, ref, length = _excess(ctx, rule, g, win)
+    exc, full, own, ref, length = _excess(ctx, rule, g, win)
     found = _sustained(ctx, rule, g, exc, ref, length)
+    notes = _lone_ticks(ctx, pb, rule, g, (exc, full, length), found)
+    found = [f for f in found if notes.get(f[1], "") is not None]
     if not found:
         return None
     top = max(s for s, *_ in found)
@@ -84,8 +87,8 @@ def _det_rate_outlier(
                 rule.queries[0],
                 {"host": h},
                 level,
-                f"{level:.3g}/s sustained from {fmt_time(t_on)}: {strength:.0f}x the background "
-                f"({ref[r]:.3g}/s: the pack's over the job, or its own before)",
+                f"{level:.3g}/s sustained from {fmt_time(t_on)}: {_against(ref[r], strength, p)}"
+                + (notes.get(r) or ""),
             )
         )
     onset = min(f[2] for f in found)
@@ -93,11 +96,92 @@ def _det_rate_outlier(
     return _finding(pb, rule, hosts, [], onset, ev, strength=top, **extra)
 
 
+def _against(ref: float, strength: float, p: Mapping[str, Any]) -> str:
+    """Say what a host's rate stands out against: the background, or the floor where there is none to speak of
+    (a background of 0/s: neither the host nor the pack counted any before)."""
+    floor, factor = float(p.get("floor", 0.0)), float(p.get("factor", 10.0))
+    if factor * ref >= floor:
+        return f"{strength:.0f}x the background ({ref:.3g}/s: the pack's over the job, or its own before)"
+    return f"{strength:.1f}x the floor of {floor:g}/s; the host and the pack counted " + (
+        "none before" if ref <= 0 else f"at most {ref:.3g}/s before"
+    )
+
+
+def _lone_ticks(
+    ctx: Context,
+    pb: Playbook,
+    rule: RuleSpec,
+    g: Grid,
+    exc: tuple[np.ndarray, np.ndarray, int],
+    found: list[tuple[float, int, float, float]],
+) -> dict[int, str | None]:
+    """Return, for each found host whose excess is one lone tick, what corroborates it (a note for its
+    evidence) or None (no network event: drop it). `exc` is (the excess within the judged window, the same
+    over the whole data, the judging length). Only for a rule that names corroborating counters (its
+    queries after the traffic).
+
+    rate() lifts one increment of a counter for its window and no longer: an excess that lasts no more grid
+    points than the window spans (over the whole data, not only the judged window: a hang's trigger goes on
+    after the stall) may be one scrape's count, of the size of the trickle every fabric shows now and then.
+    It is a network event only where another counter of the link (ACK timeouts, retry exhaustion, link
+    errors, ports down) rose on the same host at the time beyond anything it showed before; an excess that
+    outlasts the window (increments on several scrapes) stands by itself. A run that reaches the end of the
+    data cannot be told from a burst: it stands.
+    """
+    if len(rule.queries) < 3:
+        return {}
+    window = ctx.window_s(rule.queries[0])
+    smear = max(1, math.ceil(window / max(g.step, 1e-9) - 1e-9))
+    judged, full, length = exc
+    out: dict[int, str | None] = {}
+    for _, r, _, _ in found:
+        i = first_sustained(judged[r], length, float(rule.params.get("min_fraction", 0.8)))
+        if i is None:
+            continue
+        lo, hi = _run(full[r], i)
+        if hi - lo > smear or hi >= len(g.t):
+            continue
+        host = g.labels[r].get("host", "")
+        by = _rose_with(ctx, rule.queries[2:], host, float(g.t[lo]) - window, float(g.t[hi - 1]) + window)
+        what = (pb.query(by).signal or by).replace("_", " ") if by else ""
+        out[r] = f"; one tick, but {what} rose on the host at the same time" if by else None
+    return out
+
+
+def _run(mask: np.ndarray, i: int) -> tuple[int, int]:
+    """Return [lo, hi): the run of True values in `mask` that holds index i."""
+    lo, hi = i, i
+    while lo > 0 and mask[lo - 1]:
+        lo -= 1
+    while hi < len(mask) and mask[hi]:
+        hi += 1
+    return lo, hi
+
+
+def _rose_with(ctx: Context, names: tuple[str, ...], host: str, t0: float, t1: float) -> str | None:
+    """Return the description of the first of `names` whose value on `host` between t0 and t1 exceeds
+    anything it showed before t0 (and 0), or None."""
+    for name in names:
+        c = ctx.grid(name)
+        x = c.row(host=host) if c is not None else None
+        if c is None or x is None:
+            continue
+        during = x[(c.t >= t0) & (c.t <= t1)]
+        before = x[c.t < t0]
+        if not np.isfinite(during).any():
+            continue
+        prior = float(np.nanmax(before)) if np.isfinite(before).any() else 0.0
+        if float(np.nanmax(during)) > max(prior, 0.0):
+            return name
+    return None
+
+
 def _excess(
     ctx: Context, rule: RuleSpec, g: Grid, win: tuple[float, float]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """Return where each host's rate exceeds `factor` x its background within `win` (hosts x instants),
-    each host's own background, the background it is judged against, and `min_duration` in grid steps."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """Return where each host's rate exceeds `factor` x its background within `win` (hosts x instants), the
+    same over the whole data, each host's own background, the background it is judged against, and
+    `min_duration` in grid steps."""
     tl = ctx.timeline
     p = rule.params
     a, b = win
@@ -124,7 +208,7 @@ def _excess(
         # percentile): the pack's background alone
         own = np.full(len(own), np.nan)
     ref = np.fmax(np.nan_to_num(own, nan=0.0), pack if math.isfinite(pack) else 0.0)
-    exc = rate_excess(g.values, ref, floor=floor, factor=factor) & g.mask(a, b)[None, :]
+    exc = rate_excess(g.values, ref, floor=floor, factor=factor)
     traffic = ctx.grid(rule.queries[1]) if len(rule.queries) > 1 else None
     # once a job hangs no host's traffic flows: a hang's trigger goes on being judged after the stall (a
     # burst that began shortly before it and went on), against the pack, which then sends nothing either
@@ -138,7 +222,7 @@ def _excess(
             tx = traffic.row(host=lab.get("host", ""))
             if tx is not None and np.isfinite(tx[job]).any():
                 exc[r] &= (np.nan_to_num(tx, nan=0.0) >= 0.1 * nan_median(tx[job])) | stalled_after
-    return exc, own, ref, length
+    return exc & g.mask(a, b)[None, :], exc, own, ref, length
 
 
 def _sustained(

@@ -31,6 +31,9 @@ A profile file (see `builtin/*.toml`; a team puts its own in a folder named by `
     rdma_ack_timeouts = { exporter = "node", metric = "a_total", suffixes = ["local_ack_timeout_err"] }
                                                # a counter: also every metric of the TSDB named
                                                # `<any prefix>_local_ack_timeout_err[_total]`, summed
+    kernel_activity = { exporter = "node", metrics = ["a_total"], fallback = ["b_total"] }
+                                               # a counter: b_total only when the TSDB holds none of
+                                               # its metrics (a costlier or less direct stand-in)
 
 Every key is checked: an unknown key, signal, exporter or aggregation, or a wrong type, raises
 ProfileError naming the file and the item.
@@ -87,6 +90,7 @@ _SIGNAL_KEYS = {
     "host",
     "fill_filter",
     "suffixes",
+    "fallback",
 }
 _AGGS = {"", "sum", "max", "min", "avg"}
 _TARGETS = {"", "up", "scrape_duration_seconds"}
@@ -130,6 +134,7 @@ class SignalSpec:
     host: str = ""
     fill_filter: bool = True
     suffixes: tuple[str, ...] = ()
+    fallback: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -254,6 +259,9 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
         raise _fail(
             source, where, "suffixes name a counter's metrics under any prefix (summed): counters only"
         )
+    fallback = _strs(raw.get("fallback", []), source, f"{where}.fallback", _METRIC)
+    if fallback and (kind != "counter" or not metrics or target):
+        raise _fail(source, where, "fallback names a counter's metrics read when none of its metrics is")
     if expr and kind == "counter":
         raise _fail(source, where, "expr is for gauges only (a counter is rated before anything else)")
     if expr and len(metrics) != 1:
@@ -281,6 +289,7 @@ def _signal(name: str, raw: Any, source: str) -> SignalSpec:
         host=host,
         fill_filter=_typed(raw, "fill_filter", bool, source, where, True),
         suffixes=suffixes,
+        fallback=fallback,
     )
 
 

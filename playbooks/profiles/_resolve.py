@@ -326,7 +326,8 @@ def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]
     declared order, so that nodes on two exporter releases still meet), else `instance`, joined through
     node_uname_info when the exporter is scraped by addresses that uname names otherwise; a restarted
     exporter pod's earlier host name; its scrape job names. Per gauge with alternatives: the first metric
-    the TSDB holds. Per counter declared with `suffixes`: the TSDB's metrics those name, under any prefix.
+    the TSDB holds. Per counter declared with `suffixes`: the TSDB's metrics those name, under any prefix;
+    with a `fallback`: those of its fallback metrics the TSDB holds, when it holds none of its own.
     The label sets of one metric per exporter (and node_uname_info) are asked in parallel.
     """
     present = set(names)
@@ -367,6 +368,8 @@ def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]
             if found != sig.metrics[0]:
                 choices[f"pick.{sig.name}"] = found
         also = suffix_matches(sig, present, [prefix + m for m in sig.metrics])
+        if not also and not any(prefix + m in present for m in sig.metrics):
+            also = [prefix + m for m in sig.fallback if prefix + m in present]
         if also:
             choices[f"also.{sig.name}"] = ",".join(also)
     return choices

@@ -119,6 +119,8 @@ SIGNALS: tuple[str, ...] = tuple(_SIGNAL_INFO)
 #: rebuilding its label set at every step (most of the cost of the query on a large job).
 EVENT_SIGNALS: frozenset[str] = frozenset({"gpu_xid", "rdma_ports_down"})
 
+#: the resolution of the subquery a windowed function of an expression reads
+SUBQUERY_STEP = "5m"
 _SCOPE_LABELS = {"gpu": ("host", "gpu"), "host": ("host",), "job": ()}
 _FUNCS_COUNTER = ("rate", "increase", "irate", "resets")
 _FUNCS_GAUGE = (
@@ -222,7 +224,10 @@ class Signal:
             raise ProfileError(
                 f"{self.name} is a gauge: {fn!r} does not apply (use one of {', '.join(_FUNCS_GAUGE)})"
             )
-        series = f"{base}[{window}]" if _is_simple_selector(base) else f"({base})[{window}:]"
+        # a subquery's own resolution: without one Prometheus steps it at its evaluation interval, which a
+        # served copy sets to 999h (no step inside the window) and a live server sets as it likes; events
+        # that last 10 minutes (a new Xid) are all seen at 5-minute steps
+        series = f"{base}[{window}]" if _is_simple_selector(base) else f"({base})[{window}:{SUBQUERY_STEP}]"
         return f"{fn}({quantile}, {series})" if fn == "quantile_over_time" else f"{fn}({series})"
 
     @property

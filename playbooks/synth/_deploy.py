@@ -71,6 +71,10 @@ class Exporters:
             and steps: its GPUs heat, cool and change clock whatever the job does).
         neighbour_layout: "after" (the tenant's indices follow the job's) or "scattered" (on some hosts the
             job holds another subset of the node's indices, and on some nobody else runs: those GPUs idle).
+        node_stat: node_exporter runs its `stat` collector (context switches); off where a deployment enables
+            only a chosen few collectors.
+        node_netdev_bytes: node_exporter exports the bytes each interface sent
+            (`node_network_transmit_bytes_total{device="eth0"}`: its own scrape answers, logs, checkpoints).
     """
 
     gpu: str = "dcgm"
@@ -100,6 +104,8 @@ class Exporters:
     neighbour_gpus: int = 0
     neighbour_load: str = "steady"
     neighbour_layout: str = "after"
+    node_stat: bool = True
+    node_netdev_bytes: bool = False
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "nvsmi", "amd-dme", "none"):
@@ -195,6 +201,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "dcgm-profiling": {"gpu_util_field": "profiling"},
     "red-herrings": {"stale_xid": True, "counter_noise": True, "noisy_host": True},
     "shared-node": {"neighbour_gpus": 4},
+    "few-node-collectors": {"node_stat": False, "node_netdev_bytes": True},
     "shared-node-varying": {
         "neighbour_gpus": 4,
         "neighbour_load": "varying",

@@ -204,7 +204,8 @@ def _dcgm(lay: _Layout) -> Iterator[Item]:
 
 def _nvsmi(lay: _Layout) -> Iterator[Item]:
     """nvidia_gpu_exporter: `nvidia_smi_<query field>` in base units, each GPU labelled by its `uuid` only; the
-    index is the value of nvidia_smi_index and a label of nvidia_smi_gpu_info; no Xid, no PCIe replays."""
+    index is the value of nvidia_smi_index and a label of nvidia_smi_gpu_info; no PCIe replays; Xids as its
+    NVML backend exports them (`_nvsmi_xids`)."""
     job, gs = lay.job, lay.job.gpu_sig
     uuids = _uuids(job)
 
@@ -234,6 +235,31 @@ def _nvsmi(lay: _Layout) -> Iterator[Item]:
     ]
     for name, arr, fmt in fams:
         yield from _gpu_family(lay, name, arr, fmt, extra)
+    yield from _nvsmi_xids(lay, extra)
+
+
+def _nvsmi_xids(lay: _Layout, extra: Callable[[int, int], dict[str, str]]) -> Iterator[Item]:
+    """nvidia_gpu_exporter's NVML-backend Xid families (its docs/METRICS.md): per GPU and code, from the code's
+    first event on, `nvidia_smi_xid_errors_total` (the events so far) and `nvidia_smi_xid_last_timestamp_seconds`
+    (when the last came). An event is the GPU's Xid gauge turning to the code; one held from the data's start
+    came a day before it (a stale Xid)."""
+    job = lay.job
+    xid, t = job.gpu_sig["xid"], job.t
+    for code in sorted({int(c) for c in np.unique(xid) if c > 0}):
+        on = xid == code
+        event = on & ~np.concatenate([np.zeros_like(on[..., :1]), on[..., :-1]], axis=-1)
+        when = np.where(event, t, np.nan)
+        when[..., 0] = np.where(event[..., 0], t[0] - 86400.0, np.nan)
+        count = np.cumsum(event, axis=-1).astype(float)
+        count[count == 0] = np.nan
+
+        def labels(h: int, g: int, code: int = code) -> dict[str, str]:
+            return extra(h, g) | {"xid": str(code)}
+
+        yield from _gpu_family(lay, "nvidia_smi_xid_errors_total", count, "d", labels)
+        yield from _gpu_family(
+            lay, "nvidia_smi_xid_last_timestamp_seconds", np.fmax.accumulate(when, axis=-1), "d", labels
+        )
 
 
 def _dme(lay: _Layout) -> Iterator[Item]:
@@ -297,7 +323,7 @@ def _node(lay: _Layout) -> Iterator[Item]:
         ("node_netstat_TcpExt_TCPAbortOnTimeout", hs["tcp_abort"], "d"),
         ("node_procs_running", hs["running"], "d"),
         ("node_procs_blocked", hs["blocked"], "d"),
-        ("node_context_switches_total", hs["ctx"], "d"),
+        ("node_context_switches_total", hs["ctx"], "d") if lay.ex.node_stat else None,
         ("node_vmstat_oom_kill", hs["oom"], "d"),
         ("node_memory_MemTotal_bytes", hs["mem_total"], "d"),
         ("node_memory_MemAvailable_bytes", hs["mem_total"] - hs["mem_used"], "d"),
@@ -307,9 +333,11 @@ def _node(lay: _Layout) -> Iterator[Item]:
         ("node_pressure_io_waiting_seconds_total", io_some_s, "f3"),
         ("node_load1", hs["running"] * 0.9, "f2"),
     )
-    for metric, arr, fmt in node_metrics:
+    for metric, arr, fmt in filter(None, node_metrics):
         for h in range(K):
             yield metric, lay.node_labels(h), t, _mask(job, h, arr[h], hw=False), fmt
+    if lay.ex.node_netdev_bytes:
+        yield from _netdev_bytes(lay)
     for metric in ("node_network_receive_errs_total", "node_network_transmit_errs_total"):
         for h in range(K):
             yield (
@@ -320,6 +348,18 @@ def _node(lay: _Layout) -> Iterator[Item]:
                 "d",
             )
     yield from _infiniband(lay)
+
+
+def _netdev_bytes(lay: _Layout) -> Iterator[Item]:
+    """The bytes each host's eth0 sent: a few hundred kB/s to a few MB/s (scrape answers, logs, checkpoint
+    metadata), never still while the host lives."""
+    job = lay.job
+    rng = np.random.default_rng([job.seed, 32])
+    rate = rng.uniform(2e5, 3e6, (job.nodes, 1)) * rng.uniform(0.5, 1.5, (job.nodes, len(job.t)))
+    sent = np.floor(rng.uniform(1e9, 1e12, (job.nodes, 1)) + np.cumsum(rate * job.interval, axis=-1))
+    for h in range(job.nodes):
+        lab = lay.node_labels(h) | {"device": "eth0"}
+        yield "node_network_transmit_bytes_total", lab, job.t, _mask(job, h, sent[h], hw=False), "d"
 
 
 def _infiniband(lay: _Layout) -> Iterator[Item]:

@@ -176,10 +176,10 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
         if nan and int(nan.group(1)) > 0 and st.nonfinite is None and ts is not None:
             st.nonfinite = (ts, n, msg.strip()[:300])  # iterations whose loss or gradients were NaN
         secs = float(ms.group(1)) / 1000.0 if ms else _f(nemo.group(1)) if nemo else None
+        # an undated step line (NeMo's) ended at the earliest its own duration after the last dated line
+        st.step_placed = ts is None and secs is not None and st.clock is not None
         if ts is None and secs is not None and st.clock is not None:
-            ts = (
-                st.clock + secs
-            )  # an undated step line (NeMo's): it ended its own duration after the last dated line
+            ts = st.clock + secs
         record(st, rank, int(m.group(1)), secs, _f(loss), ts, n)
         st.clock = ts if ts is not None else st.clock
         return True

@@ -62,6 +62,34 @@ def test_rate_outlier_before_a_stall_needs_a_stalled_job():
 # --- threshold_prior ---------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    ("points", "ack_host", "named"),
+    [
+        (4, None, []),  # one increment, which rate() lifts for its window (60 s, 4 points) and no longer
+        (4, "c", ["c"]),  # the same tick with ACK timeouts on the host at the time
+        (4, "d", []),  # ACK timeouts on another host corroborate nothing on this one
+        (8, None, ["c"]),  # increments on several scrapes outlast the window: a burst by itself
+    ],
+)
+def test_rate_outlier_holds_a_lone_tick_before_a_stall_only_where_the_link_corroborates_it(
+    points, ack_host, named
+):
+    """A hang trigger's excess no longer than one increment's lift stands only with another counter of the
+    link rising on the same host at the time; an excess that outlasts the rate window stands alone."""
+    retx = {(h, None): np.zeros(N) for h in HOSTS}
+    retx[("c", None)][195 : 195 + points] = 0.63
+    ack = {(h, None): np.zeros(N) for h in HOSTS}
+    if ack_host:
+        ack[(ack_host, None)][196:200] = 0.033
+    grids = {"retx": _grid(retx), "tx": _grid({(h, None): np.ones(N) for h in HOSTS}), "ack": _grid(ack)}
+    params = {"floor": 0.5, "min_duration": "1m", "before_stall": "30m"}
+    stalled = {"stalled": True, "last_advance": NOW + 210 * STEP}
+    found = _run("rate_outlier", grids, "network-hang", tl=stalled, **params)
+    assert [f.hosts for f in found] == ([named] if named else [])
+    if ack_host == "c":
+        assert "one tick, but" in found[0].evidence[0]["interpretation"]
+
+
 def test_threshold_prior_flags_listed_codes_only():
     rows = {(h, None): np.zeros(N) for h in HOSTS}
     rows[("b", None)] = np.r_[np.zeros(100), np.full(N - 100, 79.0)]

@@ -2,7 +2,8 @@
 until a restart or the data's last minutes) is found on its host and dated at the freeze, at several scrape
 intervals; healthy jobs under the deployments that repeat values (DCGM's 30 s collection, an exporter that
 comes up late, coarse scrapes) stay healthy. A frozen node_exporter (variant `node_freeze`: its counters
-constant, `up` still 1, the GPU exporter live) is ghost data too, and the summary names what froze. Built
+constant, `up` still 1, the GPU exporter live) is ghost data too, also without the `stat` collector (its
+interfaces' bytes then tell it), and the summary names what froze. Built
 by the generator, served by a real Prometheus."""
 
 from __future__ import annotations
@@ -35,10 +36,21 @@ def test_an_exporter_frozen_for_minutes_is_ghost_data(served_job, profile, seed,
     assert "The GPU exporter on " in diag["summary"] and "GPU metrics" in diag["summary"]
 
 
-@pytest.mark.parametrize(("seed", "interval"), [(2, 15.0), (4, 30.0)])
-def test_a_frozen_node_exporter_is_ghost_data(served_job, seed, interval):
+@pytest.mark.parametrize(
+    ("seed", "interval", "kw"),
+    [(2, 15.0, {}), (4, 30.0, {}), (6, 30.0, {"exporters": "few-node-collectors"})],
+)
+def test_a_frozen_node_exporter_is_ghost_data(served_job, seed, interval, kw):
+    # few-node-collectors: node_exporter without its `stat` collector (no context switches): the bytes its
+    # interfaces sent are what a live host never holds still
     result, truth = _diagnose(
-        served_job, "monitoring-ghost-data", seed, "nvidia", interval=interval, variants=("node_freeze",)
+        served_job,
+        "monitoring-ghost-data",
+        seed,
+        "nvidia",
+        interval=interval,
+        variants=("node_freeze",),
+        **kw,
     )
     assert truth["variants"]["node_freeze"]
     diag = result["diagnosis"]
@@ -59,6 +71,7 @@ def test_a_frozen_node_exporter_is_ghost_data(served_job, seed, interval):
         ("nvidia", 4, {"exporters": "late-exporter"}),
         ("amd", 5, {"interval": 60.0}),
         ("nvidia", 6, {"exporters": "dcgm-30s", "interval": 10.0}),
+        ("nvidia", 7, {"exporters": "few-node-collectors", "interval": 30.0}),
     ],
 )
 def test_healthy_jobs_whose_exporters_repeat_values_stay_healthy(served_job, profile, seed, kw):

@@ -5,6 +5,7 @@ reproduced by the generator and diagnosed end to end through a served TSDB.
   `Config param` line), or states none (JAX's default of 100 s applies): the heartbeat-stop time is still
   known, the accused hosts are seen training up to the kill, and the steps stopping at the kill are its
   effect, not a hang.
+- PyTorch's NCCL heartbeat monitor killing a rank (a PyTorch trainer's log) is read as JAX's coordinator is.
 - A burst of RDMA retransmits on an accused host minutes before the heartbeats stopped, the job training on
   until the kill, triggered no hang (the steps never stopped before the kill): still a heartbeat false
   positive, the burst a side note.
@@ -38,6 +39,19 @@ def test_a_heartbeat_timeout_printed_by_the_program_or_left_at_its_default_dates
     )
     if variant == "hb_default":
         assert truth["heartbeat_timeout_s"] == 100
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
+    accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
+    assert set(accused["hosts"]) == set(truth["accused_hosts"])
+
+
+@pytest.mark.parametrize("fmt", ["srun-nemo", "kubectl-titan"])
+def test_pytorchs_nccl_heartbeat_monitor_kill_of_a_training_rank_is_a_false_positive(served_job, fmt):
+    """A PyTorch trainer killed by its NCCL heartbeat monitor (`Heartbeat monitor timed out!`, the watchdog
+    'stuck for N seconds') while the accused node trained with its peers: its timeout dates the stop."""
+    result, truth = _diagnose(served_job, "heartbeat-false-positive", 1, "nvidia", nodes=6, log_format=fmt)
     diag = result["diagnosis"]
     assert diag["class"] == "heartbeat-false-positive", diag["summary"]
     assert diag["culprits"] == []
@@ -101,18 +115,14 @@ def test_a_spin_whose_utilisation_scatters_keeps_the_common_set(served_job, seed
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (#10): the fix that made one tick no change point (7cdbed3, reverted) also dropped real "
-    "bursts corroborated by ACK timeouts a scrape or two before a hang (outside corpora D1 06, F31 02); a lone "
-    "tick needs corroboration instead",
-)
 def test_one_trickle_tick_before_a_hang_is_no_network_trigger(served_job):
     """Seed 8 (4 hosts, 15 s scrapes, rate over 60 s) was network-hang on node0011 and node0013: each counted
     one scrape's tick of the background trickle (38 packets on one NIC) shortly before the stall, which rate()
     spread over its window into four points of 0.63/s; no host had counted any before, so the background was
-    0/s and the tick was "sustained for 1 min, 1x the background". A tick of the size every host shows now
-    and then is no change: the hang is a clean collective hang, with no culprit."""
+    0/s and the tick was "sustained for 1 min, 1x the background". One increment, which lifts rate() for its
+    window and no longer, with no other counter of the link (ACK timeouts, retry exhaustion, link errors,
+    ports) rising on the host at the time, is no network event: the hang is a clean collective hang, with no
+    culprit."""
     result, truth = _diagnose(served_job, "collective-hang", 8, "amd", variants=("heartbeat_kill",))
     diag = result["diagnosis"]
     assert diag["class"] == "collective-hang", diag["summary"]

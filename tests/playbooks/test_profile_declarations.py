@@ -84,6 +84,10 @@ def test_the_builtin_declarations_load():
             'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\nrdma_cnp = { exporter = "e", suffixes = ["cnp.*"] }\n',
             "signal rdma_cnp.suffixes: not a valid name: cnp.*",
         ),
+        (
+            'name = "x"\nanchors = ["a"]\n[exporters.e]\nanchor = "a"\n[signals]\ngpu_power = { exporter = "e", metric = "a", fallback = ["b"] }\n',
+            "signal gpu_power: fallback names a counter's metrics",
+        ),
         ('name = "x"\n[exporters.e]\nanchor = "a"\n', "anchors: a profile needs at least one anchor"),
         ('name = "x"\nanchors = ["a"\n', "not valid TOML"),
     ],
