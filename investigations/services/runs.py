@@ -38,8 +38,9 @@ def run_not_sent(run_id: int, error: str) -> None:
     )
 
 
-def run_cancel(run: DiagnosisRun, user: Any = None) -> bool:
-    """Return True if the queued or running run was cancelled (by `user`, whom the run's error names).
+def run_cancel(run: DiagnosisRun, user: Any = None, *, reason: str = "") -> bool:
+    """Return True if the queued or running run was cancelled (by `user`, whom the run's error names, or
+    for `reason`, the error's sentence when given).
 
     Queued playbooks are cancelled at once; a running one stops between queries and keeps what it
     has. False: the run had already finished.
@@ -47,7 +48,7 @@ def run_cancel(run: DiagnosisRun, user: Any = None) -> bool:
     who = user.get_username() if getattr(user, "is_authenticated", False) else "a user"
     with transaction.atomic():
         updated = DiagnosisRun.objects.filter(pk=run.pk, status__in=ACTIVE).update(
-            status=TaskStatus.CANCELLED, finished=timezone.now(), error=f"Cancelled by {who}."
+            status=TaskStatus.CANCELLED, finished=timezone.now(), error=reason or f"Cancelled by {who}."
         )
         if updated:
             PlaybookExecution.objects.filter(run_id=run.pk, status=TaskStatus.QUEUED).update(

@@ -23,13 +23,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from investigations.models import DataSource, Investigation, InvestigationJob, Job
+from investigations.models import DataSource, DiagnosisRun, Investigation, InvestigationJob, Job
 from playbooks import tunnel as tunnels
 from playbooks.triage import TriageError, triage_log
 from playbooks.tunnel import OpenTunnel, TunnelError, TunnelSpec
 from playbooks.tunnel_policy import TunnelPolicy, parse_ports
 
 from . import DataSourceError, _datasource_mark
+from .runs import ACTIVE, run_cancel
 
 logger = logging.getLogger(__name__)
 
@@ -287,7 +288,8 @@ def tunnels_release(investigation: Investigation, *, deleting: bool = False) -> 
 
     Call it after resolving `investigation`, or with deleting=True just before deleting it (an open
     investigation that is not being deleted releases nothing). Tunnels of its jobs that another open
-    or monitoring investigation still uses stay open.
+    or monitoring investigation still uses stay open. The unfinished runs on a tunnel are cancelled
+    before it closes: their queued playbooks would open it again.
     """
     if not deleting and investigation.status != Investigation.Status.RESOLVED:
         return []
@@ -298,10 +300,18 @@ def tunnels_release(investigation: Investigation, *, deleting: bool = False) -> 
     for ds in sources:
         if _wanted(ds, excluding=investigation.pk):
             continue
+        _runs_cancel(ds)
         found = _found(ds)
         if tunnel_close(ds, "closed: no open investigation needs it") and found is not None:
             closed.append(found.pid)
     return closed
+
+
+def _runs_cancel(ds: DataSource) -> None:
+    """Cancel the unfinished runs on `ds` before its tunnel closes: each playbook still queued would reopen
+    it (`datasource_client` reopens a tunnel that is down), one ssh after another, for a run no one needs."""
+    for run in DiagnosisRun.objects.filter(datasource=ds, status__in=ACTIVE):
+        run_cancel(run, reason="Cancelled: its SSH tunnel was closed, as no open investigation needs it.")
 
 
 def _found(ds: DataSource) -> OpenTunnel | None:

@@ -62,25 +62,27 @@ def _det_peer_outlier(
     scale = np.where(scale > 0, scale, np.nan)
     with np.errstate(all="ignore"):
         zz = d / scale[None, :]
-        cond = (zz >= float(p.get("z", 6.0))) & (d >= float(p.get("min_rel", 0.0)) * np.abs(med)[None, :])
-    cond &= m[None, :]
+    # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
+    # disarray (its members follow a move each with its own timing and share), one member's place in it is
+    # not its own doing: such instants do not date a departure, nor is excess judged in a disarray
+    unrest = disarray(dev, g.pack, scale)
+    moving = unrest | fleet_move(med, scale, m)
+    judged = m & ~unrest
+    cond = _beyond(d, scale, med, np.abs(med - usual_level(g.t, med, m)), p)
+    cond &= judged[None, :]
     cond &= ~np.isnan(vals)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    flagged = _flag(ctx, g, cond, m, length, p)
+    flagged = _flag(ctx, g, cond, judged, length, p)
     # a host whose GPUs stand out together is judged against itself: what its GPUs share is its own
     least = float(p.get("min_rel", 0.0)) * np.abs(med)
     warm = _host_wide(g, flagged, (d, zz, cond), scale, (float(p.get("z", 6.0)), least))
     if warm:
-        flagged = _flag(ctx, g, cond, m, length, p)
+        flagged = _flag(ctx, g, cond, judged, length, p)
     if not flagged and warm:
         return _host_note(ctx, pb, rule, g, warm, sign)
     if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
         return None
     hosts, gpus, ev, onset = [], [], [], None
-    # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
-    # disarray (its members follow a move each with its own timing and share), one member's place in it is
-    # not its own doing: such instants do not date a departure
-    moving = disarray(dev, g.pack, scale) | fleet_move(med, scale, m)
     # values the mask took out (a silent exporter's, held by the lookback) are unknown, not in the pack: a
     # row in its place before such a silence and beyond it after left during it, as across a disarray
     held = np.isnan(vals) & ~np.isnan(g.values)
@@ -108,15 +110,34 @@ def _det_peer_outlier(
     return _finding(pb, rule, hosts, gpus, onset, ev)
 
 
+def _beyond(
+    d: np.ndarray, scale: np.ndarray, med: np.ndarray, away: np.ndarray, p: Mapping[str, Any]
+) -> np.ndarray:
+    """Return where each row's deviation `d` stands beyond the pack (`z` times its `scale`, and `min_rel`
+    of its level `med`) by more than the pack's own excursion from its usual level (`away`): while the pack
+    dips (an evaluation, a checkpoint, a cooling change), a member sampled a little before or after the
+    others, or one whose host the dip missed, holds its place apart by as much as the dip, which is not
+    its own doing."""
+    with np.errstate(all="ignore"):
+        own = d - np.where(np.isfinite(away), away, 0.0)[None, :]
+        out: np.ndarray = (own >= float(p.get("z", 6.0)) * scale[None, :]) & (
+            own >= float(p.get("min_rel", 0.0)) * np.abs(med)[None, :]
+        )
+    return out
+
+
 def _flag(
-    ctx: Context, g: Grid, cond: np.ndarray, m: np.ndarray, length: int, p: Mapping[str, Any]
+    ctx: Context, g: Grid, cond: np.ndarray, judged: np.ndarray, length: int, p: Mapping[str, Any]
 ) -> list[tuple[int, int]]:
-    """Return (row, first index of its sustained stretch) of the rows beyond the pack long enough."""
+    """Return (row, first index of its sustained stretch) of the rows beyond the pack long enough: for
+    `length` of the `judged` instants (those between are no evidence either way)."""
+    cols = np.nonzero(judged)[0]
+    kept = cond[:, cols]
     flagged = []
     for r in range(len(g.labels)):
-        i = first_sustained(cond[r], length, float(p.get("min_fraction", 0.8)))
-        if i is not None and _rare(ctx, g, cond, m, r, i, length, p):
-            flagged.append((r, i))
+        i = first_sustained(kept[r], length, float(p.get("min_fraction", 0.8)))
+        if i is not None and _rare(ctx, g, kept, np.ones(len(cols), bool), r, i, length, p):
+            flagged.append((r, int(cols[i])))
     return flagged
 
 
@@ -237,6 +258,26 @@ def disarray(dev: np.ndarray, pack: Mapping[str, np.ndarray] | None, scale: np.n
         spread_t = MAD_SCALE * pack["mad"] if pack and "mad" in pack else robust_spread(dev, axis=0)
         out = spread_t > DISARRAY * scale
     return np.where(np.isnan(out), False, out).astype(bool)
+
+
+#: The pack's usual level at an instant is its median level within this many seconds either side.
+USUAL_LEVEL_S = 1800.0
+
+
+def usual_level(t: np.ndarray, level: np.ndarray, judged: np.ndarray) -> np.ndarray:
+    """Return the pack's usual level at each instant: the median of its `level` over the `judged` instants
+    within USUAL_LEVEL_S either side (a dip or a spike leaves it; a slow drift of the whole pack moves it
+    along); NaN where there is none."""
+    out = np.full(len(level), np.nan)
+    ok = judged & np.isfinite(level)
+    if not ok.any():
+        return out
+    tj, lj = t[ok], level[ok]
+    lo = np.searchsorted(tj, t - USUAL_LEVEL_S, side="left")
+    hi = np.searchsorted(tj, t + USUAL_LEVEL_S, side="right")
+    for k in np.nonzero(hi > lo)[0]:
+        out[k] = float(np.median(lj[lo[k] : hi[k]]))
+    return out
 
 
 def fleet_move(level: np.ndarray, scale: np.ndarray, judged: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode
 
 from ._declared import ExporterSpec, ProfileSpec, SignalSpec
-from ._signal import _SIGNAL_INFO, Profile, ProfileError, Signal
+from ._signal import _SIGNAL_INFO, Profile, ProfileError, Signal, _regex_literal
 
 if TYPE_CHECKING:  # the client imports the profiles: only its type is needed here
     from playbooks.prometheus import PrometheusClient
@@ -26,6 +26,8 @@ __all__ = ["build", "decode_name", "encode_name", "read_facts"]
 
 _ADDRESS = re.compile(r"^(.+?)(?::[0-9]+)?$")
 _METRIC = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+#: labels that name a GPU by its physical identity (DCGM's `UUID`, nvidia_gpu_exporter's `uuid`)
+_GPU_IDS = ("UUID", "uuid", "gpu_uuid")
 
 
 def encode_name(base: str, choices: Mapping[str, str]) -> str:
@@ -213,6 +215,50 @@ def _renamed_targets(series: list[dict[str, str]], labels: list[str], nodenames:
     return alias
 
 
+def _same_gpus(series: list[dict[str, str]]) -> list[list[str]]:
+    """Return the groups of GPU exporter addresses that report (mostly) the same GPUs, by their UUIDs (a
+    physical identity): an exporter pod restarted under another address, one node before and after."""
+    label = next((lab for lab in _GPU_IDS if any(s.get(lab) for s in series)), "")
+    gpus: dict[str, set[str]] = {}
+    for s in series:
+        if label and s.get("instance") and s.get(label):
+            gpus.setdefault(_address(s["instance"]), set()).add(s[label])
+    groups: list[list[str]] = []
+    for addr in sorted(gpus):
+        same = next((g for g in groups if 2 * len(gpus[addr] & gpus[g[0]]) > len(gpus[addr])), None)
+        if same is None:
+            groups.append([addr])
+        else:
+            same.append(addr)
+    return [g for g in groups if len(g) > 1 and all(re.match(r"^[A-Za-z0-9._-]+$", a) for a in g)]
+
+
+def _moved_choice(
+    client: PrometheusClient, metric: str, series: list[dict[str, str]], uname: Mapping[str, str] | None
+) -> str:
+    """Return the `alias` choice (`old:new,...`) of a GPU exporter named by its address whose pod restarted
+    elsewhere (`_same_gpus`): each group's node_uname_info-named address, else the one that reported last,
+    names it (one instant query over the data's span, only when such a group exists); "" for none."""
+    groups = _same_gpus(series)
+    if not groups:
+        return ""
+    last: dict[str, float] = {}
+    span = client.data_time_range()
+    if span is not None:
+        addrs = "|".join(_regex_literal(a) for g in groups for a in g)
+        width = max(int(span[1] - span[0]) + 60, 120)
+        sel = _selector(metric, [f'instance=~"({addrs})(:[0-9]+)?"'])
+        expr = f"max by (instance) (max_over_time(timestamp({sel})[{width}s:{max(width // 500, 15)}s]))"
+        for sample in client.query(expr, at=span[1]):
+            addr = _address(sample.labels.get("instance", ""))
+            last[addr] = max(last.get(addr, 0.0), float(sample.value))
+    pairs = []
+    for group in groups:
+        keep = max(group, key=lambda a: (a in (uname or {}), last.get(a, 0.0), a))
+        pairs += [f"{a}:{keep}" for a in group if a != keep]
+    return ",".join(sorted(pairs))
+
+
 def _anchors(spec: ProfileSpec, present: set[str]) -> dict[str, tuple[str, str]]:
     """Return exporter -> (prefix, metric read for its labels): its anchor, else any metric of its signals
     the TSDB holds (a custom counter set may leave the anchor out)."""
@@ -302,12 +348,16 @@ def read_facts(client: PrometheusClient, spec: ProfileSpec, names: Iterable[str]
             raise r
         results.append(r)
     uname = _uname_addresses(results[-1]) if want_uname else None
-    for exp_name, series in zip(asked, results, strict=False):
+    for exp_name, metric, series in zip(asked, metrics, results, strict=False):
         exp = spec.exporters[exp_name]
         jobs = sorted({s["job"] for s in series if s.get("job")})
         if jobs and not set(jobs) <= set(exp.jobs):
             choices[f"{exp.name}.jobs"] = ",".join(jobs)
         _host_choice(exp, series, uname, choices)
+        if not any(h in s for h in exp.host_labels for s in series) and exp.gpu_label:
+            moved = _moved_choice(client, metric, series, uname)
+            if moved:
+                choices[f"{exp.name}.alias"] = moved
         _index_choice(client, exp, present, choices)
     for sig in spec.signals.values():
         exp = spec.exporters[sig.exporter]

@@ -119,6 +119,8 @@ SIGNALS: tuple[str, ...] = tuple(_SIGNAL_INFO)
 #: rebuilding its label set at every step (most of the cost of the query on a large job).
 EVENT_SIGNALS: frozenset[str] = frozenset({"gpu_xid", "rdma_ports_down"})
 
+#: the resolution of the subquery a windowed function of an expression reads
+SUBQUERY_STEP = "5m"
 _SCOPE_LABELS = {"gpu": ("host", "gpu"), "host": ("host",), "job": ()}
 _FUNCS_COUNTER = ("rate", "increase", "irate", "resets")
 _FUNCS_GAUGE = (
@@ -155,7 +157,8 @@ class Signal:
             (`instance` without its port) is this series' `instance` (exporters scraped by IP, DCGM with
             `--no-hostname`); `host_from` is then "instance". "" for none.
         host_alias: (old, new) host names: an exporter pod restarted under another name on the same
-            target reports `new` from then on; its earlier series are renamed to it.
+            target reports `new` from then on; its earlier series are renamed to it. With `host_join`:
+            (old, new) addresses of one GPU exporter (the same GPU UUIDs) whose pod came back elsewhere.
         fill_filter: PromQL of a 0/1 staleness-fill gauge; samples where it is 1 are dropped.
         as_counter: the exporter exposes as a counter what `SIGNALS` calls a gauge (PSI seconds, whose rate
             x 100 is the percentage another exporter reports directly).
@@ -221,7 +224,10 @@ class Signal:
             raise ProfileError(
                 f"{self.name} is a gauge: {fn!r} does not apply (use one of {', '.join(_FUNCS_GAUGE)})"
             )
-        series = f"{base}[{window}]" if _is_simple_selector(base) else f"({base})[{window}:]"
+        # a subquery's own resolution: without one Prometheus steps it at its evaluation interval, which a
+        # served copy sets to 999h (no step inside the window) and a live server sets as it likes; events
+        # that last 10 minutes (a new Xid) are all seen at 5-minute steps
+        series = f"{base}[{window}]" if _is_simple_selector(base) else f"({base})[{window}:{SUBQUERY_STEP}]"
         return f"{fn}({quantile}, {series})" if fn == "quantile_over_time" else f"{fn}({series})"
 
     @property
@@ -300,6 +306,8 @@ class Signal:
         raw = tuple(
             "instance" if n == "host" else (self.gpu_from or "gpu") if n == "gpu" else n for n in labels
         )
+        for old, new in self.host_alias:  # an address its restarted pod reported from before: the node's
+            inner = f'label_replace({inner}, "instance", "{new}", "instance", "{_regex_literal(old)}(?::[0-9]+)?")'
         first = f"{agg} by ({', '.join(raw)}) ({inner})"
         named = f'label_replace({first}, "stepwise_ip", "$1", "instance", "{_ADDRESS}")'
         named = f'label_replace({named} * on (stepwise_ip) group_left (nodename) {uname_hosts(window)}, "host", "$1", "nodename", "(.+)")'

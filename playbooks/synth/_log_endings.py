@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _log_trainers as _lt
 from ._log_writer import _absl, _utc, _Writer
 from ._sim import Job
 
@@ -122,8 +123,30 @@ def _watchdog_kill(job: Job, w: _Writer) -> None:
 
 
 def _heartbeat_ending(job: Job, w: _Writer, crash: float) -> None:
-    """The JAX coordinator accuses the tasks that stopped sending heartbeats; the others terminate."""
+    """The JAX coordinator accuses the tasks that stopped sending heartbeats; the others terminate. A
+    PyTorch trainer's log (another grammar than the seed's) has PyTorch's NCCL heartbeat monitor kill the
+    accused nodes' first rank instead; a dead node's monitor says nothing, so a node death keeps JAX's."""
     name, hosts = job.scenario.name, job.hosts
+    if w.fmt and name != "node-death":
+        for a in job.accused_tasks:
+            for t, line in _lt.torch_heartbeat_kill(crash, a * job.gpus, job.hb_timeout, w.pids[a]):
+                w.add(t, line, a)
+    else:
+        _jax_heartbeat_kill(job, w, crash)
+    if name == "node-death":
+        dead = job.accused_tasks[0]
+        w.add(crash + 20, f"srun: error: Node failure on {hosts[dead]}")
+    for r, host in enumerate(hosts):
+        if name == "node-death" and r in job.accused_tasks:
+            continue
+        w.add(crash + 5, f"NODE_EXIT host={host} exit=1", r)
+    w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
+    _summary(w, crash + 40, 1, "Training FAILED (exit=1)")
+
+
+def _jax_heartbeat_kill(job: Job, w: _Writer, crash: float) -> None:
+    """The JAX coordinator's report of the tasks that stopped sending heartbeats, and the others' ends."""
+    name = job.scenario.name
     w.add(
         crash,
         _absl("E", crash, 9012, "client.cc:84") + "UNAVAILABLE: The following tasks are unhealthy "
@@ -152,15 +175,6 @@ def _heartbeat_ending(job: Job, w: _Writer, crash: float) -> None:
             + "Terminating process because the JAX distributed service detected fatal errors.",
             r,
         )
-    if name == "node-death":
-        dead = job.accused_tasks[0]
-        w.add(crash + 20, f"srun: error: Node failure on {hosts[dead]}")
-    for r, host in enumerate(hosts):
-        if name == "node-death" and r in job.accused_tasks:
-            continue
-        w.add(crash + 5, f"NODE_EXIT host={host} exit=1", r)
-    w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
-    _summary(w, crash + 40, 1, "Training FAILED (exit=1)")
 
 
 def _oom_ending(job: Job, w: _Writer, crash: float) -> None:

@@ -9,7 +9,8 @@ real tools print them, so the triage's readers of these formats are exercised en
   ``Training epoch 0, iteration 12/9999 | ... | reduced_train_loss: 9.5 | train_step_timing in s: 4.662 | ...``;
 - ``srun-nemo``: NeMo's undated step lines behind srun's task label (``0: ``), the seed's other lines as they are.
 
-Every other line of the log stays in the seed's grammar.
+These are PyTorch trainers: a heartbeat kill is PyTorch's NCCL heartbeat monitor's (`torch_heartbeat_kill`),
+not the JAX coordinator's. Every other line of the log stays in the seed's grammar.
 """
 
 from __future__ import annotations
@@ -57,3 +58,51 @@ def step_line(fmt: str, ts: float, step: int, secs: float, loss: float, total: i
         f"Training epoch 0, iteration {step}/{total} | lr: 0.0003 | global_batch_size: 512 | global_step: {step} | "
         f"reduced_train_loss: {loss:.4f} | train_step_timing in s: {secs:.3f} | consumed_samples: {(step + 1) * 512}"
     )
+
+
+_STUCK = (
+    "ProcessGroupNCCL's watchdog got stuck for {timeout} seconds without making progress in monitoring enqueued "
+    "collectives. This typically indicates a NCCL/CUDA API hang blocking the watchdog, and could be triggered by "
+    "another thread holding the GIL inside a CUDA api, or other deadlock-prone behaviors.If you suspect the "
+    "watchdog is not actually stuck and a longer timeout would help, you can either increase the timeout "
+    "(TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC) to a larger value or disable the heartbeat monitor "
+    "(TORCH_NCCL_ENABLE_MONITORING=0).If either of aforementioned helps, feel free to file an issue to PyTorch "
+    "about the short timeout or false positive abort; otherwise, please attempt to debug the hang."
+)
+
+
+def _c10(sev: str, ts: float, where: str) -> str:
+    """c10's log header (UTC, as the seed's absl lines): ``[E0301 10:20:00.086705123 ProcessGroupNCCL.cpp:1423] ``."""
+    d = dt.datetime.fromtimestamp(ts, dt.UTC)
+    return f"[{sev}{d:%m%d %H:%M:%S}.{d.microsecond:06d}{int(ts * 1e9) % 1000:03d} {where}] "
+
+
+def torch_heartbeat_kill(kill: float, grank: int, timeout: int, pid: int) -> list[tuple[float, str]]:
+    """Return (time, line) of PyTorch's NCCL heartbeat monitor killing global rank `grank` at `kill` (its
+    watchdog made no progress for `timeout` s), as ProcessGroupNCCL.cpp and torchrun print it: the monitor's
+    error behind torchrun's rank label, its fatal exit once the debug info is dumped, then the agent's report
+    of the aborted worker (SIGABRT, exitcode -6)."""
+    pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {grank}] "
+    agent = dt.datetime.fromtimestamp(kill + 21.0, dt.UTC)
+    return [
+        (
+            kill,
+            f"[rank{grank}]:"
+            + _c10("E", kill, "ProcessGroupNCCL.cpp:1423")
+            + pg
+            + "Heartbeat monitor timed out! "
+            "Process will be terminated after dumping debug info. workMetaList_.size()=1",
+        ),
+        (
+            kill + 20.0,
+            f"[rank{grank}]:"
+            + _c10("F", kill + 20.0, "ProcessGroupNCCL.cpp:1224")
+            + pg
+            + _STUCK.format(timeout=timeout),
+        ),
+        (
+            kill + 21.0,
+            f"E{agent:%m%d %H:%M:%S}.{agent.microsecond:06d} {pid} torch/distributed/elastic/multiprocessing/"
+            f"api.py:869] failed (exitcode: -6) local_rank: 0 (pid: {pid + 1}) of binary: /usr/bin/python3",
+        ),
+    ]

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from . import _sim_scenarios, _variants, _variants_apply
+from . import _sim_scenarios, _variants, _variants_apply, _variants_thermal
 from ._sim_parts import (
     STEP_FIELDS,
     _gpu_counters,
@@ -57,6 +57,8 @@ def simulate(job: Job) -> Job:
             else int(_variants.stream(job, 26).integers(job.nodes))
         )
         _variants_apply.hot_host(job, s.gpu.temp, grid.training, grid.t, warm)
+    if "missed_dip" in job.variants:
+        _variants_thermal.missed_dip(job, s.gpu.temp, grid.t, grid.training)
     if "exporter_stall" in job.variants:
         if "stall_in_dip" in job.opt_in:
             secs = job.variants["exporter_stall"][0]
@@ -91,6 +93,7 @@ def _incident(job: Job, rng: np.random.Generator) -> Incident:
     onset_frac = float(rng.uniform(0.35, 0.65))
     onset = job.train_start + onset_frac * train_window
     job.variants = _variants.choose(job)
+    _variants_thermal.choose(job, job.variants)
     _ending(job, rng, onset)
     return Incident(host=culprit_h, gpu=culprit_g, onset=onset, slow=_slowdown(job, rng, onset))
 

@@ -96,6 +96,21 @@ class _Layout:
             }
         return lab
 
+    def _moves(self, h: int) -> list[tuple[dict[str, str], slice]]:
+        """Return (label changes, time slice) of host `h`'s GPU target: without a host label a restarted
+        exporter pod comes back at another address (`instance`) and pod name, reporting the same GPUs."""
+        if self.ex.gpu_host_label or h != self.restart_host:
+            return [({}, slice(None))]
+        port = self.gpu_inst[h].rsplit(":", 1)[1]
+        moved = {"instance": f"10.245.{h // 200}.{20 + h % 200}:{port}"}
+        if self.ex.kubernetes:
+            moved["pod"] = f"{self.gpu_pod[h].rsplit('-', 1)[0]}-{_suffix(self.job, h + 7919)}"
+        return [({}, slice(0, self.restart_at)), (moved, slice(self.restart_at, None))]
+
+    def gpu_targets(self, h: int) -> list[tuple[dict[str, str], slice]]:
+        """Return (target labels, time slice) of host `h`'s GPU exporter: two when its pod came back elsewhere."""
+        return [(self.gpu_target(h) | moved, part) for moved, part in self._moves(h)]
+
     def gpu_series_labels(self, h: int, g: int, extra: dict[str, str]) -> list[tuple[dict[str, str], slice]]:
         """Return (labels, time slice) pairs: two when the exporter pod was restarted under another name."""
         lab = self.gpu_target(h) | extra
@@ -107,7 +122,7 @@ class _Layout:
             }
         key = self.ex.gpu_host_label
         if not key:
-            return [(lab, slice(None))]
+            return [(lab | moved, part) for moved, part in self._moves(h)]
         if h == self.restart_host:
             return [
                 (lab | {key: self.gpu_pod[h]}, slice(0, self.restart_at)),
@@ -127,9 +142,7 @@ def _gpu_family(
             vals = _mask(job, h, hold(arr[h, g], job.interval, ex.gpu_collect_s, phase=h % 2), gpu=True)
             vals[late] = np.nan
             for lab, part in lay.gpu_series_labels(h, g, extra_of(h, g)):
-                v = np.full(len(t), np.nan)
-                v[part] = vals[part]
-                yield name, lab, t, v, fmt
+                yield name, lab, t, _part(vals, part), fmt
 
 
 def _uuids(job: Job) -> list[list[str]]:
@@ -191,7 +204,8 @@ def _dcgm(lay: _Layout) -> Iterator[Item]:
 
 def _nvsmi(lay: _Layout) -> Iterator[Item]:
     """nvidia_gpu_exporter: `nvidia_smi_<query field>` in base units, each GPU labelled by its `uuid` only; the
-    index is the value of nvidia_smi_index and a label of nvidia_smi_gpu_info; no Xid, no PCIe replays."""
+    index is the value of nvidia_smi_index and a label of nvidia_smi_gpu_info; no PCIe replays; Xids as its
+    NVML backend exports them (`_nvsmi_xids`)."""
     job, gs = lay.job, lay.job.gpu_sig
     uuids = _uuids(job)
 
@@ -221,6 +235,31 @@ def _nvsmi(lay: _Layout) -> Iterator[Item]:
     ]
     for name, arr, fmt in fams:
         yield from _gpu_family(lay, name, arr, fmt, extra)
+    yield from _nvsmi_xids(lay, extra)
+
+
+def _nvsmi_xids(lay: _Layout, extra: Callable[[int, int], dict[str, str]]) -> Iterator[Item]:
+    """nvidia_gpu_exporter's NVML-backend Xid families (its docs/METRICS.md): per GPU and code, from the code's
+    first event on, `nvidia_smi_xid_errors_total` (the events so far) and `nvidia_smi_xid_last_timestamp_seconds`
+    (when the last came). An event is the GPU's Xid gauge turning to the code; one held from the data's start
+    came a day before it (a stale Xid)."""
+    job = lay.job
+    xid, t = job.gpu_sig["xid"], job.t
+    for code in sorted({int(c) for c in np.unique(xid) if c > 0}):
+        on = xid == code
+        event = on & ~np.concatenate([np.zeros_like(on[..., :1]), on[..., :-1]], axis=-1)
+        when = np.where(event, t, np.nan)
+        when[..., 0] = np.where(event[..., 0], t[0] - 86400.0, np.nan)
+        count = np.cumsum(event, axis=-1).astype(float)
+        count[count == 0] = np.nan
+
+        def labels(h: int, g: int, code: int = code) -> dict[str, str]:
+            return extra(h, g) | {"xid": str(code)}
+
+        yield from _gpu_family(lay, "nvidia_smi_xid_errors_total", count, "d", labels)
+        yield from _gpu_family(
+            lay, "nvidia_smi_xid_last_timestamp_seconds", np.fmax.accumulate(when, axis=-1), "d", labels
+        )
 
 
 def _dme(lay: _Layout) -> Iterator[Item]:
@@ -365,14 +404,23 @@ def _targets(lay: _Layout) -> Iterator[Item]:
         up = job.present[h].astype(float)
         yield "up", lay.node_labels(h), t, up, "d"
         if ex.gpu != "none":
-            yield "up", lay.gpu_target(h), t, np.where(late | _failed(job, h), 0.0, up), "d"
+            for lab, part in lay.gpu_targets(h):
+                yield "up", lab, t, _part(np.where(late | _failed(job, h), 0.0, up), part), "d"
     for h in range(job.nodes):
         dur = np.where(job.present[h], 0.02 + 0.01 * np.sin(np.arange(len(t)) + h) ** 2, 10.0)
         yield "scrape_duration_seconds", lay.node_labels(h), t, dur, "f4"
         if ex.gpu == "none":
             continue
         gdur = np.where(job.scrape_timeout_mask[h] | _failed(job, h), 9.99, dur)
-        yield "scrape_duration_seconds", lay.gpu_target(h), t, gdur, "f4"
+        for lab, part in lay.gpu_targets(h):
+            yield "scrape_duration_seconds", lab, t, _part(gdur, part), "f4"
+
+
+def _part(values: np.ndarray, part: slice) -> np.ndarray:
+    """Return `values` within `part` only (NaN, no sample, elsewhere)."""
+    out = np.full(len(values), np.nan)
+    out[part] = values[part]
+    return out
 
 
 def _failed(job: Job, h: int) -> np.ndarray:

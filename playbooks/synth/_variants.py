@@ -128,6 +128,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
     "xid_stretch": "gpu-driver-fault",
+    "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
 }
 
 

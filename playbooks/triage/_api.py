@@ -10,6 +10,7 @@ from pathlib import Path
 from playbooks.confine import OutsideRoots, open_inside, resolved_roots
 
 from ._events import merge_events
+from ._finish import HB_KEY
 from ._model import _RANK, Match, Triage, TriageError
 from ._patterns import _int
 from ._read import _iter_lines
@@ -107,8 +108,24 @@ def triage_job(
         rank = _int(rank_log.stem.split("-")[-1])
         node = out.nodes[rank] if rank is not None and 0 <= rank < len(out.nodes) else None
         merge_events(out.details["host_events"], sub.details["host_events"], node, rank_log.name)
+        _merge_self_accused(out, sub, node)
         out.unreadable += [f"{rank_log.name}: {u}" for u in sub.unreadable if "completed step" not in u]
     if extra:
         out.matches = sorted(out.matches + extra, key=lambda m: (_RANK[m.klass], m.line))
         out.triage_class = out.matches[0].klass
     return out
+
+
+def _merge_self_accused(out: Triage, sub: Triage, node: str | None) -> None:
+    """Add the ranks a k8s rank log's own heartbeat monitor killed (PyTorch's NCCL monitor: the rank that
+    printed it, so that log's node when its line named no host) to the job's accused, with the monitor's
+    timeout, and its kill as the crash when it came first."""
+    if not sub.heartbeat_accused:
+        return
+    named = [a if a in out.nodes or not a.startswith("rank:") else node or a for a in sub.heartbeat_accused]
+    out.heartbeat_accused = list(dict.fromkeys(out.heartbeat_accused + named))
+    for key, value in sub.config.items():
+        if key == HB_KEY or key.startswith("TORCH_NCCL_"):
+            out.config.setdefault(key, value)
+    if sub.crash_time is not None and (out.crash_time is None or sub.crash_time < out.crash_time):
+        out.crash_time = sub.crash_time

@@ -13,8 +13,10 @@ An event is one log line that names (or, through its srun label or a rank, maps 
   exit code <n>` (1, 134, 139, ...: a crash, not a kill);
 - `xid`: `NVRM: Xid (PCI:...): <n>` (its `pci`: the bus key of `_gpu_bus`, which nvidia-smi's lines in the
   log map to a GPU index: `resolve_gpu_bus`);
-- `nccl-timeout`: an NCCL warning about a timeout, or PyTorch's NCCL watchdog timeout of `[Rank N]` (the
-  rank mapped to its host through the `NCCL INFO comm ... rank N` lines, the srun label or a one-node job).
+- `nccl-timeout`: an NCCL warning about a timeout, or PyTorch's NCCL watchdog timeout of a rank (`_torch`: the
+  rank mapped to its host through the `NCCL INFO comm ... rank N` lines, the srun label or a one-node job);
+- `exited` also for torchrun's `exitcode: -6` (SIGABRT, 134: the NCCL watchdog or heartbeat monitor aborting
+  its process, as `Signal 6 (SIGABRT) received by PID` in its failure report says).
 
 `code` is the exit status of a `killed` or `exited` event as a shell reports it (137 for SIGKILL, 143 for SIGTERM) and
 the Xid number of an `xid` event, else None. Hosts are names of `[A-Za-z0-9._-]` only (anything else is
@@ -32,6 +34,7 @@ from playbooks.textclean import printable
 
 from ._gpu_bus import bus_key, smi_line
 from ._patterns import _abs_time
+from ._torch import watchdog_line
 
 __all__ = [
     "HW_XIDS",
@@ -39,6 +42,7 @@ __all__ = [
     "EventScan",
     "event_line",
     "merge_events",
+    "rank_host",
     "resolve_events",
     "resolve_gpu_bus",
     "srun_task_exit",
@@ -94,12 +98,13 @@ _KERNEL_OOM = re.compile(
     r"|\boom[-_]kill\b"
 )
 _TORCH_EXIT = re.compile(r"exitcode\s*: (-?\d+)")
+#: torchrun's exit codes of a signal (minus the signal number): the status a shell reports for it
+_TORCH_SIGNALS = {-9: 137, -15: 143, -6: 134}
 _TORCH_FIELD = re.compile(r"^\s*(time|host|rank)\s*:\s*(\S+)")
 _TORCH_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _XID = re.compile(r"NVRM: Xid \(([^)]{0,40})\): (\d{1,4})\b")
 _NCCL_HOST = re.compile(r"^([A-Za-z0-9._-]+):\d+:\d+ \[\d+\] NCCL")
 _NCCL_COMM = re.compile(r"NCCL INFO comm 0x[0-9a-fA-F]+ rank (\d+) nranks \d+")
-_WATCHDOG = re.compile(r"\[Rank (\d+)\] Watchdog caught collective operation timeout")
 _SYSLOG = re.compile(
     r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d\d):(\d\d):(\d\d) "
     r"([A-Za-z0-9._-]+) kernel:"
@@ -197,9 +202,11 @@ def event_line(
     msg: str,
     year: tuple[int, int] | None,
     tz: float = 0.0,
+    grank: int | None = None,
 ) -> str | None:
     """Record the host event of one line, if any; return the triage class the line stands for, or None.
-    `tz`: seconds east of UTC of the local times Slurm and the kernel print (0: read as UTC)."""
+    `tz`: seconds east of UTC of the local times Slurm and the kernel print (0: read as UTC); `grank`: the
+    global rank of torchrun's `[rankN]:` label the line had."""
     if ev.torch_open >= 0 and ("=====" in msg or n - ev.torch_open > 40):
         ev.torch, ev.torch_open = {}, -1
     for k in _TRIGGERS:  # most lines hold none of these: a plain loop is the cheapest test
@@ -211,7 +218,7 @@ def event_line(
     if "Root Cause" in msg or "Failures:" in msg:
         ev.torch, ev.torch_open = {}, n
         return None
-    found = _slurm(msg) or _kernel(msg, year) or _launcher(ev, msg) or _nccl(ev, msg)
+    found = _slurm(msg) or _kernel(msg, year) or _launcher(ev, msg) or _nccl(ev, msg, grank)
     if found is None:
         smi = smi_line(msg) if "0000:" in msg and len(ev.gpu_bus) < MAX_EVENTS else None
         if smi is not None:
@@ -228,6 +235,8 @@ def event_line(
         return "gpu-hw-error" if code in HW_XIDS else None
     if kind == "killed":
         return "signal-kill" if "exitcode" in msg else None
+    if kind == "exited":
+        return None  # a crash or an abort: the lines before it say why
     return _CLASS.get(kind)
 
 
@@ -289,17 +298,17 @@ def _launcher(ev: EventScan, msg: str) -> _Found | None:
     if "exitcode" not in msg:
         return None
     e = _TORCH_EXIT.search(msg)
-    if not e or int(e.group(1)) not in (-9, -15):
+    code = _TORCH_SIGNALS.get(int(e.group(1))) if e else None
+    if code is None:
         return None
-    code = 137 if int(e.group(1)) == -9 else 143
     host = _host(ev.torch.get("host"))
     rank = int(ev.torch["rank"]) if ev.torch.get("rank", "").isdecimal() else None
     tm = _TORCH_TIME.search(ev.torch.get("time", ""))
     t = _iso("{}-{}-{}T{}:{}:{}".format(*tm.groups())) if tm else None
-    return "killed", host, rank, t, code
+    return "killed" if code in (137, 143) else "exited", host, rank, t, code
 
 
-def _nccl(ev: EventScan, msg: str) -> _Found | None:
+def _nccl(ev: EventScan, msg: str, grank: int | None) -> _Found | None:
     if "NCCL INFO comm" in msg:
         c, h = _NCCL_COMM.search(msg), _NCCL_HOST.match(msg)
         host = _host(h.group(1)) if h else None
@@ -307,8 +316,8 @@ def _nccl(ev: EventScan, msg: str) -> _Found | None:
             ev.rank_host.setdefault(int(c.group(1)), host)
         return None
     if "Watchdog caught" in msg:
-        w = _WATCHDOG.search(msg)
-        return ("nccl-timeout", None, int(w.group(1)), None, None) if w else None
+        w = watchdog_line(msg, grank)
+        return ("nccl-timeout", None, w[0], None, None) if w else None
     if "NCCL WARN" in msg and ("imeout" in msg or "Timeout waiting for" in msg):
         h = _NCCL_HOST.match(msg)
         return "nccl-timeout", _host(h.group(1)) if h else None, None, None, None
@@ -332,17 +341,9 @@ def resolve_events(ev: EventScan, nodes: list[str]) -> list[dict[str, Any]]:
     node-failure line that names no host takes the failed host when one host was reported failed, and
     lends its time to the ones without a time.
     """
-    short = {n.split(".")[0]: n for n in nodes}
     out: list[dict[str, Any]] = []
     for r in ev.raw:
-        host = r.host
-        if host is None and r.label is not None and 0 <= r.label < len(nodes):
-            host = nodes[r.label]
-        if host is None and r.rank is not None:
-            host = ev.rank_host.get(r.rank)
-        if host is None and len(nodes) == 1:
-            host = nodes[0]
-        host = _host(short.get(host.split(".")[0], host) if host and host not in nodes else host)
+        host = rank_host(ev, nodes, r.label, r.rank, r.host)
         e = {"kind": r.kind, "host": host, "time": r.time, "line": r.line, "code": r.code, "text": r.text}
         out.append(e | ({"pci": r.pci} if r.pci else {}))
     failed = {e["host"] for e in out if e["kind"] == "node-failure" and e["host"]}
@@ -356,6 +357,23 @@ def resolve_events(ev: EventScan, nodes: list[str]) -> list[dict[str, Any]]:
     kept: list[dict[str, Any]] = []
     merge_events(kept, out, None, "")
     return kept
+
+
+def rank_host(
+    ev: EventScan, nodes: list[str], label: int | None, rank: int | None, named: str | None = None
+) -> str | None:
+    """Return the host of a line: the one it names (`named`; its short name when only that is in the node
+    list), else the node of its srun label, else the host of the global rank it names (NCCL's communicator
+    lines), else the only node of a one-node job; None when none of these tells."""
+    host = named
+    if host is None and label is not None and 0 <= label < len(nodes):
+        host = nodes[label]
+    if host is None and rank is not None:
+        host = ev.rank_host.get(rank)
+    if host is None and len(nodes) == 1:
+        host = nodes[0]
+    short = {n.split(".")[0]: n for n in nodes} if host and host not in nodes else {}
+    return _host(short.get(host.split(".")[0], host) if host and short else host)
 
 
 def merge_events(

@@ -8,11 +8,12 @@ from typing import Any
 
 from playbooks.log_series import loss_points
 
-from ._events import resolve_events, resolve_gpu_bus
+from ._events import rank_host, resolve_events, resolve_gpu_bus
 from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
+from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
 from ._trainers import settle
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
@@ -46,12 +47,16 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     ordered = _ordered(st, _last_step_line(st))
     out.matches = ordered
     out.triage_class = ordered[0].klass if ordered else None
-    if st.accused_tasks or st.accused_hosts:
+    if st.accused_tasks or st.accused_hosts or st.accused_ranks:
         hosts = list(st.accused_hosts)
         for task in dict.fromkeys(st.accused_tasks):
             node = task // st.procs_per_node
             hosts.append(out.nodes[node] if node < len(out.nodes) else f"task:{task}")
+        for label, rank in dict.fromkeys(st.accused_ranks):
+            host = rank_host(st.events, out.nodes, label, rank)
+            hosts.append(host or f"rank:{rank}")
         out.heartbeat_accused = list(dict.fromkeys(hosts))
+    _torch_heartbeat_timeout(st, out)
     crash = _first_failure_time(st)
     if crash is None and status in ("failed", "cancelled", "unknown-death"):
         crash = st.cancel_time or end_time
@@ -69,6 +74,22 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     _nonfinite_loss(st, out)
     if not steps and out.details.get("lines"):
         out.unreadable.append("no 'completed step:' lines found")
+
+
+#: the one config key of the heartbeat timeout that killed the job, however the program stated it (the seed's)
+HB_KEY = "jax_distributed_heartbeat_timeout_seconds"
+
+
+def _torch_heartbeat_timeout(st: _State, out: Triage) -> None:
+    """Record the timeout of PyTorch's NCCL heartbeat monitor when it killed ranks, under the seed's heartbeat
+    key: its exit message's, else the job's TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC, else PyTorch's default (noted in
+    `details.heartbeat_timeout_assumed`)."""
+    if not st.accused_ranks:
+        return
+    stated = st.torch_hb_timeout or _int(out.config.get("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"))
+    if stated is None and HB_KEY not in out.config:
+        out.details["heartbeat_timeout_assumed"] = True
+    out.config.setdefault(HB_KEY, str(stated or HEARTBEAT_TIMEOUT_DEFAULT_S))
 
 
 def _nonfinite_loss(st: _State, out: Triage) -> None:

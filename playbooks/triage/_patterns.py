@@ -5,7 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-_NCCL_TIMEOUT_SIGNS = ("NCCL WARN Timeout", "NCCL error", "Timeout waiting for", "ncclSystemError")
+from ._torch import HEARTBEAT_SIGNS
+
+_NCCL_TIMEOUT_SIGNS = (
+    "NCCL WARN Timeout",
+    "NCCL error",
+    "Timeout waiting for",
+    "ncclSystemError",
+    # PyTorch's NCCL watchdog (ProcessGroupNCCL.cpp): a collective of this rank timed out, or another rank's
+    # did and the store told this one ("... watchdog detected a collective timeout and notified current rank")
+    "Watchdog caught collective operation timeout",
+    "watchdog detected a collective timeout",
+)
 
 # (class, substrings any of which match). Checked in this order per line; one class per line.
 SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -35,6 +46,8 @@ SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
             # Ray's GCS: "The node with node id: ... and node name: H has been marked dead because the detector
             # has missed too many heartbeats from it."
             "has been marked dead because the detector has missed too many heartbeats",
+            # PyTorch's NCCL heartbeat monitor: this rank's own watchdog thread stopped beating (`_torch`)
+            *HEARTBEAT_SIGNS,
         ),
     ),
     ("oom-gpu", ("RESOURCE_EXHAUSTED", "ResourceExhausted", "OUT_OF_MEMORY", "XLA_ERROR", "out of memory")),

@@ -39,6 +39,7 @@ from ._patterns import (
     _year_hint,
 )
 from ._state import _add, _State
+from ._torch import heartbeat_line, setting_line, torchrun_rank
 from ._trainers import TRIGGERS, header_date, trainer_line
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Job", "Sta")  # also `Job start:`, `Start:`
@@ -56,6 +57,7 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         rank = rank if pod is None else pod[0]
         if st.job_start is None and msg[:3] in _WEEKDAYS and _scan_date(st, msg):
             continue
+        grank = torchrun_rank(msg)
         ts, msg = _dated(msg, st.year, st.tz)
         ts = ts if pod is None or pod[1] is None else pod[1]  # kubectl's UTC stamp before the pod's local one
         st.clock = ts if ts is not None else st.clock
@@ -74,10 +76,10 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
             st.nonfinite = (ts, n, msg.strip()[:300])
         if any(k in msg for k in TRIGGERS) and trainer_line(st, n, rank, ts, msg):
             continue
-        hint = event_line(st.events, n, rank, ts, msg, st.year, st.tz)
+        hint = event_line(st.events, n, rank, ts, msg, st.year, st.tz, grank)
         if _scan_progress(st, out, n, ts, msg):
             continue
-        _scan_failure(st, n, ts, msg, hint)
+        _scan_failure(st, n, ts, msg, hint, (rank, grank))
     _finish(st, out, now, slurm_state)
     gpus = gpus_env_result(st.gpus_env, out.nodes)
     if gpus is not None:
@@ -185,6 +187,9 @@ def _scan_progress(st: _State, out: Triage, n: int, ts: float | None, msg: str) 
         if ray:  # Ray's GCS marks a node dead after period x threshold without a health check answered
             hb_s = int(ray.group(1)) * int(ray.group(2)) // 1000
             out.config.setdefault("jax_distributed_heartbeat_timeout_seconds", str(hb_s))
+    setting = setting_line(msg)
+    if setting is not None:  # PyTorch's NCCL heartbeat monitor: its timeout, or off
+        out.config.setdefault(*setting)
     if "heartbeat_timeout_seconds" in msg:
         hb = HB_TIMEOUT.search(msg)
         if hb:  # under the seed's config key: the one setting, however the program printed it
@@ -277,9 +282,17 @@ def _scan_summary(st: _State, msg: str) -> bool:
     return False
 
 
-def _scan_failure(st: _State, n: int, ts: float | None, msg: str, hint: str | None = None) -> None:
+def _scan_failure(
+    st: _State,
+    n: int,
+    ts: float | None,
+    msg: str,
+    hint: str | None = None,
+    ranks: tuple[int | None, int | None] = (None, None),
+) -> None:
     """Read heartbeat-accused tasks and failure signatures (harmless lines filtered first); `hint` is the
-    class the line's host event stands for (a Slurm node failure, a kernel OOM kill, ...)."""
+    class the line's host event stands for (a Slurm node failure, a kernel OOM kill, ...); `ranks` are the
+    line's srun label and torchrun's global rank label."""
     if st.in_heartbeat:
         tk = _TASK.search(msg)
         if tk:
@@ -297,5 +310,9 @@ def _scan_failure(st: _State, n: int, ts: float | None, msg: str, hint: str | No
         dead = _RAY_DEAD.search(msg) if klass == "heartbeat-timeout" else None
         if dead:
             st.accused_hosts.append(dead.group(1))
+        hb = heartbeat_line(msg, ranks[1]) if klass == "heartbeat-timeout" and not dead else None
+        if hb is not None:
+            st.accused_ranks.append((ranks[0], hb[0]))
+            st.torch_hb_timeout = st.torch_hb_timeout or hb[1]
         if ts is not None:
             st.fatal_times.append((n, ts))

@@ -38,6 +38,8 @@ class _State:
         pods: the pods of a `kubectl logs --prefix` log (`_kubectl`); accused_hosts: hosts a coordinator
         declared dead for missed heartbeats (Ray's `... node name: H has been marked dead ...`).
         clock: the time of the last dated line (an undated step line is placed its duration after it).
+        accused_ranks: (srun label, global rank) of each rank PyTorch's NCCL heartbeat monitor killed for its
+        stuck watchdog; torch_hb_timeout: the monitor's timeout its exit message printed (`_torch`).
         step_placed: the last step line read was placed so (its time is the earliest it can have ended).
     """
 
@@ -81,6 +83,8 @@ class _State:
     pods: Pods = field(default_factory=Pods)
     accused_hosts: list[str] = field(default_factory=list)
     clock: float | None = None
+    accused_ranks: list[tuple[int | None, int | None]] = field(default_factory=list)
+    torch_hb_timeout: int | None = None
     step_placed: bool = False
 
 

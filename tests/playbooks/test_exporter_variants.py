@@ -93,6 +93,25 @@ def test_a_restarted_exporter_pod_with_two_host_names_does_not_break_matching(se
     assert all("many-to-many" not in f["title"] for f in result["findings"])
 
 
+@pytest.mark.parametrize(
+    "variant",
+    [
+        Exporters(kubernetes=True, gpu_host_label="", hostname_change=True),
+        Exporters(gpu_host_label="", hostname_change=True),
+    ],
+    ids=["pod-ip", "node-ip-then-pod-ip"],
+)
+def test_a_gpu_exporter_pod_back_at_another_address_is_the_same_host(served_job, view_root, variant):
+    """`--no-hostname`: the restarted DCGM pod reports the same GPU UUIDs from a new address. The address
+    whose series stopped (or started) is that node before (after) the restart, not a second host."""
+    result, truth, client = _diagnose(served_job, view_root, "healthy", "nvidia", variant)
+    addresses = {i.rsplit(":", 1)[0] for i in client.label_values("instance", ["DCGM_FI_DEV_GPU_TEMP"])}
+    assert len(addresses) == len(truth["hosts"]) + 1, "the generator moved one GPU exporter pod"
+    assert result["diagnosis"]["class"] == "healthy", result["diagnosis"]
+    named = addresses & set(result["source"]["hosts"])
+    assert len(named) <= len(truth["hosts"]), "the address the pod left names no host of its own"
+
+
 def test_node_exporter_rdma_counters_feed_the_rdma_rules(served_job, view_root):
     """node_exporter >= 1.11 exports RoCE retransmits and ACK timeouts; the network playbook reads them."""
     result, truth, client = _diagnose(

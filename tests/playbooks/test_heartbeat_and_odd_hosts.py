@@ -5,6 +5,7 @@ reproduced by the generator and diagnosed end to end through a served TSDB.
   `Config param` line), or states none (JAX's default of 100 s applies): the heartbeat-stop time is still
   known, the accused hosts are seen training up to the kill, and the steps stopping at the kill are its
   effect, not a hang.
+- PyTorch's NCCL heartbeat monitor killing a rank (a PyTorch trainer's log) is read as JAX's coordinator is.
 - A burst of RDMA retransmits on an accused host minutes before the heartbeats stopped, the job training on
   until the kill, triggered no hang (the steps never stopped before the kill): still a heartbeat false
   positive, the burst a side note.
@@ -38,6 +39,19 @@ def test_a_heartbeat_timeout_printed_by_the_program_or_left_at_its_default_dates
     )
     if variant == "hb_default":
         assert truth["heartbeat_timeout_s"] == 100
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
+    accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
+    assert set(accused["hosts"]) == set(truth["accused_hosts"])
+
+
+@pytest.mark.parametrize("fmt", ["srun-nemo", "kubectl-titan"])
+def test_pytorchs_nccl_heartbeat_monitor_kill_of_a_training_rank_is_a_false_positive(served_job, fmt):
+    """A PyTorch trainer killed by its NCCL heartbeat monitor (`Heartbeat monitor timed out!`, the watchdog
+    'stuck for N seconds') while the accused node trained with its peers: its timeout dates the stop."""
+    result, truth = _diagnose(served_job, "heartbeat-false-positive", 1, "nvidia", nodes=6, log_format=fmt)
     diag = result["diagnosis"]
     assert diag["class"] == "heartbeat-false-positive", diag["summary"]
     assert diag["culprits"] == []

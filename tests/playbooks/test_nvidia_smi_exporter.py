@@ -80,3 +80,18 @@ def test_timeline_gpu_panels_name_each_gpu_by_host_and_index(served_job, view_ro
             assert {m["host"] for m in metas} <= set(truth["hosts"]), (panel.spec.key, max_lines)
             gpus = {str(m["gpu"]) for m in metas if m.get("gpu") is not None}
             assert gpus and gpus <= index, (panel.spec.key, max_lines, metas[:3])
+
+
+def test_the_nvml_backends_xid_events_name_the_gpu(served_job, view_root):
+    """The NVML backend's `nvidia_smi_xid_last_timestamp_seconds{uuid, xid}` (the code a label, the series
+    there from the first event): the Xid rules read the code while it is new, on the GPU by its index (the
+    windowed query a subquery with its own step: a served copy's evaluation interval is 999h)."""
+    result, truth, client = _diagnose(served_job, view_root, "gpu-hardware-fault", "nvidia", NVSMI)
+    assert "nvidia_smi_xid_last_timestamp_seconds" in client.label_values("__name__")
+    _verdict_holds(result, truth)
+    found = [f for f in result["findings"] if f["title"].startswith("Xid ") and "(job log)" not in f["title"]]
+    assert found, [f["title"] for f in result["findings"]]
+    assert found[0]["class"] == "gpu-hardware-fault"
+    assert found[0]["hosts"] == [c["host"] for c in truth["culprits"]]
+    want = {str(c["gpu"]) for c in truth["culprits"] if c.get("gpu") is not None}
+    assert not want or set(found[0]["gpus"]) == want

@@ -41,3 +41,17 @@ def test_a_kubectl_pods_failure_lands_on_its_host(tmp_path):
     hosts = {e["host"] for e in t.details["host_events"] if e["host"]}
     assert t.last_step == int(job.step_num[-1])
     assert culprits and culprits <= hosts
+
+
+@pytest.mark.parametrize("fmt", LOG_FORMATS)
+def test_a_pytorch_trainers_heartbeat_kill_is_its_nccl_monitors(fmt, tmp_path):
+    """A PyTorch trainer's heartbeat kill is PyTorch's NCCL heartbeat monitor's (ProcessGroupNCCL.cpp's
+    words): the triage reads it as JAX's, the accused nodes and the timeout the heartbeat-stop time needs."""
+    job, path = _job("heartbeat-false-positive", fmt, tmp_path)
+    text = path.read_text()
+    assert "Heartbeat monitor timed out!" in text and "stopped sending heartbeats" not in text
+    t = triage_log(text.splitlines())
+    assert t.triage_class == "heartbeat-timeout"
+    assert t.heartbeat_accused == [job.hosts[a] for a in job.accused_tasks]
+    assert t.config["jax_distributed_heartbeat_timeout_seconds"] == str(job.hb_timeout)
+    assert t.crash_time == pytest.approx(float(job.crash_time), abs=1.0)

@@ -14,10 +14,12 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from investigations import services
-from investigations.models import DataSource, Investigation, InvestigationJob, Job, QueryRun
+from investigations.models import DataSource, Investigation, InvestigationJob, Job, QueryRun, TaskStatus
+from investigations.services import diagnosis
 from investigations.services import investigations as inv_svc
 from investigations.services import tunnels as tunnel_services
 from investigations.services.discovery import discovery_execute
+from investigations.tasks import diagnosis as diagnosis_tasks
 from investigations.tasks import tunnel_check_task, tunnel_open_task, tunnels_prune_task
 from playbooks import tsdb_server
 from playbooks import tunnel as tunnels
@@ -56,9 +58,14 @@ def source(job: Job, sshd: SSHServer, prom_port: int) -> DataSource:
 
 
 def _ssh_pid(ds: DataSource) -> int:
+    pid = _ssh_pid_or_none(ds)
+    assert pid is not None
+    return pid
+
+
+def _ssh_pid_or_none(ds: DataSource) -> int | None:
     found = tunnels.find_tunnel(tunnel_services.tunnel_spec(ds), django_settings.STEPWISE_TUNNELS_DIR)
-    assert found is not None
-    return found.pid
+    return None if found is None else found.pid
 
 
 def _gone(pid: int, within: float = 5.0) -> bool:
@@ -250,6 +257,33 @@ def test_an_open_investigation_releases_nothing(source: DataSource, job: Job) ->
     pid = tunnel_services.tunnel_open(source).pid
     assert tunnel_services.tunnels_release(inv) == []
     assert not _gone(pid, within=0.2)
+
+
+def test_resolving_mid_diagnosis_cancels_it_so_no_playbook_reopens_the_tunnel(
+    source: DataSource, job: Job, served_job, monkeypatch
+) -> None:
+    """The playbooks a diagnosis still has queued when its investigation is resolved would each reopen the
+    tunnel that resolving just closed (`datasource_client` reopens a tunnel that is down), one ssh after
+    another until a prune closed it again. Resolving cancels the runs on the tunnels it closes instead."""
+    _client, _truth, job_dir = served_job("healthy")
+    Job.objects.filter(pk=job.pk).update(triage=triage_job(job_dir).to_dict() | {"state": "done"})
+    queued: list[tuple] = []
+    for task in (diagnosis_tasks.playbook_execute_task, diagnosis_tasks.diagnosis_decide_task):
+        monkeypatch.setattr(task, "delay", lambda *args, _task=task: queued.append((_task, args)))
+    inv = _investigation(job)
+    run = diagnosis.diagnosis_start(inv, Job.objects.get(pk=job.pk))
+    diagnosis_tasks.diagnosis_plan_task(run.pk)  # opens the tunnel; one playbook task queued per playbook
+    assert queued
+    pid = _ssh_pid(source)
+
+    inv_svc.investigation_update(inv, status=Investigation.Status.RESOLVED)
+    assert _gone(pid)
+    while queued:  # the worker then takes the playbooks it had been given before the resolve
+        task, args = queued.pop(0)
+        task(*args)
+    assert _ssh_pid_or_none(source) is None, "a playbook of the resolved investigation reopened its tunnel"
+    run.refresh_from_db()
+    assert run.status == TaskStatus.CANCELLED and "SSH tunnel was closed" in run.error
 
 
 def test_prune_closes_the_tunnels_of_resolved_investigations(source: DataSource, job: Job) -> None:

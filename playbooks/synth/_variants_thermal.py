@@ -1,0 +1,45 @@
+"""Off-by-default variants of the GPUs' temperatures (see `_variants` for the others and their streams).
+
+- healthy, thermal-straggler `missed_dip`: once, partway into the training, the cooling of every rack but
+  one host's dips (8-14 degC, each host by its own share and up to a scrape late, for 3-5 minutes,
+  recovering over 3): the spared host's GPUs hold their level while the pack cools, and stand above it
+  for the dip's length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._variants import stream
+
+
+def choose(job: Any, v: dict[str, Any]) -> None:
+    """Add this module's variants of `job` to `v` (drawn from their own streams: 40 and up)."""
+    if job.scenario.name in ("healthy", "thermal-straggler") and "missed_dip" in job.opt_in:
+        r = stream(job, 42).uniform(0, 1, 4)
+        # (degC, where in the training, seconds it lasts, the spared host)
+        v["missed_dip"] = (
+            float(8 + 6 * r[0]),
+            float(0.3 + 0.4 * r[1]),
+            float(180 + 120 * r[2]),
+            int(r[3] * job.nodes),
+        )
+
+
+def missed_dip(job: Any, temp: np.ndarray, t: np.ndarray, training: np.ndarray) -> None:
+    """Cool every host's GPUs but the spared one's by about the drawn degrees for the drawn seconds."""
+    depth, where, hold, spared = job.variants["missed_dip"]
+    rng = stream(job, 43)
+    tt = t[training] if training.any() else t
+    start = float(tt[0] + where * (tt[-1] - tt[0]))
+    for h in range(temp.shape[0]):
+        dt = t - start - float(rng.uniform(0, job.interval))
+        shape = np.where((dt >= 0) & (dt < hold), 1.0, 0.0) + np.where(
+            dt >= hold, np.clip(1 - (dt - hold) / 180, 0, 1), 0
+        )
+        share = float(rng.uniform(0.6, 1.4))
+        if h != spared:
+            temp[h] -= depth * share * shape[None, :]
+    job.red_herrings["missed_dip"] = f"{job.hosts[spared]} missed a {depth:.0f} degC dip at {start:.0f}"
