@@ -25,6 +25,7 @@ __all__ = [
     "distribution_shift",
     "change_points",
     "first_sustained",
+    "stretch_start",
     "nan_median",
     "peer_deviation",
     "rate_excess",
@@ -149,6 +150,31 @@ def first_sustained(mask: np.ndarray, length: int, fraction: float = 0.8) -> int
         if c[j] - c[i] >= need:
             return int(i)
     return None
+
+
+def stretch_start(
+    mask: np.ndarray, i: int, length: int, fraction: float, alpha: float, per: float = 1.0
+) -> int:
+    """Return where the sustained stretch that first_sustained found at `i` really begins: a leading hit
+    (a lone timeout, a missed scrape) followed by more clean points than the stretch's own rate allows
+    (chance below `alpha`) is the background every host shows now and then, not the stretch's start, as
+    long as the stretch still holds (`fraction` of `length`) from the next hit on. `per`: grid points a
+    scrape spans (a held sample is one)."""
+    n = len(mask)
+    c = np.concatenate([[0], np.cumsum(mask.astype(int))])
+    while True:
+        later = np.nonzero(mask[i + 1 :])[0]
+        if not len(later):
+            return i
+        k = i + 1 + int(later[0])
+        j = min(n, k + length)
+        if j - k < length or c[j] - c[k] < fraction * length:
+            return i
+        gap = (k - i - 1) / per
+        rate = (c[j] - c[k]) / (j - k)
+        if gap <= 0 or (rate < 1.0 and (1.0 - rate) ** gap >= alpha):
+            return i
+        i = k
 
 
 def burst_chance(hits: float, n: float, pack_hits: float, pack_n: float, tests: float) -> float:

@@ -15,6 +15,7 @@ from playbooks.anomaly import (
     first_sustained,
     peer_deviation,
     robust_spread,
+    stretch_start,
     walk_back,
 )
 from playbooks.context import Context, Finding
@@ -135,8 +136,12 @@ def _flag(
     kept = cond[:, cols]
     flagged = []
     for r in range(len(g.labels)):
-        i = first_sustained(kept[r], length, float(p.get("min_fraction", 0.8)))
+        frac = float(p.get("min_fraction", 0.8))
+        i = first_sustained(kept[r], length, frac)
         if i is not None and _rare(ctx, g, kept, np.ones(len(cols), bool), r, i, length, p):
+            if "alpha" in p:
+                # a lone failure like the pack's own ahead of the stretch is not its start
+                i = stretch_start(kept[r], i, length, frac, float(p["alpha"]), _per(ctx, g))
             flagged.append((r, int(cols[i])))
     return flagged
 
@@ -233,8 +238,20 @@ def _left_pack(
     p = rule.params
     orderly = np.nonzero(~moving[i:] & np.isfinite(z[i:]))[0]
     cross = i + int(orderly[0]) if len(orderly) else i
+    onset_z = float(p.get("onset_z", 2.0))
+    with np.errstate(all="ignore"):
+        before = (
+            np.nanmedian(np.where(moving[:cross] | np.isnan(y[:cross]), np.nan, z[:cross]))
+            if cross
+            else np.nan
+        )
     z = np.where(np.isnan(z), -np.inf, z)
-    j = walk_back(np.where(moving, np.nan, z), cross, float(p.get("onset_z", 2.0)))
+    j = walk_back(np.where(moving, np.nan, z), cross, onset_z)
+    if np.isfinite(before) and before < -float(p.get("z", 6.0)):
+        # before the crossing the row stood below its usual place by as much as it must stand out to be
+        # flagged: the stretch itself (most of the data) made that place, so the row left the pack where it
+        # left the place it held before
+        j = min(j, walk_back(np.where(moving, np.nan, z - before), cross, onset_z))
     while j > 0 and moving[j - 1]:
         j -= 1
     t_on = float(g.t[j]) - g.step / 2
@@ -304,12 +321,17 @@ def _rare(
     monitoring's, and a few of them close together on one host are chance, not a fault of that host."""
     if "alpha" not in p:
         return True
-    per = max(1.0, float(getattr(ctx.source, "interval", g.step) or g.step) / max(g.step, 1e-9))
+    per = _per(ctx, g)
     hits = float(cond[r, i : i + length].sum())
     pack = float(cond.sum()) - float(cond[r].sum())
     pack_n = float(m.sum()) * (cond.shape[0] - 1)
     tests = cond.shape[0] * max(1.0, float(m.sum()) / length)
     return burst_chance(hits / per, length / per, pack / per, pack_n / per, tests) <= float(p["alpha"])
+
+
+def _per(ctx: Context, g: Grid) -> float:
+    """Return how many grid points one scrape spans (a sample held over a finer grid counts once)."""
+    return max(1.0, float(getattr(ctx.source, "interval", g.step) or g.step) / max(g.step, 1e-9))
 
 
 def _only_job(ctx: Context, g: Grid, power_query: str) -> Grid:
@@ -370,7 +392,7 @@ def _det_gaps(ctx: Context, pb: Playbook, rule: RuleSpec, focus: tuple[float, fl
             or share < float(p.get("min_share", 0.05))
         ):
             continue
-        t_on = float(g.t[_regime_start(idx)]) - ctx.window_s(rule.queries[0])
+        t_on = _gap_start(g, h, peer, _regime_start(idx), w)
         hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
         ev.append(
@@ -408,6 +430,23 @@ def _gap_rows(
                 miss &= u >= 1
         rows.append((h, miss, mine))
     return rows
+
+
+def _gap_start(g: Grid, host: str, peer: np.ndarray, i: int, w: float) -> float:
+    """Return when the samples that a host's count first lacks at index `i` went missing: its count over
+    the last `w` seconds fell short of its peers' there, or earlier within that window (a count that lacks
+    one sample is not yet a gap by `ratio`); the first short count's sample went missing after the grid
+    point before it, whose window still held it (at most `w` earlier), so the middle of that span."""
+    x = g.row(host=host)
+    if x is None or len(x) != len(g.t):
+        return float(g.t[i]) - w
+    j = i
+    while j > 0 and float(g.t[i] - g.t[j - 1]) < w and x[j - 1] < peer[j - 1]:
+        j -= 1
+    earliest = float(g.t[j]) - w
+    if j > 0 and np.isfinite(x[j - 1]):
+        earliest = max(earliest, float(g.t[j - 1]))
+    return (earliest + float(g.t[j])) / 2
 
 
 def _regime_start(idx: np.ndarray) -> int:
