@@ -161,7 +161,7 @@ def record(
 
 def trainer_line(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -> bool:
     """Read a trainer's step, checkpoint or completion line; return True when the line was one."""
-    if "iterations at " in msg and _ray_end(st, n, msg):
+    if "iterations at " in msg and _ray_end(st, n, ts, msg):
         return True
     if "iteration" in msg or "training is done" in msg:
         return _megatron(st, n, rank, ts, msg)
@@ -207,11 +207,12 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
     return False
 
 
-def _ray_end(st: _State, n: int, msg: str) -> bool:
+def _ray_end(st: _State, n: int, ts: float | None, msg: str) -> bool:
     """Read Ray Train's end line: a failure dated by the time it names (the raylet's and the actor's lines
-    before it carry none), or the training's completion."""
+    before it carry none), or the training's completion. A stamp before the line (kubectl's, in UTC) wins:
+    the time Ray names is the head's local time, whose zone such a log need not state."""
     m = _RAY_END.match(msg)
-    when = _local(m.group(2), st.tz) if m else None
+    when = (ts if ts is not None else _local(m.group(2), st.tz)) if m else None
     if m is None or when is None:
         return False
     if m.group(1) == "errored":

@@ -139,3 +139,18 @@ def test_undated_nemo_steps_are_placed_their_duration_after_the_last_dated_line(
     t = triage_log(lines)
     assert t.progress["last_step_time"] == _utc("2026-06-04T10:00:27.5")
     assert t.details["log_loss"][0] == [_utc("2026-06-04T10:00:20.5"), 9.56]
+
+
+def test_ray_trains_errored_line_takes_kubectls_utc_stamp_over_the_local_time_it_names():
+    """kubectl's UTC stamp dates Ray Train's `Training errored after ...` line, not the head's local time (UTC-4,
+    which read as UTC would put the crash before the training)."""
+    lines = [
+        *_PODS,
+        _titan("2026-06-02T02:30:00.0", "2026-06-02 08:00:00,000", 1, 9.6),
+        _titan("2026-06-02T02:30:08.0", "2026-06-02 08:00:08,000", 2, 9.5),
+        _pod("j-master-0", "2026-06-02T02:41:00.0", "(raylet) The node with node id: 09cd61 and address: 10.2.0.12 "
+             "and node name: r19n02 has been marked dead because the detector has missed too many heartbeats from it."),
+        _pod("j-master-0", "2026-06-02T02:41:03.0", "Training errored after 3 iterations at 2026-06-01 22:41:03. "
+             "Total running time: 840s"),
+    ]  # fmt: skip
+    assert triage_log(lines).crash_time == _utc("2026-06-02T02:41:00")
