@@ -240,7 +240,7 @@ def step_range(job: Job) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------- metrics
 
 
-def _agg_expr(profile: Profile, signal: str, agg: str) -> str:
+def agg_expr(profile: Profile, signal: str, agg: str) -> str:
     inner = profile.expr(signal)
     if not profile.signal(signal).labels:
         return inner  # a job-scope signal is one series already
@@ -289,13 +289,13 @@ def _series_figures(
     if stat == "mean":
         value = statistics.fmean(kept)
     elif stat in ("p90", "p10"):
-        value = _quantile(kept, int(stat[1:]) / 100.0)
+        value = quantile(kept, int(stat[1:]) / 100.0)
     else:
         value = statistics.median(kept)
     return value, robust_sd(kept)
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
+def quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
@@ -322,7 +322,7 @@ def cluster_rows(
     def per_job(job: Job) -> list[Any]:
         a, b = job.window or job.time_range
         res = choose_step(a, b, max_points=_MAX_POINTS)
-        exprs = [_agg_expr(job.profile, sig, m.agg) for m, sig in plan]
+        exprs = [agg_expr(job.profile, sig, m.agg) for m, sig in plan]
         calls = [(lambda e=e: job.client.query_range(e, a, b, res)) for e in exprs]
         return _run(job, calls, concurrency)
 
@@ -346,7 +346,7 @@ def cluster_rows(
             Row(
                 m,
                 sig,
-                [_agg_expr(j.profile, sig, m.agg) for j in jobs],
+                [agg_expr(j.profile, sig, m.agg) for j in jobs],
                 [f[0] for f in known],
                 [f[1] for f in known],
             )
