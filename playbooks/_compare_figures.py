@@ -240,7 +240,7 @@ def step_range(job: Job) -> tuple[int, int]:
 # ------------------------------------------------------------------------------------------- metrics
 
 
-def agg_expr(profile: Profile, signal: str, agg: str) -> str:
+def _agg_expr(profile: Profile, signal: str, agg: str) -> str:
     inner = profile.expr(signal)
     if not profile.signal(signal).labels:
         return inner  # a job-scope signal is one series already
@@ -322,7 +322,7 @@ def cluster_rows(
     def per_job(job: Job) -> list[Any]:
         a, b = job.window or job.time_range
         res = choose_step(a, b, max_points=_MAX_POINTS)
-        exprs = [agg_expr(job.profile, sig, m.agg) for m, sig in plan]
+        exprs = [_agg_expr(job.profile, sig, m.agg) for m, sig in plan]
         calls = [(lambda e=e: job.client.query_range(e, a, b, res)) for e in exprs]
         return _run(job, calls, concurrency)
 
@@ -346,7 +346,7 @@ def cluster_rows(
             Row(
                 m,
                 sig,
-                [agg_expr(j.profile, sig, m.agg) for j in jobs],
+                [_agg_expr(j.profile, sig, m.agg) for j in jobs],
                 [f[0] for f in known],
                 [f[1] for f in known],
             )

@@ -17,7 +17,6 @@ from ._compare_figures import (
     UNIFORM_SHARE,
     Job,
     Row,
-    agg_expr,
     delta_pct,
     extreme_gpus,
     per_host,
@@ -424,9 +423,12 @@ def onset_of(job: Job, row: Row, base_value: float, other_value: float) -> float
 
 
 def training_start(job: Job) -> float | None:
-    """Return when `job`'s GPUs began to train: one grid step before the pack's median power first reached
-    its training level (85 % of its 90th percentile over the data, as the diagnosis places undated steps);
-    None without a power signal.
+    """Return when `job`'s GPUs began to train: one grid step before the hosts' upper-quartile power first
+    reached its training level (85 % of its 90th percentile over the data, as the diagnosis places undated
+    steps); None without a power signal.
+
+    Every host starts at once, but each exporter sees it at its own next scrape: the earliest hosts date the
+    start (the pack's median lags by half a scrape interval), the upper quartile keeps one host's spike out.
 
     Not the log's first step: a log without step stamps places it after the restore's line, early by any
     setup after it, and a log that prints every Nth step prints it late.
@@ -436,7 +438,7 @@ def training_start(job: Job) -> float | None:
     t0, t1 = job.time_range
     grid = choose_step(t0, t1, max_points=2000)
     try:
-        series = job.client.query_range(agg_expr(job.profile, "gpu_power", "median"), t0, t1, grid)
+        series = job.client.query_range(f"quantile(0.75, {job.profile.expr('gpu_power')})", t0, t1, grid)
     except PrometheusError:
         return None
     pts = (
