@@ -253,7 +253,7 @@ def _reconcile(
             f
             for f in findings
             if f.klass in ("gpu-hardware-fault", "gpu-driver-fault")
-            and set(f.hosts) & set(dead.hosts)
+            and set(f.hosts) & (set(dead.hosts) | set(dead.extra.get("aliases") or {}))
             and f.onset is not None
             and t_dead - 1800 <= f.onset <= t_dead + tol
         ]

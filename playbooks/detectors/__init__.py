@@ -132,7 +132,7 @@ DETECTORS: dict[str, DetectorSpec] = {
             _det_peer_outlier,
             ("series",),
             ("up",),
-            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z ramp_window alpha job_gpus",
+            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z ramp_window alpha job_gpus corroborate corroborate_direction",
         ),
         _spec(
             "frozen_exporter",

@@ -58,8 +58,7 @@ def _det_peer_outlier(
     base = tl.steady_mask(g.t) & enough
     dev, spread, med = peer_deviation(vals, base, g.pack)
     d = sign * dev
-    scale = np.maximum(spread, 0.01 * np.abs(med))
-    scale = np.where(scale > 0, scale, np.nan)
+    scale = _scale(spread, med)
     with np.errstate(all="ignore"):
         zz = d / scale[None, :]
     # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
@@ -68,7 +67,9 @@ def _det_peer_outlier(
     unrest = disarray(dev, g.pack, scale)
     moving = unrest | fleet_move(med, scale, m)
     judged = m & ~unrest
-    cond = _beyond(d, scale, med, np.abs(med - usual_level(g.t, med, m)), p)
+    # a GPU's other sign of the same story (a hot GPU's throttled clock) at the same instant corroborates
+    bar = np.where(_corroborated(ctx, g, p), CORROBORATED, 1.0)
+    cond = _beyond(d, scale, med, np.abs(med - usual_level(g.t, med, m)), p, bar)
     cond &= judged[None, :]
     cond &= ~np.isnan(vals)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
@@ -104,25 +105,69 @@ def _det_peer_outlier(
                 vals[r, peak_i],
                 f"{'above' if sign > 0 else 'below'} the pack's median {med[peak_i]:.4g} by "
                 f"{abs(d[r, peak_i]):.3g} (beyond its own usual offset; pack spread {spread[peak_i]:.2g}) "
-                f"at {fmt_time(float(g.t[peak_i]))}; left the pack at {fmt_time(t_on)}",
+                f"at {fmt_time(float(g.t[peak_i]))}; left the pack at {fmt_time(t_on)}"
+                + (f"; {p['corroborate']} stood out with it (half the bar)" if bar[r, peak_i] < 1 else ""),
             )
         )
     return _finding(pb, rule, hosts, gpus, onset, ev)
 
 
+def _scale(spread: np.ndarray, med: np.ndarray) -> np.ndarray:
+    """Return the pack's spread, at least 1 % of its level `med` (NaN where neither is positive)."""
+    scale = np.maximum(spread, 0.01 * np.abs(med))
+    return np.where(scale > 0, scale, np.nan)
+
+
 def _beyond(
-    d: np.ndarray, scale: np.ndarray, med: np.ndarray, away: np.ndarray, p: Mapping[str, Any]
+    d: np.ndarray,
+    scale: np.ndarray,
+    med: np.ndarray,
+    away: np.ndarray,
+    p: Mapping[str, Any],
+    bar: np.ndarray | float = 1.0,
 ) -> np.ndarray:
     """Return where each row's deviation `d` stands beyond the pack (`z` times its `scale`, and `min_rel`
-    of its level `med`) by more than the pack's own excursion from its usual level (`away`): while the pack
-    dips (an evaluation, a checkpoint, a cooling change), a member sampled a little before or after the
-    others, or one whose host the dip missed, holds its place apart by as much as the dip, which is not
-    its own doing."""
+    of its level `med`, both times `bar`) by more than the pack's own excursion from its usual level
+    (`away`): while the pack dips (an evaluation, a checkpoint, a cooling change), a member sampled a little
+    before or after the others, or one whose host the dip missed, holds its place apart by as much as the
+    dip, which is not its own doing."""
     with np.errstate(all="ignore"):
         own = d - np.where(np.isfinite(away), away, 0.0)[None, :]
-        out: np.ndarray = (own >= float(p.get("z", 6.0)) * scale[None, :]) & (
-            own >= float(p.get("min_rel", 0.0)) * np.abs(med)[None, :]
+        out: np.ndarray = (own >= bar * float(p.get("z", 6.0)) * scale[None, :]) & (
+            own >= bar * float(p.get("min_rel", 0.0)) * np.abs(med)[None, :]
         )
+    return out
+
+
+#: Share of the bar a row's excess must reach where its corroborating signal stands beyond its own pack.
+CORROBORATED = 0.5
+
+
+def _corroborated(ctx: Context, g: Grid, p: Mapping[str, Any]) -> np.ndarray:
+    """Return (rows x instants of `g`) where each row's device stands beyond its pack at the same instant
+    on the corroborating signal (`corroborate`: a grid of the same devices, judged in its own direction
+    `corroborate_direction` against the same `z` and `min_rel`): two signs of one story on one device at
+    once (a GPU's heat and its clock throttle) are far less likely by chance than either alone."""
+    out = np.zeros(g.values.shape, bool)
+    c = ctx.grid(str(p["corroborate"])) if p.get("corroborate") else None
+    if c is not None and p.get("job_gpus"):
+        c = _only_job(ctx, c, str(p["job_gpus"]))
+    if c is None or _pack_size(c) < 3 or not len(c.t):
+        return out
+    enough = (~np.isnan(c.values)).sum(axis=0) >= 3 if not c.pack else np.isfinite(c.pack["median"])
+    dev, spread, med = peer_deviation(c.values, ctx.timeline.steady_mask(c.t) & enough, c.pack)
+    scale = _scale(spread, med)
+    sign = 1.0 if p.get("corroborate_direction", "down") == "up" else -1.0
+    beyond = _beyond(sign * dev, scale, med, np.zeros(len(med)), p)
+    beyond &= ~disarray(dev, c.pack, scale)[None, :] & ~np.isnan(c.values)
+    # the same instant: the corroborating grid's nearest point, no further than half its step away
+    cols = np.array([c.index(float(x)) for x in g.t])
+    near = np.abs(c.t[cols] - g.t) <= c.step / 2 + 1e-6
+    rows = {c.key(i): i for i in range(len(c.labels))}
+    for r in range(len(g.labels)):
+        k = rows.get(g.key(r))
+        if k is not None:
+            out[r] = beyond[k, cols] & near
     return out
 
 

@@ -3,6 +3,7 @@ death began: `_silent.py`)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -48,7 +49,7 @@ def _det_host_silent(
     tl = ctx.timeline
     short, near = max(60.0, 4 * ref.step), max(120.0, 2 * (tl.step_s or 0.0))
     reported = _reported_dead(ctx, hosts) if e == len(t) - 1 else set()
-    out_hosts, ev, onset = [], [], None
+    out_hosts, ev, onset, starts = [], [], None, {}
     for h in hosts:
         d = dead[h]
         if not d[e]:
@@ -69,14 +70,56 @@ def _det_host_silent(
             t_on = float(t[i]) - ref.step / 2
             how = "GPUs at 0 W / 0 %"
         text = f"{how} from {fmt_time(t_on)} while the other hosts still report"
+        starts[h] = t_on
         t_on, before = silence_onset(ctx, rule, h, float(t[i]), t_on)
         text += before
         out_hosts.append(h)
         onset = t_on if onset is None else min(onset, t_on)
         ev.append(_ev(ctx, rule.queries[0], {"host": h}, how, text))
+    named = _gpu_addresses_named(ctx, hosts, ref, starts, 2 * ref.step)
+    for addr, node in named.items():
+        how = (
+            f"went silent {abs(starts[addr] - starts[node]):.0f} s from it"
+            if node in starts
+            else "went silent as the job's log reports the node dead"
+        )
+        text = f"{addr} is {node}'s GPU exporter, scraped at an address no node name joins: it {how}, "
+        text += "and no GPU reports under the node's own name"
+        ev.append(_ev(ctx, rule.queries[0], {"host": addr}, "GPU exporter's address", text))
+    out_hosts = list(dict.fromkeys(named.get(h, h) for h in out_hosts))
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
-    return _finding(pb, rule, out_hosts, [], onset, ev)
+    return _finding(pb, rule, out_hosts, [], onset, ev, aliases=named)
+
+
+_IPV4 = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}$")
+
+
+def _gpu_addresses_named(
+    ctx: Context, hosts: list[str], gpu: Grid, starts: dict[str, float], within: float
+) -> dict[str, str]:
+    """Return {address: node} for the silent GPU exporters named by a bare address (no host-identity join
+    named their node: `--no-hostname` DCGM scraped at its pod IP) whose node is plain: exactly one node
+    with no GPU series under its own name went silent within `within` of the address (or the job's log
+    reports it dead), and that node is claimed by no other address. Two real nodes are never merged: a
+    node whose own name carries GPU series, or a name that is no bare address, is nobody's alias."""
+    with_gpus = {lab.get("host", "") for lab in gpu.labels}
+    plain = [h for h in hosts if h not in with_gpus]
+    reported = _reported_dead(ctx, hosts)
+    found: dict[str, str] = {}
+    for addr in starts:
+        if addr not in with_gpus or not _IPV4.match(addr):
+            continue
+        nodes = [
+            n
+            for n in plain
+            if not _IPV4.match(n)
+            and (abs(starts.get(n, float("inf")) - starts[addr]) <= within or n in reported)
+        ]
+        if len(nodes) == 1:
+            found[addr] = nodes[0]
+    claimed = list(found.values())
+    return {a: n for a, n in found.items() if claimed.count(n) == 1}
 
 
 def _reported_dead(ctx: Context, hosts: list[str]) -> set[str]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _variants_apply
+from . import _variants_apply, _variants_thermal
 from ._sim_plan import TIB, GpuFault
 from ._sim_state import Sim
 
@@ -117,6 +117,9 @@ def _thermal_straggler(s: Sim) -> None:
     ramp = float(s.inc.slow.ramp)
     frac = np.clip((s.grid.t - s.inc.onset) / ramp, 0, 1) * s.grid.training
     rise = float(rng.uniform(22, 32))
+    if "faint_heat" in job.variants:
+        rise = job.variants["faint_heat"][0]
+        _variants_thermal.faint_heat(job, g.temp)
     g.temp[ch, cg] = g.temp[ch, cg] + rise * frac
     g.clock[ch, cg] = g.clock[ch, cg] * (1 - float(rng.uniform(0.2, 0.35)) * np.clip(frac * 1.5 - 0.3, 0, 1))
     g.power[ch, cg] = g.power[ch, cg] * (1 - 0.15 * frac)

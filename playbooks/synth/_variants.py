@@ -133,6 +133,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "hb_default": "heartbeat-false-positive",
     "xid_stretch": "gpu-driver-fault",
     "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
+    "faint_heat": "thermal-straggler",  # _variants_thermal
 }
 
 

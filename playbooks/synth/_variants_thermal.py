@@ -4,6 +4,9 @@
   one host's dips (8-14 degC, each host by its own share and up to a scrape late, for 3-5 minutes,
   recovering over 3): the spared host's GPUs hold their level while the pack cools, and stand above it
   for the dip's length.
+- thermal-straggler `faint_heat`: the hot GPU heats by only 5-7 degC (its clock throttles as usual) in a
+  pack whose temperatures wander by 0.6-0.8 degC on their own (fans regulating): read in whole degrees
+  (DCGM, nvidia-smi), the pack's measured spread is about twice its true one.
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ def choose(job: Any, v: dict[str, Any]) -> None:
             float(180 + 120 * r[2]),
             int(r[3] * job.nodes),
         )
+    if job.scenario.name == "thermal-straggler" and "faint_heat" in job.opt_in:
+        r = stream(job, 44).uniform(0, 1, 2)
+        v["faint_heat"] = (float(5 + 2 * r[0]), float(0.6 + 0.2 * r[1]))  # (degC of heat, the pack's wander)
 
 
 def missed_dip(job: Any, temp: np.ndarray, t: np.ndarray, training: np.ndarray) -> None:
@@ -43,3 +49,8 @@ def missed_dip(job: Any, temp: np.ndarray, t: np.ndarray, training: np.ndarray) 
         if h != spared:
             temp[h] -= depth * share * shape[None, :]
     job.red_herrings["missed_dip"] = f"{job.hosts[spared]} missed a {depth:.0f} degC dip at {start:.0f}"
+
+
+def faint_heat(job: Any, temp: np.ndarray) -> None:
+    """Let every GPU's temperature wander by the drawn spread (the heat itself is drawn by the scenario)."""
+    temp += stream(job, 45).normal(0.0, job.variants["faint_heat"][1], temp.shape)

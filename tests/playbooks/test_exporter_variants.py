@@ -227,3 +227,12 @@ def test_without_trainer_gauges_the_logs_losses_are_judged(served_job, view_root
     if scenario == "training-instability":
         loss = [f for f in result["findings"] if f["title"] == "Loss jumps"]
         assert loss and loss[0]["evidence"][0]["query"].startswith("log:"), result["findings"]
+
+
+def test_a_dead_node_whose_gpus_are_named_by_their_pod_ip_is_named_once(served_job, view_root):
+    """`--no-hostname` on Kubernetes: DCGM is scraped at its pod IP, which no node_uname_info names, while
+    node_exporter names the node. When the node dies, its node name and its GPU exporter's pod IP go
+    silent together: one dead node, named by its node name, not two."""
+    ex = Exporters(kubernetes=True, gpu_host_label="")
+    result, truth, _ = _diagnose(served_job, view_root, "node-death", "nvidia", ex)
+    _verdict_holds(result, truth)
