@@ -289,13 +289,13 @@ def _series_figures(
     if stat == "mean":
         value = statistics.fmean(kept)
     elif stat in ("p90", "p10"):
-        value = _quantile(kept, int(stat[1:]) / 100.0)
+        value = quantile(kept, int(stat[1:]) / 100.0)
     else:
         value = statistics.median(kept)
     return value, robust_sd(kept)
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
+def quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 

@@ -20,6 +20,7 @@ from ._compare_figures import (
     delta_pct,
     extreme_gpus,
     per_host,
+    quantile,
     robust_sd,
     significant,
 )
@@ -398,8 +399,14 @@ def likely_cause(
 
 
 def onset_of(job: Job, row: Row, base_value: float, other_value: float) -> float | None:
-    """Return when the differentiating metric of `job` first crossed half-way from the baseline level."""
+    """Return when the differentiating metric of `job` first crossed half-way from the baseline level, no
+    earlier than the job began to train.
+
+    The comparison judges training: a difference already there while the processes set up (a restored run's
+    threads come up with them, before the restore) became the training's difference when training began.
+    """
     t0, t1 = job.time_range
+    t0 = max(t0, training_start(job) or t0)
     expr = row.exprs[job.index]
     try:
         series = job.client.query_range(expr, t0, t1, choose_step(t0, t1, max_points=2000))
@@ -413,3 +420,34 @@ def onset_of(job: Job, row: Row, base_value: float, other_value: float) -> float
         if v == v and ((v > mid) if rising else (v < mid)):
             return t
     return None
+
+
+def training_start(job: Job) -> float | None:
+    """Return when `job`'s GPUs began to train: one grid step before the hosts' upper-quartile power first
+    reached its training level (85 % of its 90th percentile over the data, as the diagnosis places undated
+    steps); None without a power signal.
+
+    Every host starts at once, but each exporter sees it at its own next scrape: the earliest hosts date the
+    start (the pack's median lags by half a scrape interval), the upper quartile keeps one host's spike out.
+
+    Not the log's first step: a log without step stamps places it after the restore's line, early by any
+    setup after it, and a log that prints every Nth step prints it late.
+    """
+    if not job.profile.has("gpu_power"):
+        return None
+    t0, t1 = job.time_range
+    grid = choose_step(t0, t1, max_points=2000)
+    try:
+        series = job.client.query_range(f"quantile(0.75, {job.profile.expr('gpu_power')})", t0, t1, grid)
+    except PrometheusError:
+        return None
+    pts = (
+        [(t, v) for t, v in zip(series[0].timestamps, series[0].values, strict=True) if v == v]
+        if series
+        else []
+    )
+    if len(pts) < 5:
+        return None
+    level = quantile([v for _, v in pts], 0.9)
+    first = next((t for t, v in pts if v >= 0.85 * level), None)
+    return None if level <= 0 or first is None else first - grid

@@ -108,7 +108,12 @@ def diagnosis_decide(run_id: int) -> DiagnosisRun:
     run = DiagnosisRun.objects.select_related("job", "investigation").get(pk=run_id)
     planned = run.planned or {}
     executions = list(run.executions.order_by("pk"))
-    done = [e for e in executions if e.status == TaskStatus.DONE and e.output.get("result")]
+    finished_names = {e.playbook for e in executions if e.status == TaskStatus.DONE}
+    done = [
+        e
+        for e in executions
+        if e.playbook in finished_names and e.output.get("result") and _read_data(e, finished_names)
+    ]
     failed = [e for e in executions if e.status != TaskStatus.DONE]
     if executions and not done:
         reasons = "; ".join(f"{e.playbook}: {e.error or e.status}" for e in failed)
@@ -167,6 +172,15 @@ def diagnosis_decide(run_id: int) -> DiagnosisRun:
                 incident_class=str(diagnosis_class)[:40], updated=timezone.now()
             )
     return run
+
+
+def _read_data(execution: Any, finished: set[str]) -> bool:
+    """Whether a finished playbook read anything: its own queries, or a shared query whose owner finished.
+
+    A playbook whose every query is another's (identical PromQL runs once) has no data of its own; when
+    those owners failed, its empty output must not make a run of failed queries look decided."""
+    shared = (execution.output or {}).get("shared") or {}
+    return bool(execution.queries) or not shared or any(owner in finished for owner in shared.values())
 
 
 def findings_record(run: DiagnosisRun, findings: list[dict[str, Any]]) -> set[tuple[str, str]]:

@@ -154,8 +154,10 @@ def _restore_resource_leak(s: Sim) -> None:
         return
     K, N = job.nodes, s.grid.n
     extra = float(rng.uniform(15, 19))
+    # leak_at_launch: the threads come up with the processes, minutes before the restore and the first step
+    since = job.start if "leak_at_launch" in job.opt_in else job.train_start
     hs.running = np.where(
-        (s.grid.t >= job.train_start)[None, :], hs.running + extra + rng.normal(0, 0.6, (K, N)), hs.running
+        (s.grid.t >= since)[None, :], hs.running + extra + rng.normal(0, 0.6, (K, N)), hs.running
     )
     job.notes.append(f"+{extra:.1f} runnable threads per host after the restore")
     job.culprits = []

@@ -73,6 +73,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - restore-resource-leak `wide_background`: each host's background daemons spread over 35-45 runnable
   processes (drawn anew per run), more than twice the leak: the leak shows only as a shift of the hosts'
   distribution, barely beyond its spread on a few hosts.
+- restore-resource-leak `leak_at_launch`: the restored run's extra runnable processes appear when its
+  processes launch, during the setup before the restore and the first step (the onset stays the start of
+  training: the comparison judges training).
 - collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
   (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
   the busy-wait fills only the first part of what follows the stall.
@@ -116,6 +119,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "nan_stop": "training-instability",
     "sparse_gauges": "training-instability",
     "wide_background": "restore-resource-leak",
+    "leak_at_launch": "restore-resource-leak",
     "short_freeze": "monitoring-ghost-data",
     "node_freeze": "monitoring-ghost-data",
     "capture_after_end": "healthy",

@@ -69,11 +69,12 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
             continue
         if (
             st.nonfinite is None
-            and ts is not None
+            and st.clock is not None
             and ("oss" in msg or "NaN" in msg)
             and _NONFINITE.search(msg)
         ):
-            st.nonfinite = (ts, n, msg.strip()[:300])
+            # an undated line (a traceback's `RuntimeError: ... found NaN ...`) came after the last dated one
+            st.nonfinite = (st.clock, n, msg.strip()[:300])
         if any(k in msg for k in TRIGGERS) and trainer_line(st, n, rank, ts, msg):
             continue
         hint = event_line(st.events, n, rank, ts, msg, st.year, st.tz, grank)

@@ -27,7 +27,8 @@ class _State:
         fatal_times: (line, time) of each dated failure line; header_done: the KEY=value header has ended.
         events: the host events gathered (`_events.EventScan`).
         last_logged: the step of the last step line read; restarts: (time, step) where the steps went back.
-        nonfinite: (time, line, text) of the first dated line reporting a non-finite loss.
+        nonfinite: (time, line, text) of the first line reporting a non-finite loss (an undated one: the last
+            dated line's time).
         tz: seconds east of UTC of the log's local stamps (its `date` header); job_start: that header's time.
         train_start: when a Trainer's progress bar began; total_steps: the steps the trainer said it runs.
         pending_loss: a logged loss waiting for its step; trainer_rank: the rank whose step lines are read.

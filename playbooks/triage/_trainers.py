@@ -18,8 +18,10 @@ Each format as its project prints it:
 - PyTorch Lightning: ``Epoch 0, global step 200: 'train_loss' reached a new best, saving model to ...`` (a save),
   ``Restoring states from the checkpoint path at .../step=500-last.ckpt`` and ```Trainer.fit` stopped:
   `max_steps=N` reached.`` (the training completed);
+- Ray Train: the end line ``Training errored after N iterations at <local time>. Total running time: ...``
+  (``completed`` when it did not fail);
 - torchtitan: ``step:  12  loss:  9.6370  grad_norm: ...`` (read as key: value), ``Training starts at step N``
-  (N > 1: resumed from step N - 1), ``Finished saving the checkpoint`` and ``Training completed``;
+  (N > 1: resumed from step N - 1), ``Finished saving the checkpoint`` and ``Training completed`` (absl/JAX trainers: ``Training finished.``);
 - the job script's ``date`` line (``Fri Jul 17 19:57:04 PST 2026``, also after ``Job start:``): the zone the
   log's local stamps are in and the year absl dates lack.
 """
@@ -52,9 +54,17 @@ _NEMO_SAVE = re.compile(r"Global Checkpoint Save : Rank: \d+ : Iteration: (\d+)"
 _PL_SAVE = re.compile(r"\bglobal step (\d+): .*\bsaving model to ")
 _PL_RESTORE = re.compile(r"Restoring states from the checkpoint path at \S*?step=(\d+)")
 _TITAN_START = re.compile(r"^Training starts at step (\d+)")
+# the whole message of a trainer's own end of training: torchtitan's "Training completed", absl/JAX trainers'
+# "Training finished." (a line that merely starts so, "Training finished with errors", is not one)
+_DONE = re.compile(r"^Training (?:completed|finished)\.?\s*$")
 _MEG_LOSS = re.compile(r"\|\s*([\w .-]{0,40}?loss):\s*(" + _NUM + r")", re.IGNORECASE)
 _MEG_NAN = re.compile(r"number of nan iterations:\s*(\d+)")
 _MEG_SAVE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
+# Ray Train's (Tune's) last line: "Training errored after 147 iterations at 2026-06-08 20:02:41. Total running
+# time: 24min 5s" (the local time it ended), "completed" or "finished" when it did not fail
+_RAY_END = re.compile(
+    r"^(?:Training|Tune) (errored|completed|finished) after \d+ iterations at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)"
+)
 _MEG_DONE = re.compile(r"\[after training is done\] datetime: (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 _TQDM = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d+):(\d\d)<[^,\]]*(?:, *(" + r"[0-9.]+)(s/it|it/s))?")
 _HF_LOSS = re.compile(r"^\{'loss': (" + _NUM + r")")
@@ -81,6 +91,7 @@ TRIGGERS = (
     "checkpoint",
     "Checkpoint Save",
     "Training completed",
+    "Training finished",
     "Restoring states",
 )
 
@@ -150,6 +161,8 @@ def record(
 
 def trainer_line(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -> bool:
     """Read a trainer's step, checkpoint or completion line; return True when the line was one."""
+    if "iterations at " in msg and _ray_end(st, n, ts, msg):
+        return True
     if "iteration" in msg or "training is done" in msg:
         return _megatron(st, n, rank, ts, msg)
     if "/" in msg and "<" in msg and "[" in msg:
@@ -192,6 +205,21 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
         st.trainer_done = _local(d.group(1), st.tz) or ts or 0.0
         return True
     return False
+
+
+def _ray_end(st: _State, n: int, ts: float | None, msg: str) -> bool:
+    """Read Ray Train's end line: a failure dated by the time it names (the raylet's and the actor's lines
+    before it carry none), or the training's completion. A stamp before the line (kubectl's, in UTC) wins:
+    the time Ray names is the head's local time, whose zone such a log need not state."""
+    m = _RAY_END.match(msg)
+    when = (ts if ts is not None else _local(m.group(2), st.tz)) if m else None
+    if m is None or when is None:
+        return False
+    if m.group(1) == "errored":
+        st.fatal_times.append((n, when))
+    else:
+        st.trainer_done = when
+    return True
 
 
 def _tqdm(st: _State, n: int, rank: int | None, bar: tuple[str, ...]) -> None:
@@ -273,7 +301,7 @@ def _other(st: _State, ts: float | None, msg: str) -> bool:
 def _lightning_titan(st: _State, ts: float | None, msg: str) -> bool:
     """Read NeMo's, Lightning's and torchtitan's checkpoint, restore, start and completion lines."""
     last = st.last_logged
-    if "Trainer.fit` stopped" in msg or msg.rstrip() == "Training completed":
+    if "Trainer.fit` stopped" in msg or _DONE.match(msg):
         st.trainer_done = ts or max((row[3] or 0.0 for row in st.steps.values()), default=0.0)
         return True
     saved = _NEMO_SAVE.search(msg) or _PL_SAVE.search(msg) if "ave" in msg or "aving" in msg else None

@@ -204,3 +204,14 @@ def test_a_leak_within_wide_per_host_backgrounds_is_the_shift_of_the_whole_distr
     base = restored.with_name(restored.name + "-baseline")
     jobs = [CompareJob(served_job.dir(d), triage_job(d).to_dict()) for d in (base, restored)]
     assert compare_jobs(jobs)["diagnosis"]["class"] == "restore-resource-leak"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_leak_up_from_launch_dates_its_onset_at_the_start_of_training(job_factory, served_job, profile):
+    """F31 26: the leaked threads run from the processes' launch, minutes before the restore; the comparison
+    judges training, so the onset is when the restored run's GPUs began to train (it was the launch)."""
+    restored, truth = job_factory("restore-resource-leak", 2, profile, nodes=8, variants=("leak_at_launch",))
+    base = restored.with_name(restored.name + "-baseline")
+    result = _compare(served_job, base, restored)
+    assert result["diagnosis"]["class"] == "restore-resource-leak"
+    assert abs(result["diagnosis"]["onset"] - truth["onset"]) <= 2 * truth["interval_s"]

@@ -54,17 +54,27 @@ def test_kubectl_torchtitan_steps_take_kubectls_utc_stamp_and_complete():
     assert t.nodes == ["r19n01", "r19n02"]
 
 
+_TWO_STEPS = [
+    _titan("2026-06-02T02:30:00.0", "2026-06-02 08:00:00,000", 1, 9.6),
+    _titan("2026-06-02T02:30:08.0", "2026-06-02 08:00:08,000", 2, 9.5),
+]
+_RAY_DEAD = _pod(
+    "j-master-0",
+    "2026-06-02T02:41:00.0",
+    "(raylet) The node with node id: 09cd61 and address: 10.2.0.12 and node name: r19n02 has been marked dead "
+    "because the detector has missed too many heartbeats from it.",
+)
+
+
 def test_kubectl_pod_events_land_on_the_pods_host_and_ray_heartbeat_accuses_a_host():
     lines = [
         *_PODS,
         _pod("j-master-0", "2026-06-02T02:28:00.0", "RAY_health_check_period_ms=30000 "
              "RAY_health_check_failure_threshold=20 (a node is marked dead after 600 s without heartbeats)"),
-        _titan("2026-06-02T02:30:00.0", "2026-06-02 08:00:00,000", 1, 9.6),
-        _titan("2026-06-02T02:30:08.0", "2026-06-02 08:00:08,000", 2, 9.5),
+        *_TWO_STEPS,
         _pod("j-worker-0", "2026-06-02T02:40:00.0", "E0602 08:10:00.000000 1201 torch/distributed/elastic/"
              "multiprocessing/api.py:869] failed (exitcode: -9) local_rank: 7 (pid: 55498) of binary: /usr/bin/python3"),
-        _pod("j-master-0", "2026-06-02T02:41:00.0", "(raylet) The node with node id: 09cd61 and address: 10.2.0.12 "
-             "and node name: r19n02 has been marked dead because the detector has missed too many heartbeats from it."),
+        _RAY_DEAD,
     ]  # fmt: skip
     t = triage_log(lines)
     assert t.config["jax_distributed_heartbeat_timeout_seconds"] == "600"
@@ -139,3 +149,16 @@ def test_undated_nemo_steps_are_placed_their_duration_after_the_last_dated_line(
     t = triage_log(lines)
     assert t.progress["last_step_time"] == _utc("2026-06-04T10:00:27.5")
     assert t.details["log_loss"][0] == [_utc("2026-06-04T10:00:20.5"), 9.56]
+
+
+def test_ray_trains_errored_line_takes_kubectls_utc_stamp_over_the_local_time_it_names():
+    """kubectl's UTC stamp dates Ray Train's `Training errored after ...` line, not the head's local time (UTC-4,
+    which read as UTC would put the crash before the training)."""
+    lines = [
+        *_PODS,
+        *_TWO_STEPS,
+        _RAY_DEAD,
+        _pod("j-master-0", "2026-06-02T02:41:03.0", "Training errored after 3 iterations at 2026-06-01 22:41:03. "
+             "Total running time: 840s"),
+    ]  # fmt: skip
+    assert triage_log(lines).crash_time == _utc("2026-06-02T02:41:00")

@@ -207,3 +207,68 @@ def test_megatron_nan_iterations_are_a_nonfinite_loss():
     )
     t = triage_log([_megatron(10, "2026-07-16 07:30:00", 3200.0, "1.0E+01"), line])
     assert t.details["nonfinite_loss"]["line"] == 2
+
+
+def test_absl_training_finished_completes_the_job():
+    """A JAX trainer's absl `Training finished.` after its last step: the training completed, no death."""
+    lines = [
+        "Sat Jan 31 04:00:00 PST 2026",
+        *_SLURM,
+        " 0: I0131 12:15:33.790744 140218 train.py:412] step 700: loss=2.4808 grad_norm=1.216 step_time=4.655s",
+        " 0: I0131 12:16:33.331266 140218 eval.py:95] eval at step 700: loss=2.2093",
+        " 0: I0131 12:16:38.054448 140218 train.py:412] step 701: loss=2.5122 grad_norm=0.997 step_time=4.538s",
+        " 0: I0131 12:16:51.608925 140218 train.py:530] Training finished.",
+    ]
+    t = triage_log(lines)
+    assert (t.status, t.last_step, t.crash_time) == ("completed", 701, None)
+    assert "unknown-death" not in [m.klass for m in t.matches]
+
+
+def test_undated_megatron_nan_grad_norm_after_a_traceback_is_dated_by_the_line_before():
+    """torchrun's undated `RuntimeError: Rank 0: found NaN in local grad norm ...` (Megatron-core's check)
+    under srun: a non-finite loss no later than it, dated by the last dated line (torchtitan's step)."""
+    lines = [
+        *_SLURM,
+        " 0: [rank0]:[titan] 2026-06-10 07:51:23,837 - root - INFO - Finished saving the checkpoint (or staging "
+        "if async is enabled)in 65.08 seconds.",
+        " 0: [rank0]:[titan] 2026-06-10 07:51:40,065 - root - INFO - step:   205  loss:   8.0667  grad_norm: "
+        "48.3972  memory: 61.87GiB(78.12%)  tps: 5,127  tflops: 246.07  mfu: 24.88%",
+        " 0: Traceback (most recent call last):",
+        " 0: RuntimeError: Rank 0: found NaN in local grad norm in backward pass before data-parallel "
+        "communication collective",
+        "srun: error: gpu-01: task 0: Exited with exit code 1",
+    ]
+    t = triage_log(lines)
+    assert t.details["nonfinite_loss"]["time"] == _utc("2026-06-10T07:51:40.065")
+    assert t.details["nonfinite_loss"]["line"] == 6
+
+
+def _ray(end: str) -> list[str]:
+    """A Ray Train job under srun whose raylet declared a node dead (undated lines), then Ray's end line."""
+    return [
+        *_SLURM,
+        " 0: RAY_health_check_period_ms=30000 RAY_health_check_failure_threshold=20",
+        " 0: 2026-06-08 19:59:32,917 INFO [train.py:142] step=120 loss=5.8682 grad_norm=1.735 step_time=6.76s",
+        " 0: 2026-06-08 20:01:47,388 INFO [train.py:142] step=140 loss=5.5189 grad_norm=1.648 step_time=6.83s",
+        " 0: (raylet) The node with node id: d86f88b2ac7e00af7fbbe7d8dfff and address: 10.3.0.13 and node name: "
+        "gpu-02 has been marked dead because the detector has missed too many heartbeats from it.",
+        " 0: ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task. The actor "
+        "died because its node has died.",
+        f" 0: Training {end} after 147 iterations at 2026-06-08 20:02:41. Total running time: 24min 5s",
+    ]
+
+
+def test_ray_trains_errored_end_line_dates_the_crash_of_an_undated_heartbeat_kill():
+    """Ray Train's `Training errored after N iterations at <time>` dates the failure the undated raylet
+    and actor lines before it report: the crash time a heartbeat playbook judges from."""
+    t = triage_log(_ray("errored"))
+    assert t.triage_class == "heartbeat-timeout" and t.heartbeat_accused == ["gpu-02"]
+    assert t.crash_time == _utc("2026-06-08T20:02:41")
+    assert t.config["jax_distributed_heartbeat_timeout_seconds"] == "600"
+
+
+def test_ray_trains_completed_end_line_completes_the_job():
+    """`Training completed after N iterations at <time>` is the training's completion."""
+    lines = [line for line in _ray("completed") if "raylet" not in line and "ActorDied" not in line]
+    t = triage_log(lines)
+    assert (t.status, t.crash_time) == ("completed", None)
