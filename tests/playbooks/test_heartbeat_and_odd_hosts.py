@@ -39,12 +39,7 @@ def test_a_heartbeat_timeout_printed_by_the_program_or_left_at_its_default_dates
     )
     if variant == "hb_default":
         assert truth["heartbeat_timeout_s"] == 100
-    diag = result["diagnosis"]
-    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
-    assert diag["culprits"] == []
-    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
-    accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
-    assert set(accused["hosts"]) == set(truth["accused_hosts"])
+    _assert_false_positive(result, truth)
 
 
 @pytest.mark.parametrize("fmt", ["srun-nemo", "kubectl-titan"])
@@ -52,12 +47,7 @@ def test_pytorchs_nccl_heartbeat_monitor_kill_of_a_training_rank_is_a_false_posi
     """A PyTorch trainer killed by its NCCL heartbeat monitor (`Heartbeat monitor timed out!`, the watchdog
     'stuck for N seconds') while the accused node trained with its peers: its timeout dates the stop."""
     result, truth = _diagnose(served_job, "heartbeat-false-positive", 1, "nvidia", nodes=6, log_format=fmt)
-    diag = result["diagnosis"]
-    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
-    assert diag["culprits"] == []
-    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
-    accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
-    assert set(accused["hosts"]) == set(truth["accused_hosts"])
+    _assert_false_positive(result, truth)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
@@ -131,3 +121,13 @@ def test_one_trickle_tick_before_a_hang_is_no_network_trigger(served_job):
     assert not [f for f in result["findings"] if f["title"].startswith("RDMA retransmit burst")]
     said = [e["interpretation"] for f in result["findings"] for e in f["evidence"]]
     assert not [s for s in said if " 1x the background" in s or " 0x the background" in s]
+
+
+def _assert_false_positive(result, truth) -> None:
+    """A heartbeat false positive: no culprit, onset = kill - timeout, the accused hosts named as training."""
+    diag = result["diagnosis"]
+    assert diag["class"] == "heartbeat-false-positive", diag["summary"]
+    assert diag["culprits"] == []
+    assert abs(diag["onset"] - (truth["crash_time"] - truth["heartbeat_timeout_s"])) <= truth["interval_s"]
+    accused = next(f for f in result["findings"] if f["title"].startswith("Accused hosts were training"))
+    assert set(accused["hosts"]) == set(truth["accused_hosts"])
