@@ -1,13 +1,15 @@
 """Diagnosis robustness: the same jobs under deployment perturbations must keep their verdicts (prints figures).
 
 Usage: .venv/bin/python bench/diagnosis_robustness.py [--seeds 1] [--seed-from 1] [--nodes 4] [--gpus 4] [--hours 1.0]
-       [--profile nvidia] [--scenarios a,b] [--perturbations plain,kubernetes,...] [--out DIR] [--json FILE]
+       [--profile nvidia] [--scenarios a,b] [--perturbations plain,kubernetes,...] [--variant NAME[,NAME]]
+       [--out DIR] [--json FILE]
 
 1. For every scenario x seed, the generator builds the same job (same hosts, faults, timing: the seed
    decides them) once per perturbation of `playbooks.synth.PERTURBATIONS` (relabelled hosts, renamed scrape
    jobs, Kubernetes labels, dcgm-exporter without a host label, background counter noise, a GPU exporter one
    scrape late, DCGM's 30 s collection under a 15 s scrape) and once with a deployment drawn from the seed
-   ("random": several at once).
+   ("random": several at once). `--variant` asks for off-by-default generator variants (`_variants.OPT_IN`,
+   e.g. nan_traceback): each applies to the scenario that has it, the others are built plain.
 2. Each job is served read-only, triaged from its log and diagnosed with `run_diagnosis` (profile "auto").
    restore-resource-leak is a comparison of two jobs and is left out.
 3. Per perturbation it prints: class macro-F1, culprit-host F1, the share of verdicts equal to the plain
@@ -36,6 +38,7 @@ from playbooks import tsdb_guard, tsdb_server  # noqa: E402
 from playbooks.diagnose import run_diagnosis, serves_copy  # noqa: E402
 from playbooks.prometheus import PrometheusClient, PrometheusError  # noqa: E402
 from playbooks.synth import PERTURBATIONS, SCENARIOS, SynthError, generate_job  # noqa: E402
+from playbooks.synth._variants import OPT_IN  # noqa: E402
 from playbooks.triage import TriageError, triage_job  # noqa: E402
 
 
@@ -162,6 +165,12 @@ def _row(scenario: str, seed: int, name: str, truth: dict, got: dict[str, Any]) 
     }
 
 
+def _variants_of(scenario: str, asked: str) -> tuple[str, ...]:
+    """The asked variants that `scenario` has (OPT_IN names each one's scenario or scenarios)."""
+    has = {v: (s,) if isinstance(s, str) else s for v, s in OPT_IN.items()}
+    return tuple(v for v in asked.split(",") if v and scenario in has.get(v, ()))
+
+
 def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     out = Path(args.out or tempfile.mkdtemp(prefix="stepwise-robustness-"))
     work_root = out / "views"
@@ -190,6 +199,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                             hours=args.hours,
                             interval=args.interval,
                             exporters=name,
+                            variants=_variants_of(scenario, args.variant),
                         )
                     except SynthError as exc:
                         print(f"  {job_dir.name}: build failed: {exc}", file=sys.stderr)
@@ -224,6 +234,9 @@ def main() -> None:
     ap.add_argument("--profile", default="nvidia", choices=("nvidia", "amd-dme"))
     ap.add_argument("--scenarios", default=",".join(s for s in SCENARIOS if s != "restore-resource-leak"))
     ap.add_argument("--perturbations", default=",".join([*PERTURBATIONS, "random"]))
+    ap.add_argument(
+        "--variant", default="", help="off-by-default generator variants (OPT_IN), comma-separated"
+    )
     ap.add_argument("--out", default="", help="build jobs here (default: a temporary folder)")
     ap.add_argument("--keep", action="store_true", help="keep the generated jobs")
     ap.add_argument(

@@ -359,8 +359,11 @@ def change_points(
 
     The reference is the median of the `ref_points` previous valid points; the noise scale comes from the
     point-to-point changes over the preceding `window` seconds (robust to a slow trend such as a falling
-    loss, which a plain median/MAD of the window would mistake for noise). Only `valid` points (warm-up and
-    checkpoint windows excluded) enter baselines or may fire.
+    loss, which a plain median/MAD of the window would mistake for noise), taken about their typical fall:
+    a loss falls by what every step learned, and a series whose points lie several steps apart (a log that
+    prints every 10th step, a gauge refreshed every few steps) falls as much between every two of them, a
+    steady fall that is no noise. (A steady rise stays in the scale: a climb is `climbs`' to judge.) Only
+    `valid` points (warm-up and checkpoint windows excluded) enter baselines or may fire.
 
     The rise must also be `min_rel` of the reference level (whose 1 % also floors the noise scale), or, given
     the series' `origin` (its level when training began) above the reference, of the progress made since
@@ -373,7 +376,7 @@ def change_points(
     if len(idx) < ref_points + 2:
         return out
     tv, xv = t[idx], x[idx]
-    dx = np.abs(np.diff(xv))
+    dx = np.diff(xv)
     # every point's reference at once (refs[k - ref_points]: the median of the ref_points before k); the noise
     # scale, a median over a time window, only where the rise is large enough against the level to fire
     refs = np.median(np.lib.stride_tricks.sliding_window_view(xv, ref_points)[:-1], axis=1).tolist()
@@ -392,12 +395,20 @@ def change_points(
         if not rel >= min_rel:
             continue
         steps = dx[lo : k - 1]
-        steps = steps[steps > 0]
-        noise = MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0
-        scale = max(noise, 0.01 * level, 1e-12)
+        steps = steps[steps != 0]
+        scale = max(_fall_noise(steps), 0.01 * level, 1e-12)
         if (xk - ref) / scale >= z:
             out.append(int(idx[k]))
     return out
+
+
+def _fall_noise(steps: np.ndarray) -> float:
+    """Return the noise scale of a series' point-to-point changes (repeats left out): their MAD-scaled typical
+    size about their typical fall (a steady fall is the training's progress, no noise); 0 with fewer than 3."""
+    if len(steps) < 3:
+        return 0.0
+    fall = min(0.0, float(np.median(steps)))
+    return MAD_SCALE * float(np.median(np.abs(steps - fall)))
 
 
 def climbs(

@@ -17,7 +17,7 @@ import numpy as np
 
 from .anomaly import Grid, nan_median
 from .gpus import GPU_MODELS, GpuModel
-from .log_series import steps_per_point
+from .log_series import print_interval_s
 from .model import Playbook
 
 __all__ = ["Context", "Finding", "Timeline", "build_context", "focus_window", "triage_get"]
@@ -300,7 +300,7 @@ def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str,
     tl.train_start, tl.last_advance, tl.last_step = float(first_t), float(last_t), float(last)
     if triage_get(triage, "details", "last_step_time_estimated"):
         tl.train_start, tl.last_advance = _placed_by_power(tl, results)
-    elif (every := _print_interval_s(triage)) is not None:
+    elif (every := print_interval_s(triage)) is not None:
         # a log that prints every Nth step trained quietly after its last print: that print is a lower bound
         tl.last_advance = _placed_by_power(tl, results, cap=tl.last_advance + every)[1]
     tl.warm_end = min(tl.train_start + 10 * step_s, tl.last_advance)
@@ -312,21 +312,6 @@ def _log_timeline(tl: Timeline, results: Mapping[str, Any], triage: Mapping[str,
     tl.stalled = _stalled(tl, results, triage, step_s)
     _set_steady(tl, tl.warm_end)
     return tl
-
-
-def _print_interval_s(triage: Mapping[str, Any] | None) -> float | None:
-    """Return the seconds between two of the log's step lines when it prints every Nth step (N > 1), or None.
-
-    The mean over the run (first to last printed step): an evaluation's or a save's pause between two prints
-    makes it a little longer, which only widens the bound it sets."""
-    logged = triage_get(triage, "details", "steps_logged")
-    first_t = triage_get(triage, "details", "first_step_time")
-    last_t = triage_get(triage, "progress", "last_step_time")
-    if not isinstance(logged, int) or logged < 3 or not isinstance(first_t, int | float):
-        return None
-    if not isinstance(last_t, int | float) or steps_per_point(triage, logged) < 2 or last_t <= first_t:
-        return None
-    return (float(last_t) - float(first_t)) / (logged - 1)
 
 
 def _placed_by_power(

@@ -27,7 +27,7 @@ import numpy as np
 from .context import Context, Finding, triage_get
 from .detectors.counters import _fatal_rise
 from .hostnames import short_name
-from .log_series import log_loss_departure
+from .log_series import log_loss_departure, print_interval_s
 from .triage import HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence", "hw_xid_hosts"]
@@ -74,9 +74,8 @@ def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:
         "value": str(bad.get("text") or "")[:300],
         "interpretation": "the trainer computed a non-finite loss: the training diverged",
     }
-    # reported when its step completed: the step that computed it began one step earlier
     step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
-    t = float(t) - step_s
+    t = _undated_report(ctx.triage, float(t)) if bad.get("undated") else float(t) - step_s
     earlier = [
         f for f in _active(findings, klass="training-instability") if f.onset is not None and f.onset <= t
     ]
@@ -94,6 +93,21 @@ def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:
             [ev],
         )
     )
+
+
+def _undated_report(triage: Mapping[str, Any] | None, t: float) -> float:
+    """When the step of an undated report of a non-finite loss began, from `t`, the last dated line before it.
+
+    A dated report is dated when its step completed (that step began one step earlier); an undated one came
+    after `t`, and the step that computed it began no earlier: at `t` when `t` is the last good step's line.
+    A log that prints every Nth step ran up to a print interval of unseen steps after that line, and the job
+    failed no later than its crash: any of those steps began it, none more likely, so the middle of the span."""
+    every = print_interval_s(triage)
+    if every is None:
+        return t
+    crash = triage_get(triage, "job", "crash_time")
+    end = t + every if not isinstance(crash, int | float) or crash <= t else min(t + every, float(crash))
+    return (t + end) / 2
 
 
 def hw_xid_hosts(triage: Mapping[str, Any] | None, known: Sequence[str]) -> list[str]:

@@ -21,8 +21,11 @@ from .departure import departure
 
 #: at most this many (time, loss) points kept from a log (a 1 GB log prints millions of step lines)
 MAX_POINTS = 4000
-#: fewer logged losses than this are no series to judge
+#: fewer logged losses than this are no series to judge (counted in the steps they stand for: `enough_points`)
 MIN_POINTS = 20
+#: ... and fewer printed losses than this in any case: the change-point rule's least history (a reference of
+#: 8 points, a point to judge and one more)
+MIN_PRINTS = 10
 LOG_QUERY = "log: the loss printed by the step lines"
 LOG_STEP_QUERY = "log: the time between the timed step lines"
 
@@ -41,7 +44,7 @@ def loss_points(steps: Mapping[int, tuple[Any, ...]]) -> list[list[float | None]
 def with_log_loss(outputs: Sequence[Any], triage: Mapping[str, Any] | None, interval: float) -> list[Any]:
     """Return the outputs with a `loss` result from the log given to the training playbook when it has none."""
     points = ((triage or {}).get("details") or {}).get("log_loss") or []
-    if len(points) < MIN_POINTS:
+    if not enough_points(triage, len(points)):
         return list(outputs)
     out = []
     for o in outputs:
@@ -72,6 +75,28 @@ def with_log_step_time(
             )
         out.append(o)
     return out
+
+
+def enough_points(triage: Mapping[str, Any] | None, n_points: int) -> bool:
+    """Whether the log's `n_points` losses are a series to judge: MIN_POINTS steps of training, however many
+    steps a point stands for (a trainer that prints every 10th step prints a tenth as many lines over the same
+    training, as a gauge refreshed every few steps does), and never fewer than MIN_PRINTS points."""
+    return n_points >= MIN_PRINTS and n_points * steps_per_point(triage, n_points) >= MIN_POINTS
+
+
+def print_interval_s(triage: Mapping[str, Any] | None) -> float | None:
+    """Return the seconds between two of the log's step lines when it prints every Nth step (N > 1), or None.
+
+    The mean over the run (first to last printed step): an evaluation's or a save's pause between two prints
+    makes it a little longer, which only widens the bound it sets."""
+    details = (triage or {}).get("details") or {}
+    logged, first_t = details.get("steps_logged"), details.get("first_step_time")
+    last_t = ((triage or {}).get("progress") or {}).get("last_step_time")
+    if not isinstance(logged, int) or logged < 3 or not isinstance(first_t, int | float):
+        return None
+    if not isinstance(last_t, int | float) or steps_per_point(triage, logged) < 2 or last_t <= first_t:
+        return None
+    return (float(last_t) - float(first_t)) / (logged - 1)
 
 
 def steps_per_point(triage: Mapping[str, Any] | None, n_points: int) -> float:

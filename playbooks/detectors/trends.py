@@ -42,6 +42,7 @@ def _det_change_point(
         return [i for i in found if sum(1 for k in found if g.t[i] <= g.t[k] <= g.t[i] + span) >= need]
 
     firsts = confirmed(idx)
+    firsts_jump = bool(firsts)
     if firsts:
         i = cross = firsts[0]
     else:
@@ -71,6 +72,14 @@ def _det_change_point(
     tau = departure(g.t, y, cross, i, earliest=float(g.t[i]) - window)
     # a training metric is reported when its step completes: the anomaly began when that step started
     t_on = min(float(g.t[i]) - g.step / 2, tau if tau is not None else np.inf) - step_s
+    # where the rule saw the rise, and the series' last distinct value before it: the move happened in
+    # between (the log's finer per-step losses may date it: `log_evidence`)
+    before = np.nonzero(np.isfinite(y[:cross]))[0]
+    prev = float(g.t[before[-1]]) if len(before) else float(g.t[cross])
+    if firsts_jump and step_s and float(g.t[i]) - prev > 3 * step_s:
+        # a jump between two values several steps apart (a log that prints every 10th step, a gauge refreshed
+        # every few steps): any of the steps between began it, none more likely: the middle of that span
+        t_on = max(t_on, (prev + float(g.t[i]) - step_s) / 2)
     ev = [
         _ev(
             ctx,
@@ -81,10 +90,6 @@ def _det_change_point(
             f"{len(idx)} anomalous points)",
         )
     ]
-    # where the rule saw the rise, and the series' last distinct value before it: the move happened in
-    # between (the log's finer per-step losses may date it: `log_evidence`)
-    before = np.nonzero(np.isfinite(y[:cross]))[0]
-    prev = float(g.t[before[-1]]) if len(before) else float(g.t[cross])
     return _finding(pb, rule, [], [], t_on, ev, cross=float(g.t[cross]), prev=prev, window=window)
 
 

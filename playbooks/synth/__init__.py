@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _emit, _log, _log_trainers, _sim, _tsdb, _variants
+from . import _emit, _log, _log_trainers, _sim, _tsdb, _variants, _variants_apply
 from ._deploy import PERTURBATIONS, Exporters, apply_to_job
 from ._models import GPU_MODELS, SCENARIO_TABLE, SCENARIOS, Scenario
 from ._tsdb import SynthError
@@ -110,7 +110,7 @@ def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict[str, Any]:
         "onset": job.onset,
         "job_id": job.job_id,
         "job_name": job.job_name,
-        "status": "failed" if "nan_stop" in job.variants else sc.status,
+        "status": "failed" if _variants_apply.NAN_ENDINGS & set(job.variants) else sc.status,
         "triage_class": _triage_class(job),
         "first_step": int(job.step_num[0]) if len(job.step_num) else None,
         "last_step": job.last_step,

@@ -5,7 +5,8 @@ node_exporter scraped by address, a stale Xid, remapped-row fields instead of EC
 >= 1.11 RDMA counters, DCGM's 30 s collection under a 15 s scrape, an exporter that comes up late, a
 restarted exporter pod that renames its host, background counter noise, relabelled hosts, AMD's
 device-metrics-exporter with its field prefix, a trainer whose step gauge is refreshed less often than
-steps complete, a node shared with another tenant whose GPUs stay busy at a steady partial load). `Exporters.random(seed)` draws one; `Exporters.named(...)`
+steps complete, a node shared with another tenant whose GPUs stay busy at a steady partial load; the
+trainer's own log habits: a step line every Nth step, Ray Train's or absl's end-of-training line). `Exporters.random(seed)` draws one; `Exporters.named(...)`
 gives a perturbation of the robustness bench by name.
 """
 
@@ -75,6 +76,11 @@ class Exporters:
             only a chosen few collectors.
         node_netdev_bytes: node_exporter exports the bytes each interface sent
             (`node_network_transmit_bytes_total{device="eth0"}`: its own scrape answers, logs, checkpoints).
+        log_every: the trainer prints its step line every this many steps (step % N == 0: Megatron's and
+            torchtitan's log interval) and trains quietly between: the last printed step is a lower bound.
+        trainer_end: the end-of-training line the trainer's driver writes: "" (none but the seed's summary),
+            "ray-train" (Ray Train's ``Training completed|errored after N iterations at <time>. Total running
+            time: ...``) or "absl" (an absl/JAX trainer's ``Training finished.`` when the run completes).
     """
 
     gpu: str = "dcgm"
@@ -106,6 +112,8 @@ class Exporters:
     neighbour_layout: str = "after"
     node_stat: bool = True
     node_netdev_bytes: bool = False
+    log_every: int = 1
+    trainer_end: str = ""
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "nvsmi", "amd-dme", "none"):
@@ -122,6 +130,10 @@ class Exporters:
             raise ValueError(
                 f"rdma_textfile_names needs one {{}} for the counter: {self.rdma_textfile_names!r}"
             )
+        if self.log_every < 1:
+            raise ValueError(f"log_every must be at least 1: {self.log_every!r}")
+        if self.trainer_end not in ("", "ray-train", "absl"):
+            raise ValueError(f"unknown trainer end {self.trainer_end!r} ('', ray-train, absl)")
         if self.ecc not in ("dbe", "remapped"):
             raise ValueError(f"unknown ECC field set {self.ecc!r} (dbe, remapped)")
         if self.gpu == "nvsmi":
@@ -207,6 +219,10 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
         "neighbour_load": "varying",
         "neighbour_layout": "scattered",
     },
+    "log-every-10": {"log_every": 10},
+    "log-every-10-no-gauges": {"log_every": 10, "trainer_gauges": False},
+    "ray-train-end": {"trainer_end": "ray-train"},
+    "absl-end": {"trainer_end": "absl"},
 }
 
 

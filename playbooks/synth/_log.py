@@ -217,6 +217,9 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
     tokens = float(job.tokens)
     for i, step in enumerate(job.step_num):
         te = float(job.step_end[i])
+        if int(step) % w.every:  # a trainer that prints every Nth step trains quietly between
+            _quiet_step(w, i, te, job_dir_name)
+            continue
         secs = float(job.step_secs[i])
         tf = float(job.tflops_s[i])
         mfu = tf / 2500.0 * 100 if job.gpu.name == "MI355X" else None
@@ -232,10 +235,16 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
             jit = float(w.rng.random()) * 0.05
             pre = w.ray(r) + (_absl("I", te + jit, w.pids[r], "metric_logger.py:190") if w.absl else "")
             w.add(te + jit, pre + body, r)
-        if int(step) in job.ckpt_steps:
-            w.add(te + 1, w.ray(0) + f"Saved a checkpoint at step {int(step)}.", 0)
-        if i and i % 97 == 0:
-            w.add(te + 2, "To see full metrics 'tensorboard --logdir=/outputs/" + job_dir_name + "'", 0)
+        _quiet_step(w, i, te, job_dir_name)
+
+
+def _quiet_step(w: _Writer, i: int, te: float, job_dir_name: str) -> None:
+    """A step's other lines, printed or not: its checkpoint save and, now and then, the TensorBoard reminder."""
+    step = int(w.job.step_num[i])
+    if step in w.job.ckpt_steps:
+        w.add(te + 1, w.ray(0) + f"Saved a checkpoint at step {step}.", 0)
+    if i and i % 97 == 0:
+        w.add(te + 2, "To see full metrics 'tensorboard --logdir=/outputs/" + job_dir_name + "'", 0)
 
 
 def _flush(w: _Writer, path: Path, job_dir_name: str) -> None:

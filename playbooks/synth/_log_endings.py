@@ -8,6 +8,7 @@ import numpy as np
 from . import _log_trainers as _lt
 from ._log_writer import _absl, _utc, _Writer
 from ._sim import Job
+from ._variants_apply import NAN_ENDINGS
 
 
 def _wall(seconds: float) -> str:
@@ -40,14 +41,46 @@ def _summary(w: _Writer, t: float, rc: int, reason: str) -> None:
 
 
 def _ending(job: Job, w: _Writer) -> None:
-    """How the log ends: the summary of a complete run, scancel of a hang, or the scenario's crash."""
+    """How the log ends: the summary of a complete run, scancel of a hang, or the scenario's crash; the trainer's
+    own end-of-training line before it (Ray Train's, absl's) when the deployment's trainer writes one."""
+    cancelled = job.scenario.ending == "hang" and not {"watchdog_kill", "heartbeat_kill"} & set(job.variants)
+    if job.scenario.ending == "complete" and not NAN_ENDINGS & set(job.variants):
+        _trainer_end(job, w, _run_end(job) - 21, failed=False)
+    elif not cancelled:  # a scancel's SIGTERM stops the driver before it says anything
+        _trainer_end(job, w, float(job.crash_time or job.job_end) + 3, failed=True)
+    _scenario_ending(job, w)
+
+
+def _run_end(job: Job) -> float:
+    """A complete run's own end: before the capture's when the exporters kept scraping after it."""
+    return job.job_end if "capture_after_end" not in job.variants else float(job.crash_time or 0) + 25
+
+
+def _trainer_end(job: Job, w: _Writer, t: float, *, failed: bool) -> None:
+    """The trainer's own end line at `t`: Ray Train's driver (the head's clock, UTC here, no stamp before it)
+    ends with ``Training completed|errored after N iterations at <time>. Total running time: ...``; an
+    absl/JAX trainer logs ``Training finished.`` when its loop completes (nothing when it fails)."""
+    if w.trainer_end == "ray-train":
+        how = "errored" if failed else "completed"
+        h, rem = divmod(int(t - job.train_start + 60), 3600)
+        ran = (f"{h}hr " if h else "") + f"{rem // 60}min {rem % 60}s"
+        w.add(
+            t,
+            f"Training {how} after {len(job.step_num)} iterations at {_utc(t):%Y-%m-%d %H:%M:%S}. "
+            f"Total running time: {ran}",
+            0,
+        )
+    elif w.trainer_end == "absl" and not failed:
+        w.add(t, w.ray(0) + _absl("I", t, w.pids[0], "train.py:1043") + "Training finished.", 0)
+
+
+def _scenario_ending(job: Job, w: _Writer) -> None:
     name = job.scenario.name
-    if "nan_stop" in job.variants:
+    if NAN_ENDINGS & set(job.variants):
         _nan_ending(job, w)
         return
     if job.scenario.ending == "complete":
-        # the run's own end: before the capture's when the exporters kept scraping after it
-        end = job.job_end if "capture_after_end" not in job.variants else float(job.crash_time or 0) + 25
+        end = _run_end(job)
         w.add(end - 20, f"== Training END ({int(end - job.train_start)}s) ==")
         w.add(end - 10, "[Ray] Cleaning up...", 0)
         _summary(w, end - 5, 0, "")
@@ -70,15 +103,48 @@ def _ending(job: Job, w: _Writer) -> None:
 
 
 def _nan_ending(job: Job, w: _Writer) -> None:
-    """The trainer sees a non-finite loss, skips the update, and raises after three of them: exit 1."""
-    first = int(np.argmax(~np.isfinite(job.loss)))
-    t, crash = float(job.step_end[first]), float(job.crash_time or job.job_end)
-    w.add(t + 0.5, w.ray(0) + f"WARNING: loss is nan at step {int(job.step_num[first])}; skipping update", 0)
-    w.add(crash, w.ray(0) + "RuntimeError: training diverged: 3 consecutive non-finite losses", 0)
+    """The trainer sees a non-finite loss, skips the update, and raises after three of them: exit 1
+    (`nan_traceback`: it raises at once, an undated traceback its only report)."""
+    crash = float(job.crash_time or job.job_end)
+    if "nan_traceback" in job.variants:
+        _nan_traceback(job, w, crash)
+    else:
+        first = int(np.argmax(~np.isfinite(job.loss)))
+        t = float(job.step_end[first])
+        w.add(
+            t + 0.5, w.ray(0) + f"WARNING: loss is nan at step {int(job.step_num[first])}; skipping update", 0
+        )
+        w.add(crash, w.ray(0) + "RuntimeError: training diverged: 3 consecutive non-finite losses", 0)
     for r, host in enumerate(job.hosts):
         w.add(crash + 5, f"NODE_EXIT host={host} exit=1", r)
     w.add(crash + 30, f"== Training FAILED (exit=1, {int(crash - job.train_start)}s) ==")
     _summary(w, crash + 31, 1, "training diverged")
+
+
+def _nan_traceback(job: Job, w: _Writer, crash: float) -> None:
+    """The trainer raises in the step whose loss is NaN: Python's traceback, no stamp on any of its lines (a
+    check of its own on the loss, or Megatron-core's on the gradients' norm before their all-reduce)."""
+    step = int(job.step_num[-1]) + 1 if len(job.step_num) else job.first_step
+    if job.seed % 2:
+        frames = [
+            ("train.py", 1043, "train_loop", "check_finite(metrics['scalar']['learning/loss'], step)"),
+            ("train.py", 212, "check_finite", 'raise FloatingPointError(f"NaN loss at step {step}")'),
+        ]
+        error = f"FloatingPointError: NaN loss at step {step}"
+    else:
+        frames = [
+            ("train.py", 1021, "train_step", "grads = self.finalize_grads(model)"),
+            ("distributed_data_parallel.py", 388, "finalize_grads", "self._check_for_nan_in_grad()"),
+        ]
+        error = (
+            f"RuntimeError: Rank 0: found NaN in local grad norm in backward pass before data-parallel "
+            f"communication collective. Device: 0, node: {job.hosts[0]}"
+        )
+    lines = ["Traceback (most recent call last):"]
+    for path, n, fn, code in frames:
+        lines += [f'  File "/app/MaxText/{path}", line {n}, in {fn}', f"    {code}"]
+    for i, line in enumerate([*lines, error]):
+        w.add(crash + i * 1e-4, w.ray(0) + line, 0)
 
 
 def _hang_ending(job: Job, w: _Writer) -> None:

@@ -31,6 +31,9 @@ class _Writer:
         self.absl = bool(rng.random() < 0.7)
         self.fmt = job.log_format  # "" the seed's grammar, else one of _log_trainers.LOG_FORMATS
         self.pids = [int(x) for x in rng.integers(20_000, 90_000, job.nodes)]
+        ex = job.exporters  # the trainer's log habits (None: the seed system's, every step and no end line)
+        self.every = ex.log_every if ex is not None else 1  # a step line every this many steps
+        self.trainer_end = ex.trainer_end if ex is not None else ""  # "", "ray-train" or "absl"
 
     def lab(self, rank: int | None) -> str:
         if rank is None or self.k8s:

@@ -193,12 +193,12 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
             _variants_apply.smooth_divergence(job, i0)
         else:
             _instability(job, rng, i0)
-        if "nan_stop" in job.variants:
-            _variants_apply.nan_stop(job, i0, STEP_FIELDS, rng)
+        if "nan_stop" in job.variants or "nan_traceback" in job.variants:
+            _variants_apply.nan_stop(job, i0, STEP_FIELDS, rng, at_once="nan_traceback" in job.variants)
 
     # steps config: complete jobs ran all their steps; others meant to go further.
     last = job.last_step if job.last_step is not None else 0
-    if sc.ending == "complete" and "nan_stop" not in job.variants:
+    if sc.ending == "complete" and not _variants_apply.NAN_ENDINGS & set(job.variants):
         job.steps_total = last + 1
     else:
         job.steps_total = int(math.ceil((last + 1) * float(rng.uniform(1.4, 2.2)) / 100.0) * 100)

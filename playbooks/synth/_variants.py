@@ -93,6 +93,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   JAX's documented default of 100 s.
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
+- training-instability `nan_traceback`: the loss turns NaN at the onset's step and the trainer raises at once,
+  before that step's line is printed: the only report is an undated Python traceback (a `FloatingPointError:
+  NaN loss at step N` or Megatron-core's `found NaN in local grad norm`), and the job fails (exit 1).
 """
 
 from __future__ import annotations
@@ -117,6 +120,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
+    "nan_traceback": "training-instability",
     "sparse_gauges": "training-instability",
     "wide_background": "restore-resource-leak",
     "leak_at_launch": "restore-resource-leak",
@@ -238,6 +242,8 @@ def _training_instability(job: Any, rng: np.random.Generator, draws: np.ndarray,
         v["sparse_gauges"] = float(stream(job, 17).uniform(60, 120))  # seconds between refreshes
     if "nan_stop" in job.opt_in:
         v["nan_stop"] = True
+    if "nan_traceback" in job.opt_in:
+        v["nan_traceback"] = True
 
 
 def _healthy(job: Any, rng: np.random.Generator, draws: np.ndarray, v: dict[str, Any]) -> None:

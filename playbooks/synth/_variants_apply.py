@@ -150,13 +150,22 @@ def elastic_restart(job: Any, onset: float, fields: tuple[str, ...]) -> None:
     job.restart = (float(ends[r]), int(job.step_num[r + 1]))
 
 
-def nan_stop(job: Any, i0: int, fields: tuple[str, ...], rng: np.random.Generator) -> None:
-    """The loss is NaN from step i0 on; the trainer stops after three non-finite steps and the job fails."""
-    last = min(i0 + 2, len(job.step_num) - 1)
+#: the variants whose job ends with the trainer raising on a non-finite loss (exit 1)
+NAN_ENDINGS = frozenset({"nan_stop", "nan_traceback"})
+
+
+def nan_stop(
+    job: Any, i0: int, fields: tuple[str, ...], rng: np.random.Generator, at_once: bool = False
+) -> None:
+    """The loss is NaN from step i0 on; the trainer stops after three non-finite steps and the job fails.
+    `at_once`: it raises during step i0 itself (the NaN seen in its forward pass), which never completes."""
+    i0 = max(1, i0) if at_once else i0
+    last = i0 - 1 if at_once else min(i0 + 2, len(job.step_num) - 1)
+    raised = 0.6 * float(job.step_secs[i0]) if at_once else 5.0
     for name in fields:
         setattr(job, name, getattr(job, name)[: last + 1])
     job.loss[i0:] = np.nan
-    job.crash_time = float(job.step_end[last]) + 5.0
+    job.crash_time = float(job.step_end[last]) + raised
     job.stall_time = job.crash_time
     job.job_end = job.crash_time + float(rng.uniform(60, 180))
     job.ckpt_steps = [c for c in job.ckpt_steps if c <= int(job.step_num[-1])]

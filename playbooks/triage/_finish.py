@@ -102,8 +102,13 @@ def _nonfinite_loss(st: _State, out: Triage) -> None:
     if st.nonfinite is not None:
         bad.append(st.nonfinite)
     if bad:
-        t, n, text = min(bad)
+        first = min(bad)
+        t, n, text = first
         out.details["nonfinite_loss"] = {"time": round(float(t), 3), "line": n, "text": text}
+        if first is st.nonfinite and st.nonfinite_undated:
+            out.details["nonfinite_loss"]["undated"] = (
+                True  # after that time (the last dated line's), no earlier
+            )
 
 
 def _last_step_line(st: _State) -> int:

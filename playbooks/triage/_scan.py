@@ -75,6 +75,7 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         ):
             # an undated line (a traceback's `RuntimeError: ... found NaN ...`) came after the last dated one
             st.nonfinite = (st.clock, n, msg.strip()[:300])
+            st.nonfinite_undated = ts is None
         if any(k in msg for k in TRIGGERS) and trainer_line(st, n, rank, ts, msg):
             continue
         hint = event_line(st.events, n, rank, ts, msg, st.year, st.tz, grank)

@@ -28,7 +28,7 @@ class _State:
         events: the host events gathered (`_events.EventScan`).
         last_logged: the step of the last step line read; restarts: (time, step) where the steps went back.
         nonfinite: (time, line, text) of the first line reporting a non-finite loss (an undated one: the last
-            dated line's time).
+            dated line's time, and nonfinite_undated).
         tz: seconds east of UTC of the log's local stamps (its `date` header); job_start: that header's time.
         train_start: when a Trainer's progress bar began; total_steps: the steps the trainer said it runs.
         pending_loss: a logged loss waiting for its step; trainer_rank: the rank whose step lines are read.
@@ -70,6 +70,7 @@ class _State:
     last_logged: int | None = None
     restarts: list[tuple[float | None, int]] = field(default_factory=list)
     nonfinite: tuple[float, int, str] | None = None
+    nonfinite_undated: bool = False
     tz: float = 0.0
     job_start: float | None = None
     train_start: float | None = None

@@ -16,15 +16,16 @@ def _jumps(x, t, valid, *, window, z, min_rel, ref_points=8, origin=None):
     if len(idx) < ref_points + 2:
         return out
     tv, xv = t[idx], x[idx]
-    dx = np.abs(np.diff(xv))
+    dx = np.diff(xv)
     lo = 0
     for k in range(ref_points, len(idx)):
         while tv[lo] < tv[k] - window:
             lo += 1
         ref = float(np.median(xv[k - ref_points : k]))
         steps = dx[lo : k - 1]
-        steps = steps[steps > 0]
-        noise = MAD_SCALE * float(np.median(steps)) if len(steps) >= 3 else 0.0
+        steps = steps[steps != 0]
+        fall = min(0.0, float(np.median(steps))) if len(steps) else 0.0
+        noise = MAD_SCALE * float(np.median(np.abs(steps - fall))) if len(steps) >= 3 else 0.0
         level = abs(ref)
         if origin is not None and origin > ref:
             level = min(level, origin - ref)
