@@ -23,9 +23,9 @@ from .departure import departure
 MAX_POINTS = 4000
 #: fewer logged losses than this are no series to judge (counted in the steps they stand for: `enough_points`)
 MIN_POINTS = 20
-#: ... and fewer printed losses than this in any case: the change-point rule's least history (a reference of
-#: 8 points, a point to judge and one more)
-MIN_PRINTS = 10
+#: ... and fewer printed losses than this in any case: the change-point rule's noise scale needs three changes
+#: (four values) before the value it judges, which needs one more after it to be more than a single spike
+MIN_PRINTS = 6
 LOG_QUERY = "log: the loss printed by the step lines"
 LOG_STEP_QUERY = "log: the time between the timed step lines"
 

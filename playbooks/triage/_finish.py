@@ -194,11 +194,12 @@ def _progress(st: _State, out: Triage, steps: list[int]) -> tuple[dict[str, Any]
         and st.barrier_time is not None
         and all(st.steps[s][3] is None for s in steps)
     ):
-        # print-style step lines carry no time: each step at the training's start + the steps' own seconds
-        t = st.barrier_time
+        # print-style step lines carry no time: each step at the training's start + the steps' own seconds (a
+        # trainer that prints every Nth step ran the N steps since its last print, each about as long)
+        t, prev = st.barrier_time, steps[0] - 1
         for s in steps:
-            t += st.steps[s][0]
-            st.steps[s] = (*st.steps[s][:3], t, st.steps[s][4])
+            t += st.steps[s][0] * (s - prev)
+            st.steps[s], prev = (*st.steps[s][:3], t, st.steps[s][4]), s
         last_ts = t
         out.details["last_step_time_estimated"] = True
     prog["last_step_time"] = round(last_ts, 3) if last_ts is not None else None

@@ -41,6 +41,17 @@ def test_a_trainer_printing_every_tenth_step_leaves_the_others_out(tmp_path, fmt
     assert {int(m.group(1)) for x in lines if (m := re.search(step, x))} == set(printed)
 
 
+def test_undated_prints_of_every_tenth_step_are_placed_ten_steps_apart(tmp_path):
+    """Seed 5's step lines carry no stamp (print-style): each is placed the steps since the last print after
+    it, each as long as the printed one (was one step: the run's time squeezed into a tenth of it)."""
+    job, lines = _log_of(tmp_path, "healthy", Exporters(log_every=10), seed=5)
+    assert not any(_STAMPED.search(x) for x in lines if "completed step: " in x)
+    t = triage_log(lines)
+    last = max(i for i, s in enumerate(job.step_num) if int(s) % 10 == 0)
+    ran = float(job.step_end[last]) - float(job.train_start)
+    assert t.progress["last_step_time"] == pytest.approx(float(job.step_end[last]), abs=0.1 * ran)
+
+
 def test_ray_trains_end_line_says_completed_or_errored(tmp_path):
     job, lines = _log_of(tmp_path / "ok", "healthy", Exporters(trainer_end="ray-train"))
     done = [x for x in lines if "Training completed after" in x]

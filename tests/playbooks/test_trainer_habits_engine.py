@@ -40,12 +40,12 @@ def test_a_log_printing_every_tenth_step_counts_the_steps_its_points_stand_for()
     every_tenth = {"job": {"first_step": 0, "last_step": 140}, "details": {"steps_logged": 15}}
     every_step = {"job": {"first_step": 0, "last_step": 14}, "details": {"steps_logged": 15}}
     assert enough_points(every_tenth, 15) and not enough_points(every_step, 15)
-    assert not enough_points({"job": {"first_step": 0, "last_step": 900}}, 9)  # too few points whatever
+    assert not enough_points({"job": {"first_step": 0, "last_step": 900}}, 5)  # too few points whatever
 
 
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, 4])  # 15 prints; 9 (steps of 40 s)
 def test_a_loss_jump_between_two_prints_is_an_instability_dated_within_them(served_job, seed):
-    """No training gauges and a step line every 10th step (15-20 of them an hour): the jump is seen at one
+    """No training gauges and a step line every 10th step (9-15 of them an hour): the jump is seen at one
     print and dated midway between it and the print before (the steps between are unseen)."""
     result, truth = _diagnose(served_job, "training-instability", seed, exporters="log-every-10-no-gauges")
     assert result["diagnosis"]["class"] == "training-instability"
