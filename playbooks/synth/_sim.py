@@ -47,6 +47,8 @@ def simulate(job: Job) -> Job:
     )
     big_h = _red_herrings(s)
     _sim_scenarios.apply(s)
+    if "mixed_models" in job.variants:
+        _variants_apply.mixed_models(job, s.gpu.power, s.inc.host)
     if "near_limit_save" in job.variants:
         _variants_apply.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
     if "hot_host" in job.variants:

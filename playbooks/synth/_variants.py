@@ -76,6 +76,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - restore-resource-leak `leak_at_launch`: the restored run's extra runnable processes appear when its
   processes launch, during the setup before the restore and the first step (the onset stays the start of
   training: the comparison judges training).
+- collective-hang, healthy `mixed_models`: one host (never a hang's culprit) holds GPUs of another, bigger
+  model than the rest (an H200 host among A100s): its GPUs draw 1.7-2.1 times the others' power in every
+  phase (idle, training, checkpoint wait, busy-wait), so the job's busiest GPUs are that host's alone.
 - collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
   (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
   the busy-wait fills only the first part of what follows the stall.
@@ -128,6 +131,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "watchdog_kill": "collective-hang",
     "heartbeat_kill": "collective-hang",
     "noisy_spin": "collective-hang",
+    "mixed_models": ("collective-hang", "healthy"),
     "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
@@ -157,6 +161,8 @@ def choose(job: Any) -> dict[str, Any]:
     by_scenario = _CHOOSERS.get(job.scenario.name)
     if by_scenario is not None:
         by_scenario(job, rng, draws, v)
+    if "mixed_models" in job.opt_in:
+        v["mixed_models"] = float(stream(job, 27).uniform(1.7, 2.1))
     return v
 
 
