@@ -94,6 +94,8 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   (`jax.distributed heartbeat_timeout_seconds=N`, an absl line of rank 0) instead of a `Config param` line.
 - heartbeat-false-positive `hb_default`: the log states no heartbeat timeout at all; the coordinator uses
   JAX's documented default of 100 s.
+- training-instability `climb_to_nan`: the loss climbs by 25-45 % a step for 4-8 steps from the onset, then
+  turns NaN; the trainer logs it and raises as for `nan_stop` (the climb is the onset, the NaN its end).
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -120,6 +122,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
+    "climb_to_nan": "training-instability",
     "sparse_gauges": "training-instability",
     "wide_background": "restore-resource-leak",
     "leak_at_launch": "restore-resource-leak",
@@ -244,6 +247,9 @@ def _training_instability(job: Any, rng: np.random.Generator, draws: np.ndarray,
         v["sparse_gauges"] = float(stream(job, 17).uniform(60, 120))  # seconds between refreshes
     if "nan_stop" in job.opt_in:
         v["nan_stop"] = True
+    if "climb_to_nan" in job.opt_in:
+        r = stream(job, 29).uniform(0, 1, 2)
+        v["climb_to_nan"] = (int(4 + 5 * r[0]), float(1.25 + 0.2 * r[1]))  # (steps of climb, factor a step)
 
 
 def _healthy(job: Any, rng: np.random.Generator, draws: np.ndarray, v: dict[str, Any]) -> None:
