@@ -90,7 +90,9 @@ def test_a_compared_trace_sits_on_its_own_steps_dashed_and_only_on_a_step_axis()
     ctx, base = _restored_ctx(), _baseline_job()
     client = RangeClient()
     found, sent = tl.compare_fetch(client, base, ["loss", "gpu_temp"], (250.0, 300.0))
-    assert sent == 2 and all(r == pytest.approx((OTHER + 7500.0, OTHER + 9000.0), abs=1.0) for r in client.ranges)
+    assert sent == 2 and all(
+        r == pytest.approx((OTHER + 7500.0, OTHER + 9000.0), abs=1.0) for r in client.ranges
+    )
     assert found["loss"].name == "4711 (baseline)" and found["gpu_temp"].name == "4711 (baseline) median"
     own = tl.Trace("Loss", "line", {}, np.array([NOW + 30.0 * i for i in range(120)]), np.ones(120))
     panel = tl.PanelData(tl.PANELS["gpu_temp"], "single", traces=[own], step=15.0)
