@@ -16,9 +16,10 @@ from playbooks.model import Playbook, RuleSpec
 from .accused import _det_accused_alive
 from .counters import _det_counter_increase, _det_near_limit, _det_rate_outlier, _det_threshold_prior
 from .frozen import _det_frozen_exporter
+from .gaps import _det_gaps
 from .hang import _det_busy_wait, _det_step_stall
 from .host import _det_own_excess
-from .peers import _det_gaps, _det_peer_outlier
+from .peers import _det_peer_outlier
 from .silent import _det_host_silent
 from .trends import _det_change_point, _det_level_shift, _det_series_absent, _det_uniform_elevation
 

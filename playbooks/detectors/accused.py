@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from playbooks._timeline_steps import _int
 from playbooks.anomaly import Grid, nan_median
-from playbooks.context import Context, Finding, _int, triage_get
+from playbooks.context import Context, Finding, triage_get
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 

@@ -48,7 +48,10 @@ def _det_frozen_exporter(
     tested = full & moving
     stride = max(1, int(round(w / first.step)))  # grid points per disjoint window
     windows = max(1.0, tested.sum() / stride)
-    runs = {h: _runs(quiet[r]) for r, h in enumerate(hosts)}
+    # where the monitoring itself saw nobody (Prometheus down or restarting: most hosts' windows short of
+    # samples) a host can show neither change nor quiet: a freeze on both sides of it is one freeze
+    blind = full.mean(axis=0) < 0.5
+    runs = {h: _runs(quiet[r], blind) for r, h in enumerate(hosts)}
     alpha = float(p.get("alpha", 1e-3))
     min_span = _dur(rule, "min_duration", 300.0)
     flagged: dict[str, tuple[float, float, float]] = {}
@@ -148,10 +151,17 @@ def _live(level: Grid | None, hosts: list[str], t: np.ndarray, ratio: float) -> 
     return out
 
 
-def _runs(x: np.ndarray) -> list[tuple[int, int]]:
-    """Return the [start, end) index ranges of the True runs of x."""
-    d = np.diff(np.r_[0, x.astype(np.int8), 0])
-    return list(zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist(), strict=True))
+def _runs(x: np.ndarray, bridge: np.ndarray | None = None) -> list[tuple[int, int]]:
+    """Return the [start, end) index ranges of the True runs of x; points where `bridge` holds join the runs
+    on either side of them (a run neither starts nor ends on one)."""
+    y = x if bridge is None else x | bridge
+    d = np.diff(np.r_[0, y.astype(np.int8), 0])
+    out = []
+    for i, j in zip(np.flatnonzero(d == 1).tolist(), np.flatnonzero(d == -1).tolist(), strict=True):
+        hit = np.flatnonzero(x[i:j])
+        if len(hit):
+            out.append((i + int(hit[0]), i + int(hit[-1]) + 1))
+    return out
 
 
 def _rate(hit: np.ndarray, of: np.ndarray) -> float:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from playbooks.anomaly import stretch_start
-from playbooks.detectors.peers import _det_gaps, _det_peer_outlier
+from playbooks.detectors.gaps import _det_gaps
+from playbooks.detectors.peers import _det_peer_outlier
 from playbooks.loader import load_playbooks
 
 from .test_analysis import STEP, N, _ctx, _grid, _t

@@ -72,7 +72,7 @@ def test_a_short_freeze_of_the_whole_exporter_is_ghost_data(minutes):
     scrape = _frozen(_moving(1.0), "c", a, b)
     [f] = _evaluate(power, temp, scrape=scrape)
     assert f.klass == "monitoring-ghost-data" and f.hosts == ["c"]
-    assert f.onset == pytest.approx(NOW + a * STEP - WINDOW)
+    assert f.onset == pytest.approx(NOW + a * STEP - WINDOW, abs=1.0)
 
 
 def test_one_quiet_gauge_is_not_a_frozen_exporter():
@@ -135,3 +135,23 @@ def test_a_freeze_too_short_to_stand_out_is_not_called():
     power = _frozen(_moving(), "c", 120, 124)
     temp = _frozen(_moving(2.0), "c", 120, 124)
     assert _evaluate(power, temp) == []
+
+
+def test_a_freeze_across_a_monitoring_outage_is_dated_at_its_start():
+    """Prometheus restarts during the freeze: for three minutes every host's windows lack samples (no host
+    changes or holds still there). The freeze on both sides of the outage is one freeze, dated at its start,
+    not at the outage's end (the stretch after it alone would make the stretch before it look like the
+    host's own habit)."""
+    a = 60
+    power = _frozen(_moving(), "c", a, N)
+    temp = _frozen(_moving(2.0), "c", a, N)
+    samples = {h: np.full(N, 16.0) for h in HOSTS}
+    gap = slice(a + 40, a + 56)  # 10 min into the freeze, 4 min without data, then 31 min more of it
+    for rows in (power, temp):
+        for h in HOSTS:
+            rows[h][gap] = np.nan
+    for h in HOSTS:
+        samples[h][gap] = np.nan
+    [f] = _evaluate(power, temp, samples=samples)
+    assert f.klass == "monitoring-ghost-data" and f.hosts == ["c"]
+    assert f.onset == pytest.approx(NOW + a * STEP - WINDOW, abs=1.0)
