@@ -141,6 +141,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "xid_stretch": "gpu-driver-fault",
     "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
     "faint_heat": "thermal-straggler",  # _variants_thermal
+    "settled_heat": "thermal-straggler",  # _variants_thermal
 }
 
 
