@@ -5,7 +5,8 @@ node_exporter scraped by address, a stale Xid, remapped-row fields instead of EC
 >= 1.11 RDMA counters, DCGM's 30 s collection under a 15 s scrape, an exporter that comes up late, a
 restarted exporter pod that renames its host, background counter noise, relabelled hosts, AMD's
 device-metrics-exporter with its field prefix, a trainer whose step gauge is refreshed less often than
-steps complete, a node shared with another tenant whose GPUs stay busy at a steady partial load). `Exporters.random(seed)` draws one; `Exporters.named(...)`
+steps complete, a node shared with another tenant whose GPUs stay busy at a steady partial load, a
+Prometheus restart that stores no sample of any series for a few minutes). `Exporters.random(seed)` draws one; `Exporters.named(...)`
 gives a perturbation of the robustness bench by name.
 """
 
@@ -75,6 +76,9 @@ class Exporters:
             only a chosen few collectors.
         node_netdev_bytes: node_exporter exports the bytes each interface sent
             (`node_network_transmit_bytes_total{device="eth0"}`: its own scrape answers, logs, checkpoints).
+        monitoring_outage: Prometheus itself restarts once: for 2-4 minutes (at a seeded time, before or
+            during the incident, never over its onset nor over all of it) no series of any target has a
+            sample, not even `up`; the job and its log go on.
     """
 
     gpu: str = "dcgm"
@@ -106,6 +110,7 @@ class Exporters:
     neighbour_layout: str = "after"
     node_stat: bool = True
     node_netdev_bytes: bool = False
+    monitoring_outage: bool = False
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "nvsmi", "amd-dme", "none"):
@@ -207,6 +212,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
         "neighbour_load": "varying",
         "neighbour_layout": "scattered",
     },
+    "prometheus-outage": {"monitoring_outage": True},
 }
 
 
@@ -245,6 +251,32 @@ def apply_to_job(job: Job, ex: Exporters) -> None:
             job.notes.append(f"GPU {g} of {job.hosts[h]} holds an Xid from before the job (stale)")
     if ex.neighbour_gpus > 0:
         add_neighbour(job, ex.neighbour_gpus, load=ex.neighbour_load, layout=ex.neighbour_layout)
+    if ex.monitoring_outage and (window := outage_window(job)) is not None:
+        job.monitoring_outage = window
+        job.red_herrings["monitoring_outage"] = [round(window[0], 3), round(window[1], 3)]
+        job.notes.append(f"Prometheus restarted: no sample of any series for {window[1] - window[0]:.0f} s")
+
+
+def outage_window(job: Job) -> tuple[float, float] | None:
+    """Return (start, end) of a seeded 2-4 minute monitoring outage: before the incident's onset or during
+    the incident (after its onset, ending before its last evidence), anywhere in a healthy job; None when
+    the job leaves no room for one that hides neither the onset nor all of the incident."""
+    rng = np.random.default_rng([job.seed, 4711])
+    iv = job.interval
+    dur = float(rng.uniform(120.0, 240.0))
+    first = float(job.t[0]) + 4 * iv
+    last = min(float(job.t[-1]), job.crash_time if job.crash_time is not None else job.job_end) - 4 * iv
+    spans = [(first, last - dur)]
+    if job.onset is not None:
+        # before: ends two scrapes before the onset; during: starts two scrapes after it
+        spans = [(first, job.onset - 2 * iv - dur), (job.onset + 2 * iv, last - dur)]
+        if rng.random() < 0.5:
+            spans.reverse()
+    spans = [s for s in spans if s[1] > s[0]]
+    if not spans:
+        return None
+    start = float(rng.uniform(*spans[0]))
+    return start, start + dur
 
 
 def hold(values: np.ndarray, interval: float, collect_s: float, phase: int) -> np.ndarray:
