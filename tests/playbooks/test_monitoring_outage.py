@@ -44,10 +44,12 @@ def test_the_outage_hides_every_series_for_minutes_never_the_onset(served_job, s
     assert result["diagnosis"]["class"] == truth["class"]
 
 
-@pytest.mark.parametrize("seed", [70, 71])
+@pytest.mark.parametrize("seed", [70, 71, 74])
 def test_a_heartbeat_false_positive_across_an_outage_keeps_its_accused_alive(served_job, seed):
     """Seeds 70 and 71 were collective-hang: between the heartbeat-stop time and the kill the outage left
-    every host without samples and `up`, which the presence check took as the accused hosts' silence."""
+    every host without samples and `up`, which the presence check took as the accused hosts' silence. Seed 74
+    too: the outage ended 8 min before the heartbeats stopped, but lay in the one window the scrape interval
+    was read from (16.8 s for 15 s: coarser grids left 3 instants to judge the accused by, one out of step)."""
     result, truth, _ = _diagnose(served_job, "heartbeat-false-positive", seed)
     assert truth["red_herrings"]["monitoring_outage"]
     diag = result["diagnosis"]
@@ -76,3 +78,22 @@ def _grid(values):
         labels=[{"host": str(i)} for i in range(len(values))],
         values=values,
     )
+
+
+def test_an_outage_in_the_middle_of_the_data_does_not_lengthen_the_scrape_interval():
+    """One hour of 15 s scrapes with 192 s without any sample mid-way: the one window read in the middle held
+    107 samples of 120 (16.8 s, every grid coarsened; heartbeat-false-positive 74 lost its accused-alive
+    finding), a window clear of the outage holds 120."""
+    from types import SimpleNamespace
+
+    from playbooks._diagnose_source import _scrape_interval
+    from playbooks.profiles import PROFILES
+
+    start, end, hole = 0.0, 3600.0, (2400.0, 2592.0)
+
+    class Client:
+        def query(self, expr, at):
+            lost = max(0.0, min(at, hole[1]) - max(at - 1800.0, hole[0]))
+            return [SimpleNamespace(value=float(int((1800.0 - lost) / 15.0)))]
+
+    assert _scrape_interval(Client(), PROFILES["nvidia"], {"up": True}, start, end) == 15.0
