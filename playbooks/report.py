@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 __all__ = [
+    "SLOWDOWN",
     "diagnosis_markdown",
     "fmt_time",
     "md_cell",
@@ -14,8 +15,13 @@ __all__ = [
     "md_line",
     "md_name",
     "md_text",
+    "slowdown",
     "triage_markdown",
 ]
+
+#: the `measure` label of the step-time finding's evidence that holds the steps' mean excess over the job's
+#: steady state from the onset to the end of training (0.15: steps took 15 % longer)
+SLOWDOWN = "mean slowdown"
 
 #: control characters (a label value or a log line may hold any): shown as `\xNN`, never a line break
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
@@ -237,3 +243,13 @@ def diagnosis_markdown(d: dict[str, Any]) -> str:
         f"{t.get('total_s', 0):.2f} s in total._",
     ]
     return "\n".join(lines) + "\n"
+
+
+def slowdown(findings: list[dict[str, Any]]) -> float | None:
+    """Return the steps' mean excess over the job's steady state from a diagnosis's findings (the step-time
+    finding's `SLOWDOWN` evidence), or None when no slowdown was measured."""
+    for f in findings:
+        for e in f.get("evidence") or []:
+            if (e.get("labels") or {}).get("measure") == SLOWDOWN and isinstance(e.get("value"), int | float):
+                return float(e["value"])
+    return None

@@ -11,7 +11,7 @@ from playbooks.context import Context, Finding
 from playbooks.departure import departure
 from playbooks.model import Playbook, RuleSpec
 from playbooks.profiles import PROFILES
-from playbooks.report import fmt_time
+from playbooks.report import SLOWDOWN, fmt_time
 
 from ._base import _dur, _ev, _finding
 
@@ -162,6 +162,21 @@ def _det_level_shift(
             f"steady state {base:.4g}; rolling median {peak:+.0%} at most, from {fmt_time(t_on)}",
         )
     ]
+    # what the slowdown cost: the steps' mean excess from the onset to the end of training (a step that
+    # takes (1 + s) times as long does 1 / (1 + s) of the work: s / (1 + s) of the job's throughput is lost)
+    after = valid & (g.t >= t_on)
+    mean = float(np.mean(x[after]) / base - 1) if after.any() else float("nan")
+    if math.isfinite(mean) and mean > 0:
+        ev.append(
+            _ev(
+                ctx,
+                rule.queries[0],
+                {"measure": SLOWDOWN},
+                round(mean, 4),
+                f"steps {mean:.0%} slower on average from {fmt_time(t_on)} to the end of training: "
+                f"{mean / (1 + mean):.0%} of the job's throughput lost over that span",
+            )
+        )
     return _finding(pb, rule, [], [], t_on, ev, value=f"{peak:+.0%}")
 
 

@@ -18,7 +18,8 @@ from investigations.services import comparison as comparison_svc
 from investigations.services import diagnosis_overview as diagnosis_svc
 from investigations.services import investigations as inv
 from investigations.services.verdict import Verdict, investigation_verdict
-from playbooks.report import fmt_time
+from playbooks.classes import load_classes
+from playbooks.report import fmt_time, slowdown
 
 from .remedies import culprits_text
 
@@ -109,13 +110,27 @@ def impact(inputs: Inputs) -> dict[str, Any]:
     end = end if end is not None else time_range[1]
     hours = (end - onset) / 3600 if onset is not None and end is not None and end >= onset else None
     gpu_hours = hosts * gpus * hours if hours is not None and hosts and gpus else None
+    # a job that trained on (a straggler, a degraded link) lost the share of its throughput its slower steps
+    # cost, not every GPU's hour; a job that stopped lost them all
+    spec = load_classes().get(str(diagnosis.get("class")))
+    trained_on = spec is not None and not spec.stops_job
+    slow = slowdown(res.get("findings") or []) if trained_on else None
+    lost_share = slow / (1 + slow) if slow is not None and slow > 0 else None
     return {
+        "class": diagnosis.get("class"),
         "hosts": hosts,
         "gpus_per_host": gpus,
         "onset": onset,
         "end": end,
         "hours": hours,
-        "gpu_hours": gpu_hours,
+        "trained_on": trained_on,
+        "slowdown": slow,
+        "gpu_hours_spent": gpu_hours,
+        "gpu_hours": gpu_hours
+        if not trained_on
+        else gpu_hours * lost_share
+        if gpu_hours and lost_share
+        else None,
         "lost_steps": prog.get("lost_steps"),
         "last_checkpoint_step": prog.get("last_checkpoint_step"),
     }
@@ -137,14 +152,29 @@ def _summary(i: Inputs) -> str:
 def _impact(i: Inputs) -> str:
     m = impact(i)
     lines = []
-    if m["gpu_hours"] is not None:
+    span = (
+        f"{m['hosts']} nodes \u00d7 {m['gpus_per_host']} GPUs \u00d7 {m['hours']:.2f} h from the onset "
+        f"({fmt_time(m['onset'])}) to the kill or end of data ({fmt_time(m['end'])})"
+        if m["gpu_hours_spent"] is not None
+        else ""
+    )
+    if m["class"] == "healthy":
+        lines.append("- No GPU-hours lost: the diagnosis found no incident.")
+    elif m["gpu_hours_spent"] is None:
+        lines.append("- GPU-hours lost: unknown (needs a diagnosis with an onset, hosts and GPUs per host).")
+    elif not m["trained_on"]:
+        lines.append(f"- **{m['gpu_hours']:,.1f} GPU-hours lost**: {span} (the incident stopped the job).")
+    elif m["gpu_hours"] is not None:
         lines.append(
-            f"- **{m['gpu_hours']:,.1f} GPU-hours lost**: {m['hosts']} nodes \u00d7 {m['gpus_per_host']} GPUs "
-            f"\u00d7 {m['hours']:.2f} h from the onset ({fmt_time(m['onset'])}) to the kill or end of data "
-            f"({fmt_time(m['end'])})."
+            f"- **{m['gpu_hours']:,.1f} GPU-hours of throughput lost**: the job trained on with steps "
+            f"{m['slowdown']:.0%} slower, so {m['slowdown'] / (1 + m['slowdown']):.0%} of "
+            f"{m['gpu_hours_spent']:,.1f} GPU-hours ({span})."
         )
     else:
-        lines.append("- GPU-hours lost: unknown (needs a diagnosis with an onset, hosts and GPUs per host).")
+        lines.append(
+            f"- GPU-hours lost: none measured: the job trained on without slower steps "
+            f"({m['gpu_hours_spent']:,.1f} GPU-hours since the onset: {span})."
+        )
     if m["lost_steps"] is not None:
         lines.append(
             f"- **{m['lost_steps']} steps lost** since the last checkpoint (step {_cell(m['last_checkpoint_step'])})."

@@ -248,7 +248,8 @@ def test_band_mode_groups_by_the_exporters_labels_and_renames_the_outliers() -> 
 
 
 def test_a_context_without_series_counts_is_an_error() -> None:
-    """If Prometheus cannot count the GPUs, the timeline fails instead of drawing 1,024 lines per panel."""
+    """If Prometheus cannot count the GPUs, the timeline fails instead of drawing 1,024 lines per panel: by
+    a count query, or by the series list of a signal read raw."""
     from playbooks.prometheus import PrometheusUnreachable
 
     def answer(promql: str):
@@ -256,10 +257,40 @@ def test_a_context_without_series_counts_is_an_error() -> None:
             raise PrometheusUnreachable("connection refused")
         return [make_series({}, range(241))]
 
-    client = CannedClient(answer)
+    class Unlisted(CannedClient):
+        def series(self, matchers, start=None, end=None):
+            raise PrometheusUnreachable("connection refused")
+
+    # nvidia-smi's exporter names its GPUs by a join (counted by a query), the amd profile's by labels
+    for client, profile in ((CannedClient(answer), "nvidia-smi"), (Unlisted(answer), "amd")):
+        client.instant = []
+        with pytest.raises(PrometheusUnreachable):
+            tl.context_build(client, PROFILES[profile], START, END)
+
+
+def test_the_context_counts_the_devices_of_a_signal_read_raw_from_the_index() -> None:
+    """A signal with one series per device is counted from its series list (no sample decoded): every device
+    over the range, as lines mode would draw them, a GPU whose exporter restarted counted once."""
+
+    class Indexed(CannedClient):
+        def series(self, matchers, start=None, end=None):
+            if matchers[0].startswith("hw_gpu_temperature"):
+                gpus = [
+                    {"host": f"n{h}", "gpu": str(g), "instance": f"n{h}:1"}
+                    for h in range(3)
+                    for g in range(8)
+                ]
+                return [*gpus, {"host": "n0", "gpu": "0", "instance": "n0:2"}]
+            if matchers[0].startswith("hw_procs_running"):
+                return [{"host": f"n{h}", "instance": f"n{h}:1"} for h in range(3)]
+            return []
+
+    client = Indexed(lambda q: [make_series({}, range(241))])
     client.instant = []
-    with pytest.raises(PrometheusUnreachable):
-        tl.context_build(client, PROFILES["amd"], START, END)
+    ctx = tl.context_build(client, PROFILES["amd"], START, END)
+    assert (ctx.gpu_series, ctx.host_series) == (24, 3)
+    assert not any(q.startswith("count(") for q in client.asked), client.asked
+    assert tl.panel_queries(tl.PANELS["gpu_temp"], ctx, START, END).mode == "band"
 
 
 def test_band_mode_skips_the_per_device_aggregation_when_series_are_unique() -> None:

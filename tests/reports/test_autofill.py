@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from playbooks.report import slowdown
 from reports.models import Section
 from reports.services import autofill, sections
 
@@ -27,15 +28,45 @@ def test_a_new_report_has_the_seed_sections_filled_from_the_diagnosis(case, ther
     assert all(s.version == 1 and not s.edited for s in report.sections.all())
 
 
-def test_impact_is_gpu_hours_from_hosts_gpus_and_the_onset_to_the_end(case, thermal) -> None:
+def test_impact_of_a_job_that_trained_on_is_the_throughput_its_slower_steps_lost(case, thermal) -> None:
+    """A thermal straggler slows the job without stopping it: the GPU-hours lost are the share of the
+    GPU-hours since the onset that the slower steps cost (s / (1 + s) for steps s slower), not all of them."""
     inputs = autofill.gather(case)
     m = autofill.impact(inputs)
     src = thermal["result"]["source"]
     assert m["hosts"] == len(src["hosts"]) and m["gpus_per_host"] == src["gpus_per_host"]
-    assert m["gpu_hours"] == pytest.approx(m["hosts"] * m["gpus_per_host"] * (m["end"] - m["onset"]) / 3600)
-    assert m["gpu_hours"] > 0
+    spent = m["hosts"] * m["gpus_per_host"] * (m["end"] - m["onset"]) / 3600
+    assert m["trained_on"] and m["gpu_hours_spent"] == pytest.approx(spent)
+    s = slowdown(thermal["result"]["findings"])
+    assert s is not None and 0.03 < s < 1.0  # the generator's straggler slows the job by a few to tens of %
+    assert m["slowdown"] == s and m["gpu_hours"] == pytest.approx(spent * s / (1 + s))
     body = sections.report_for(case).sections.get(key="impact").body
-    assert f"{m['gpu_hours']:,.1f} GPU-hours lost" in body
+    assert f"{m['gpu_hours']:,.1f} GPU-hours of throughput lost" in body and f"{s:.0%} slower" in body
+
+
+def test_impact_of_a_job_that_stopped_is_every_gpu_hour_from_the_onset(db, thermal) -> None:
+    """A class whose story stops the job (a hang): every GPU's hour from the onset to the kill is lost."""
+    result = copy.deepcopy(thermal["result"])
+    result["diagnosis"]["class"] = "collective-hang"
+    investigation = make_case(thermal, diagnosed=False)
+    store_diagnosis(investigation, investigation.job_links.get().job, result)
+    m = autofill.impact(autofill.gather(investigation))
+    assert not m["trained_on"] and m["slowdown"] is None
+    assert m["gpu_hours"] == pytest.approx(m["hosts"] * m["gpus_per_host"] * (m["end"] - m["onset"]) / 3600)
+    body = sections.report_for(investigation).sections.get(key="impact").body
+    assert f"{m['gpu_hours']:,.1f} GPU-hours lost" in body and "stopped the job" in body
+
+
+def test_impact_without_a_measured_slowdown_claims_no_loss(db, thermal) -> None:
+    """A job that trained on with no slower steps measured (no step-time finding) lost nothing we can show."""
+    result = copy.deepcopy(thermal["result"])
+    result["findings"] = [f for f in result["findings"] if slowdown([f]) is None]
+    investigation = make_case(thermal, diagnosed=False)
+    store_diagnosis(investigation, investigation.job_links.get().job, result)
+    m = autofill.impact(autofill.gather(investigation))
+    assert m["trained_on"] and m["gpu_hours"] is None and m["gpu_hours_spent"] > 0
+    body = sections.report_for(investigation).sections.get(key="impact").body
+    assert "none measured" in body and "GPU-hours lost**" not in body
 
 
 def test_without_a_diagnosis_the_sections_say_so(db, thermal) -> None:
