@@ -70,10 +70,19 @@ def _placed_by_power(
         return first, last
     end = float(t[on[-1]]) + (power.step / 2 if on[-1] + 1 < len(t) else 0.0)
     if cap is not None:  # the last print is exact: the GPUs move it only beyond their own timing's blur
-        end = min(end, cap) if end > last + _timing_tolerance(tl, power.step) else last
+        end = min(end, cap) if end > last + _fall_blur(tl, power.step) else last
     if end > last:
         last, tl.stall_unc_s = end, power.step
     return min(last, max(first, float(t[on[0]]) - power.step)), last
+
+
+def _fall_blur(tl: Timeline, grid_step: float) -> float:
+    """Return how much later than an exactly dated step the GPUs' power may fall without the job having
+    trained on: a grid step or two (the reading's sampling and averaging, the grid point's placing) or two
+    training steps (the step that hung computed before it waited). Not the minute a step gauge's refresh
+    may lag by (`_timing_tolerance`): no gauge is read here, and a log that prints every few dozen seconds
+    leaves its stall anywhere between two prints, which the GPUs tell to their grid step."""
+    return max(2 * grid_step, 2 * float(tl.step_s or 0.0))
 
 
 def _timing_tolerance(tl: Timeline, grid_step: float) -> float:

@@ -8,6 +8,11 @@ crossing: a baseline (a level and a slow trend, such as a falling loss) up to a 
 from it up to the crossing. The break that fits best is the last time the baseline still held. A jump
 between two samples fits any break between them equally: no break is given, and the caller dates it as
 a jump.
+
+A rise may also level off before the crossing (`levels_off`): a GPU that heats by a few degrees settles at
+its new temperature, and a faint heat crosses a bar only once it has settled, long after its rise. A
+straight rise fitted through that plateau is shallower than the real one and starts earlier; the rise is
+then fitted with its end as a second break (a ramp from the departure to where it settled, flat after).
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ _SUBSTEPS = 4
 
 
 def departure(
-    t: np.ndarray, y: np.ndarray, cross: int, latest: int, *, earliest: float, sign: float = 1.0
+    t: np.ndarray,
+    y: np.ndarray,
+    cross: int,
+    latest: int,
+    *,
+    earliest: float,
+    sign: float = 1.0,
+    levels_off: bool = False,
+    trend: bool = True,
 ) -> float | None:
     """Return when y left its baseline on the way to the crossing at index `cross`, or None.
 
@@ -31,7 +44,8 @@ def departure(
     the earliest time the baseline may be taken from (the valid data, a window). The break is sought from
     three baseline samples after `earliest` up to t[latest]. None when there is too little baseline, for a
     jump (every break between its two samples fits alike), or when the fitted rise at the crossing is not
-    well above the baseline's own noise (the fit does not explain it).
+    well above the baseline's own noise (the fit does not explain it). `levels_off`: the rise may end at
+    any sample before the crossing and stay level after it.
     """
     keep = np.isfinite(y) & (t >= earliest) & (np.arange(len(t)) <= cross)
     tt, yy = t[keep], sign * y[keep]
@@ -41,16 +55,24 @@ def departure(
     lo, hi = float(tt[3]), float(t[min(latest, cross)])
     if hi <= lo or step <= 0:
         return None
+    # the baseline's level and trend are projected out: each candidate rise is judged on what they leave
+    q, _ = np.linalg.qr(np.column_stack([np.ones_like(tt), tt - tt[-1]]))
+    py = yy - q @ (q.T @ yy)
     taus = np.arange(lo, hi + 1e-9, step / _SUBSTEPS)
-    x = tt - tt[-1]
-    fits = [_fit(tt, x, yy, tau) for tau in taus]
-    sse = np.array([f[0] for f in fits])
+    # a rise that levels off ends at a sample first, then within a step of the best end, by substeps
+    fits = [_fit(py, q, _rises(tt, tau, tt[tt > tau] - tau if levels_off else None)) for tau in taus]
+    sse = np.array([float(f[0].min()) for f in fits])
     best = float(sse.min())
-    tied = np.nonzero(sse <= best * (1 + 1e-7) + 1e-12 * float(np.sum(yy**2)))[0]
-    if len(tied) > 1:
+    tol = best * (1 + 1e-7) + 1e-12 * float(np.sum(yy**2))
+    if sum(int(np.sum(f[0] <= tol)) for f in fits) > 1:
         return None  # a jump: any break between its two samples fits; it is dated as a jump
-    k = int(tied[0])
-    tau, (_, rise, resid) = float(taus[k]), fits[k]
+    k = int(np.argmin(sse))
+    tau, rises = float(taus[k]), _rises(tt, float(taus[k]), None)
+    if levels_off:
+        tau, rises = _settled(tt, py, q, taus, step, float(tt[tt > tau][int(np.argmin(fits[k][0]))]))
+    coef = float(_fit(py, q, rises)[1][0])
+    resid = py - coef * (rises[0] - q @ (q.T @ rises[0]))
+    rise = coef * float(rises[0, -1])
     base = resid[tt <= tau]
     noise = MAD_SCALE * float(np.median(np.abs(base - np.median(base)))) if len(base) >= 4 else np.inf
     if rise <= 0 or rise < 3 * max(noise, 1e-12):
@@ -58,11 +80,39 @@ def departure(
     return tau
 
 
-def _fit(tt: np.ndarray, x: np.ndarray, yy: np.ndarray, tau: float) -> tuple[float, float, np.ndarray]:
-    """Return (sum of squared residuals, the rise above the baseline at the end, the residuals) of the
-    baseline (level and trend) with a straight rise from `tau`."""
-    hinge = np.maximum(0.0, tt - tau)
-    design = np.column_stack([np.ones_like(tt), x, hinge])
-    coef, *_ = np.linalg.lstsq(design, yy, rcond=None)
-    resid = yy - design @ coef
-    return float(np.sum(resid**2)), float(coef[2] * hinge[-1]), resid
+def _settled(
+    tt: np.ndarray, py: np.ndarray, q: np.ndarray, taus: np.ndarray, step: float, top: float
+) -> tuple[float, np.ndarray]:
+    """Return the best start among `taus` and its rise (one row over `tt`) for a rise that levels off
+    within a step of the sample `top` (by substeps), the start within a step of the best for `top`."""
+    ends = np.arange(top - step, min(top + step, float(tt[-1])) + 1e-9, step / _SUBSTEPS)
+    best: tuple[float, float, np.ndarray] | None = None
+    for tau in taus:
+        ok = ends > tau
+        if not ok.any():
+            continue
+        rises = _rises(tt, float(tau), ends[ok] - tau)
+        sse = _fit(py, q, rises)[0]
+        m = int(np.argmin(sse))
+        if best is None or sse[m] < best[0]:
+            best = (float(sse[m]), float(tau), rises[m : m + 1])
+    assert best is not None
+    return best[1], best[2]
+
+
+def _rises(tt: np.ndarray, tau: float, ends: np.ndarray | None) -> np.ndarray:
+    """Return the candidate rises from `tau` (rows over `tt`): straight up to the last sample, or up to
+    each of `ends` (seconds after `tau`) and level from it."""
+    up: np.ndarray = np.maximum(0.0, tt - tau)[None, :]
+    return up if ends is None else np.minimum(up, ends[:, None])
+
+
+def _fit(py: np.ndarray, q: np.ndarray, rises: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Return each candidate rise's (sum of squared residuals, coefficient) fitted with the baseline (level
+    and trend, whose orthonormal basis is `q`; `py` the series less its projection on it)."""
+    pr = rises - (rises @ q) @ q.T
+    norm = np.einsum("ij,ij->i", pr, pr)
+    dot = pr @ py
+    ok = norm > 1e-12 * max(1.0, float(np.max(norm, initial=0.0)))
+    coef = np.where(ok, dot / np.where(ok, norm, 1.0), 0.0)
+    return float(py @ py) - coef * dot, coef

@@ -27,7 +27,7 @@ import numpy as np
 from .context import Context, Finding, triage_get
 from .detectors.counters import _fatal_rise
 from .hostnames import short_name
-from .log_series import log_loss_departure
+from .log_series import climb_into_nonfinite, log_loss_departure
 from .triage import HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence", "hw_xid_hosts"]
@@ -35,6 +35,9 @@ __all__ = ["apply_log_evidence", "hw_xid_hosts"]
 #: host memory at this share of its total is at its limit (host_oom.memory_exhausted's `limit`)
 MEM_LIMIT = 0.95
 _LOOKBACK_S = 1800.0  # errors this long before a node went silent are its onset (as the decision's own)
+_CLIMB_WINDOW_S = (
+    1200.0  # the losses before a non-finite one judged for a climb (the loss_jump rule's baseline)
+)
 
 
 def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
@@ -83,6 +86,12 @@ def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:
     if earlier:
         earlier[0].evidence.append(ev)
         return
+    # no jump the data confirmed: a climb of the logged losses into it (too few scrapes for the rule) began
+    # the divergence
+    climb = climb_into_nonfinite(
+        triage_get(ctx.triage, "details", "log_loss") or [], t + step_s, _CLIMB_WINDOW_S
+    )
+    t = t if climb is None else min(t, climb)
     findings.append(
         _cause(
             "training",

@@ -23,6 +23,8 @@ from .departure import departure
 MAX_POINTS = 4000
 #: fewer logged losses than this are no series to judge
 MIN_POINTS = 20
+#: a climb into a non-finite loss stands this many steps' noise above its baseline (the loss_jump rule's z)
+CLIMB_Z = 10.0
 LOG_QUERY = "log: the loss printed by the step lines"
 LOG_STEP_QUERY = "log: the time between the timed step lines"
 
@@ -137,3 +139,29 @@ def log_loss_departure(
         return float(t[k])
     tau = departure(np.arange(len(y), dtype=float), y, len(y) - 1, len(y) - 1, earliest=0.0)
     return float(t[int(math.floor(tau))]) if tau is not None else None
+
+
+def climb_into_nonfinite(
+    points: Sequence[Sequence[float | None]], bad_t: float, window: float
+) -> float | None:
+    """Return when the log's per-step loss left its level on its way to the non-finite loss logged at
+    `bad_t`, or None when the steps before it stayed at their level (a NaN out of the blue).
+
+    A divergence often ends in NaN within a few steps: too few for a scraped series to confirm a jump, yet
+    the log printed every one of them. The departure of the finite losses before `bad_t`
+    (`log_loss_departure`) counts only when the last of them stands far above the baseline before it
+    (CLIMB_Z times the steps' noise, on a log scale): the climb is then the instability's start."""
+    pts = [(float(t), float(v)) for t, v in points if t is not None and v is not None and v > 0]
+    pts = [p for p in pts if bad_t - window <= p[0] < bad_t]
+    if len(pts) < MIN_POINTS:
+        return None
+    t_on = log_loss_departure(pts, pts[-1][0], window)
+    if t_on is None:
+        return None
+    t = np.array([p[0] for p in pts])
+    y = np.log(np.array([p[1] for p in pts]))
+    base = y[t <= t_on]
+    if len(base) < MIN_POINTS // 2:
+        return None
+    rise = float(y[-1]) - float(np.median(base[-30:]))
+    return t_on if rise > CLIMB_Z * max(step_noise(base), 1e-9) else None

@@ -140,7 +140,12 @@ def _from_data(tl: Timeline, g: Grid, trained_ratio: float) -> dict[Key, tuple[b
     """Return, per GPU of the per-GPU power `g`, (whether it ran the job's work, whether the phases tell
     it clearly): it follows the job's phases across two changes or more (clearly); across one, it follows
     and stood at the job's training power during the steady training (one change may meet another job's
-    own step); across none, it stood there."""
+    own step); across none, it stood there.
+
+    The job may run on GPUs of several models (an H200 host among A100s), each drawing its own power in
+    every phase; a host holds one model. So a GPU's moves are read against its host's busiest GPUs' training
+    power, and its level against the training power of its host's GPUs that followed a change of phase
+    (the job's busiest GPUs' where none did)."""
     m = tl.steady_mask(g.t)
     if not m.any():
         m = tl.valid_training(g.t)
@@ -151,14 +156,29 @@ def _from_data(tl: Timeline, g: Grid, trained_ratio: float) -> dict[Key, tuple[b
     if not ok.any():
         return {}
     level = float(np.percentile(meds[ok], 90))
-    at_level = ~ok | (meds >= trained_ratio * level)
-    ratios = _moves(tl, g, level)
+    ratios = _moves(tl, g, level, _host_levels(g, meds, ok, level))
     seen = np.isfinite(ratios).sum(axis=1)
     with np.errstate(all="ignore"):
         follows = (seen == 0) | (np.nanmedian(ratios, axis=1) >= FOLLOW) if ratios.shape[1] else seen == 0
+    at_level = ~ok | (meds >= trained_ratio * _host_levels(g, meds, ok & follows & (seen > 0), level))
     strong = seen >= 2
     mine = np.where(strong, follows, follows & at_level)
     return {_key(lab): (bool(mine[r]), bool(strong[r])) for r, lab in enumerate(g.labels)}
+
+
+def _host_levels(g: Grid, meds: np.ndarray, among: np.ndarray, level: float) -> np.ndarray:
+    """Return, per row, the training power on its host: the busiest (90th percentile) of the host's GPUs
+    `among` (by their steady medians `meds`), else `level` (the job's busiest GPUs')."""
+    by_host: dict[str, list[int]] = {}
+    for r, lab in enumerate(g.labels):
+        by_host.setdefault(lab.get("host", ""), []).append(r)
+    out = np.full(len(g.labels), level)
+    for rows in by_host.values():
+        idx = np.array(rows)
+        mine = idx[among[idx]]
+        if len(mine):
+            out[idx] = float(np.percentile(meds[mine], 90))
+    return out
 
 
 def _every_host_holds_some(
@@ -197,20 +217,27 @@ def _every_host_holds_some(
     return out
 
 
-def _moves(tl: Timeline, g: Grid, level: float) -> np.ndarray:
+def _moves(tl: Timeline, g: Grid, level: float, own: np.ndarray) -> np.ndarray:
     """Return (rows x changes) each row's power move across each change of the job's phase (training
     starts, a synchronous checkpoint, the steps stop) as a share of the job's busiest GPUs' move (NaN where
-    the row has no data); only changes where those moved by PHASE_MOVE of the training power count."""
+    the row has no data); only changes where those moved by PHASE_MOVE of the training power count.
+
+    Each move is read against `own`, the training power of the row's host (`_host_levels`): on a host of
+    another GPU model every phase draws its own power, and its GPUs that follow the job drop by the same
+    share of that power as the others'. A level under PHASE_MOVE of the job's busiest GPUs' counts as that
+    much (a host idling at a few watts moves by its noise)."""
     cols: list[np.ndarray] = []
+    scale = np.fmax(own, PHASE_MOVE * level)
     for on, off in _changes(tl, g.t) if level > 0 else []:
         with np.errstate(all="ignore"):
             move = np.nanmedian(g.values[:, on], axis=1) - np.nanmedian(g.values[:, off], axis=1)
         fin = np.isfinite(move)
-        if fin.sum() < 2:
+        if fin.sum() < 2 or float(np.percentile(move[fin], 90)) < PHASE_MOVE * level:
             continue
-        ref = float(np.percentile(move[fin], 90))
-        if ref >= PHASE_MOVE * level:
-            cols.append(move / ref)
+        share = move / scale
+        ref = float(np.percentile(share[fin], 90))
+        if ref > 0:
+            cols.append(share / ref)
     return np.column_stack(cols) if cols else np.full((len(g.labels), 0), np.nan)
 
 

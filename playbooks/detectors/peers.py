@@ -279,7 +279,8 @@ def _left_pack(
     the pack, `y` its deviation where judged). Instants of the pack's disarray tell nothing: the crossing
     is taken where the pack is orderly; a row in its place before a disarray and beyond it after left
     during it. A slow ramp (`ramp_window`) is dated where it left its own level, the rise's shape read up to
-    the end of the sustained stretch (`length` points) that confirmed the crossing."""
+    the end of the sustained stretch (`length` points) that confirmed the crossing: a rise that may have
+    levelled off before it (a faint heat crosses half the bar only once settled at its new temperature)."""
     p = rule.params
     orderly = np.nonzero(~moving[i:] & np.isfinite(z[i:]))[0]
     cross = i + int(orderly[0]) if len(orderly) else i
@@ -304,7 +305,8 @@ def _left_pack(
         # a slow ramp is beyond the pack's spread long after it left its own level: date that departure
         y = np.where(moving, np.nan, y)
         end = min(len(y) - 1, cross + length - 1)
-        tau = departure(g.t, y, end, j, earliest=float(g.t[j]) - _dur(rule, "ramp_window", 3600.0))
+        earliest = float(g.t[j]) - _dur(rule, "ramp_window", 3600.0)
+        tau = departure(g.t, y, end, j, earliest=earliest, levels_off=True)
         t_on = min(t_on, tau) if tau is not None else t_on
     return t_on
 

@@ -110,7 +110,7 @@ def _truth(job: _sim.Job, job_dir: Path, log_path: Path) -> dict[str, Any]:
         "onset": job.onset,
         "job_id": job.job_id,
         "job_name": job.job_name,
-        "status": "failed" if "nan_stop" in job.variants else sc.status,
+        "status": "failed" if {"nan_stop", "climb_to_nan"} & set(job.variants) else sc.status,
         "triage_class": _triage_class(job),
         "first_step": int(job.step_num[0]) if len(job.step_num) else None,
         "last_step": job.last_step,

@@ -42,7 +42,7 @@ def _summary(w: _Writer, t: float, rc: int, reason: str) -> None:
 def _ending(job: Job, w: _Writer) -> None:
     """How the log ends: the summary of a complete run, scancel of a hang, or the scenario's crash."""
     name = job.scenario.name
-    if "nan_stop" in job.variants:
+    if {"nan_stop", "climb_to_nan"} & set(job.variants):
         _nan_ending(job, w)
         return
     if job.scenario.ending == "complete":

@@ -47,6 +47,8 @@ def simulate(job: Job) -> Job:
     )
     big_h = _red_herrings(s)
     _sim_scenarios.apply(s)
+    if "mixed_models" in job.variants:
+        _variants_apply.mixed_models(job, s.gpu.power, s.inc.host)
     if "near_limit_save" in job.variants:
         _variants_apply.near_limit_save(job, s.host.mem, s.host.rep0, grid.t)
     if "hot_host" in job.variants:
@@ -195,10 +197,15 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
             _instability(job, rng, i0)
         if "nan_stop" in job.variants:
             _variants_apply.nan_stop(job, i0, STEP_FIELDS, rng)
+        elif "climb_to_nan" in job.variants:
+            steps, factor = job.variants["climb_to_nan"]
+            climb = np.arange(len(job.step_num)) - i0 + 1
+            job.loss = job.loss * np.where(climb > 0, factor ** np.clip(climb, 0, None), 1.0)
+            _variants_apply.nan_stop(job, i0 + steps, STEP_FIELDS, rng)
 
     # steps config: complete jobs ran all their steps; others meant to go further.
     last = job.last_step if job.last_step is not None else 0
-    if sc.ending == "complete" and "nan_stop" not in job.variants:
+    if sc.ending == "complete" and not {"nan_stop", "climb_to_nan"} & set(job.variants):
         job.steps_total = last + 1
     else:
         job.steps_total = int(math.ceil((last + 1) * float(rng.uniform(1.4, 2.2)) / 100.0) * 100)

@@ -115,11 +115,11 @@ def _host_oom(s: Sim) -> None:
 def _thermal_straggler(s: Sim) -> None:
     job, rng, g, ch, cg = s.job, s.rng, s.gpu, s.inc.host, s.inc.gpu
     ramp = float(s.inc.slow.ramp)
-    frac = np.clip((s.grid.t - s.inc.onset) / ramp, 0, 1) * s.grid.training
     rise = float(rng.uniform(22, 32))
-    if "faint_heat" in job.variants:
-        rise = job.variants["faint_heat"][0]
-        _variants_thermal.faint_heat(job, g.temp)
+    if "faint_heat" in job.variants or "settled_heat" in job.variants:
+        rise, settle = _variants_thermal.faint_heat(job, g.temp)
+        ramp = settle or ramp
+    frac = np.clip((s.grid.t - s.inc.onset) / ramp, 0, 1) * s.grid.training
     g.temp[ch, cg] = g.temp[ch, cg] + rise * frac
     g.clock[ch, cg] = g.clock[ch, cg] * (1 - float(rng.uniform(0.2, 0.35)) * np.clip(frac * 1.5 - 0.3, 0, 1))
     g.power[ch, cg] = g.power[ch, cg] * (1 - 0.15 * frac)

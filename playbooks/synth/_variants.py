@@ -76,6 +76,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - restore-resource-leak `leak_at_launch`: the restored run's extra runnable processes appear when its
   processes launch, during the setup before the restore and the first step (the onset stays the start of
   training: the comparison judges training).
+- collective-hang, healthy `mixed_models`: one host (never a hang's culprit) holds GPUs of another, bigger
+  model than the rest (an H200 host among A100s): its GPUs draw 1.7-2.1 times the others' power in every
+  phase (idle, training, checkpoint wait, busy-wait), so the job's busiest GPUs are that host's alone.
 - collective-hang `watchdog_kill`: 10-20 minutes into the hang the collective's watchdog kills every rank
   (undated NCCL warnings, srun's exits; no summary), the GPUs go idle and the capture goes on 5-15 minutes:
   the busy-wait fills only the first part of what follows the stall.
@@ -91,6 +94,8 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   (`jax.distributed heartbeat_timeout_seconds=N`, an absl line of rank 0) instead of a `Config param` line.
 - heartbeat-false-positive `hb_default`: the log states no heartbeat timeout at all; the coordinator uses
   JAX's documented default of 100 s.
+- training-instability `climb_to_nan`: the loss climbs by 25-45 % a step for 4-8 steps from the onset, then
+  turns NaN; the trainer logs it and raises as for `nan_stop` (the climb is the onset, the NaN its end).
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
 """
@@ -117,6 +122,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "smooth_divergence": "training-instability",
     "elastic_restart": "training-instability",
     "nan_stop": "training-instability",
+    "climb_to_nan": "training-instability",
     "sparse_gauges": "training-instability",
     "wide_background": "restore-resource-leak",
     "leak_at_launch": "restore-resource-leak",
@@ -128,12 +134,14 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "watchdog_kill": "collective-hang",
     "heartbeat_kill": "collective-hang",
     "noisy_spin": "collective-hang",
+    "mixed_models": ("collective-hang", "healthy"),
     "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
     "xid_stretch": "gpu-driver-fault",
     "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
     "faint_heat": "thermal-straggler",  # _variants_thermal
+    "settled_heat": "thermal-straggler",  # _variants_thermal
 }
 
 
@@ -157,6 +165,8 @@ def choose(job: Any) -> dict[str, Any]:
     by_scenario = _CHOOSERS.get(job.scenario.name)
     if by_scenario is not None:
         by_scenario(job, rng, draws, v)
+    if "mixed_models" in job.opt_in:
+        v["mixed_models"] = float(stream(job, 27).uniform(1.7, 2.1))
     return v
 
 
@@ -238,6 +248,9 @@ def _training_instability(job: Any, rng: np.random.Generator, draws: np.ndarray,
         v["sparse_gauges"] = float(stream(job, 17).uniform(60, 120))  # seconds between refreshes
     if "nan_stop" in job.opt_in:
         v["nan_stop"] = True
+    if "climb_to_nan" in job.opt_in:
+        r = stream(job, 29).uniform(0, 1, 2)
+        v["climb_to_nan"] = (int(4 + 5 * r[0]), float(1.25 + 0.2 * r[1]))  # (steps of climb, factor a step)
 
 
 def _healthy(job: Any, rng: np.random.Generator, draws: np.ndarray, v: dict[str, Any]) -> None:

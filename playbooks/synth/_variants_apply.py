@@ -271,3 +271,14 @@ def hot_host(job: Any, temp: np.ndarray, training: np.ndarray, t: np.ndarray, ho
     share = np.asarray(stream(job, 25).uniform(0.8, 1.2, temp.shape[1]))
     temp[host] += warmer * share[:, None] * shape[None, :]
     job.red_herrings["hot_host"] = f"{job.hosts[host]} {warmer:.0f} degC warmer from {t0:.0f}"
+
+
+def mixed_models(job: Any, power: np.ndarray, culprit: int) -> None:
+    """One host (never the culprit) holds a bigger GPU model: its power scaled in every phase."""
+    scale = job.variants["mixed_models"]
+    others = [h for h in range(job.nodes) if h != culprit] or [0]
+    host = int(others[int(stream(job, 28).integers(len(others)))])
+    power[host] *= scale
+    job.red_herrings["mixed_models"] = (
+        f"{job.hosts[host]}: a GPU model drawing {scale:.1f}x the others' power"
+    )

@@ -7,6 +7,8 @@
 - thermal-straggler `faint_heat`: the hot GPU heats by only 5-7 degC (its clock throttles as usual) in a
   pack whose temperatures wander by 0.6-0.8 degC on their own (fans regulating): read in whole degrees
   (DCGM, nvidia-smi), the pack's measured spread is about twice its true one.
+- thermal-straggler `settled_heat`: a faint heat as `faint_heat` (7-9 degC) that rises within 4-6 minutes
+  and settles: it stands beyond half the bar only once settled, long after its rise.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ def choose(job: Any, v: dict[str, Any]) -> None:
     if job.scenario.name == "thermal-straggler" and "faint_heat" in job.opt_in:
         r = stream(job, 44).uniform(0, 1, 2)
         v["faint_heat"] = (float(5 + 2 * r[0]), float(0.6 + 0.2 * r[1]))  # (degC of heat, the pack's wander)
+    if job.scenario.name == "thermal-straggler" and "settled_heat" in job.opt_in:
+        r = stream(job, 46).uniform(0, 1, 3)
+        # (degC of heat, the pack's wander, seconds the heat takes to settle)
+        v["settled_heat"] = (float(7 + 2 * r[0]), float(0.6 + 0.2 * r[1]), float(240 + 120 * r[2]))
 
 
 def missed_dip(job: Any, temp: np.ndarray, t: np.ndarray, training: np.ndarray) -> None:
@@ -51,6 +57,10 @@ def missed_dip(job: Any, temp: np.ndarray, t: np.ndarray, training: np.ndarray) 
     job.red_herrings["missed_dip"] = f"{job.hosts[spared]} missed a {depth:.0f} degC dip at {start:.0f}"
 
 
-def faint_heat(job: Any, temp: np.ndarray) -> None:
-    """Let every GPU's temperature wander by the drawn spread (the heat itself is drawn by the scenario)."""
-    temp += stream(job, 45).normal(0.0, job.variants["faint_heat"][1], temp.shape)
+def faint_heat(job: Any, temp: np.ndarray) -> tuple[float, float | None]:
+    """Let every GPU's temperature wander by the drawn spread; return the drawn heat (degC) and, for a
+    `settled_heat`, the seconds it takes to settle (None: the scenario's own ramp)."""
+    name = "settled_heat" if "settled_heat" in job.variants else "faint_heat"
+    drawn = job.variants[name]
+    temp += stream(job, 45).normal(0.0, drawn[1], temp.shape)
+    return float(drawn[0]), (float(drawn[2]) if name == "settled_heat" else None)

@@ -85,3 +85,26 @@ def test_a_loss_that_turns_nan_is_a_training_instability_from_its_step(served_jo
     diag = result["diagnosis"]
     assert diag["class"] == "training-instability"
     assert _scrapes(result, truth) <= 1
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_a_loss_that_climbs_into_nan_is_dated_where_it_left_its_level(served_job, seed):
+    """Corpus F seed 33 case 20 (NeMo, no loss gauge, 6-s steps on 10-s scrapes): the loss diverged for six
+    steps, then NaN; the log-built series saw too few points to confirm a jump, and the NaN's step (3
+    scrapes late) dated the instability. Here `climb_to_nan` (5 climbing steps of 15 s, 60-s scrapes, the
+    loss only in the log): the climb the log printed dates it, within a step."""
+    result, truth = _diagnose(
+        served_job,
+        "training-instability",
+        seed,
+        "nvidia",
+        exporters="no-trainer-gauges",
+        variants=("climb_to_nan",),
+        nodes=8,
+        gpus=4,
+        hours=1.0,
+        interval=60.0,
+    )
+    diag = result["diagnosis"]
+    assert diag["class"] == "training-instability"
+    assert abs(diag["onset"] - truth["onset"]) <= 20.0  # a step (the generator's take 14-18 s)

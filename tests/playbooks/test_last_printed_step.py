@@ -57,3 +57,17 @@ def test_a_stall_between_two_prints_is_dated_by_the_gpus(served_job, tmp_path, s
     assert diag["class"] == scenario
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
     assert abs(diag["onset"] - truth["onset"]) <= 2 * JOB["interval"]
+
+
+def test_a_stall_within_a_minute_of_the_last_print_is_dated_by_the_gpus(served_job, tmp_path):
+    """Corpus F seed 33 case 00 (torchtitan printing every 10th step, 47 s apart, scraped every 5 s): the
+    GPUs trained 43 s past the last print, less than the minute a step gauge may lag by, and the stall was
+    dated at the print, 8.6 scrapes early. The GPUs' power falls within a grid step or two of the stall:
+    here (5-s scrapes, every 11th step printed, seed 2) 51 s after the last print, and dated so."""
+    job = JOB | {"interval": 5.0}
+    client, truth, job_dir = served_job("collective-hang", 2, "nvidia", **job)
+    triage = triage_job(_printed_every(job_dir, tmp_path, 11)).to_dict()
+    assert 30 < truth["onset"] - triage["progress"]["last_step_time"] < 60
+    diag = run_diagnosis(client, triage=triage)["diagnosis"]
+    assert diag["class"] == "collective-hang"
+    assert abs(diag["onset"] - truth["onset"]) <= 2 * job["interval"]
