@@ -94,14 +94,22 @@ def _user_gpu_model(gpu_model: str | None) -> GpuModel | None:
 def _scrape_interval(
     client: PrometheusClient, prof: Profile, avail: Mapping[str, object], start: float, end: float
 ) -> float:
-    """The scrape interval: a window's length over the most samples a host's series holds in it (15 s if unknown)."""
+    """The scrape interval: a window's length over the most samples a host's series holds in it (15 s if unknown).
+
+    The most over a few windows across the data, not one: a monitoring outage (Prometheus restarting: no
+    sample of anyone for minutes) in the one window read would lengthen the interval and coarsen every grid.
+    """
     sig = "up" if avail.get("up") else next((s for s in ("gpu_power", "procs_running") if avail.get(s)), None)
     if sig is None:
         return 15.0
     w = min(1800.0, max(120.0, (end - start) / 2))
     expr = prof.expr(sig, "count_over_time", window=f"{int(w)}s", by=("host",), agg="max")
-    res = client.query(f"max({expr})", at=start + w + (end - start - w) / 2)
-    n = max((s.value for s in res if math.isfinite(s.value)), default=0.0)
+    rest = end - start - w
+    ats = [start + w + f * rest for f in (0.0, 0.25, 0.5, 0.75, 1.0)] if rest > 0 else [start + w + rest / 2]
+    n = 0.0
+    for at in ats:
+        res = client.query(f"max({expr})", at=at)
+        n = max([n] + [s.value for s in res if math.isfinite(s.value)])
     return float(w / n) if n > 1 else 15.0
 
 

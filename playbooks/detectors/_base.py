@@ -11,7 +11,7 @@ from playbooks.anomaly import Grid, nan_median
 from playbooks.context import Context, Finding, _num
 from playbooks.model import Playbook, RuleSpec
 
-__all__ = ["_dur", "_ev", "_finding", "_gaps", "_gkey", "_match_host", "_steady_level"]
+__all__ = ["_blind", "_dur", "_ev", "_finding", "_gaps", "_gkey", "_match_host", "_steady_level"]
 
 
 def _dur(rule: RuleSpec, key: str, default: float) -> float:
@@ -80,10 +80,25 @@ def _steady_level(ctx: Context, g: Grid) -> float:
     return nan_median(g.values[:, m].ravel()) if m.any() else float("nan")
 
 
-def _gaps(seg: np.ndarray) -> bool:
+def _blind(g: Grid) -> np.ndarray:
+    """Return the instants of a presence grid (samples or `up` per host) where the monitoring itself saw
+    (almost) nobody: fewer than half the hosts present (Prometheus down or restarting, the data's edges). Such
+    an instant is no evidence about any one host: it is neither its silence nor its health. With one host
+    nobody else tells the two apart: its own silence counts."""
+    if len(g.labels) < 2:
+        return np.zeros(len(g.t), bool)
+    seen = np.nan_to_num(g.values, nan=0.0) > 0
+    blind: np.ndarray = seen.mean(axis=0) < 0.5
+    return blind
+
+
+def _gaps(seg: np.ndarray, blind: np.ndarray | None = None) -> bool:
     """Whether a host's presence series (samples or `up`) over a window shows it silent: missing at the
     window's end or at two instants running. One missed scrape with the host reporting right after is an
-    exporter's hiccup that every fleet shows now and then, no silence."""
+    exporter's hiccup that every fleet shows now and then, no silence. Instants where the monitoring saw
+    nobody (`blind`, see `_blind`) are left out: a silence of everyone is not this host's."""
+    if blind is not None:
+        seg = seg[~blind]
     if not len(seg):
         return False
     miss = ~(np.nan_to_num(seg, nan=0.0) > 0)

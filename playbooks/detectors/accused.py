@@ -15,7 +15,7 @@ from playbooks.context import Context, Finding, triage_get
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
-from ._base import _dur, _ev, _finding, _gaps, _match_host, _steady_level
+from ._base import _blind, _dur, _ev, _finding, _gaps, _match_host, _steady_level
 
 #: the JAX coordination service's heartbeat timeout when the program sets none (seconds: ten missed 10 s
 #: heartbeats; MaxText's base.yml has the same): a log that does not state it ran with it
@@ -197,7 +197,10 @@ def _judge(ctx: Context, rule: RuleSpec, sc: _Scene, h: str) -> tuple[bool, list
     for q in presence:
         pg = ctx.grid(str(q))
         prs = pg.row(host=h) if pg is not None else None
-        if pg is not None and prs is not None and _gaps(prs[pg.mask(sc.a, sc.crash + pg.step)]):
+        if pg is None or prs is None:
+            continue
+        m = pg.mask(sc.a, sc.crash + pg.step)
+        if _gaps(prs[m], _blind(pg)[m]):
             ok = False
     n_before = int((judged & (sc.power.t <= sc.hb_stop)).sum())
     n_after = int((judged & (sc.power.t > sc.hb_stop)).sum())

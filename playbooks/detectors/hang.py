@@ -15,7 +15,7 @@ from playbooks.context import Context, Finding, triage_get
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
-from ._base import _dur, _ev, _finding, _gaps, _gkey, _steady_level
+from ._base import _blind, _dur, _ev, _finding, _gaps, _gkey, _steady_level
 from ._tenant import job_gpus, job_gpus_before_steps, local_ordinals
 
 
@@ -144,8 +144,10 @@ def _silent_hosts(ctx: Context, presence: Iterable[object], a: float, b: float) 
         pg = ctx.grid(str(q))
         if pg is None:
             continue
+        m = pg.mask(a, b)
+        blind = _blind(pg)[m]
         for lab, v in zip(pg.labels, pg.values, strict=True):
-            if _gaps(v[pg.mask(a, b)]):
+            if _gaps(v[m], blind):
                 silent.add(lab.get("host", ""))
     return silent
 

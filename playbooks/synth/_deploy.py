@@ -5,9 +5,10 @@ node_exporter scraped by address, a stale Xid, remapped-row fields instead of EC
 >= 1.11 RDMA counters, DCGM's 30 s collection under a 15 s scrape, an exporter that comes up late, a
 restarted exporter pod that renames its host, background counter noise, relabelled hosts, AMD's
 device-metrics-exporter with its field prefix, a trainer whose step gauge is refreshed less often than
-steps complete, a node shared with another tenant whose GPUs stay busy at a steady partial load; the
-trainer's own log habits: a step line every Nth step, Ray Train's or absl's end-of-training line). `Exporters.random(seed)` draws one; `Exporters.named(...)`
-gives a perturbation of the robustness bench by name.
+steps complete, a node shared with another tenant whose GPUs stay busy at a steady partial load, a
+Prometheus restart that stores no sample of any series for a few minutes; the trainer's own log habits: a
+step line every Nth step, Ray Train's or absl's end-of-training line). `Exporters.random(seed)` draws one;
+`Exporters.named(...)` gives a perturbation of the robustness bench by name.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ class Exporters:
         trainer_end: the end-of-training line the trainer's driver writes: "" (none but the seed's summary),
             "ray-train" (Ray Train's ``Training completed|errored after N iterations at <time>. Total running
             time: ...``) or "absl" (an absl/JAX trainer's ``Training finished.`` when the run completes).
+        monitoring_outage: Prometheus itself restarts once: for 2-4 minutes (at a seeded time, before or
+            during the incident, never over its onset nor over all of it) no series of any target has a
+            sample, not even `up`; the job and its log go on.
     """
 
     gpu: str = "dcgm"
@@ -114,6 +118,7 @@ class Exporters:
     node_netdev_bytes: bool = False
     log_every: int = 1
     trainer_end: str = ""
+    monitoring_outage: bool = False
 
     def __post_init__(self) -> None:
         if self.gpu not in ("dcgm", "nvsmi", "amd-dme", "none"):
@@ -223,6 +228,7 @@ PERTURBATIONS: dict[str, dict[str, Any]] = {
     "log-every-10-no-gauges": {"log_every": 10, "trainer_gauges": False},
     "ray-train-end": {"trainer_end": "ray-train"},
     "absl-end": {"trainer_end": "absl"},
+    "prometheus-outage": {"monitoring_outage": True},
 }
 
 
@@ -261,6 +267,32 @@ def apply_to_job(job: Job, ex: Exporters) -> None:
             job.notes.append(f"GPU {g} of {job.hosts[h]} holds an Xid from before the job (stale)")
     if ex.neighbour_gpus > 0:
         add_neighbour(job, ex.neighbour_gpus, load=ex.neighbour_load, layout=ex.neighbour_layout)
+    if ex.monitoring_outage and (window := outage_window(job)) is not None:
+        job.monitoring_outage = window
+        job.red_herrings["monitoring_outage"] = [round(window[0], 3), round(window[1], 3)]
+        job.notes.append(f"Prometheus restarted: no sample of any series for {window[1] - window[0]:.0f} s")
+
+
+def outage_window(job: Job) -> tuple[float, float] | None:
+    """Return (start, end) of a seeded 2-4 minute monitoring outage: before the incident's onset or during
+    the incident (after its onset, ending before its last evidence), anywhere in a healthy job; None when
+    the job leaves no room for one that hides neither the onset nor all of the incident."""
+    rng = np.random.default_rng([job.seed, 4711])
+    iv = job.interval
+    dur = float(rng.uniform(120.0, 240.0))
+    first = float(job.t[0]) + 4 * iv
+    last = min(float(job.t[-1]), job.crash_time if job.crash_time is not None else job.job_end) - 4 * iv
+    spans = [(first, last - dur)]
+    if job.onset is not None:
+        # before: ends two scrapes before the onset; during: starts two scrapes after it
+        spans = [(first, job.onset - 2 * iv - dur), (job.onset + 2 * iv, last - dur)]
+        if rng.random() < 0.5:
+            spans.reverse()
+    spans = [s for s in spans if s[1] > s[0]]
+    if not spans:
+        return None
+    start = float(rng.uniform(*spans[0]))
+    return start, start + dur
 
 
 def hold(values: np.ndarray, interval: float, collect_s: float, phase: int) -> np.ndarray:

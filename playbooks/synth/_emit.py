@@ -249,6 +249,11 @@ def series(job: Job) -> Iterator[Item]:
     The seed system (`amd`) has one deployment; the standard exporters (`nvidia`: dcgm-exporter,
     `amd-dme`: AMD's device-metrics-exporter, each with node_exporter) follow `job.exporters`.
     """
-    if job.profile == "amd":
-        return amd_series(job)
-    return standard_series(job, job.exporters or Exporters())
+    items = amd_series(job) if job.profile == "amd" else standard_series(job, job.exporters or Exporters())
+    return _outage(items, job.monitoring_outage) if job.monitoring_outage else items
+
+
+def _outage(items: Iterator[Item], window: tuple[float, float]) -> Iterator[Item]:
+    """Drop every sample within `window` (a Prometheus restart: no target was scraped, `up` included)."""
+    for name, labels, ts, vals, fmt in items:
+        yield name, labels, ts, np.where((ts >= window[0]) & (ts < window[1]), np.nan, vals), fmt

@@ -106,6 +106,7 @@ class Job:
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
     failed_scrape_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) GPU scrape failed
     exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
+    monitoring_outage: tuple[float, float] | None = None  # (start, end): Prometheus stored no sample
     # what the simulation decided on the way, for the log and the truth
     tokens: float = 0.0  # tokens per step (batch x sequence)
     warm_end: float | None = None  # end of the warm-up steps
