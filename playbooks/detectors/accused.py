@@ -75,22 +75,25 @@ def _det_accused_alive(
     if util is not None and len(util.t) != len(power.t):
         util = None
     hosts_all = [lab.get("host", "") for lab in power.labels]
-    rows: dict[str, str] = {}
-    for name in accused:
-        matched = _match_host(name, hosts_all)
-        if matched is None:
+    rows = {name: _match_host(name, hosts_all) for name in accused}
+    named = {n: h for n, h in rows.items() if h is not None}
+    if len(named) < len(accused):
+        # the GPU exporter names the hosts otherwise than the log (`--no-hostname` DCGM at its pod IPs)
+        found = _whole_job(ctx, rule, power, util, float(crash) - timeout, float(crash))
+        if found is None:
             return None
-        rows[name] = matched
-    sc = _scene(ctx, rule, power, util, rows.values(), float(crash) - timeout, float(crash))
-    if sc is None:
-        return None
-    ev, alive = [], []
-    for name in accused:
-        ok, host_ev = _judge(ctx, rule, sc, rows[name])
-        alive.append(ok)
-        ev += host_ev
-    if not all(alive):
-        return None
+        sc, ev = found
+    else:
+        own = _scene(ctx, rule, power, util, named.values(), float(crash) - timeout, float(crash))
+        if own is None:
+            return None
+        sc, ev, alive = own, [], []
+        for name in accused:
+            ok, host_ev = _judge(ctx, rule, sc, named[name])
+            alive.append(ok)
+            ev += host_ev
+        if not all(alive):
+            return None
     if tl.last_advance is not None and tl.last_advance > sc.hb_stop and ctx.grid("step") is not None:
         ev.insert(
             0,
@@ -103,7 +106,48 @@ def _det_accused_alive(
                 f"heartbeat-stop time, up to {fmt_time(tl.last_advance)}: every task was alive",
             ),
         )
-    return _finding(pb, rule, list(rows.values()), [], sc.hb_stop, ev, no_culprits=True)
+    return _finding(pb, rule, [named.get(n, n) for n in accused], [], sc.hb_stop, ev, no_culprits=True)
+
+
+def _whole_job(
+    ctx: Context, rule: RuleSpec, power: Grid, util: Grid | None, hb_stop: float, crash: float
+) -> tuple[_Scene, list[dict[str, Any]]] | None:
+    """Judge every GPU host of the job when the accused cannot be told among them: they are among them only
+    when the GPU exporter reports at least as many hosts as the job has nodes (the log's node list), and
+    then every host that reported around the heartbeat-stop time must have trained with the others up to
+    the kill (one that did not may be an accused task that really died: nothing is said then)."""
+    nodes = list((ctx.triage or {}).get("nodes") or [])
+    hosts = [str(lab.get("host", "")) for lab in power.labels]
+    sc = _scene(ctx, rule, power, util, (), hb_stop, crash)
+    if sc is None or not nodes:
+        return None
+    seen = [h for h in hosts if _reported(sc, h)]
+    if len(seen) < len(nodes):
+        return None
+    judged = [_judge(ctx, rule, sc, h) for h in seen]
+    if not all(ok for ok, _ in judged):
+        return None
+    worst = min(range(len(seen)), key=lambda i: float(judged[i][1][0]["value"]))
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {},
+            len(seen),
+            f"the GPU exporter names no host as the log does, so the accused cannot be told apart; all "
+            f"{len(seen)} GPU hosts it reports ({len(nodes)} nodes in the job) trained with the others "
+            f"around the heartbeat-stop time and up to the kill, the accused among them",
+        ),
+        *judged[worst][1],
+    ]
+    return sc, ev
+
+
+def _reported(sc: _Scene, h: str) -> bool:
+    """Whether host `h` reported at most of the instants the job is judged at (an exporter replaced by a
+    new pod at a new address reports under its new name)."""
+    row = sc.power.row(host=h)
+    return row is not None and float(np.isfinite(row[sc.judged]).mean()) >= 0.5
 
 
 def _pack(g: Grid, accused: Collection[str]) -> np.ndarray:

@@ -268,6 +268,31 @@ def test_accused_alive_is_silent_when_the_job_stopped_with_the_heartbeats():
     assert evaluate(ctx, [_heartbeat_rule()]) == []
 
 
+def _unnamed_heartbeat_ctx(idle_after_stop: bool) -> Context:
+    """The GPU exporter names its hosts by pod IP (`--no-hostname` DCGM): the accused `b` is none of them."""
+    ips = [f"10.244.0.{i}" for i in range(5)]
+    power = {(h, None): np.full(N, 700.0) for h in ips}
+    util = {(h, None): np.full(N, 95.0) for h in ips}
+    if idle_after_stop:  # one of them (the accused, really dead) idles from the heartbeat-stop time on
+        power[(ips[1], None)][120:] = 90.0
+        util[(ips[1], None)][120:] = 0.0
+    ctx = _heartbeat_ctx(power, util, last_advance=NOW + 180 * STEP)
+    ctx.triage = {**ctx.triage, "nodes": list("abcde")}
+    return ctx
+
+
+def test_accused_alive_judges_every_gpu_host_when_the_exporter_names_none_as_the_log_does():
+    """Every one of the job's five GPU hosts trained up to the kill: the accused, whichever they are, did."""
+    found = evaluate(_unnamed_heartbeat_ctx(idle_after_stop=False), [_heartbeat_rule()])
+    assert [(f.klass, f.hosts) for f in found] == [("heartbeat-false-positive", ["b"])]
+    assert "all 5 GPU hosts" in found[0].evidence[0]["interpretation"]
+
+
+def test_accused_alive_says_nothing_when_an_unnamed_gpu_host_stopped_with_the_heartbeats():
+    found = evaluate(_unnamed_heartbeat_ctx(idle_after_stop=True), [_heartbeat_rule()])
+    assert found == []
+
+
 def test_missing_signals_tell_an_absent_exporter_from_what_the_family_never_has() -> None:
     """The title names the signals this TSDB lacks; Xid and friends on AMD are listed apart, not blamed."""
     from playbooks.detectors.trends import _det_series_absent
