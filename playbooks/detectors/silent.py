@@ -53,13 +53,18 @@ def _det_host_silent(
     for h in hosts:
         d = dead[h]
         if not d[e]:
-            continue
-        i = e
-        while i > 0 and d[i - 1]:
-            i -= 1
-        at_stall = tl.stalled and tl.last_advance is not None and abs(float(t[i]) - tl.last_advance) <= near
-        if i == 0 or (t[e] - t[i] < (short if at_stall else length) and h not in reported):
-            continue
+            i = _rebooted(ctx, t, absent[h], present_share, util, h, near, short)
+            if i is None:
+                continue
+        else:
+            i = e
+            while i > 0 and d[i - 1]:
+                i -= 1
+            at_stall = (
+                tl.stalled and tl.last_advance is not None and abs(float(t[i]) - tl.last_advance) <= near
+            )
+            if i == 0 or (t[e] - t[i] < (short if at_stall else length) and h not in reported):
+                continue
         if via_up[h][i]:
             t_on = float(t[i]) - ref.step / 2
             how = "exporter target down"
@@ -90,6 +95,40 @@ def _det_host_silent(
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
     return _finding(pb, rule, out_hosts, [], onset, ev, aliases=named)
+
+
+def _rebooted(
+    ctx: Context,
+    t: np.ndarray,
+    absent: np.ndarray,
+    present_share: np.ndarray,
+    util: Grid | None,
+    h: str,
+    near: float,
+    short: float,
+) -> int | None:
+    """Return where a host that died and came back (a reboot) went silent, or None.
+
+    The job stalled as it went silent (its silence begins within `near` of the last step), it stayed silent
+    while most hosts reported for at least `short` (several scrapes), and when it reported again its GPUs
+    idled while the others still busy-waited in their collectives: it never rejoined the job."""
+    tl = ctx.timeline
+    if not tl.stalled or tl.last_advance is None or util is None or len(util.t) != len(t):
+        return None
+    u = util.row(host=h)
+    if u is None:
+        return None
+    with np.errstate(all="ignore"):
+        pack_u = np.nanmedian(util.values, axis=0)
+    runs = np.flatnonzero(np.diff(np.r_[0, (absent & (present_share >= 0.5)).astype(np.int8), 0]))
+    for i, j in zip(runs[::2], runs[1::2], strict=True):
+        if abs(float(t[i]) - tl.last_advance) > near or float(t[j - 1] - t[i]) + (t[1] - t[0]) < short:
+            continue
+        after = np.zeros(len(t), bool)
+        after[j:] = np.isfinite(u[j:]) & np.isfinite(pack_u[j:])
+        if after.sum() >= 2 and np.nanmedian(u[after]) < 5 and np.nanmedian(pack_u[after]) >= 50:
+            return int(i)
+    return None
 
 
 _IPV4 = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}$")
