@@ -66,7 +66,7 @@ def _without_peers():
 def test_a_few_candidates_name_the_hot_gpu_as_every_gpu_did(served_job, view_root, monkeypatch):
     """With only 2 GPUs per criterion sent back out of 48, the temperature query holds the pack's three
     statistics and at most 4 GPUs, the hot one among them; the diagnosis (class, culprit GPU, onset) is the
-    one that reading every GPU's series gave."""
+    one that reading every GPU's series gave (the onset to within a scrape)."""
     client, truth, job_dir = _serve(
         served_job, view_root, "thermal-straggler", 2, "nvidia", nodes=6, gpus=8, hours=1.5
     )
@@ -88,7 +88,10 @@ def test_a_few_candidates_name_the_hot_gpu_as_every_gpu_did(served_job, view_roo
     assert (
         few["culprits"] == every["culprits"] and {"host": hot["host"], "gpu": hot["gpu"]} in few["culprits"]
     )
-    assert few["onset"] == every["onset"]
+    # the pack's median comes from Prometheus in one reading and from every row in the other: the fit that
+    # dates the departure may break a grid step apart, never more
+    assert abs(few["onset"] - every["onset"]) <= 1.5 * source.interval
+    assert abs(few["onset"] - truth["onset"]) <= 3 * source.interval
 
 
 def test_a_query_over_every_gpu_of_a_large_job_gets_a_coarser_step():
