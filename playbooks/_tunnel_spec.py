@@ -46,6 +46,10 @@ class TunnelError(PlaybooksError):
         return (type(self), (str(self),), {"ssh_stderr": self.ssh_stderr})
 
 
+class TunnelRefused(TunnelError):
+    """No new ssh was started: the caller's `refuse_start()` said why (the message)."""
+
+
 # -- the spec ---------------------------------------------------------------------------------------
 
 

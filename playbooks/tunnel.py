@@ -34,7 +34,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from ._tunnel_spec import (
     NOT_PROMETHEUS_PORTS,
     REMOTE_HOSTS,
     TunnelError,
+    TunnelRefused,
     TunnelSpec,
     forward_arg,
     ssh_command,
@@ -62,6 +63,7 @@ __all__ = [
     "REMOTE_HOSTS",
     "OpenTunnel",
     "TunnelError",
+    "TunnelRefused",
     "TunnelSpec",
     "close_idle_tunnels",
     "close_tunnel",
@@ -315,13 +317,21 @@ def _answers(t: OpenTunnel, within: float) -> bool:
 
 
 def open_tunnel(
-    spec: TunnelSpec, work_root: str | os.PathLike[str], *, ssh_bin: str = "ssh", timeout: float = 20.0
+    spec: TunnelSpec,
+    work_root: str | os.PathLike[str],
+    *,
+    ssh_bin: str = "ssh",
+    timeout: float = 20.0,
+    refuse_start: Callable[[], str | None] | None = None,
 ) -> OpenTunnel:
     """Return a tunnel to the spec's Prometheus: the one recorded for this spec if healthy, else a new one.
 
     1. Under the entry's lock (shared by every process using `work_root`): a recorded tunnel that is
        our live ssh and through which Prometheus answers /-/ready is reused (last_used is touched);
        a recorded one that is not is closed (only if verified ours) and its entry removed.
+       Still under the lock, `refuse_start()` (if given) may return why no new ssh may start (say, the
+       run that wants it was cancelled as the tunnel closed): TunnelRefused with that reason. Asked under the lock that
+       closing takes too, so a close and an open racing for one entry never leave an ssh nobody wants.
     2. Write ssh_config, start `ssh -N` in its own session (stdin closed, stderr to ssh.log) on a free
        loopback port (another one if that port is taken meanwhile).
     3. Wait up to `timeout` s until Prometheus answers /-/ready through the forward, then record the
@@ -342,6 +352,9 @@ def open_tunnel(
             _close_locked(entry, rec)
         else:
             _remove_entry(entry)
+        refused = refuse_start() if refuse_start is not None else None
+        if refused:
+            raise TunnelRefused(refused)
         entry.mkdir(parents=True, exist_ok=True)
         (entry / _MARKER).write_text("Stepwise SSH tunnel; deleted when its ssh is closed.\n")
         config = entry / _CONFIG
@@ -402,9 +415,10 @@ def close_tunnel(t: OpenTunnel | TunnelSpec, work_root: str | os.PathLike[str] |
         entry = _entry_dir(work_root, t)
     else:
         entry = Path(t.entry_dir)
-    if not entry.exists():
-        return False
+    # Looked at under the lock: an open holding it may be about to create the entry.
     with procs.entry_lock(entry):
+        if not entry.exists():
+            return False
         return _close_locked(entry, _read_record(entry))
 
 

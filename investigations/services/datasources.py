@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -230,8 +231,13 @@ def tsdb_views_prune() -> list[int]:
         return []
 
 
-def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, float] | None]:
-    """Return a client and, for a served job TSDB, the data's time range read from the TSDB files."""
+def _datasource_connect(
+    ds: DataSource, *, refuse_start: Callable[[], str | None] | None = None
+) -> tuple[PrometheusClient, tuple[float, float] | None]:
+    """Return a client and, for a served job TSDB, the data's time range read from the TSDB files.
+
+    `refuse_start` is the tunnel's (see `tunnel_open`): whether a closed SSH tunnel may be reopened.
+    """
     if ds.kind == DataSource.Kind.JOB_TSDB:
         served = _datasource_serve(ds)
         url, time_range = served.url, served.time_range
@@ -240,7 +246,7 @@ def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, 
         # else (re)opens it; its local end is loopback on a port Stepwise chose.
         from .tunnels import tunnel_open
 
-        url, time_range = tunnel_open(ds).url, None
+        url, time_range = tunnel_open(ds, refuse_start=refuse_start).url, None
     else:
         from .sources import datasource_auth  # builds on this module
 
@@ -252,14 +258,17 @@ def _datasource_connect(ds: DataSource) -> tuple[PrometheusClient, tuple[float, 
     return PrometheusClient(url, timeout=float(settings.STEPWISE_PROMETHEUS_TIMEOUT)), time_range
 
 
-def datasource_client(ds: DataSource) -> PrometheusClient:
+def datasource_client(
+    ds: DataSource, *, refuse_start: Callable[[], str | None] | None = None
+) -> PrometheusClient:
     """Return a client for the data source; the caller closes it (it is a context manager).
 
     A job TSDB is served first (recording served_url and state); an SSH tunnel is opened, or reopened
     when it is down; a URL must pass the allow-list. The served and tunnelled URLs are loopback on a
-    port Stepwise chose, so they are not checked against the list.
+    port Stepwise chose, so they are not checked against the list. A task for a run passes
+    `refuse_start` so that a run cancelled as its tunnel closed does not open it again.
     """
-    return _datasource_connect(ds)[0]
+    return _datasource_connect(ds, refuse_start=refuse_start)[0]
 
 
 def datasource_check(ds: DataSource) -> DataSource:

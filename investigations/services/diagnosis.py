@@ -40,7 +40,7 @@ from playbooks.profiles import PROFILES
 
 from .datasources import datasource_client
 from .deadruns import dead_runs_reap
-from .runs import ACTIVE, triage_wait_check
+from .runs import ACTIVE, run_gone_refusal, triage_wait_check
 
 #: The `playbooks` argument that runs every declared playbook, whatever the triage says.
 ALL_PLAYBOOKS = ("all",)
@@ -162,7 +162,7 @@ def diagnosis_plan(run_id: int) -> DiagnosisRun:
     request = run.request or {}
     requested = request.get("playbooks")
     chosen = {k: request.get(k) or "auto" for k in ("profile", "gpu_model")}
-    with datasource_client(run.datasource) as client:
+    with datasource_client(run.datasource, refuse_start=run_gone_refusal(run.pk)) as client:
         try:
             source = engine.discover_source(client, profile=chosen["profile"], gpu_model=chosen["gpu_model"])
             plans = engine.plan(

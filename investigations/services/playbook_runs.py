@@ -23,7 +23,7 @@ from playbooks import diagnose as engine
 from .datasources import TRANSIENT_ERRORS, datasource_client
 from .diagnosis import DiagnosisRunError
 from .query_slots import BoundedClient, datasource_slots
-from .runs import ACTIVE, abandoned_before, run_watched
+from .runs import ACTIVE, abandoned_before, run_gone_refusal, run_watched
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ def playbook_execute(run_id: int, playbook: str) -> PlaybookExecution:
     plan = engine.PlaybookPlan.from_dict(execution.output["plan"])
     progress = _Progress(run_id, execution)
     began = time.monotonic()
-    with datasource_client(run.datasource) as client:
+    with datasource_client(run.datasource, refuse_start=run_gone_refusal(run_id)) as client:
         try:
             output = _execute_watched(BoundedClient(client, datasource_slots(run.datasource)), plan, progress)
             if output.errors and not progress.cancelled():

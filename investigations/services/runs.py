@@ -101,6 +101,18 @@ def run_is_running(run_id: int) -> bool:
     return DiagnosisRun.objects.filter(pk=run_id, status=TaskStatus.RUNNING).exists()
 
 
+def run_gone_refusal(run_id: int) -> Callable[[], str | None]:
+    """Return a `refuse_start` for the run's SSH tunnel: once the run is no longer running (it was cancelled
+    when its investigation was resolved and the tunnel closed), no ssh is started for it again."""
+
+    def refusal() -> str | None:
+        if run_is_running(run_id):
+            return None
+        return f"Diagnosis #{run_id} is no longer running: its SSH tunnel is not opened again for it."
+
+    return refusal
+
+
 def triage_wait_check(jobs: Sequence[Job], why: str) -> None:
     """Raise TriagePending if a job's log triage is queued or running (and not stalled).
 

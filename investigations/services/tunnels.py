@@ -15,7 +15,7 @@ when an investigation is resolved or about to be deleted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -26,7 +26,7 @@ from django.utils import timezone
 from investigations.models import DataSource, DiagnosisRun, Investigation, InvestigationJob, Job
 from playbooks import tunnel as tunnels
 from playbooks.triage import TriageError, triage_log
-from playbooks.tunnel import OpenTunnel, TunnelError, TunnelSpec
+from playbooks.tunnel import OpenTunnel, TunnelError, TunnelRefused, TunnelSpec
 from playbooks.tunnel_policy import TunnelPolicy, parse_ports
 
 from . import DataSourceError, _datasource_mark
@@ -166,12 +166,13 @@ def _close_spec(data: Mapping[str, Any]) -> bool:
         return False  # an invalid stored spec never opened a tunnel
 
 
-def tunnel_open(ds: DataSource) -> OpenTunnel:
+def tunnel_open(ds: DataSource, *, refuse_start: Callable[[], str | None] | None = None) -> OpenTunnel:
     """Return the open tunnel of the data source, reusing a healthy one, else starting ssh (blocks).
 
     The state goes starting -> up (address and served_url = the local URL) or error (the reason:
     login refused, unknown host key, nothing listening on the Prometheus port, ...).
-    Raises DataSourceError with that reason.
+    Raises DataSourceError with that reason. `refuse_start()`, asked under the tunnel's lock just before
+    a new ssh would start, may say why none may (a task whose run was cancelled as the tunnel closed).
     """
     spec = tunnel_spec(ds)
     try:
@@ -179,6 +180,9 @@ def tunnel_open(ds: DataSource) -> OpenTunnel:
     except TunnelError as exc:
         _datasource_mark(ds, DataSource.State.ERROR, str(exc), address="", served_url="")
         raise DataSourceError(str(exc)) from exc
+    refused = refuse_start() if refuse_start is not None else None
+    if refused:
+        raise DataSourceError(refused)  # the state is left as the close wrote it
     if ds.state != DataSource.State.UP:
         _datasource_mark(ds, DataSource.State.STARTING, f"opening an SSH tunnel to {spec.describe()}")
     try:
@@ -187,7 +191,13 @@ def tunnel_open(ds: DataSource) -> OpenTunnel:
             settings.STEPWISE_TUNNELS_DIR,
             ssh_bin=settings.STEPWISE_SSH_BIN,
             timeout=float(settings.STEPWISE_TUNNEL_TIMEOUT),
+            refuse_start=refuse_start,
         )
+    except TunnelRefused as exc:  # refused under the lock, after the close: not left "starting"
+        DataSource.objects.filter(pk=ds.pk, state=DataSource.State.STARTING).update(
+            state=DataSource.State.DOWN, state_detail=str(exc)
+        )
+        raise DataSourceError(str(exc)) from exc
     except TunnelError as exc:
         _datasource_mark(ds, DataSource.State.ERROR, str(exc), address="", served_url="")
         raise DataSourceError(str(exc)) from exc

@@ -21,6 +21,7 @@ from playbooks.triage import find_job_log, triage_job
 from playbooks.tunnel import (
     OpenTunnel,
     TunnelError,
+    TunnelRefused,
     TunnelSpec,
     close_idle_tunnels,
     close_tunnel,
@@ -270,6 +271,28 @@ def test_concurrent_opens_of_one_spec_start_one_ssh(sshd: SSHServer, prom, work_
         opened = list(pool.map(lambda _i: open_tunnel(sshd.spec(port), work_root), range(3)))
     assert len({t.pid for t in opened}) == 1
     assert len(list_tunnels(work_root)) == 1
+
+
+def test_a_refused_start_starts_no_ssh_but_a_healthy_tunnel_is_still_reused(
+    sshd: SSHServer, prom, work_root: Path
+) -> None:
+    """`refuse_start` is asked under the entry's lock just before a new ssh would start: its reason is the
+    error and nothing is left behind; a tunnel already open and healthy is returned without asking."""
+    _direct, port = prom
+    asked: list[int] = []
+
+    def refuse() -> str:
+        asked.append(1)
+        return "the run was cancelled"
+
+    with pytest.raises(TunnelRefused, match="the run was cancelled"):
+        open_tunnel(sshd.spec(port), work_root, refuse_start=refuse)
+    assert asked == [1] and list_tunnels(work_root) == []
+    assert not [p for p in work_root.iterdir() if p.is_dir()]
+
+    first = open_tunnel(sshd.spec(port), work_root)
+    again = open_tunnel(sshd.spec(port), work_root, refuse_start=refuse)
+    assert again.pid == first.pid and asked == [1]
 
 
 def test_proxy_jump_through_the_same_sshd(sshd: SSHServer, prom, work_root: Path) -> None:

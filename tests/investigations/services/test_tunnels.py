@@ -286,6 +286,29 @@ def test_resolving_mid_diagnosis_cancels_it_so_no_playbook_reopens_the_tunnel(
     assert run.status == TaskStatus.CANCELLED and "SSH tunnel was closed" in run.error
 
 
+def test_a_planning_task_caught_by_the_resolve_does_not_reopen_the_tunnel(
+    source: DataSource, job: Job, served_job
+) -> None:
+    """A worker had claimed the diagnosis's planning and was about to connect when the investigation was
+    resolved: resolving cancelled the run and closed the tunnel, and the planning that goes on must not
+    start a new ssh nobody needs (a clean-clone CI once found the tunnel's entry back after the resolve)."""
+    _client, _truth, job_dir = served_job("healthy")
+    Job.objects.filter(pk=job.pk).update(triage=triage_job(job_dir).to_dict() | {"state": "done"})
+    inv = _investigation(job)
+    run = diagnosis.diagnosis_start(inv, Job.objects.get(pk=job.pk))
+    pid = tunnel_services.tunnel_open(source).pid
+    type(run).objects.filter(pk=run.pk).update(status=TaskStatus.RUNNING)  # claimed by a worker
+
+    inv_svc.investigation_update(inv, status=Investigation.Status.RESOLVED)
+    assert _gone(pid)
+    with pytest.raises(services.DataSourceError, match="no longer running"):
+        diagnosis.diagnosis_plan(run.pk)
+    assert _ssh_pid_or_none(source) is None, "the cancelled run's planning reopened the tunnel"
+    assert not any(Path(django_settings.STEPWISE_TUNNELS_DIR).glob("*/tunnel.json"))
+    source.refresh_from_db()
+    assert source.state == DataSource.State.DOWN and "no open investigation needs it" in source.state_detail
+
+
 def test_prune_closes_the_tunnels_of_resolved_investigations(source: DataSource, job: Job) -> None:
     """The periodic prune closes a tunnel whose investigations are all resolved, and keeps the rest."""
     pid = tunnel_services.tunnel_open(source).pid
