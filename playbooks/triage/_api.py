@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import re
 from collections.abc import Iterable
@@ -46,13 +48,16 @@ def triage_log(
     now: float | None = None,
     slurm_state: str | None = None,
     roots: Iterable[str | os.PathLike[str]] | None = None,
+    data_year: tuple[int, int] | None = None,
 ) -> Triage:
     """Return the triage of a log file (or of an iterable of lines).
 
     `now` (unix seconds) is used to tell running from dead jobs without a summary; `slurm_state`
     ("RUNNING", "PENDING", ...) when the scheduler could be asked. With `roots`, the file actually
     opened must lie inside one of them (a symlink leading out is refused). Raises TriageError only when
-    a path cannot be opened; bad content is reported in `unreadable`.
+    a path cannot be opened; bad content is reported in `unreadable`. `data_year`: (year, month) when the
+    job's monitoring data begins, the year of dates that carry none (glog, absl, syslog) when the log gives
+    no other hint (a job script's `date` line, a dated job id or artifact).
     """
     out = Triage()
     if isinstance(source, (str, os.PathLike)):
@@ -68,11 +73,11 @@ def triage_log(
         except OSError as exc:
             raise TriageError(f"cannot read {path}: {exc.strerror}") from exc
         with fh:
-            _scan(_iter_lines(fh, out), out, now, slurm_state)
+            _scan(_iter_lines(fh, out), out, now, slurm_state, data_year)
             if out.details.get("lines", 0) == 0:
                 out.unreadable.append("the log is empty")
     else:
-        _scan(((i + 1, ln.rstrip("\r\n")) for i, ln in enumerate(source)), out, now, slurm_state)
+        _scan(((i + 1, ln.rstrip("\r\n")) for i, ln in enumerate(source)), out, now, slurm_state, data_year)
     return out
 
 
@@ -96,11 +101,12 @@ def triage_job(
     log = find_job_log(d)
     if log is None:
         raise TriageError(f"no log in {d} (looked for job.log, the log symlink and a sibling {d.name}.log)")
-    out = triage_log(log, now=now, slurm_state=slurm_state, roots=roots)
+    year = _tsdb_year(d / "prometheus")
+    out = triage_log(log, now=now, slurm_state=slurm_state, roots=roots, data_year=year)
     extra: list[Match] = []
     for rank_log in sorted(d.glob("rank-*.log"), key=lambda p: _int(p.stem.split("-")[-1]) or 0):
         try:
-            sub = triage_log(rank_log, now=now, roots=roots)
+            sub = triage_log(rank_log, now=now, roots=roots, data_year=year)
         except TriageError as exc:
             out.unreadable.append(f"{rank_log.name}: {exc}")
             continue
@@ -114,6 +120,20 @@ def triage_job(
         out.matches = sorted(out.matches + extra, key=lambda m: (_RANK[m.klass], m.line))
         out.triage_class = out.matches[0].klass
     return out
+
+
+def _tsdb_year(tsdb: Path) -> tuple[int, int] | None:
+    """Return (year, month) of the earliest sample of a TSDB's blocks (their meta.json), or None."""
+    starts = []
+    for meta in tsdb.glob("*/meta.json") if tsdb.is_dir() else ():
+        try:
+            starts.append(int(json.loads(meta.read_text())["minTime"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    if not starts:
+        return None
+    t = dt.datetime.fromtimestamp(min(starts) / 1000.0, dt.UTC)
+    return t.year, t.month
 
 
 def _merge_self_accused(out: Triage, sub: Triage, node: str | None) -> None:

@@ -45,7 +45,13 @@ from ._trainers import TRIGGERS, header_date, trainer_line
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Job", "Sta")  # also `Job start:`, `Start:`
 
 
-def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slurm_state: str | None) -> None:
+def _scan(
+    lines: Iterable[tuple[int, str]],
+    out: Triage,
+    now: float | None,
+    slurm_state: str | None,
+    data_year: tuple[int, int] | None = None,
+) -> None:
     st = _State()
     for n, raw in lines:
         if "completed step: " in raw and _step_seen(st, raw):
@@ -58,7 +64,7 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
         if st.job_start is None and msg[:3] in _WEEKDAYS and _scan_date(st, msg):
             continue
         grank = torchrun_rank(msg)
-        ts, msg = _dated(msg, st.year, st.tz)
+        ts, msg = _dated(msg, st.year or data_year, st.tz)
         ts = ts if pod is None or pod[1] is None else pod[1]  # kubectl's UTC stamp before the pod's local one
         st.clock = ts if ts is not None else st.clock
         if ("_GPUS" in msg or "_DEVICE" in msg) and ("=" in msg or ":" in msg):
@@ -78,7 +84,7 @@ def _scan(lines: Iterable[tuple[int, str]], out: Triage, now: float | None, slur
             st.nonfinite_undated = ts is None
         if any(k in msg for k in TRIGGERS) and trainer_line(st, n, rank, ts, msg):
             continue
-        hint = event_line(st.events, n, rank, ts, msg, st.year, st.tz, grank)
+        hint = event_line(st.events, n, rank, ts, msg, st.year or data_year, st.tz, grank)
         if _scan_progress(st, out, n, ts, msg):
             continue
         _scan_failure(st, n, ts, msg, hint, (rank, grank))
