@@ -51,10 +51,7 @@ def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
         grids.append((s.labels, grid))
     if q.relabel:
         grids = q.relabel.apply(grids)
-    # JSON: a missing point is None (x != x only for NaN)
-    series = [
-        {"labels": labels, "values": [x if x == x else None for x in g.tolist()]} for labels, g in grids
-    ]
+    series = [{"labels": labels, "values": _json_values(g)} for labels, g in grids]
     return {
         "kind": "range",
         "promql": promql,
@@ -64,6 +61,13 @@ def _to_result(q: PlannedQuery, data: Any) -> dict[str, Any]:
         "n": n,
         "series": series,
     }
+
+
+def _json_values(grid: np.ndarray) -> list[float | None]:
+    """Return a grid's values for JSON: a missing point is None (x != x only for NaN); a row without any
+    (most of them) goes as it is, without a test of each of its points in Python."""
+    values: list[float | None] = grid.tolist()
+    return [x if x == x else None for x in values] if np.isnan(grid).any() else values
 
 
 def _run_queries(

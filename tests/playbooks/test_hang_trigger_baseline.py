@@ -1,0 +1,87 @@
+"""A hang's network trigger is judged against a baseline of healthy training (issue 10).
+
+A short job (17 min of training before it hangs) has a judged window (30 min before the stall) that reaches
+back into the idle minutes before its first step, where no traffic flows and the transmit-wait counter every
+host ticks during training reads 0 (or nothing at all, while Prometheus was down). Those minutes are no
+healthy level: against them every host's ordinary training ticks would be a change, the pack's background 0,
+and the one host whose link fails minutes before the stall lost among the seven that only train.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from playbooks.anomaly import Grid
+from playbooks.context import Context, Timeline
+from playbooks.detectors import evaluate
+from playbooks.loader import load_playbooks
+
+STEP = 15.0
+WINDOW = 60.0
+T0 = 1_777_000_000.0
+HOSTS = [f"n{i:02d}" for i in range(8)]
+TRAIN = 40  # grid index of the first step (10 min of data before it)
+STALL = 112  # grid index of the last advance (18 min of training)
+BURST = STALL - 12  # the culprit's link fails 3 min before the stall
+N = STALL + 16
+
+
+def _waits(rng: np.random.Generator, culprit: str, outage: bool) -> np.ndarray:
+    """Transmit-wait ticks per second: none before training, ~7/s with a few 1-min bumps to 20-35/s on every
+    host while it trains, and on the culprit a burst of ~1e5/s from BURST on."""
+    rows = []
+    for h in HOSTS:
+        x = np.zeros(N)
+        x[TRAIN:] = rng.normal(7.0, 1.0, N - TRAIN).clip(1.5)
+        for a in rng.choice(np.arange(TRAIN + 4, STALL - 4), size=3, replace=False):
+            x[a : a + 4] = rng.uniform(20.0, 35.0)
+        if h != culprit and rng.random() < 0.5:  # a short blip before training (another job's last minutes)
+            a = int(rng.integers(2, TRAIN - 8))
+            x[a : a + 4] = rng.uniform(10.0, 25.0)
+        if h == culprit:
+            x[BURST:] = rng.uniform(3e4, 1.4e5, N - BURST)
+        if outage:  # Prometheus down for 2.5 min before the first step: no sample of any series
+            x[10:20] = np.nan
+        rows.append(x)
+    return np.array(rows)
+
+
+def _context(values: np.ndarray) -> Context:
+    t = T0 + STEP * np.arange(N)
+    tl = Timeline(
+        start=float(t[0]),
+        end=float(t[-1]),
+        train_start=float(t[TRAIN]),
+        last_advance=float(t[STALL]),
+        stalled=True,
+        step_s=25.0,
+        warm_end=float(t[TRAIN + 8]),
+    )
+    grid = Grid(t=t, labels=[{"host": h} for h in HOSTS], values=values)
+    return Context(
+        results={"rdma_wait": grid},
+        meta={"rdma_wait": {"promql": "rdma_wait", "window_s": WINDOW}},
+        timeline=tl,
+        triage=None,
+        source=None,
+        gpu=None,
+    )
+
+
+@pytest.mark.parametrize("outage", [False, True])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_transmit_wait_burst_before_the_hang_of_a_short_job_names_its_host(seed, outage):
+    """The pre-training zeros (or the outage's missing samples) are no host's background: the burst stands
+    out against the pack's training ticks by three orders of magnitude, on its host alone, dated at its start."""
+    rng = np.random.default_rng(seed)
+    culprit = HOSTS[int(rng.integers(len(HOSTS)))]
+    ctx = _context(_waits(rng, culprit, outage))
+    pb = load_playbooks()["hang"]
+    pb = dataclasses.replace(pb, rules=tuple(r for r in pb.rules if r.id == "network_trigger_wait"))
+    found = evaluate(ctx, [pb])
+    assert [f.hosts for f in found] == [[culprit]]
+    assert found[0].klass == "network-hang"
+    assert abs(found[0].onset - ctx.timeline.start - BURST * STEP) <= 2 * STEP
