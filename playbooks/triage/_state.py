@@ -42,6 +42,7 @@ class _State:
         accused_ranks: (srun label, global rank) of each rank PyTorch's NCCL heartbeat monitor killed for its
         stuck watchdog; torch_hb_timeout: the monitor's timeout its exit message printed (`_torch`).
         step_placed: the last step line read was placed so (its time is the earliest it can have ended).
+        pauses: (the step it followed, the line's time, its length) of each evaluation the log names (`_pauses`).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -88,6 +89,7 @@ class _State:
     accused_ranks: list[tuple[int | None, int | None]] = field(default_factory=list)
     torch_hb_timeout: int | None = None
     step_placed: bool = False
+    pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:
