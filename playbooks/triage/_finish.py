@@ -14,6 +14,7 @@ from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
+from ._bar_anchor import anchor_bar
 from ._trainers import settle
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
@@ -25,6 +26,7 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
+    anchor_bar(st)
     settle(st)
     steps = sorted(st.steps)
     out.first_step = steps[0] if steps else None
@@ -100,7 +102,11 @@ def _nonfinite_loss(st: _State, out: Triage) -> None:
         if row[3] is not None and row[2] is not None and not math.isfinite(row[2])
     ]
     if st.nonfinite is not None:
-        bad.append(st.nonfinite)
+        bound = st.nonfinite[0]
+        if not (st.nonfinite_undated and any(t >= bound for t, _n, _text in bad)):
+            bad.append(st.nonfinite)
+        # else an undated report's time is only a bound (the last dated line's): a step placed after it with
+        # that non-finite loss dates the same event
     if bad:
         first = min(bad)
         t, n, text = first
