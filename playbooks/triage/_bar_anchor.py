@@ -37,6 +37,8 @@ def anchor_bar(st: _State) -> float:
             continue
         k = bar[i]
         secs, _tgs, _loss, t_k, _n = st.steps[k]
+        if t_k is None:
+            continue
         per = secs if secs is not None and math.isfinite(secs) and secs > 0 else 0.0
         gaps.append((ts - (t_k + (step - k) * per), per))
     if not gaps:
@@ -46,10 +48,10 @@ def anchor_bar(st: _State) -> float:
         return 0.0
     placed = {st.steps[s][3] for s in bar}
     for s in bar:
-        secs, tgs, loss, ts, n = st.steps[s]
-        st.steps[s] = (secs, tgs, loss, ts + shift, n)
+        row = st.steps[s]
+        st.steps[s] = (*row[:3], None if row[3] is None else row[3] + shift, row[4])
     # times taken from the bar's steps while reading: a restart's, the completion's (the last step's)
-    st.restarts = [(t + shift if t in placed else t, step) for t, step in st.restarts]
+    st.restarts = [(t + shift if t is not None and t in placed else t, step) for t, step in st.restarts]
     if st.trainer_done in placed:
         st.trainer_done = (st.trainer_done or 0.0) + shift
     st.bar_from_job_start = False  # its steps are now on the log's clock, not the earliest they could be

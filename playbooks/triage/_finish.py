@@ -8,13 +8,13 @@ from typing import Any
 
 from playbooks.log_series import loss_points
 
+from ._bar_anchor import anchor_bar
 from ._events import rank_host, resolve_events, resolve_gpu_bus
 from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
-from ._bar_anchor import anchor_bar
 from ._trainers import settle
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
