@@ -205,6 +205,7 @@ def _excess(
         floor=floor,
         length=length if tl.train_start is not None else 0,
         min_points=max(20, 2 * length),
+        tick=math.ceil(ctx.window_s(rule.queries[0]) / max(g.step, 1e-9) - 1e-9),
     )
     if tl.train_start is None:
         # no step data: no host has a history before its change, and its whole data holds the change itself

@@ -13,6 +13,7 @@ from ._events import rank_host, resolve_events, resolve_gpu_bus
 from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
+from ._pauses import pause_windows
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
 from ._trainers import settle
@@ -68,6 +69,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if any(row[2] is not None for row in st.steps.values()):
         out.details["log_loss"] = loss_points(st.steps)
+    if st.pauses and (windows := pause_windows(st, out.details.get("log_loss") or [])):
+        out.details["pauses"] = windows
     if (st.bar_from_job_start or st.step_placed) and steps:
         # the steps' times are the earliest they can have had (a setup may have run between)
         out.details["last_step_time_estimated"] = True

@@ -44,6 +44,7 @@ class _State:
         accused_ranks: (srun label, global rank) of each rank PyTorch's NCCL heartbeat monitor killed for its
         stuck watchdog; torch_hb_timeout: the monitor's timeout its exit message printed (`_torch`).
         step_placed: the last step line read was placed so (its time is the earliest it can have ended).
+        pauses: (the step it followed, the line's time, its length) of each evaluation the log names (`_pauses`).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -92,6 +93,7 @@ class _State:
     step_placed: bool = False
     bar_steps: set[int] = field(default_factory=set)
     saved_at: list[tuple[int, float]] = field(default_factory=list)
+    pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -85,3 +85,41 @@ def test_transmit_wait_burst_before_the_hang_of_a_short_job_names_its_host(seed,
     assert [f.hosts for f in found] == [[culprit]]
     assert found[0].klass == "network-hang"
     assert abs(found[0].onset - ctx.timeline.start - BURST * STEP) <= 2 * STEP
+
+
+def _trickle(rng: np.random.Generator, ticks: int) -> dict[str, np.ndarray]:
+    """ACK timeouts that tick now and then on every host while it trains (one increment of 3-6 on one scrape,
+    which rate() spreads over its 1-min window: 4 grid points), half of them with a link error recovery at
+    the same scrape, and the traffic that flows until the stall."""
+    out: dict[str, list[np.ndarray]] = {"rdma_ack": [], "rdma_link_err": [], "rdma_tx": []}
+    for _ in HOSTS:
+        ack, err = np.zeros(N), np.zeros(N)
+        for a in rng.choice(np.arange(TRAIN, N - 4), size=ticks, replace=False):
+            ack[a : a + 4] = rng.integers(3, 7) / WINDOW
+            if rng.random() < 0.5:
+                err[a : a + 4] = 1.0 / WINDOW
+        tx = np.zeros(N)
+        tx[TRAIN : STALL + 1] = 4e9
+        out["rdma_ack"].append(ack)
+        out["rdma_link_err"].append(err)
+        out["rdma_tx"].append(tx)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("seed", range(1, 11))
+def test_ack_timeouts_every_host_ticks_now_and_then_are_no_trigger(seed):
+    """A clean hang in a job whose hosts all count a few ACK timeouts now and then, with a link error
+    recovery at the same scrape: each host's first tick is no change from the silence before it, the pack's
+    background is the size of those ticks, and no host stands out against it (a tick is 1-2x the floor,
+    never 10x the pack): no network event, whatever the ticks' timing."""
+    rng = np.random.default_rng(seed)
+    series = _trickle(rng, 2)
+    t = T0 + STEP * np.arange(N)
+    ctx = _context(series["rdma_ack"])
+    for name in ("rdma_link_err", "rdma_tx"):
+        ctx.results[name] = Grid(t=t, labels=[{"host": h} for h in HOSTS], values=series[name])
+        ctx.meta[name] = {"promql": name, "window_s": WINDOW}
+    ctx.results["rdma_ack"], ctx.meta["rdma_ack"] = ctx.results.pop("rdma_wait"), ctx.meta.pop("rdma_wait")
+    pb = load_playbooks()["hang"]
+    pb = dataclasses.replace(pb, rules=tuple(r for r in pb.rules if r.id == "network_trigger_ack"))
+    assert [f.hosts for f in evaluate(ctx, [pb])] == []
