@@ -8,6 +8,7 @@ from typing import Any
 
 from playbooks.log_series import loss_points
 
+from ._bar_anchor import anchor_bar
 from ._events import rank_host, resolve_events, resolve_gpu_bus
 from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
@@ -26,6 +27,7 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
+    anchor_bar(st)
     settle(st)
     steps = sorted(st.steps)
     out.first_step = steps[0] if steps else None
@@ -103,7 +105,11 @@ def _nonfinite_loss(st: _State, out: Triage) -> None:
         if row[3] is not None and row[2] is not None and not math.isfinite(row[2])
     ]
     if st.nonfinite is not None:
-        bad.append(st.nonfinite)
+        bound = st.nonfinite[0]
+        if not (st.nonfinite_undated and any(t >= bound for t, _n, _text in bad)):
+            bad.append(st.nonfinite)
+        # else an undated report's time is only a bound (the last dated line's): a step placed after it with
+        # that non-finite loss dates the same event
     if bad:
         first = min(bad)
         t, n, text = first
