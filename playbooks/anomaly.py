@@ -288,24 +288,24 @@ def background(
     length: int = 0,
     q: float = 95.0,
     min_points: int = 5,
+    tick: int = 0,
 ) -> tuple[np.ndarray, float]:
     """Return (each row's own background before its change, the pack's background) of a sparse or steady rate.
 
-    A row's background is a high quantile (`q`) of its own non-zero values over `cols`: for a counter that
-    ticks now and then (a few retransmitted packets on one scrape in a hundred) it is the size of its larger
-    ticks, not 0, which a median or a quantile over mostly idle scrapes would give. With `length`, a row whose rate stays above `floor` for most of `length`
-    points has changed there, and its background is taken from its own history before that change (NaN when
-    it has fewer than `min_points` of history: nothing to judge it against but the pack). Without a change,
-    the row's background spans all of `cols`.
+    A row's background is a high quantile (`q`) of its own non-zero values over `cols` (see `_level`). With
+    `length`, a row whose rate stays above `floor` for most of `length` points has changed there, and its
+    background is taken from its own history before that change (NaN when it has fewer than `min_points` of
+    history: nothing to judge it against but the pack). Without a change, it spans all of `cols`.
 
     The pack's background is the median of the rows' backgrounds, each taken before its own change (the
     whole of `cols` for a row without history): hosts in trouble cannot raise it even when they are most of a
     small job (their history comes before it), a host whose larger ticks fell outside a short job still
-    meets the pack's, and a counter that ticks on every host (transmit waits) raises it for all.
+    meets the pack's, and a counter that ticks on every host (transmit waits) raises it for all. For the pack,
+    a stretch no longer than `tick` (the grid points rate() spreads one increment over) is a tick, not a
+    change: the trickle every host shows is its background, never the silence before a host's first tick.
     """
     n_rows = len(rates)
-    own = np.full(n_rows, np.nan)
-    for_pack = np.full(n_rows, np.nan)
+    own, for_pack = np.full(n_rows, np.nan), np.full(n_rows, np.nan)
     idx = np.arange(rates.shape[1]) if rates.ndim == 2 else np.zeros(0, int)
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -314,24 +314,35 @@ def background(
             if not np.isfinite(x).any():
                 continue
             whole = _level(x, q)
-            i = first_sustained(cols & (rates[r] > floor), length) if length else None
-            if i is None:
-                own[r] = for_pack[r] = whole
-                continue
-            pre = np.where(idx < i, x, np.nan)
-            if int(np.isfinite(pre).sum()) >= min_points:
-                own[r] = for_pack[r] = _level(pre, q)
-            else:
-                for_pack[r] = whole
+            above = cols & (rates[r] > floor)
+            i = first_sustained(above, length) if length else None
+            own[r] = whole if i is None else _before(x, idx < i, min_points, q)
+            if tick and i is not None:
+                i = first_sustained(_without_ticks(above, cols, tick), length)
+            for_pack[r] = whole if i is None else np.nan_to_num(_before(x, idx < i, min_points, q), nan=whole)
         pack = float(np.nanmedian(for_pack)) if np.isfinite(for_pack).any() else float("nan")
     return own, pack
 
 
+def _before(x: np.ndarray, pre: np.ndarray, min_points: int, q: float) -> float:
+    """Return the background of x over `pre` (NaN with fewer than `min_points` values there)."""
+    kept = np.where(pre, x, np.nan)
+    return _level(kept, q) if int(np.isfinite(kept).sum()) >= min_points else float("nan")
+
+
+def _without_ticks(above: np.ndarray, cols: np.ndarray, tick: int) -> np.ndarray:
+    """Return `above` less its runs of at most `tick` points that end before `cols` does (one that reaches
+    its end may be a change cut short there)."""
+    out, last = above.copy(), int(np.nonzero(cols)[0][-1]) if cols.any() else -1
+    edges = np.diff(np.concatenate([[0], above.astype(np.int8), [0]]))
+    for lo, hi in zip(np.nonzero(edges == 1)[0], np.nonzero(edges == -1)[0], strict=True):
+        out[lo:hi] &= hi - lo > tick or hi - 1 >= last
+    return out
+
+
 def _level(x: np.ndarray, q: float) -> float:
-    """Return a row's background: the `q` quantile of its non-zero values (0 without any). A counter that
-    ticks now and then (a few packets on one scrape in a hundred) has the size of its larger ticks, not the 0
-    that a median or a quantile over mostly idle scrapes would give; a counter that ticks all along, its
-    high quantile."""
+    """Return a row's background: the `q` quantile of its non-zero values (0 without any): a counter that ticks
+    now and then has the size of its larger ticks, not the 0 of a median over mostly idle scrapes."""
     ticks = x[np.isfinite(x) & (x > 0)]
     return float(np.percentile(ticks, q)) if len(ticks) else 0.0
 

@@ -29,6 +29,7 @@ from ._prometheus_wire import (
     _READ_PATHS,
     _floats,
     _headers,
+    load_answer,
 )
 from .budget import BudgetTimeout
 from .prometheus_types import (
@@ -357,7 +358,7 @@ class PrometheusClient:
         self._check_allowed(method, path)
         resp = self._send_gated(method, path, params)
         try:
-            body = resp.json()
+            body = load_answer(resp.content, cut=path == "/api/v1/query_range")
         except ValueError:
             body = None
         after = f" after {self.attempts} attempts" if resp.status_code >= 500 else ""

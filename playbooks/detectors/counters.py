@@ -193,14 +193,19 @@ def _excess(
     # history must be training (before it, traffic and its counters had not started): with no step data, the
     # pack's background over the whole data alone. A hang's trigger may start a scrape or two before the
     # stall and go on after it: its change is sought up to the end of the judged window, so that the burst
-    # is not taken for the host's own background
-    cols = job | g.mask(a, b) if "before_stall" in p and tl.train_start is not None else job
+    # is not taken for the host's own background; but never before training (a short job's judged window
+    # reaches back into the idle minutes before its first step, whose zeros are no healthy level: against
+    # them every host's training traffic would be the change, and its burst part of its own background)
+    cols = job
+    if "before_stall" in p and tl.train_start is not None:
+        cols = job | (g.mask(a, b) & (g.t >= tl.train_start))
     own, pack = background(
         g.values,
         cols,
         floor=floor,
         length=length if tl.train_start is not None else 0,
         min_points=max(20, 2 * length),
+        tick=math.ceil(ctx.window_s(rule.queries[0]) / max(g.step, 1e-9) - 1e-9),
     )
     if tl.train_start is None:
         # no step data: no host has a history before its change, and its whole data holds the change itself
