@@ -150,6 +150,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
     "faint_heat": "thermal-straggler",  # _variants_thermal
     "settled_heat": "thermal-straggler",  # _variants_thermal
+    "late_host": ("healthy", "thermal-straggler", "rdma-degradation"),  # _variants_thermal
 }
 
 
