@@ -43,6 +43,8 @@ class Timeline:
         step_s: typical step time (median).
         warm_end: end of warm-up (compile + first steps).
         checkpoints: [(start, end)] windows of checkpoint saves.
+        pauses: [(start, end)] of the pauses the log names with their length (its evaluations): training
+            stopped, no step was slow (left out as checkpoint saves are).
         steady: (start, end) the early steady window: the job's own baseline.
         restored: the job restored from a checkpoint (triage).
         restarts: [(when, warm_end)] of each restart within the data (an elastic restart: the step counter
@@ -62,6 +64,7 @@ class Timeline:
     step_s: float | None = None
     warm_end: float | None = None
     checkpoints: list[tuple[float, float]] = field(default_factory=list)
+    pauses: list[tuple[float, float]] = field(default_factory=list)
     steady: tuple[float, float] | None = None
     restored: bool = False
     gauge_lag_s: float = 0.0
@@ -80,9 +83,9 @@ class Timeline:
         return m
 
     def in_checkpoint(self, t: np.ndarray, pad: float = 0.0) -> np.ndarray:
-        """Instants within a checkpoint window, widened by `pad` seconds on each side."""
+        """Instants within a checkpoint window or a pause the log names, widened by `pad` seconds each side."""
         m = np.zeros(len(t), bool)
-        for a, b in self.checkpoints:
+        for a, b in [*self.checkpoints, *self.pauses]:
             m |= (t >= a - pad) & (t <= b + pad)
         return m
 
@@ -116,6 +119,7 @@ class Timeline:
             "step_s": self.step_s,
             "warm_end": self.warm_end,
             "checkpoints": len(self.checkpoints),
+            "pauses": len(self.pauses),
             "steady": self.steady,
             "restored": self.restored,
             "gauge_lag_s": self.gauge_lag_s,
@@ -221,6 +225,7 @@ def build_context(source: Any, outputs: Sequence[Any], triage: Mapping[str, Any]
 def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any] | None) -> Timeline:
     tl = Timeline(*_analysed_range(source, results))
     tl.crash_time = triage_get(triage, "job", "crash_time")
+    tl.pauses = _pauses(triage)
     tl.restored = triage_get(triage, "progress", "restored_from") is not None
     step = results.get("step")
     st = results.get("step_time")
@@ -258,6 +263,20 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     tl.stalled = _stalled(tl, results, triage, step_s)
     _set_steady(tl, tl.warm_end)
     return tl
+
+
+def _pauses(triage: Mapping[str, Any] | None) -> list[tuple[float, float]]:
+    """Return the pauses the log names with their length (`details["pauses"]`: its evaluations)."""
+    got = triage_get(triage, "details", "pauses") or []
+    # the pause itself when the log tells its length; a save's (no length) is the checkpoint windows' to find
+    return [
+        (float(w[0]), float(w[0]) + float(w[2]))
+        for w in got
+        if isinstance(w, list | tuple)
+        and len(w) == 3
+        and isinstance(w[0], int | float)
+        and isinstance(w[2], int | float)
+    ]
 
 
 def _restarts(t: np.ndarray, s: np.ndarray) -> list[tuple[float, float]]:

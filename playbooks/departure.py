@@ -13,15 +13,24 @@ A rise may also level off before the crossing (`levels_off`): a GPU that heats b
 its new temperature, and a faint heat crosses a bar only once it has settled, long after its rise. A
 straight rise fitted through that plateau is shallower than the real one and starts earlier; the rise is
 then fitted with its end as a second break (a ramp from the departure to where it settled, flat after).
+
+The baseline's noise, against which the rise must stand out, is read at the data's resolution: a GPU's
+temperature comes in whole degrees (DCGM, nvidia-smi), and its departure from a pack's median in halves, so
+a baseline that wanders by under a degree takes two or three values. Their median absolute deviation is then
+0 or 1 (a noise of none at all or of 1.5 degrees) depending on whether half the samples sit on the modal
+value: each value is read as the interval of width one step it stands for (`spread`), and no noise is
+smaller than the rounding's own (a step over the square root of 12: 0.29 degrees for whole degrees).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
 from playbooks.anomaly import MAD_SCALE
 
-__all__ = ["departure"]
+__all__ = ["departure", "resolution", "spread"]
 
 #: candidate breaks a grid step
 _SUBSTEPS = 4
@@ -74,7 +83,7 @@ def departure(
     resid = py - coef * (rises[0] - q @ (q.T @ rises[0]))
     rise = coef * float(rises[0, -1])
     base = resid[tt <= tau]
-    noise = MAD_SCALE * float(np.median(np.abs(base - np.median(base)))) if len(base) >= 4 else np.inf
+    noise = spread(base, resolution(yy)) if len(base) >= 4 else np.inf
     if rise <= 0 or rise < 3 * max(noise, 1e-12):
         return None
     return tau
@@ -114,5 +123,50 @@ def _fit(py: np.ndarray, q: np.ndarray, rises: np.ndarray) -> tuple[np.ndarray, 
     norm = np.einsum("ij,ij->i", pr, pr)
     dot = pr @ py
     ok = norm > 1e-12 * max(1.0, float(np.max(norm, initial=0.0)))
-    coef = np.where(ok, dot / np.where(ok, norm, 1.0), 0.0)
+    # a rise only: a candidate that would fit as a fall (the trend overshooting, a plateau pulling it back)
+    # explains nothing of a departure in the direction asked
+    coef = np.where(ok & (dot > 0), dot / np.where(ok, norm, 1.0), 0.0)
     return float(py @ py) - coef * dot, coef
+
+
+def resolution(y: np.ndarray) -> float:
+    """Return the step of the lattice the finite values of `y` lie on (whole degrees: 1; their difference
+    from a median of whole degrees: 0.5), or 0 when they lie on none (continuous readings)."""
+    u = np.unique(np.round(y[np.isfinite(y)], 6))
+    if len(u) < 2:
+        return 0.0
+    q = float(np.min(np.diff(u)))
+    k = (u - u[0]) / q
+    return q if q > 1e-6 and bool(np.all(np.abs(k - np.round(k)) < 1e-3)) else 0.0
+
+
+def spread(x: np.ndarray, step: float = 0.0) -> float:
+    """Return a robust standard deviation of `x` (MAD x 1.4826) read at the resolution `step`: each value
+    stands for the interval of width `step` around it (read uniformly), whose median and median absolute
+    deviation vary smoothly where the plain ones jump between lattice values; never under the rounding's
+    own noise, `step` / sqrt(12)."""
+    x = x[np.isfinite(x)]
+    if step <= 0:
+        return MAD_SCALE * float(np.median(np.abs(x - np.median(x))))
+    mid = _smeared_quantile(x, step, lambda c: float(np.mean(np.clip((c - x) / step + 0.5, 0.0, 1.0))))
+    dist = np.abs(x - mid)
+
+    def inside(a: float) -> float:
+        # the share of each value's interval within `a` of the median
+        lo, hi = np.maximum(x - step / 2, mid - a), np.minimum(x + step / 2, mid + a)
+        return float(np.mean(np.clip(hi - lo, 0.0, None)) / step)
+
+    mad = _smeared_quantile(dist, step, inside, low=0.0)
+    return max(MAD_SCALE * mad, step / float(np.sqrt(12.0)))
+
+
+def _smeared_quantile(
+    x: np.ndarray, step: float, share: Callable[[float], float], low: float | None = None
+) -> float:
+    """Return where the nondecreasing `share` (0..1) of the smeared values reaches one half (bisection)."""
+    lo = float(np.min(x)) - step if low is None else low
+    hi = float(np.max(x)) + step
+    for _ in range(40):
+        c = (lo + hi) / 2
+        lo, hi = (c, hi) if share(c) < 0.5 else (lo, c)
+    return float((lo + hi) / 2)

@@ -84,6 +84,7 @@ def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:
     ]
     if earlier:
         earlier[0].evidence.append(ev)
+        earlier[0].severity = "critical"  # the divergence it saw ended in a non-finite loss: confirmed
         return
     # no jump the data confirmed: a climb of the logged losses into it (too few scrapes for the rule) began
     # the divergence

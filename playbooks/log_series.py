@@ -9,9 +9,10 @@ divergence whether the loss came from Prometheus or from the log.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,8 +68,18 @@ def with_log_step_time(
         return list(outputs)
     stride = steps_per_point(triage, len(points))
     times = [float(p[0]) for p in points]
-    # a step's time, dated when it completed; a step line logged again after a restart (time going back) is none
-    per_step = [[b, (b - a) / stride if b > a else None] for a, b in zip(times, times[1:], strict=False)]
+    # a step's time, dated when it completed; a step line logged again after a restart (time going back) is none.
+    # A pause the log names between two prints (an evaluation, a checkpoint save) is no step's time: its length
+    # is taken out when the log gives it (HF's eval_runtime), else the span is left out (the last per-step
+    # time before it holds until the next print)
+    paused = paused_points(triage)
+    per_step: list[list[float | None]] = []
+    for a, b in zip(times, times[1:], strict=False):
+        pause = paused(a, b)
+        if pause is not None and b - a - pause > 0:
+            per_step.append([b, (b - a - pause) / stride])
+        elif b <= a:
+            per_step.append([b, None])
     out = []
     for o in outputs:
         if o.name == "training" and "step_time" not in o.results and "step_time" not in o.errors:
@@ -77,6 +88,35 @@ def with_log_step_time(
             )
         out.append(o)
     return out
+
+
+def paused_points(triage: Mapping[str, Any] | None) -> Callable[[float, float], float | None]:
+    """Return, for the time between two of the log's points (a, b], the seconds of a pause the log names in
+    it (0.0 when none; None when its length is unknown): the triage's `details["pauses"]`, each [start, the
+    first point after it, its length or None]."""
+    windows = sorted(
+        (
+            (float(w[0]), float(w[1]), None if w[2] is None else float(w[2]))
+            for w in ((triage or {}).get("details") or {}).get("pauses") or []
+            if isinstance(w, list | tuple) and len(w) == 3
+        ),
+        key=lambda w: w[:2],
+    )
+    starts = [w[0] for w in windows]
+
+    def paused(a: float, b: float) -> float | None:
+        total = 0.0
+        k = bisect.bisect_right(starts, b - 1e-3) - 1  # the pauses that began in the span, latest first
+        while k >= 0 and windows[k][0] >= a - 1e-3:
+            if windows[k][1] >= b - 1e-3:
+                length = windows[k][2]
+                if length is None or total is None:
+                    return None
+                total += length
+            k -= 1
+        return total
+
+    return paused
 
 
 def enough_points(triage: Mapping[str, Any] | None, n_points: int) -> bool:

@@ -228,6 +228,7 @@ def _moves(tl: Timeline, g: Grid, level: float, own: np.ndarray) -> np.ndarray:
     much (a host idling at a few watts moves by its noise)."""
     cols: list[np.ndarray] = []
     scale = np.fmax(own, PHASE_MOVE * level)
+    hosts = np.array([str(lab.get("host", "")) for lab in g.labels])
     for on, off in _changes(tl, g.t) if level > 0 else []:
         with np.errstate(all="ignore"):
             move = np.nanmedian(g.values[:, on], axis=1) - np.nanmedian(g.values[:, off], axis=1)
@@ -235,10 +236,22 @@ def _moves(tl: Timeline, g: Grid, level: float, own: np.ndarray) -> np.ndarray:
         if fin.sum() < 2 or float(np.percentile(move[fin], 90)) < PHASE_MOVE * level:
             continue
         share = move / scale
+        if not _most_hosts_moved(hosts[fin], share[fin], PHASE_MOVE):
+            continue
         ref = float(np.percentile(share[fin], 90))
         if ref > 0:
             cols.append(share / ref)
     return np.column_stack(cols) if cols else np.full((len(g.labels), 0), np.nan)
+
+
+def _most_hosts_moved(hosts: np.ndarray, move: np.ndarray, least: float) -> bool:
+    """Return True if on half the hosts at least some GPU moved by `least` (of its host's training power):
+    a change of a synchronous job's phase moves its GPUs on every host at once (another tenant shares a
+    host's GPUs, not its hosts), while a move on a few hosts alone is theirs (an exporter that reads a
+    scrape late, a grid point that caught their GPUs still in a checkpoint's wait the others had left)."""
+    names = np.unique(hosts)
+    moved = sum(bool((move[hosts == h] >= least).any()) for h in names)
+    return 2 * moved >= len(names)
 
 
 def _changes(tl: Timeline, t: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

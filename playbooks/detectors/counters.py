@@ -33,7 +33,18 @@ def _rate_window(
         return focus
     if not tl.stalled or tl.last_advance is None:
         return None
-    return tl.last_advance - _dur(rule, "before_stall", 1800.0), tl.last_advance + 60.0
+    # a burst that began by the stall (or within the slack of `_trigger_late`) is judged on as long as its
+    # persistence needs: at a coarse scrape a second host's rate shows the same event only a scrape later
+    return (
+        tl.last_advance - _dur(rule, "before_stall", 1800.0),
+        tl.last_advance + _trigger_late(g) + _dur(rule, "min_duration", 60.0),
+    )
+
+
+def _trigger_late(g: Grid) -> float:
+    """How long after the last step a hang's trigger may first show: a minute, or two scrapes (a late scrape
+    and a rate window that must fill see one event a scrape apart on two hosts)."""
+    return max(60.0, 2.0 * g.step)
 
 
 def _det_rate_outlier(
@@ -63,6 +74,9 @@ def _det_rate_outlier(
     found = _sustained(ctx, rule, g, exc, ref, length)
     notes = _lone_ticks(ctx, pb, rule, g, (exc, full, length), found)
     found = [f for f in found if notes.get(f[1], "") is not None]
+    if "before_stall" in p and ctx.timeline.last_advance is not None:
+        late = ctx.timeline.last_advance + _trigger_late(g)
+        found = [f for f in found if f[2] <= late]  # a burst that began later is a consequence of the hang
     if not found:
         return None
     top = max(s for s, *_ in found)

@@ -70,7 +70,8 @@ def _det_peer_outlier(
     judged = m & ~unrest
     # a GPU's other sign of the same story (a hot GPU's throttled clock) at the same instant corroborates
     bar = np.where(_corroborated(ctx, g, p), CORROBORATED, 1.0)
-    cond = _beyond(d, scale, med, np.abs(med - usual_level(g.t, med, m)), p, bar)
+    away = np.maximum(np.abs(med - usual_level(g.t, med, m)), lag_move(med, m, sign, _per(ctx, g)))
+    cond = _beyond(d, scale, med, away, p, bar)
     cond &= judged[None, :]
     cond &= ~np.isnan(vals)
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
@@ -215,7 +216,7 @@ def _host_wide(
     out = {}
     for h, n in hot.items():
         mine = rows[h]
-        if len(mine) < 3 or (2 * n <= len(mine) and not _siblings_warm(mine, flagged, d, scale, bar)):
+        if len(mine) < 3 or (2 * n <= len(mine) and not _siblings_warm(mine, flagged, judged, scale, bar)):
             continue
         with np.errstate(all="ignore"):
             shared = np.nanmedian(np.where(cond[mine], d[mine], np.nan))
@@ -234,12 +235,15 @@ def _host_wide(
 def _siblings_warm(
     mine: list[int],
     flagged: list[tuple[int, int]],
-    d: np.ndarray,
+    judged: tuple[np.ndarray, np.ndarray, np.ndarray],
     scale: np.ndarray,
     bar: tuple[float, np.ndarray],
 ) -> bool:
-    """Return True if, where a host's flagged GPU stood out, its host's other GPUs stood above the pack
-    together by half the bar at least at most instants: a warm host where only some GPUs crossed the bar."""
+    """Return True if, from where a host's flagged GPU stood out, its host's other GPUs stood above the pack
+    together by half the bar at least at most instants, or at most of the instants it stood out: a warm
+    host where only some GPUs crossed the bar, or a host whose GPUs left the pack together for a while (its
+    exporter read them a scrape late as the pack moved: the host's timing, not some GPUs' heat)."""
+    d, cond = judged[0], judged[2]
     for r, i in flagged:
         if r not in mine:
             continue
@@ -247,7 +251,8 @@ def _siblings_warm(
         with np.errstate(all="ignore"):
             shared = np.nanmedian(d[others, i:], axis=0)
             up = (shared >= 0.5 * bar[0] * scale[i:]) & (shared >= 0.5 * bar[1][i:])
-        if up.mean() > 0.5:
+        out = cond[r, i:]
+        if up.mean() > 0.5 or (out.any() and up[out].mean() > 0.5):
             return True
     return False
 
@@ -341,6 +346,23 @@ def usual_level(t: np.ndarray, level: np.ndarray, judged: np.ndarray) -> np.ndar
     hi = np.searchsorted(tj, t + USUAL_LEVEL_S, side="right")
     for k in np.nonzero(hi > lo)[0]:
         out[k] = float(np.median(lj[lo[k] : hi[k]]))
+    return out
+
+
+def lag_move(level: np.ndarray, judged: np.ndarray, sign: float, per: float) -> np.ndarray:
+    """Return, at each instant, how far the pack's `level` stood in the direction `sign` beyond its level
+    then at the `judged` instants within a scrape either side (`per`: grid points a scrape spans, at least
+    one point): a member read a scrape late (its exporter's collection lags the scrape, the last value
+    Prometheus holds at a grid point is a scrape old) stands where the pack stood a scrape before, apart
+    from it by the pack's own move wherever the pack cools or warms together (a slowdown, a stall, a phase
+    change), for as long as the move takes: that much of its place is the timing of its readings."""
+    out = np.zeros(len(level))
+    ok = judged & np.isfinite(level)
+    with np.errstate(all="ignore"):
+        for k in range(1, int(np.ceil(per - 1e-9)) + 1):
+            for a, b in ((slice(k, None), slice(None, -k)), (slice(None, -k), slice(k, None))):
+                move = sign * (level[b] - level[a])
+                out[a] = np.where(ok[a] & ok[b] & (move > out[a]), move, out[a])
     return out
 
 

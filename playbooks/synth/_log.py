@@ -243,6 +243,15 @@ def _quiet_step(w: _Writer, i: int, te: float, job_dir_name: str) -> None:
     step = int(w.job.step_num[i])
     if step in w.job.ckpt_steps:
         w.add(te + 1, w.ray(0) + f"Saved a checkpoint at step {step}.", 0)
+    took = w.job.eval_extra.get(step)
+    if took is not None:  # Hugging Face's evaluation dict, printed (undated) when the evaluation ends
+        loss = float(w.job.loss[i]) + 0.05
+        w.add(
+            te + took - 0.2,
+            w.ray(0) + f"{{'eval_loss': {loss:.4f}, 'eval_runtime': {took:.2f}, 'eval_samples_per_second': "
+            f"{4096 / took:.3f}, 'eval_steps_per_second': {64 / took:.3f}, 'epoch': {step / 5000:.2f}}}",
+            0,
+        )
     if i and i % 97 == 0:
         w.add(te + 2, "To see full metrics 'tensorboard --logdir=/outputs/" + job_dir_name + "'", 0)
 

@@ -73,6 +73,8 @@ def simulate(job: Job) -> Job:
         secs, into = job.variants["culprit_stall"]
         at = (s.inc.host, s.inc.onset + into * float(s.inc.slow.ramp), secs)
         _variants_apply.exporter_stall(job, s.host.timeouts, s.host.scrape, s.host.gpu_present, grid.t, at)
+    if "late_host" in job.variants:
+        _variants_thermal.late_host(job, s.gpu, grid.t, grid.training, s.inc)
     _store(s, big_h)
     _gpu_counters(job, rng, (job.nodes, job.gpus, grid.n))
     _variants_apply.late_exporter(job, s.host.present)

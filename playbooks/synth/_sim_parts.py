@@ -35,6 +35,8 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[floa
     t = job.train_start
     step = job.first_step
     nums, ends, secs = [], [], []
+    evals = job.variants.get("eval_pauses")  # (every, shortest, longest): an evaluation every N steps
+    eval_rng = np.random.default_rng([job.seed, 4747, 0 if job.restored_from is None else 1])
     while True:
         d = base * (1 + rng.normal(0, noise)) * slowdown(t)
         k = step - job.first_step
@@ -44,6 +46,7 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[floa
             d *= float(rng.uniform(1.2, 2.2))  # warm-up
         if step > 0 and (step - 1) % job.ckpt_period == 0 and step - 1 in job.ckpt_steps:
             d += job.ckpt_extra[step - 1]
+        d += job.eval_extra.get(step - 1, 0.0)  # the evaluation after the last step pauses training
         if t + d > stop_at or (job.steps_limit is not None and step >= job.steps_limit):
             break
         t += d
@@ -53,7 +56,11 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[floa
         if step % job.ckpt_period == 0:
             job.ckpt_steps.append(step)
             job.ckpt_extra[step] = float(rng.uniform(12, 80))
+        if evals and step > job.first_step and step % int(evals[0]) == 0:
+            job.eval_extra[step] = float(eval_rng.uniform(evals[1], evals[2]))
         step += 1
+    if evals and job.eval_extra:
+        job.notes.append(f"an evaluation every {int(evals[0])} steps pauses training for 60-95 s")
     job.step_num = np.array(nums, dtype=int)
     job.step_end = np.array(ends)
     job.step_secs = np.array(secs)

@@ -111,6 +111,7 @@ class Job:
     tokens: float = 0.0  # tokens per step (batch x sequence)
     warm_end: float | None = None  # end of the warm-up steps
     ckpt_extra: dict[int, float] = field(default_factory=dict)  # checkpoint step -> seconds its save adds
+    eval_extra: dict[int, float] = field(default_factory=dict)  # step -> seconds the evaluation after it ran
     oom: dict[str, float] | None = None  # host-oom: ramp_start and kill times
     oom_host: int | None = None  # host-oom: the index of the killed host
     hwfault: GpuFault | None = None  # gpu-hardware-fault: the GPU that fails

@@ -98,6 +98,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   turns NaN; the trainer logs it and raises as for `nan_stop` (the climb is the onset, the NaN its end).
 - training-instability `nan_stop`: the loss turns NaN at the onset's step; the trainer logs it, skips two
   more non-finite steps and raises, so the job fails (exit 1) with no loss jump before it.
+- healthy, thermal-straggler, rdma-degradation `eval_pauses`: the trainer evaluates every 40-60 steps (Hugging
+  Face's `eval_steps`), each evaluation pausing training for 60-95 s between two steps; rank 0 prints HF's
+  undated ``{'eval_loss': ..., 'eval_runtime': 63.2, ...}`` when it ends. Nobody's fault: a pause, not slow steps.
 - training-instability `nan_traceback`: the loss turns NaN at the onset's step and the trainer raises at once,
   before that step's line is printed: the only report is an undated Python traceback (a `FloatingPointError:
   NaN loss at step N` or Megatron-core's `found NaN in local grad norm`), and the job fails (exit 1).
@@ -139,6 +142,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "heartbeat_kill": "collective-hang",
     "noisy_spin": "collective-hang",
     "mixed_models": ("collective-hang", "healthy"),
+    "eval_pauses": ("healthy", "thermal-straggler", "rdma-degradation"),
     "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
@@ -146,6 +150,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
     "faint_heat": "thermal-straggler",  # _variants_thermal
     "settled_heat": "thermal-straggler",  # _variants_thermal
+    "late_host": ("healthy", "thermal-straggler", "rdma-degradation"),  # _variants_thermal
 }
 
 
@@ -171,6 +176,8 @@ def choose(job: Any) -> dict[str, Any]:
         by_scenario(job, rng, draws, v)
     if "mixed_models" in job.opt_in:
         v["mixed_models"] = float(stream(job, 27).uniform(1.7, 2.1))
+    if "eval_pauses" in job.opt_in:
+        v["eval_pauses"] = (int(stream(job, 47).integers(40, 61)), 60.0, 95.0)  # (every N steps, seconds)
     return v
 
 

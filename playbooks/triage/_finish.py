@@ -8,10 +8,12 @@ from typing import Any
 
 from playbooks.log_series import loss_points
 
+from ._bar_anchor import anchor_bar
 from ._events import rank_host, resolve_events, resolve_gpu_bus
 from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
+from ._pauses import pause_windows
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
 from ._trainers import settle
@@ -25,6 +27,7 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
+    anchor_bar(st)
     settle(st)
     steps = sorted(st.steps)
     out.first_step = steps[0] if steps else None
@@ -66,6 +69,8 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if any(row[2] is not None for row in st.steps.values()):
         out.details["log_loss"] = loss_points(st.steps)
+    if st.pauses and (windows := pause_windows(st, out.details.get("log_loss") or [])):
+        out.details["pauses"] = windows
     if (st.bar_from_job_start or st.step_placed) and steps:
         # the steps' times are the earliest they can have had (a setup may have run between)
         out.details["last_step_time_estimated"] = True
@@ -100,7 +105,11 @@ def _nonfinite_loss(st: _State, out: Triage) -> None:
         if row[3] is not None and row[2] is not None and not math.isfinite(row[2])
     ]
     if st.nonfinite is not None:
-        bad.append(st.nonfinite)
+        bound = st.nonfinite[0]
+        if not (st.nonfinite_undated and any(t >= bound for t, _n, _text in bad)):
+            bad.append(st.nonfinite)
+        # else an undated report's time is only a bound (the last dated line's): a step placed after it with
+        # that non-finite loss dates the same event
     if bad:
         first = min(bad)
         t, n, text = first

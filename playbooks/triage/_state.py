@@ -30,6 +30,8 @@ class _State:
         nonfinite: (time, line, text) of the first line reporting a non-finite loss (an undated one: the last
             dated line's time, and nonfinite_undated).
         tz: seconds east of UTC of the log's local stamps (its `date` header); job_start: that header's time.
+        bar_steps: the steps placed by a progress bar (its start + elapsed); saved_at: (step, time) of the
+            dated checkpoint saves.
         train_start: when a Trainer's progress bar began; total_steps: the steps the trainer said it runs.
         pending_loss: a logged loss waiting for its step; trainer_rank: the rank whose step lines are read.
         trainer_done: the time a trainer said it completed; launcher_ok / launcher_failed: the launcher's
@@ -42,6 +44,7 @@ class _State:
         accused_ranks: (srun label, global rank) of each rank PyTorch's NCCL heartbeat monitor killed for its
         stuck watchdog; torch_hb_timeout: the monitor's timeout its exit message printed (`_torch`).
         step_placed: the last step line read was placed so (its time is the earliest it can have ended).
+        pauses: (the step it followed, the line's time, its length) of each evaluation the log names (`_pauses`).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -88,6 +91,9 @@ class _State:
     accused_ranks: list[tuple[int | None, int | None]] = field(default_factory=list)
     torch_hb_timeout: int | None = None
     step_placed: bool = False
+    bar_steps: set[int] = field(default_factory=set)
+    saved_at: list[tuple[int, float]] = field(default_factory=list)
+    pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -32,6 +32,8 @@ import datetime as dt
 import math
 import re
 
+from ._pauses import TRIGGERS as _PAUSE_TRIGGERS
+from ._pauses import pause_line
 from ._state import _State
 
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
@@ -93,6 +95,7 @@ TRIGGERS = (
     "Training completed",
     "Training finished",
     "Restoring states",
+    *_PAUSE_TRIGGERS,
 )
 
 
@@ -163,6 +166,8 @@ def trainer_line(st: _State, n: int, rank: int | None, ts: float | None, msg: st
     """Read a trainer's step, checkpoint or completion line; return True when the line was one."""
     if "iterations at " in msg and _ray_end(st, n, ts, msg):
         return True
+    if any(k in msg for k in _PAUSE_TRIGGERS) and pause_line(st, ts, msg):
+        return True  # an evaluation: a pause in training
     if "iteration" in msg or "training is done" in msg:
         return _megatron(st, n, rank, ts, msg)
     if "/" in msg and "<" in msg and "[" in msg:
@@ -235,6 +240,7 @@ def _tqdm(st: _State, n: int, rank: int | None, bar: tuple[str, ...]) -> None:
         secs = 1.0 / secs if secs > 0 else None
     loss, st.pending_loss = st.pending_loss, None
     record(st, rank, int(step), secs, loss, start + elapsed, n)
+    st.bar_steps.add(int(step))
 
 
 def _hf_dict(st: _State, msg: str) -> bool:
@@ -286,6 +292,8 @@ def _other(st: _State, ts: float | None, msg: str) -> bool:
         s = _HF_SAVE.search(msg)
         if s:
             st.saved.append(int(s.group(1)))
+            if ts is not None:
+                st.saved_at.append((int(s.group(1)), ts))
         return bool(s)
     if "exits " in msg:
         e = _DS_EXIT.search(msg)

@@ -123,3 +123,40 @@ def test_ack_timeouts_every_host_ticks_now_and_then_are_no_trigger(seed):
     pb = load_playbooks()["hang"]
     pb = dataclasses.replace(pb, rules=tuple(r for r in pb.rules if r.id == "network_trigger_ack"))
     assert [f.hosts for f in evaluate(ctx, [pb])] == []
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_burst_seen_one_coarse_scrape_after_the_stall_on_a_second_host_is_part_of_the_trigger(seed):
+    """At a 30 s scrape one fabric event shows on two hosts a scrape or two apart: the rate of the second
+    rises only a minute after the last step (a late scrape and a rate window that had to fill). Both stood out by orders of magnitude from the stall on: both are the trigger's
+    hosts (a burst that began well after the stall, a consequence, is not: see the next test)."""
+    global STEP
+    rng = np.random.default_rng(seed)
+    first, second = (HOSTS[i] for i in rng.choice(len(HOSTS), size=2, replace=False))
+    values = _waits(rng, first, outage=False)
+    values[HOSTS.index(first), : STALL - 1] = values[HOSTS.index(second), : STALL - 1]
+    values[HOSTS.index(first), STALL - 1 :] = rng.uniform(3e4, 1.4e5, N - STALL + 1)
+    values[HOSTS.index(second), STALL + 2 :] = rng.uniform(3e4, 1.4e5, N - STALL - 2)
+    old, STEP = STEP, 30.0
+    try:
+        ctx = _context(values)
+    finally:
+        STEP = old
+    pb = load_playbooks()["hang"]
+    pb = dataclasses.replace(pb, rules=tuple(r for r in pb.rules if r.id == "network_trigger_wait"))
+    found = evaluate(ctx, [pb])
+    assert [sorted(f.hosts) for f in found] == [sorted([first, second])]
+    assert abs(found[0].onset - ctx.timeline.last_advance) <= 2 * 30.0
+
+
+def test_a_burst_that_begins_minutes_after_the_stall_is_no_trigger():
+    """A host whose rate leaves the pack five minutes after the last step is a consequence, not the trigger."""
+    rng = np.random.default_rng(7)
+    culprit, late = HOSTS[2], HOSTS[5]
+    values = _waits(rng, culprit, outage=False)
+    values[HOSTS.index(late), STALL + 10 :] = rng.uniform(3e4, 1.4e5, N - STALL - 10)
+    ctx = _context(values)
+    pb = load_playbooks()["hang"]
+    pb = dataclasses.replace(pb, rules=tuple(r for r in pb.rules if r.id == "network_trigger_wait"))
+    found = evaluate(ctx, [pb])
+    assert [f.hosts for f in found] == [[culprit]]

@@ -272,3 +272,53 @@ def test_ray_trains_completed_end_line_completes_the_job():
     lines = [line for line in _ray("completed") if "raylet" not in line and "ActorDied" not in line]
     t = triage_log(lines)
     assert (t.status, t.crash_time) == ("completed", None)
+
+
+def _hf_late_bar(save_stamp: str | None) -> list[str]:
+    """An HF run whose bar began 4 min 18 s after `Running training` (EST = UTC-5): a dataset mapped, a model
+    compiled. Step 240 ends 25:50 after the bar began; a dated save of checkpoint 241 (or none) follows it;
+    the loss goes NaN at step 288, undated but for the bar."""
+    lines = [
+        "Job start: Sun Jun 14 06:50:34 EST 2026",
+        *_SLURM,
+        "[INFO|trainer.py:2128] 2026-06-14 06:50:54,013 >> ***** Running training *****",
+        "[INFO|trainer.py:2134] 2026-06-14 06:50:54,013 >>   Total optimization steps = 20000",
+        "{'loss': 4.6969, 'grad_norm': 1.0464, 'learning_rate': 1.5e-04, 'epoch': 0.04}",
+        "  1%|          | 240/20000 [25:50<33:04:08, 6.00s/it]",
+    ]
+    if save_stamp is not None:
+        lines.append(
+            f"[INFO|trainer.py:3478] {save_stamp} >> Saving model checkpoint to /ckpt/checkpoint-241"
+        )
+    return [
+        *lines,
+        "{'loss': 4.4992, 'grad_norm': 37.113, 'learning_rate': 1.5e-04, 'epoch': 0.04}",
+        "  1%|          | 280/20000 [30:57<32:28:34, 5.93s/it]",
+        "{'loss': nan, 'grad_norm': nan, 'learning_rate': 1.5e-04, 'epoch': 0.04}",
+        "  1%|          | 288/20000 [31:45<32:47:19, 5.99s/it]",
+        "[rank0]: RuntimeError: Loss is NaN at step 287",
+    ]
+
+
+def test_a_dated_save_pins_a_bar_that_began_late_and_the_nan_is_dated_by_its_step():
+    """The bar's steps are placed at `Running training` + elapsed, but this bar began minutes later: the dated
+    save of checkpoint 241, printed just after step 241 ended, shows how late (step 240 + one step's 6 s), and
+    every step moves by as much. The loss's NaN, undated in its own line, is the NaN step's time, not the
+    time of the last dated line before it (the save's)."""
+    t = triage_log(_hf_late_bar("2026-06-14 07:21:07,220"))
+    bar_start = _utc("2026-06-14T12:21:07.220") - (25 * 60 + 50) - 6.0
+    assert abs(t.progress["last_step_time"] - (bar_start + 31 * 60 + 45)) < 1e-3
+    assert abs(t.details["log_loss"][0][0] - (bar_start + 25 * 60 + 50)) < 1e-3
+    assert t.details["nonfinite_loss"]["line"] == len(_hf_late_bar("x")) - 1
+    assert abs(t.details["nonfinite_loss"]["time"] - (bar_start + 31 * 60 + 45)) < 1e-3
+    assert "last_step_time_estimated" not in t.details
+
+
+def test_a_bar_is_not_moved_by_a_save_within_its_step_or_without_one():
+    """A save printed within a few seconds of its step, or no dated save at all: the bar stays where
+    `Running training` put it."""
+    began = _utc("2026-06-14T11:50:54.013")
+    on_time = triage_log(_hf_late_bar("2026-06-14 07:16:50,013"))  # 8 s after step 240's placed time
+    assert abs(on_time.progress["last_step_time"] - (began + 31 * 60 + 45)) < 1e-3
+    unsaved = triage_log(_hf_late_bar(None))
+    assert abs(unsaved.progress["last_step_time"] - (began + 31 * 60 + 45)) < 1e-3
