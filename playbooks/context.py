@@ -45,6 +45,8 @@ class Timeline:
         checkpoints: [(start, end)] windows of checkpoint saves.
         pauses: [(start, end)] of the pauses the log names with their length (its evaluations): training
             stopped, no step was slow (left out as checkpoint saves are).
+        paused_spans: [(start, end)] of every pause the log names, with or without its length (its
+            evaluations and saves): from the step line before it to the first timed step after, which hold it.
         steady: (start, end) the early steady window: the job's own baseline.
         restored: the job restored from a checkpoint (triage).
         restarts: [(when, warm_end)] of each restart within the data (an elastic restart: the step counter
@@ -65,6 +67,7 @@ class Timeline:
     warm_end: float | None = None
     checkpoints: list[tuple[float, float]] = field(default_factory=list)
     pauses: list[tuple[float, float]] = field(default_factory=list)
+    paused_spans: list[tuple[float, float]] = field(default_factory=list)
     steady: tuple[float, float] | None = None
     restored: bool = False
     gauge_lag_s: float = 0.0
@@ -226,6 +229,7 @@ def _timeline(source: Any, results: Mapping[str, Any], triage: Mapping[str, Any]
     tl = Timeline(*_analysed_range(source, results))
     tl.crash_time = triage_get(triage, "job", "crash_time")
     tl.pauses = _pauses(triage)
+    tl.paused_spans = _paused_spans(triage)
     tl.restored = triage_get(triage, "progress", "restored_from") is not None
     step = results.get("step")
     st = results.get("step_time")
@@ -276,6 +280,16 @@ def _pauses(triage: Mapping[str, Any] | None) -> list[tuple[float, float]]:
         and len(w) == 3
         and isinstance(w[0], int | float)
         and isinstance(w[2], int | float)
+    ]
+
+
+def _paused_spans(triage: Mapping[str, Any] | None) -> list[tuple[float, float]]:
+    """Return the spans that hold a pause the log names (`details["pauses"]`: [start, end, length])."""
+    got = triage_get(triage, "details", "pauses") or []
+    return [
+        (float(w[0]), float(w[1]))
+        for w in got
+        if isinstance(w, list | tuple) and len(w) == 3 and all(isinstance(v, int | float) for v in w[:2])
     ]
 
 

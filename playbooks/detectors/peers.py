@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -66,7 +66,9 @@ def _det_peer_outlier(
     # disarray (its members follow a move each with its own timing and share), one member's place in it is
     # not its own doing: such instants do not date a departure, nor is excess judged in a disarray
     unrest = disarray(dev, g.pack, scale)
-    moving = unrest | fleet_move(med, scale, m)
+    # and within a pause the log names (an evaluation, a save) the GPUs idle: a fault that shows under load
+    # (a hot GPU cools with the idle pack) cannot show, so those instants do not date a departure either
+    moving = unrest | fleet_move(med, scale, m) | _in_spans(g.t, tl.paused_spans)
     judged = m & ~unrest
     # a GPU's other sign of the same story (a hot GPU's throttled clock) at the same instant corroborates
     bar = np.where(_corroborated(ctx, g, p), CORROBORATED, 1.0)
@@ -379,6 +381,14 @@ def fleet_move(level: np.ndarray, scale: np.ndarray, judged: np.ndarray) -> np.n
     out = np.zeros(len(level), bool)
     out[1:] |= big
     out[:-1] |= big
+    return out
+
+
+def _in_spans(t: np.ndarray, spans: Sequence[tuple[float, float]]) -> np.ndarray:
+    """Return the instants within any of `spans` ([start, end] each)."""
+    out = np.zeros(len(t), bool)
+    for a, b in spans:
+        out |= (t >= a) & (t <= b)
     return out
 
 

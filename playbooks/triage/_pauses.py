@@ -37,6 +37,8 @@ _LENGTH = re.compile(
     r"\b(?:runtime|time|took|duration|elapsed)\b\W{0,4}(" + _NUM + r")\s*(ms|s|sec|secs|seconds)?\b",
     re.IGNORECASE,
 )
+#: the host pdsh puts before each line it relays ("gpu-031: eval step 116: eval_loss=2.2204")
+_HOST_LABEL = re.compile(r"^[A-Za-z][\w.-]{0,62}: ")
 #: substrings one of which a line must hold to be an evaluation's (TRIGGERS of the scan)
 TRIGGERS = ("eval", "Eval", "EVAL", "alidat", "ALIDAT")
 #: at most this many evaluations kept (a log of a long run evaluates every few minutes for weeks)
@@ -46,6 +48,9 @@ MAX_PAUSES = 5000
 def pause_line(st: _State, ts: float | None, msg: str) -> bool:
     """Read an evaluation's line (see the module's formats); return True when the line was one."""
     text = msg.strip()
+    label = _HOST_LABEL.match(text)
+    if label and not _GENERIC.match(text) and not text.startswith("{'eval_"):
+        text = text[label.end() :]  # pdsh's "host: " before the trainer's own line (DeepSpeed's launcher)
     length: float | None = None
     step: int | None = None
     if text.startswith("{'eval_"):
