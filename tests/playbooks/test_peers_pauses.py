@@ -44,7 +44,9 @@ def _temps(rng: np.random.Generator, hot: int) -> np.ndarray:
 
 def _context(values: np.ndarray, triage) -> Context:
     t = T0 + STEP * np.arange(N)
-    tl = Timeline(start=float(t[0]), end=float(t[-1]), train_start=float(t[2]), step_s=6.0, warm_end=float(t[20]))
+    tl = Timeline(
+        start=float(t[0]), end=float(t[-1]), train_start=float(t[2]), step_s=6.0, warm_end=float(t[20])
+    )
     tl.steady = (float(t[20]), float(t[75]))
     tl.paused_spans = [
         (float(w[0]), float(w[1])) for w in (triage or {}).get("details", {}).get("pauses") or []
