@@ -48,7 +48,8 @@ def _det_peer_outlier(
             if u is not None and len(u) == vals.shape[1]:
                 vals[r, ~(u >= 1)] = np.nan
     m = g.mask(*focus)
-    if p.get("during_training", pb.name != "exporter_health"):
+    under_load = bool(p.get("during_training", pb.name != "exporter_health"))
+    if under_load:
         m &= tl.training_mask(g.t)
         if tl.warm_end is not None:
             m &= g.t >= tl.warm_end
@@ -68,7 +69,10 @@ def _det_peer_outlier(
     unrest = disarray(dev, g.pack, scale)
     # and within a pause the log names (an evaluation, a save) the GPUs idle: a fault that shows under load
     # (a hot GPU cools with the idle pack) cannot show, so those instants do not date a departure either
-    moving = unrest | fleet_move(med, scale, m) | _in_spans(g.t, tl.paused_spans)
+    # (the monitoring's own signals, scrape times, do not idle with the job: for them a pause is evidence)
+    moving = unrest | fleet_move(med, scale, m)
+    if under_load:
+        moving |= _in_spans(g.t, tl.paused_spans)
     judged = m & ~unrest
     # a GPU's other sign of the same story (a hot GPU's throttled clock) at the same instant corroborates
     bar = np.where(_corroborated(ctx, g, p), CORROBORATED, 1.0)

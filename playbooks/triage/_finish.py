@@ -8,7 +8,6 @@ from typing import Any
 
 from playbooks.log_series import loss_points
 
-from ._bar_anchor import anchor_bar
 from ._events import rank_host, resolve_events, resolve_gpu_bus
 from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
@@ -27,7 +26,6 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
-    anchor_bar(st)
     settle(st)
     steps = sorted(st.steps)
     out.first_step = steps[0] if steps else None

@@ -30,8 +30,6 @@ class _State:
         nonfinite: (time, line, text) of the first line reporting a non-finite loss (an undated one: the last
             dated line's time, and nonfinite_undated).
         tz: seconds east of UTC of the log's local stamps (its `date` header); job_start: that header's time.
-        bar_steps: the steps placed by a progress bar (its start + elapsed); saved_at: (step, time) of the
-            dated checkpoint saves.
         train_start: when a Trainer's progress bar began; total_steps: the steps the trainer said it runs.
         pending_loss: a logged loss waiting for its step; trainer_rank: the rank whose step lines are read.
         trainer_done: the time a trainer said it completed; launcher_ok / launcher_failed: the launcher's
@@ -91,8 +89,6 @@ class _State:
     accused_ranks: list[tuple[int | None, int | None]] = field(default_factory=list)
     torch_hb_timeout: int | None = None
     step_placed: bool = False
-    bar_steps: set[int] = field(default_factory=set)
-    saved_at: list[tuple[int, float]] = field(default_factory=list)
     pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
 
 

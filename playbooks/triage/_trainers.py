@@ -240,7 +240,6 @@ def _tqdm(st: _State, n: int, rank: int | None, bar: tuple[str, ...]) -> None:
         secs = 1.0 / secs if secs > 0 else None
     loss, st.pending_loss = st.pending_loss, None
     record(st, rank, int(step), secs, loss, start + elapsed, n)
-    st.bar_steps.add(int(step))
 
 
 def _hf_dict(st: _State, msg: str) -> bool:
@@ -292,8 +291,6 @@ def _other(st: _State, ts: float | None, msg: str) -> bool:
         s = _HF_SAVE.search(msg)
         if s:
             st.saved.append(int(s.group(1)))
-            if ts is not None:
-                st.saved_at.append((int(s.group(1)), ts))
         return bool(s)
     if "exits " in msg:
         e = _DS_EXIT.search(msg)

@@ -96,3 +96,26 @@ def test_an_evaluation_line_relayed_by_pdsh_is_a_pause():
     assert pauses and len(pauses) == 1
     start, end, length = pauses[0]
     assert length is None and start < end
+
+
+def test_the_monitorings_own_signals_are_not_moved_by_a_pause():
+    """Scrape times do not idle with the job: a host whose GPU exporter starts to time out right after an
+    evaluation is dated where its scrapes slowed, not at the evaluation's start (the pause spans are only for
+    the signals judged under load; a held-out case's scrape timeouts were once dated 15 scrapes early)."""
+    rng = np.random.default_rng(5)
+    t = T0 + STEP * np.arange(N)
+    values = np.abs(rng.normal(0.05, 0.01, (len(HOSTS), N)))
+    bad = 3
+    start = PAUSES[1] + 8  # two scrapes after the evaluation's span ends
+    values[bad, start:] = rng.uniform(6.5, 9.8, N - start)
+    values[bad, start::7] = 0.05  # it comes and goes
+    ctx = _context(np.zeros((len(HOSTS) * 4, N)), _logged_pauses())
+    grid = Grid(t=t, labels=[{"host": h} for h in HOSTS], values=values)
+    ctx = dataclasses.replace(
+        ctx, results={"scrape": grid}, meta={"scrape": {"promql": "scrape", "window_s": STEP}}
+    )
+    pb = load_playbooks()["exporter_health"]
+    pb = dataclasses.replace(pb, rules=tuple(r for r in pb.rules if r.id == "scrape_timeouts"))
+    found = evaluate(ctx, [pb])
+    assert [f.hosts for f in found] == [[HOSTS[bad]]]
+    assert abs(found[0].onset - float(t[start])) <= 2 * STEP
