@@ -24,8 +24,8 @@ from ._compare_figures import (
     robust_sd,
     significant,
 )
-from .anomaly import Shift, distribution_shift
 from .prometheus import PrometheusError, choose_step
+from .shift import Shift, distribution_shift
 
 
 @dataclass

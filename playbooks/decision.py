@@ -183,8 +183,9 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
             if "recurs" in f.extra:
                 f.title += " (one stretch, no driver error on the host: an outage of the monitoring)"
     # rdma-degradation means the job slowed down: without a step-time rise overlapping it, retransmits are a
-    # note (when the job's step time is known at all). A slowdown dated more than 15 min before them is no
-    # evidence either way: the steps' own time across the retransmits' onset says whether they slowed the job
+    # note when the job's step times across their onset say it did not slow. A slowdown dated more than 15 min
+    # before them is no evidence either way: the steps' own time across the retransmits' onset says whether
+    # they slowed the job. Where no step time says either (none before the onset), the finding stands alone
     if ctx.grid("step_time") is not None and not ctx.timeline.stalled:
         slow = [f for f in findings if f.rule == "step_time_regression"]
         for f in findings:
@@ -193,10 +194,13 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
                 and SEV_RANK[f.severity] >= 1
                 and f.onset is not None
                 and not any(s.onset is not None and s.onset >= f.onset - 900 for s in slow)
-                and not _slowed_at(ctx, f.onset)
             ):
-                f.severity = "info"
-                f.title += " (the job did not slow down)"
+                slowed = _slowed_at(ctx, f.onset)
+                if slowed is False:
+                    f.severity = "info"
+                    f.title += " (the job did not slow down)"
+                elif slowed is None:  # no step times on one side of the onset: judged on its own strength
+                    f.title += " (no step times around it say whether the job slowed down)"
 
 
 #: how much slower the steps after an onset must run than just before it to have slowed down at it: the
@@ -204,21 +208,23 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
 _SLOWER = 0.06
 
 
-def _slowed_at(ctx: Context, onset: float) -> bool:
+def _slowed_at(ctx: Context, onset: float) -> bool | None:
     """Whether the job's steps ran slower from `onset` on than just before it: the median step time over the
     15 minutes (at least ten steps) after it against the median over as long before it, training steps only
-    (warm-up, checkpoint saves and the pauses the log names left out), each median of five samples or more."""
+    (warm-up, checkpoint saves and the pauses the log names left out), each median of five samples or more.
+    None when that is unknown: no step time, or fewer samples on either side (a log whose first dated line
+    comes after the onset, the job's first or last minutes)."""
     g = ctx.grid("step_time")
     x = g.single() if g is not None else None
     if g is None or x is None:
-        return False
+        return None
     tl = ctx.timeline
     span = max(900.0, 10 * float(tl.step_s or 0.0))
     valid = tl.valid_training(g.t) & np.isfinite(x)
     before = valid & (g.t >= onset - span) & (g.t < onset)
     after = valid & (g.t >= onset) & (g.t < onset + span)
     if before.sum() < 5 or after.sum() < 5:
-        return False
+        return None
     base = float(np.median(x[before]))
     return base > 0 and float(np.median(x[after])) / base - 1 >= _SLOWER
 

@@ -159,6 +159,9 @@ def _nan(case: Case, rng: random.Random, launch: float, setup: float, step_s: fl
         return 2.4 + 0.35 * d * d + base.gauss(0, 0.1), 8.0 * math.exp(0.45 * d)
 
     tl = build(rng, launch, setup, step_s, None, False, 0, loss_fn=loss_fn)
+    while not any(s.n == k for s in tl.steps):  # slow steps: the budget ended before the blow-up began
+        k = max(1, tl.steps[-1].n // 2)
+        tl = build(rng, launch, setup, step_s, None, False, 0, loss_fn=loss_fn)
     last = tl.steps[-1]
     tl = truncate(tl, last.t, False, rng.uniform(15, 40))
     onset = next(s.t for s in tl.steps if s.n == k)

@@ -59,6 +59,8 @@ def write_log(job: Job, path: Path, job_dir_name: str) -> None:
     prom_port = 9190 + int(rng.integers(0, 3))
     ray_port = int(rng.integers(20000, 52767))
     pass_args = " ".join(f"{k}={v}" for k, v in job.passthrough.items())
+    if w.fmt == "slurm-nemo":
+        w.add(job.start - 1.0, _lt.start_line(job.start - 1.0))
     _header(w, ray_port, pass_args)
     if _lt.kubectl(w.fmt):
         for r, host in enumerate(job.hosts):
@@ -178,7 +180,7 @@ def _setup(w: _Writer, cfg_t: float) -> None:
         w.all_ranks(cfg_t, f"Config param {key}: {job.config[key]}")
     if "hb_printed" in job.variants:
         line = f"jax.distributed heartbeat_timeout_seconds={job.hb_timeout}"
-        w.add(cfg_t + 1, _absl("I", cfg_t + 1, w.pids[0], "main.py:81") + line, 0)
+        w.add(cfg_t + 1, _absl("I", cfg_t + 1, w.pids[0], "main.py:81", w.tz) + line, 0)
     w.all_ranks(cfg_t + 5, f"number parameters: {float(w.rng.uniform(7, 400)):.3f} billion")
     w.all_ranks(cfg_t + 6, "Memstats: After params initialized:")
     if job.restored_from is None:
@@ -196,16 +198,16 @@ def _setup(w: _Writer, cfg_t: float) -> None:
                 f"{h}:{w.pids[r]}:{w.pids[r] + 17} [0] init.cc:2095 NCCL WARN MSCCL++: Feature not enabled",
                 r,
             )
-    for r in range(job.nodes):
+    for r in range(job.nodes if w.fmt != "slurm-nemo" else 0):  # NeMo's own log has no barrier lines
         w.add(
             job.train_start - 30,
-            _absl("I", job.train_start - 30, w.pids[r], "train.py:612")
+            _absl("I", job.train_start - 30, w.pids[r], "train.py:612", w.tz)
             + "====== BARRIER: Synchronizing hosts before training loop ======",
             r,
         )
         w.add(
             job.train_start - 1,
-            _absl("I", job.train_start - 1, w.pids[r], "train.py:615")
+            _absl("I", job.train_start - 1, w.pids[r], "train.py:615", w.tz)
             + "====== BARRIER PASSED: Starting training loop ======",
             r,
         )
@@ -221,6 +223,8 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
             _quiet_step(w, i, te, job_dir_name)
             continue
         secs = float(job.step_secs[i])
+        if w.fmt == "slurm-nemo":  # NeMo times the step alone: not the save or validation before it
+            secs -= job.ckpt_extra.get(int(step) - 1, 0.0) + job.eval_extra.get(int(step) - 1, 0.0)
         tf = float(job.tflops_s[i])
         mfu = tf / 2500.0 * 100 if job.gpu.name == "MI355X" else None
         mfu_s = f", MFU: {mfu:.2f}%" if mfu is not None else ""
@@ -233,7 +237,7 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
             w.add(te, _lt.step_line(w.fmt, te, int(step), secs, float(job.loss[i]), job.steps_total), 0)
         for r in range(K if not w.fmt else 0):
             jit = float(w.rng.random()) * 0.05
-            pre = w.ray(r) + (_absl("I", te + jit, w.pids[r], "metric_logger.py:190") if w.absl else "")
+            pre = w.ray(r) + (_absl("I", te + jit, w.pids[r], "metric_logger.py:190", w.tz) if w.absl else "")
             w.add(te + jit, pre + body, r)
         _quiet_step(w, i, te, job_dir_name)
 
@@ -241,10 +245,17 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
 def _quiet_step(w: _Writer, i: int, te: float, job_dir_name: str) -> None:
     """A step's other lines, printed or not: its checkpoint save and, now and then, the TensorBoard reminder."""
     step = int(w.job.step_num[i])
+    nemo = w.fmt == "slurm-nemo"
+    saving = w.job.ckpt_extra.get(step, 0.0) if step in w.job.ckpt_steps else 0.0
     if step in w.job.ckpt_steps:
-        w.add(te + 1, w.ray(0) + f"Saved a checkpoint at step {step}.", 0)
+        line = _lt.save_line(step, te, saving) if nemo else w.ray(0) + f"Saved a checkpoint at step {step}."
+        w.add(te + (saving if nemo else 1), line, 0)
     took = w.job.eval_extra.get(step)
-    if took is not None:  # Hugging Face's evaluation dict, printed (undated) when the evaluation ends
+    if took is not None and nemo:  # NeMo's validation line, dated (local) when it ends, with its length
+        ends = te + saving + took
+        loss = float(w.job.loss[i]) + 0.05
+        w.add(ends, _lt.nemo_dated(ends, f"validation at step {step}: val_loss={loss:.4f} ({took:.1f}s)"), 0)
+    elif took is not None:  # Hugging Face's evaluation dict, printed (undated) when the evaluation ends
         loss = float(w.job.loss[i]) + 0.05
         w.add(
             te + took - 0.2,

@@ -70,8 +70,11 @@ def _trainer_end(job: Job, w: _Writer, t: float, *, failed: bool) -> None:
             f"Total running time: {ran}",
             0,
         )
+    elif w.fmt == "slurm-nemo" and not failed:
+        stop = f"`Trainer.fit` stopped: `max_steps={int(job.step_num[-1]) + 1}` reached."
+        w.add(t, _lt.nemo_dated(t, stop), 0)
     elif w.trainer_end == "absl" and not failed:
-        w.add(t, w.ray(0) + _absl("I", t, w.pids[0], "train.py:1043") + "Training finished.", 0)
+        w.add(t, w.ray(0) + _absl("I", t, w.pids[0], "train.py:1043", w.tz) + "Training finished.", 0)
 
 
 def _scenario_ending(job: Job, w: _Writer) -> None:
@@ -165,7 +168,7 @@ def _hang_ending(job: Job, w: _Writer) -> None:
     if "heartbeat_kill" in job.variants:
         _heartbeat_ending(job, w, float(job.crash_time or end))
         return
-    stamp = _utc(end).strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = _utc(end + w.tz).strftime("%Y-%m-%dT%H:%M:%S")  # Slurm prints its local time
     w.add(end - 5, f"slurmstepd: error: *** STEP {job.job_id}.0 ON {hosts[0]} CANCELLED AT {stamp} ***")
     w.add(end - 4, f"srun: Terminating StepId={job.job_id}.0")
     for r, host in enumerate(hosts):
@@ -195,7 +198,7 @@ def _heartbeat_ending(job: Job, w: _Writer, crash: float) -> None:
     name, hosts = job.scenario.name, job.hosts
     if w.fmt and name != "node-death":
         for a in job.accused_tasks:
-            for t, line in _lt.torch_heartbeat_kill(crash, a * job.gpus, job.hb_timeout, w.pids[a]):
+            for t, line in _lt.torch_heartbeat_kill(crash, a * job.gpus, job.hb_timeout, w.pids[a], w.tz):
                 w.add(t, line, a)
     else:
         _jax_heartbeat_kill(job, w, crash)
@@ -215,7 +218,7 @@ def _jax_heartbeat_kill(job: Job, w: _Writer, crash: float) -> None:
     name = job.scenario.name
     w.add(
         crash,
-        _absl("E", crash, 9012, "client.cc:84") + "UNAVAILABLE: The following tasks are unhealthy "
+        _absl("E", crash, 9012, "client.cc:84", w.tz) + "UNAVAILABLE: The following tasks are unhealthy "
         "(stopped sending heartbeats):",
         0,
     )
@@ -231,13 +234,13 @@ def _jax_heartbeat_kill(job: Job, w: _Writer, crash: float) -> None:
             continue
         w.add(
             crash + 0.5,
-            _absl("E", crash + 0.5, 9013, "coordination_service_agent.cc:335")
+            _absl("E", crash + 0.5, 9013, "coordination_service_agent.cc:335", w.tz)
             + "Polled error from coordination service: UNAVAILABLE",
             r,
         )
         w.add(
             crash + 0.6,
-            _absl("F", crash + 0.6, 9013, "client.h:77")
+            _absl("F", crash + 0.6, 9013, "client.h:77", w.tz)
             + "Terminating process because the JAX distributed service detected fatal errors.",
             r,
         )
@@ -294,7 +297,7 @@ def _slurm_node_failure(job: Job, w: _Writer, crash: float) -> None:
     """Slurm notices the lost node: the step is cancelled due to node failure and the survivors get SIGTERM."""
     hosts = job.hosts
     dead = job.accused_tasks[0]
-    stamp = _utc(crash).strftime("%Y-%m-%dT%H:%M:%S")
+    stamp = _utc(crash + w.tz).strftime("%Y-%m-%dT%H:%M:%S")  # Slurm prints its local time
     w.add(crash, f"srun: error: Node failure on {hosts[dead]}")
     w.add(
         crash + 1,

@@ -7,7 +7,13 @@ real tools print them, so the triage's readers of these formats are exercised en
   (UTC+5:30): ``[rank0]:[titan] 2026-06-02 08:00:00,000 - root - INFO - step:    12  loss:  9.6370 ...``;
 - ``kubectl-nemo``: the same prefix; rank 0 logs NeMo's (Megatron-core through Lightning) undated
   ``Training epoch 0, iteration 12/9999 | ... | reduced_train_loss: 9.5 | train_step_timing in s: 4.662 | ...``;
-- ``srun-nemo``: NeMo's undated step lines behind srun's task label (``0: ``), the seed's other lines as they are.
+- ``srun-nemo``: NeMo's undated step lines behind srun's task label (``0: ``), the seed's other lines as they are;
+- ``slurm-nemo``: NeMo as a plain Slurm script runs it: the script's ``Start: Wed Jun 24 05:04:06 CEST 2026``
+  (local time, UTC+2) first, no dated line before the steps (no barrier), every step undated with its own
+  duration (``train_step_timing in s``: the step alone, without the save or validation after the one before),
+  Megatron-core's ``Global Checkpoint Save : Rank: 0 : Iteration: N : Start time: <unix>s : Save duration:
+  <s>s``, NeMo's dated (local) ``validation at step N: val_loss=X (Ys)`` after each evaluation
+  (`eval_pauses`, `sparse_evals`) and ```Trainer.fit` stopped: `max_steps=N` reached.`` at the end.
 
 These are PyTorch trainers: a heartbeat kill is PyTorch's NCCL heartbeat monitor's (`torch_heartbeat_kill`),
 not the JAX coordinator's. Every other line of the log stays in the seed's grammar.
@@ -17,8 +23,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-LOG_FORMATS = ("kubectl-titan", "kubectl-nemo", "srun-nemo")
+LOG_FORMATS = ("kubectl-titan", "kubectl-nemo", "srun-nemo", "slurm-nemo")
 _TITAN_TZ = dt.timezone(dt.timedelta(hours=5, minutes=30))
+#: the machines' zone of a format whose job script prints it (slurm-nemo's `Start:` line), seconds east of UTC
+_LOCAL_TZ = {"slurm-nemo": 7200.0}
+_CEST = dt.timezone(dt.timedelta(seconds=_LOCAL_TZ["slurm-nemo"]))
 
 
 def check(fmt: str) -> None:
@@ -43,6 +52,27 @@ def pod_prefix(job_id: str, rank: int, ts: float) -> str:
 
 def pod_env(job_id: str, rank: int, host: str) -> str:
     return f"NODE_NAME={host} POD_NAME={pod_name(job_id, rank)} NODE_RANK={rank}"
+
+
+def local_tz(fmt: str) -> float:
+    """Seconds east of UTC of the local stamps a log of format `fmt` prints (absl's, c10's, NeMo's)."""
+    return _LOCAL_TZ.get(fmt, 0.0)
+
+
+def nemo_dated(ts: float, text: str) -> str:
+    """NeMo's logger line at `ts`, in the machine's local time (slurm-nemo: UTC+2)."""
+    return f"[NeMo I {dt.datetime.fromtimestamp(ts, _CEST):%Y-%m-%d %H:%M:%S} nemo_logging:393] {text}"
+
+
+def start_line(ts: float) -> str:
+    """The job script's ``echo "Start: $(date)"`` (slurm-nemo), in the local zone."""
+    d = dt.datetime.fromtimestamp(ts, _CEST)
+    return f"Start: {d:%a %b} {d.day:>2} {d:%H:%M:%S} CEST {d.year}"
+
+
+def save_line(step: int, began: float, took: float) -> str:
+    """Megatron-core's report of a checkpoint save under NeMo (slurm-nemo): its start in unix seconds."""
+    return f"Global Checkpoint Save : Rank: 0 : Iteration: {step} : Start time: {began:.3f}s : Save duration: {took:.3f}s"
 
 
 def step_line(fmt: str, ts: float, step: int, secs: float, loss: float, total: int) -> str:
@@ -71,24 +101,27 @@ _STUCK = (
 )
 
 
-def _c10(sev: str, ts: float, where: str) -> str:
-    """c10's log header (UTC, as the seed's absl lines): ``[E0301 10:20:00.086705123 ProcessGroupNCCL.cpp:1423] ``."""
-    d = dt.datetime.fromtimestamp(ts, dt.UTC)
+def _c10(sev: str, ts: float, where: str, tz: float = 0.0) -> str:
+    """c10's log header in the machine's local time (`tz` seconds east of UTC; the seed's: UTC):
+    ``[E0301 10:20:00.086705123 ProcessGroupNCCL.cpp:1423] ``."""
+    d = dt.datetime.fromtimestamp(ts + tz, dt.UTC)
     return f"[{sev}{d:%m%d %H:%M:%S}.{d.microsecond:06d}{int(ts * 1e9) % 1000:03d} {where}] "
 
 
-def torch_heartbeat_kill(kill: float, grank: int, timeout: int, pid: int) -> list[tuple[float, str]]:
+def torch_heartbeat_kill(
+    kill: float, grank: int, timeout: int, pid: int, tz: float = 0.0
+) -> list[tuple[float, str]]:
     """Return (time, line) of PyTorch's NCCL heartbeat monitor killing global rank `grank` at `kill` (its
     watchdog made no progress for `timeout` s), as ProcessGroupNCCL.cpp and torchrun print it: the monitor's
     error behind torchrun's rank label, its fatal exit once the debug info is dumped, then the agent's report
     of the aborted worker (SIGABRT, exitcode -6)."""
     pg = f"[PG ID 0 PG GUID 0(default_pg) Rank {grank}] "
-    agent = dt.datetime.fromtimestamp(kill + 21.0, dt.UTC)
+    agent = dt.datetime.fromtimestamp(kill + 21.0 + tz, dt.UTC)
     return [
         (
             kill,
             f"[rank{grank}]:"
-            + _c10("E", kill, "ProcessGroupNCCL.cpp:1423")
+            + _c10("E", kill, "ProcessGroupNCCL.cpp:1423", tz)
             + pg
             + "Heartbeat monitor timed out! "
             "Process will be terminated after dumping debug info. workMetaList_.size()=1",
@@ -96,7 +129,7 @@ def torch_heartbeat_kill(kill: float, grank: int, timeout: int, pid: int) -> lis
         (
             kill + 20.0,
             f"[rank{grank}]:"
-            + _c10("F", kill + 20.0, "ProcessGroupNCCL.cpp:1224")
+            + _c10("F", kill + 20.0, "ProcessGroupNCCL.cpp:1224", tz)
             + pg
             + _STUCK.format(timeout=timeout),
         ),

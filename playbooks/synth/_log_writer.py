@@ -14,8 +14,9 @@ def _utc(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, tz=dt.UTC)
 
 
-def _absl(sev: str, ts: float, tid: int, where: str) -> str:
-    d = _utc(ts)
+def _absl(sev: str, ts: float, tid: int, where: str, tz: float = 0.0) -> str:
+    """absl's (glog's) line prefix, in the machine's local time: `tz` seconds east of UTC."""
+    d = _utc(ts + tz)
     return f"{sev}{d:%m%d %H:%M:%S}.{d.microsecond:06d} {tid} {where}] "
 
 
@@ -30,6 +31,7 @@ class _Writer:
         self.seq = 0
         self.absl = bool(rng.random() < 0.7)
         self.fmt = job.log_format  # "" the seed's grammar, else one of _log_trainers.LOG_FORMATS
+        self.tz = _lt.local_tz(self.fmt)  # the machines' zone, seconds east of UTC: their local stamps'
         self.pids = [int(x) for x in rng.integers(20_000, 90_000, job.nodes)]
         ex = job.exporters  # the trainer's log habits (None: the seed system's, every step and no end line)
         self.every = ex.log_every if ex is not None else 1  # a step line every this many steps

@@ -60,7 +60,9 @@ def _simulate_steps(job: Job, rng: np.random.Generator, slowdown: Callable[[floa
             job.eval_extra[step] = float(eval_rng.uniform(evals[1], evals[2]))
         step += 1
     if evals and job.eval_extra:
-        job.notes.append(f"an evaluation every {int(evals[0])} steps pauses training for 60-95 s")
+        job.notes.append(
+            f"an evaluation every {int(evals[0])} steps pauses training for {evals[1]:.0f}-{evals[2]:.0f} s"
+        )
     job.step_num = np.array(nums, dtype=int)
     job.step_end = np.array(ends)
     job.step_secs = np.array(secs)

@@ -109,6 +109,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - healthy, thermal-straggler, rdma-degradation `eval_pauses`: the trainer evaluates every 40-60 steps (Hugging
   Face's `eval_steps`), each evaluation pausing training for 60-95 s between two steps; rank 0 prints HF's
   undated ``{'eval_loss': ..., 'eval_runtime': 63.2, ...}`` when it ends. Nobody's fault: a pause, not slow steps.
+- healthy, thermal-straggler, rdma-degradation `sparse_evals`: the trainer validates only every 70-110 steps
+  (NeMo's `val_check_interval`), each validation pausing training for 25-45 s: in a `slurm-nemo` log its dated
+  line is the first time the log gives after its start, often after the incident's onset.
 - training-instability `nan_traceback`: the loss turns NaN at the onset's step and the trainer raises at once,
   before that step's line is printed: the only report is an undated Python traceback (a `FloatingPointError:
   NaN loss at step N` or Megatron-core's `found NaN in local grad norm`), and the job fails (exit 1).
@@ -152,6 +155,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "noisy_spin": "collective-hang",
     "mixed_models": ("collective-hang", "healthy"),
     "eval_pauses": ("healthy", "thermal-straggler", "rdma-degradation"),
+    "sparse_evals": ("healthy", "thermal-straggler", "rdma-degradation"),
     "hb_net_blip": "heartbeat-false-positive",
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
@@ -188,6 +192,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["mixed_models"] = float(stream(job, 27).uniform(1.7, 2.1))
     if "eval_pauses" in job.opt_in:
         v["eval_pauses"] = (int(stream(job, 47).integers(40, 61)), 60.0, 95.0)  # (every N steps, seconds)
+    if "sparse_evals" in job.opt_in:
+        v["eval_pauses"] = (int(stream(job, 48).integers(70, 111)), 25.0, 45.0)
     return v
 
 

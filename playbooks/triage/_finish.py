@@ -15,7 +15,7 @@ from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint,
 from ._pauses import pause_windows
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
-from ._trainers import settle
+from ._trainers import place_leading, settle
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
 # the seed table's training classes but the hang itself and NCCL timeouts, which a hang causes.
@@ -26,6 +26,7 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
+    place_leading(st)
     settle(st)
     steps = sorted(st.steps)
     out.first_step = steps[0] if steps else None

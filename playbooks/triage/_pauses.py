@@ -37,6 +37,8 @@ _LENGTH = re.compile(
     r"\b(?:runtime|time|took|duration|elapsed)\b\W{0,4}(" + _NUM + r")\s*(ms|s|sec|secs|seconds)?\b",
     re.IGNORECASE,
 )
+#: NeMo's validation line ends with its length: ``validation at step 150: val_loss=5.4490 (34.5s)``
+_PAREN = re.compile(r"\((" + _NUM + r")\s*(ms|s)\)\s*$")
 #: the host pdsh puts before each line it relays ("gpu-031: eval step 116: eval_loss=2.2204")
 _HOST_LABEL = re.compile(r"^[A-Za-z][\w.-]{0,62}: ")
 #: substrings one of which a line must hold to be an evaluation's (TRIGGERS of the scan)
@@ -63,7 +65,7 @@ def pause_line(st: _State, ts: float | None, msg: str) -> bool:
     elif (b := _LIGHTNING.match(text)) is not None:
         length = int(b.group(1) or 0) * 3600 + int(b.group(2)) * 60 + int(b.group(3))
     elif _GENERIC.match(text):
-        s, t = _STEP.search(text), _LENGTH.search(text)
+        s, t = _STEP.search(text), _LENGTH.search(text) or _PAREN.search(text)
         step = int(s.group(1)) if s else None
         if t:
             length = float(t.group(1)) / (1000.0 if (t.group(2) or "").lower() == "ms" else 1.0)
@@ -94,14 +96,17 @@ def pause_windows(st: _State, points: Sequence[Sequence[float | None]]) -> list[
     steps = [s for s, _ in timed]
     times = sorted(float(p[0]) for p in points if p and p[0] is not None)
     out: dict[int, list[float | None]] = {}
-    for after, ts, length in [*st.pauses, *((s, None, None) for s in st.saved)]:
+    saves = [(s, *st.save_lengths[s]) if s in st.save_lengths else (s, None, None) for s in st.saved]
+    for after, ts, length in [*st.pauses, *saves]:
         k = bisect.bisect_right(steps, after) - 1
-        start = float(timed[k][1]) if k >= 0 else None
+        start = step_t = float(timed[k][1]) if k >= 0 else None
         if ts is not None and length is not None:
             start = min(start, ts - length) if start is not None else ts - length
         if start is None:
             continue
-        j = bisect.bisect_right(times, start + 0.01)  # the points are rounded to the millisecond
+        # the first point after the step before it (a stamp to the second may put its start a little before
+        # that step's own time); the points are rounded to the millisecond
+        j = bisect.bisect_right(times, (step_t if step_t is not None else start) + 0.01)
         end = times[j] if j < len(times) else start + (length or 0.0)
         if after not in out:
             out[after] = [start, end, length]

@@ -43,6 +43,7 @@ class _State:
         stuck watchdog; torch_hb_timeout: the monitor's timeout its exit message printed (`_torch`).
         step_placed: the last step line read was placed so (its time is the earliest it can have ended).
         pauses: (the step it followed, the line's time, its length) of each evaluation the log names (`_pauses`).
+        save_lengths: step -> (when training went on, the save's length) of the saves whose report times them.
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -90,6 +91,7 @@ class _State:
     torch_hb_timeout: int | None = None
     step_placed: bool = False
     pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
+    save_lengths: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -52,7 +52,10 @@ _ZONES = {
 _MEG_ITER = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 _MEG_MS = re.compile(r"elapsed time per iteration \(ms\):\s*([0-9.]+)")
 _NEMO_S = re.compile(r"train_step_timing in s:\s*([0-9.]+)")
-_NEMO_SAVE = re.compile(r"Global Checkpoint Save : Rank: \d+ : Iteration: (\d+)")
+# Megatron-core's save report under NeMo: when the save began (unix seconds) and how long it took
+_NEMO_SAVE = re.compile(
+    r"Global Checkpoint Save : Rank: \d+ : Iteration: (\d+)(?: : Start time: ([0-9.]+)s : Save duration: ([0-9.]+)s)?"
+)
 _PL_SAVE = re.compile(r"\bglobal step (\d+): .*\bsaving model to ")
 _PL_RESTORE = re.compile(r"Restoring states from the checkpoint path at \S*?step=(\d+)")
 _TITAN_START = re.compile(r"^Training starts at step (\d+)")
@@ -312,6 +315,12 @@ def _lightning_titan(st: _State, ts: float | None, msg: str) -> bool:
     saved = _NEMO_SAVE.search(msg) or _PL_SAVE.search(msg) if "ave" in msg or "aving" in msg else None
     if saved:
         st.saved.append(int(saved.group(1)))
+        if saved.re is _NEMO_SAVE and saved.group(2) and ts is None:
+            # the save's own clock dates the line: it ended (training went on) its duration after it began
+            began, took = float(saved.group(2)), float(saved.group(3))
+            if began > 1e9:
+                st.save_lengths[int(saved.group(1))] = (began + took, took)
+                st.clock = began + took
         return True
     if msg.startswith("Finished saving the checkpoint") and last is not None:
         st.saved.append(last)
@@ -322,6 +331,34 @@ def _lightning_titan(st: _State, ts: float | None, msg: str) -> bool:
         st.restored = restored if restored > 0 else st.restored
         return True
     return False
+
+
+def place_leading(st: _State) -> None:
+    """Date the undated step lines before the log's first timed step by their own durations, back from it.
+
+    A trainer that prints every step undated (NeMo's) with a dated line only now and then (a validation, a
+    save's report) leaves the steps before its first dated line with no time: the durations they print
+    place them, each the next one's duration (per step between two printed steps) before the next, less
+    the pauses the log names and times after it (an evaluation's, a save's length). A pause it names
+    without a length leaves the steps before it that much late. A step that would have ended before the
+    job's start (its `date` line) ends the placing: the durations do not account for the time before."""
+    timed = [s for s in sorted(st.steps) if st.steps[s][3] is not None]
+    if not timed:
+        return
+    nxt = timed[0]
+    paused = {after: length for after, _ts, length in st.pauses if length is not None}
+    for s, (_end, length) in st.save_lengths.items():  # a save and a validation after the same step: both
+        paused[s] = paused.get(s, 0.0) + length
+    t = float(st.steps[nxt][3] or 0.0)
+    for s in sorted((s for s in st.steps if s < nxt), reverse=True):
+        secs = st.steps[nxt][0]
+        if math.isnan(secs):
+            return
+        t -= secs * (nxt - s) + paused.get(s, 0.0)
+        if st.job_start is not None and t < st.job_start:
+            return
+        st.steps[s] = (*st.steps[s][:3], t, st.steps[s][4])
+        nxt = s
 
 
 def settle(st: _State) -> None:

@@ -200,7 +200,7 @@ def test_a_uniform_shift_is_found_when_each_host_background_differs_between_runs
     same-host deltas scatter, the distribution's shift does not."""
     import numpy as np
 
-    from playbooks.anomaly import distribution_shift
+    from playbooks.shift import distribution_shift
 
     rng = np.random.default_rng(4)
     base = 10 + rng.uniform(0, 8, 16)

@@ -99,15 +99,16 @@ def test_an_evaluation_line_relayed_by_pdsh_is_a_pause():
 
 
 def test_the_monitorings_own_signals_are_not_moved_by_a_pause():
-    """Scrape times do not idle with the job: a host whose GPU exporter starts to time out right after an
-    evaluation is dated where its scrapes slowed, not at the evaluation's start (the pause spans are only for
-    the signals judged under load). A guard only: this shape passes with the spans applied to every rule too;
-    the held-out case whose scrape timeouts they dated 15 scrapes early was not reproduced here."""
+    """Scrape times do not idle with the job: a host whose GPU exporter starts to time out within the span the
+    log gives an evaluation (an undated evaluation's span runs from the step line before it to the one after)
+    is dated where its scrapes slowed, not at the span's start (the pause spans are only for the signals judged
+    under load). The held-out shape: its scrape timeouts were dated at a save's start, 15 scrapes early. With
+    the spans applied to every rule this test fails (onset at the span's start, 4 scrapes early)."""
     rng = np.random.default_rng(5)
     t = T0 + STEP * np.arange(N)
     values = np.abs(rng.normal(0.05, 0.01, (len(HOSTS), N)))
     bad = 3
-    start = PAUSES[1] + 8  # two scrapes after the evaluation's span ends
+    start = PAUSES[1] + 4  # within the span the log gives the evaluation
     values[bad, start:] = rng.uniform(6.5, 9.8, N - start)
     values[bad, start::7] = 0.05  # it comes and goes
     ctx = _context(np.zeros((len(HOSTS) * 4, N)), _logged_pauses())
