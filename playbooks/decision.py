@@ -233,8 +233,8 @@ def _recurs(ctx: Context, f: Finding) -> bool:
     """Whether a finding's departure recurs on one of its hosts: at least `recurs` separate stretches
     where the host's value stands above the midpoint between the pack's level and its own peak (scrape
     timeouts that come and go, not one hung exporter that timed out for a few minutes once)."""
-    if "recurs" not in f.extra:
-        return False
+    if "recurs" not in f.extra or f.extra.get("censored"):
+        return False  # a stretch the data's end cut short cannot show that it recurs: it needs corroboration
     want, query = f.extra["recurs"]
     g = ctx.grid(query)
     if g is None:
@@ -348,8 +348,10 @@ def _culprit_gpus(klass: str, hosts: list[str], same: list[Finding]) -> list[dic
                 gpu_by_host[f.hosts[0]] = list(f.gpus)
                 break
     out: list[dict[str, Any]] = []
+    # a driver fault is named on the GPUs whose driver reported its own error (an Xid names its GPU)
+    named = ("thermal-straggler", "gpu-hardware-fault", "gpu-driver-fault")
     for h in hosts:
-        gl = gpu_by_host.get(h) or [] if klass in ("thermal-straggler", "gpu-hardware-fault") else []
+        gl = gpu_by_host.get(h) or [] if klass in named else []
         out += [{"host": h, "gpu": g} for g in gl] if gl else [{"host": h, "gpu": None}]
     return out
 

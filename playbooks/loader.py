@@ -173,7 +173,7 @@ def _rule(raw: Mapping[str, Any], queries: set[str], where: str) -> RuleSpec:
     params = raw.get("params", {})
     if not isinstance(params, Mapping):
         raise PlaybookError(f"{where}: params must be a table")
-    for key in ("mask", "gpu_detail", "onset_from", "gpu_query"):
+    for key in ("mask", "failed", "gpu_detail", "onset_from", "gpu_query"):
         if key in params and params[key] not in qs:
             raise PlaybookError(
                 f"{where}: params.{key} names {params[key]!r}, which is not among its queries"

@@ -132,8 +132,8 @@ DETECTORS: dict[str, DetectorSpec] = {
             "peer_outlier",
             _det_peer_outlier,
             ("series",),
-            ("up",),
-            params="direction mask during_training z min_rel min_duration min_fraction max_share onset_z ramp_window alpha job_gpus corroborate corroborate_direction",
+            ("up", "target up"),
+            params="direction mask failed during_training z min_rel min_duration min_fraction max_share onset_z ramp_window alpha job_gpus corroborate corroborate_direction",
         ),
         _spec(
             "frozen_exporter",

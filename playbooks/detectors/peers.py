@@ -24,6 +24,7 @@ from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding
+from ._censored import censored_start, failed_scrapes
 from ._tenant import job_rows
 
 
@@ -80,13 +81,18 @@ def _det_peer_outlier(
     cond = _beyond(d, scale, med, away, p, bar)
     cond &= judged[None, :]
     cond &= ~np.isnan(vals)
+    # a scrape that failed while the host answered timed out or was refused, whatever duration it stored
+    refused = failed_scrapes(ctx, g, p) & judged[None, :]
+    cond |= refused
     length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    flagged = _flag(ctx, g, cond, judged, length, p)
+    cut: set[int] = set()
+    flagged = _flag(ctx, g, cond, judged, length, p, cut)
     # a host whose GPUs stand out together is judged against itself: what its GPUs share is its own
     least = float(p.get("min_rel", 0.0)) * np.abs(med)
     warm = _host_wide(g, flagged, (d, zz, cond), scale, (float(p.get("z", 6.0)), least))
     if warm:
-        flagged = _flag(ctx, g, cond, judged, length, p)
+        cut.clear()
+        flagged = _flag(ctx, g, cond, judged, length, p, cut)
     if not flagged and warm:
         return _host_note(ctx, pb, rule, g, warm, sign)
     if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
@@ -104,7 +110,9 @@ def _det_peer_outlier(
             hosts.append(h)
         if gpu is not None:
             gpus.append(gpu)
-        peak_i = int(np.nanargmax(np.where(cond[r], d[r], -np.inf)))
+        # the peak of what it stored (a failed scrape's duration tells nothing), else of the failures
+        slow = cond[r] & ~refused[r]
+        peak_i = int(np.nanargmax(np.where(slow if slow.any() else cond[r], d[r], -np.inf)))
         ev.append(
             _ev(
                 ctx,
@@ -114,10 +122,24 @@ def _det_peer_outlier(
                 f"{'above' if sign > 0 else 'below'} the pack's median {med[peak_i]:.4g} by "
                 f"{abs(d[r, peak_i]):.3g} (beyond its own usual offset; pack spread {spread[peak_i]:.2g}) "
                 f"at {fmt_time(float(g.t[peak_i]))}; left the pack at {fmt_time(t_on)}"
-                + (f"; {p['corroborate']} stood out with it (half the bar)" if bar[r, peak_i] < 1 else ""),
+                + (f"; {p['corroborate']} stood out with it (half the bar)" if bar[r, peak_i] < 1 else "")
+                + _stretch_note(g, refused[r, i:], r in cut),
             )
         )
-    return _finding(pb, rule, hosts, gpus, onset, ev)
+    return _finding(pb, rule, hosts, gpus, onset, ev, censored=bool(cut))
+
+
+def _stretch_note(g: Grid, refused: np.ndarray, censored: bool) -> str:
+    """Return what the evidence adds of a stretch's failed scrapes and of the data's end cutting it short."""
+    out = ""
+    if refused.any():
+        out += f"; {int(refused.sum())} scrapes of its GPU exporter failed while its node_exporter answered"
+    if censored:
+        out += (
+            f"; still beyond the pack when the data ends, {g.step * len(refused) / 60:.1f} min after it left: "
+            "a stretch cut short, judged over what was observed"
+        )
+    return out
 
 
 def _scale(spread: np.ndarray, med: np.ndarray) -> np.ndarray:
@@ -180,18 +202,32 @@ def _corroborated(ctx: Context, g: Grid, p: Mapping[str, Any]) -> np.ndarray:
 
 
 def _flag(
-    ctx: Context, g: Grid, cond: np.ndarray, judged: np.ndarray, length: int, p: Mapping[str, Any]
+    ctx: Context,
+    g: Grid,
+    cond: np.ndarray,
+    judged: np.ndarray,
+    length: int,
+    p: Mapping[str, Any],
+    cut: set[int],
 ) -> list[tuple[int, int]]:
     """Return (row, first index of its sustained stretch) of the rows beyond the pack long enough: for
-    `length` of the `judged` instants (those between are no evidence either way)."""
+    `length` of the `judged` instants (those between are no evidence either way). Where the rule's finding
+    needs corroboration (`needs`), a stretch the data's end cuts short is judged over what was observed
+    (`censored_start`, or first_sustained's tail that holds throughout); its rows are added to `cut`."""
     cols = np.nonzero(judged)[0]
     kept = cond[:, cols]
     flagged = []
     for r in range(len(g.labels)):
         frac = float(p.get("min_fraction", 0.8))
         i = first_sustained(kept[r], length, frac)
-        if i is not None and _rare(ctx, g, kept, np.ones(len(cols), bool), r, i, length, p):
-            if "alpha" in p:
+        if i is None and p.get("needs"):
+            i = censored_start(kept[r], length, frac)
+        # a stretch found in the data's last minutes (shorter than the window) is one the end cut short
+        seen = min(length, len(cols) - i) if i is not None and p.get("needs") else length
+        if i is not None and _rare(ctx, g, kept, np.ones(len(cols), bool), r, i, seen, p):
+            if seen < length:
+                cut.add(r)
+            elif "alpha" in p:
                 # a lone failure like the pack's own ahead of the stretch is not its start
                 i = stretch_start(kept[r], i, length, frac, float(p["alpha"]), _per(ctx, g))
             flagged.append((r, int(cols[i])))

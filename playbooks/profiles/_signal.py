@@ -104,6 +104,7 @@ _SIGNAL_INFO: dict[str, tuple[str, str, str, str, str]] = {
     "exporter_scrape_duration": ("monitoring", "host", "gauge", "s", "Exporter's own collection time"),
     "scrape_duration": ("monitoring", "host", "gauge", "s", "Prometheus scrape duration"),
     "up": ("monitoring", "host", "gauge", "", "Target up"),
+    "gpu_up": ("monitoring", "host", "gauge", "", "GPU exporter's target up"),
     # training signals a team's trainer may export (the seeds' list); no built-in profile has them
     "dataloader_wait": ("training", "job", "gauge", "s", "Data-loader wait per step"),
     "checkpoint_save_time": ("training", "job", "gauge", "s", "Checkpoint save latency"),

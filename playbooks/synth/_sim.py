@@ -69,6 +69,8 @@ def simulate(job: Job) -> Job:
             )
         hs = s.host
         _variants_apply.exporter_stall(job, hs.timeouts, hs.scrape, hs.gpu_present, grid.t)
+    if "restart_at_end" in job.variants:
+        _variants_apply.restart_at_end(job, s.host.gpu_present, grid.t)
     if "culprit_stall" in job.variants:
         secs, into = job.variants["culprit_stall"]
         at = (s.inc.host, s.inc.onset + into * float(s.inc.slow.ramp), secs)
@@ -99,6 +101,8 @@ def _incident(job: Job, rng: np.random.Generator) -> Incident:
     job.variants = _variants.choose(job)
     _variants_thermal.choose(job, job.variants)
     _ending(job, rng, onset)
+    if "late_driver" in job.variants:  # the fault starts minutes before the data ends
+        onset = job.job_end - float(job.variants["late_driver"][0])
     return Incident(host=culprit_h, gpu=culprit_g, onset=onset, slow=_slowdown(job, rng, onset))
 
 

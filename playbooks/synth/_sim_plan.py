@@ -105,6 +105,9 @@ class Job:
     )  # host index -> grid index it thaws at (else never)
     scrape_timeout_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N)
     failed_scrape_mask: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) GPU scrape failed
+    gpu_down: np.ndarray = field(
+        default_factory=lambda: np.zeros(0)
+    )  # (K, N) GPU scrape refused (late_driver)
     exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
     monitoring_outage: tuple[float, float] | None = None  # (start, end): Prometheus stored no sample
     # what the simulation decided on the way, for the log and the truth

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import _variants_apply, _variants_thermal
+from . import _variants, _variants_apply, _variants_thermal
 from ._sim_plan import TIB, GpuFault
 from ._sim_state import Sim
 
@@ -184,7 +184,10 @@ def _gpu_driver_fault(s: Sim) -> None:
         hs.scrape[ch] = np.where(win, 12.0, hs.scrape[ch])
         hs.gpu_present[ch] = ~win
         job.driver_xid = GpuFault(host=ch, gpu=int(gpu), t=s.inc.onset)
-        job.culprits = [{"host": job.hosts[ch], "gpu": None}]
+        job.culprits = [{"host": job.hosts[ch], "gpu": str(gpu)}]  # the Xid names the GPU
+        return
+    if "late_driver" in job.variants:
+        _late_driver(s, on)
         return
     hs.timeouts[ch] = on & (rng.random(N) < 0.45)
     hs.scrape[ch] = np.where(hs.timeouts[ch], rng.uniform(11.9, 12.3, N), hs.scrape[ch])
@@ -192,6 +195,22 @@ def _gpu_driver_fault(s: Sim) -> None:
     inc = (on & (rng.random(N) < 0.12)).astype(float) * rng.integers(1, 6, N)
     hs.dmesg[ch] = inc
     job.culprits = [{"host": job.hosts[ch], "gpu": None}]
+
+
+def _late_driver(s: Sim, on: np.ndarray) -> None:
+    """`late_driver`: from the onset to the data's end every scrape of the host's GPU exporter is slow
+    (6.5-9.9 s) and a share of them fail outright (no sample, `up` 0); Xid 119 on one GPU, no dmesg count."""
+    job, hs, ch, N = s.job, s.host, s.inc.host, s.grid.n
+    _, gpu, share = job.variants["late_driver"]
+    r = _variants.stream(job, 50)
+    failed = on & (r.random(N) < share)
+    hs.timeouts[ch] = on & ~failed
+    hs.scrape[ch] = np.where(on, r.uniform(6.5, 9.9, N), hs.scrape[ch])
+    hs.gpu_present[ch] &= ~failed
+    job.gpu_down = np.zeros(hs.timeouts.shape, bool)
+    job.gpu_down[ch] = failed
+    job.driver_xid = GpuFault(host=ch, gpu=int(gpu), t=s.inc.onset)
+    job.culprits = [{"host": job.hosts[ch], "gpu": str(gpu)}]
 
 
 def _gpu_hardware_fault(s: Sim) -> None:

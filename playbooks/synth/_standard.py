@@ -404,14 +404,19 @@ def _targets(lay: _Layout) -> Iterator[Item]:
         up = job.present[h].astype(float)
         yield "up", lay.node_labels(h), t, up, "d"
         if ex.gpu != "none":
+            gup = np.where(late | _failed(job, h) | _down(job, h), 0.0, up)
             for lab, part in lay.gpu_targets(h):
-                yield "up", lab, t, _part(np.where(late | _failed(job, h), 0.0, up), part), "d"
+                yield "up", lab, t, _part(gup, part), "d"
     for h in range(job.nodes):
         dur = np.where(job.present[h], 0.02 + 0.01 * np.sin(np.arange(len(t)) + h) ** 2, 10.0)
         yield "scrape_duration_seconds", lay.node_labels(h), t, dur, "f4"
         if ex.gpu == "none":
             continue
-        gdur = np.where(job.scrape_timeout_mask[h] | _failed(job, h), 9.99, dur)
+        # a slow scrape takes its collection's time (a hung plugin: the 10 s timeout, 9.99 stored)
+        slow = np.minimum(9.99, job.host_sig["scrape"][h])
+        gdur = np.where(_failed(job, h), 9.99, np.where(job.scrape_timeout_mask[h], slow, dur))
+        # a refused scrape (the exporter restarting) fails at once: `up` 0, its duration a few milliseconds
+        gdur = np.where(_down(job, h), 0.004, gdur)
         for lab, part in lay.gpu_targets(h):
             yield "scrape_duration_seconds", lab, t, _part(gdur, part), "f4"
 
@@ -426,6 +431,13 @@ def _part(values: np.ndarray, part: slice) -> np.ndarray:
 def _failed(job: Job, h: int) -> np.ndarray:
     """Return where the GPU exporter's scrapes of host `h` failed at random (none unless asked)."""
     mask = job.failed_scrape_mask
+    return mask[h] if len(mask) else np.zeros(len(job.t), dtype=bool)
+
+
+def _down(job: Job, h: int) -> np.ndarray:
+    """Return where the GPU exporter refused the scrapes of host `h` (no GPU sample: `late_driver`,
+    `restart_at_end`)."""
+    mask = job.gpu_down
     return mask[h] if len(mask) else np.zeros(len(job.t), dtype=bool)
 
 

@@ -58,6 +58,9 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - healthy `exporter_stall`: one host's GPU exporter hangs once for 3-6 minutes mid-run (its scrapes time
   out and its GPU samples are missing for that one stretch, then it serves again), with no driver error in
   the kernel log: one outage of the monitoring, not the recurring timeouts of a GPU driver fault.
+- healthy `restart_at_end`: one host's GPU exporter is restarted 5-9 minutes before the data ends and is not
+  back when the capture is taken: its scrapes are refused (`up` 0 for its target, a scrape duration of a few
+  milliseconds, no GPU sample) to the end, while its node_exporter answers; no driver error anywhere.
 - healthy `stall_in_dip`: the exporter stall (one host, 4-5 minutes) begins as every GPU of the job cools by
   8-14 degC (an evaluation pause, a cooling change) for the stall's length and a minute, recovering over 3
   min: a range query holds the stalled host's last (hot) values up to its lookback while the pack cools.
@@ -66,6 +69,11 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - gpu-driver-fault `xid_stretch`: the GPU's firmware (GSP) stops answering once: one stretch of 3-7 minutes of
   timed-out scrapes on the culprit host, Xid 119 in DCGM's Xid gauge on one of its GPUs from then on, and no
   kernel error count: the Xid is the driver error that tells it from an outage of the monitoring.
+- gpu-driver-fault `late_driver`: the GSP stops answering 9-10.5 minutes before the data ends and stays so: from
+  then on Xid 119 in DCGM's Xid gauge on one GPU (the culprit), every scrape of the host's GPU exporter takes
+  6.5-9.9 s (its peers' a few hundredths) and 25-40 % of them fail outright (the exporter restarting refuses
+  them: `up` 0 for the GPU exporter's target, no GPU sample, a scrape duration of a few milliseconds), no
+  kernel error count: a stretch the data's end cuts short. The GPU exporter's own target (standard profiles).
 - thermal-straggler `culprit_stall`: the hot GPU's host's exporter stalls once for 2-5 minutes while the GPU
   heats (10-50 % into its ramp): its values are held, then it serves again, hotter.
 - training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
@@ -141,6 +149,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "capture_after_end": "healthy",
     "exporter_stall": "healthy",
     "stall_in_dip": "healthy",
+    "restart_at_end": "healthy",
     "watchdog_kill": "collective-hang",
     "heartbeat_kill": "collective-hang",
     "noisy_spin": "collective-hang",
@@ -151,6 +160,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "hb_printed": "heartbeat-false-positive",
     "hb_default": "heartbeat-false-positive",
     "xid_stretch": "gpu-driver-fault",
+    "late_driver": "gpu-driver-fault",
     "missed_dip": ("healthy", "thermal-straggler"),  # _variants_thermal
     "faint_heat": "thermal-straggler",  # _variants_thermal
     "settled_heat": "thermal-straggler",  # _variants_thermal
@@ -253,6 +263,10 @@ def _gpu_driver_fault(job: Any, rng: np.random.Generator, draws: np.ndarray, v: 
     if "xid_stretch" in job.opt_in:
         r = stream(job, 24).uniform(0, 1, 2)
         v["xid_stretch"] = (float(180 + 240 * r[0]), int(r[1] * job.gpus))  # (seconds of timeouts, the GPU)
+    if "late_driver" in job.opt_in:
+        r = stream(job, 49).uniform(0, 1, 3)
+        # (seconds before the data's end, the GPU, the share of its exporter's scrapes that fail)
+        v["late_driver"] = (float(540 + 90 * r[0]), int(r[1] * job.gpus), float(0.25 + 0.15 * r[2]))
 
 
 def _training_instability(job: Any, rng: np.random.Generator, draws: np.ndarray, v: dict[str, Any]) -> None:
@@ -281,6 +295,9 @@ def _healthy(job: Any, rng: np.random.Generator, draws: np.ndarray, v: dict[str,
             float(180 + 180 * r[0]),
             float(0.3 + 0.4 * r[1]),
         )  # (seconds, where in the run)
+    if "restart_at_end" in job.opt_in:
+        r = stream(job, 50).uniform(0, 1, 2)
+        v["restart_at_end"] = (float(300 + 240 * r[0]), 1 + int(r[1] * max(1, job.nodes - 1)))  # (s, host)
     if "stall_in_dip" in job.opt_in:
         r = stream(job, 22).uniform(0, 1, 3)
         v["exporter_stall"] = (float(240 + 60 * r[0]), float(0.3 + 0.4 * r[1]))

@@ -219,6 +219,17 @@ def exporter_stall(
     job.red_herrings["exporter_stall"] = f"{job.hosts[h]} for {secs:.0f} s"
 
 
+def restart_at_end(job: Any, gpu_present: np.ndarray, t: np.ndarray) -> None:
+    """`restart_at_end`: one host's GPU exporter refuses its scrapes from minutes before the data's end on."""
+    secs, h = job.variants["restart_at_end"]
+    h = min(int(h), gpu_present.shape[0] - 1)
+    down = np.zeros(gpu_present.shape, bool)
+    down[h] = t >= float(t[-1]) - secs
+    gpu_present &= ~down
+    job.gpu_down = down
+    job.red_herrings["restart_at_end"] = f"{job.hosts[h]} for {secs:.0f} s"
+
+
 def late_exporter(job: Any, present: np.ndarray) -> None:
     """Half the seeds: one host's exporter comes up one or two scrapes after the others."""
     rng = stream(job, 5)
