@@ -35,11 +35,16 @@ def _plain(sig: Any) -> bool:
     return not sig.fill_filter and bool(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*(\{.*\})?", sig.selector))
 
 
+def add_matchers(selector: str, matchers: Iterable[str]) -> str:
+    """Return one metric selector with more label matchers."""
+    for m in matchers:
+        selector = f"{selector[:-1]}, {m}}}" if selector.endswith("}") else f"{selector}{{{m}}}"
+    return selector
+
+
 def with_matcher(sig: Any, matcher: str) -> Any:
     """Return the signal `sig` (one metric selector) with one more label matcher on its selector."""
-    sel = sig.selector
-    sel = f"{sel[:-1]}, {matcher}}}" if sel.endswith("}") else f"{sel}{{{matcher}}}"
-    return dataclasses.replace(sig, selector=sel)
+    return dataclasses.replace(sig, selector=add_matchers(sig.selector, [matcher]))
 
 
 def bits_expr(sig: Any, threshold: float, gpus: int, agg: str, per_gpu: Callable[[Any], str]) -> str:

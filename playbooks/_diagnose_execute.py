@@ -10,11 +10,13 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ._diagnose_partial import run_planned
+from ._diagnose_peers import ask_in_two
 from ._diagnose_types import PlannedQuery, PlaybookOutput, PlaybookPlan
 from .prometheus import PrometheusClient, PrometheusError, PrometheusUnreachable, Series
 
@@ -89,6 +91,16 @@ def _json_values(grid: np.ndarray) -> list[float | None]:
     return [x if x == x else None for x in values] if np.isnan(grid).any() else values
 
 
+def _ask(client: PrometheusClient, q: PlannedQuery) -> tuple[PlannedQuery, list[Series], str]:
+    """Return (the query as asked, its answer, why it was coarsened or ""): a query with a follow-up is asked
+    in two on the same grid, the second from the first's answer, and answers as its one `promql` would."""
+    if q.follow_up is None:
+        return run_planned(client, q)
+    asked, first, why = run_planned(client, replace(q, promql=q.follow_up.first))
+    grid = (asked.start, asked.end, float(asked.step or 1.0))
+    return replace(asked, promql=q.promql), ask_in_two(client, q.follow_up, q.promql, first, grid), why
+
+
 def _run_queries(
     client: PrometheusClient,
     queries: Sequence[PlannedQuery],
@@ -109,7 +121,7 @@ def _run_queries(
             return
         t0 = time.monotonic()
         try:
-            asked, data, why = run_planned(client, q)
+            asked, data, why = _ask(client, q)
             results[q.name] = _to_result(asked, data)
             if why:
                 results[q.name]["coarsened"] = {"step": asked.step, "asked_step": q.step, "reason": why}

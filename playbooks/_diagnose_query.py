@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._diagnose_bits import _plain, bits_expr, with_matcher
-from ._diagnose_peers import PEERS_MIN_POINTS, peer_expr
+from ._diagnose_peers import PEERS_MIN_POINTS, PeerFollowUp, peer_expr
 from ._diagnose_relabel import Relabel
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
@@ -64,9 +64,14 @@ def render_query(
     # anchored at the start may stop up to a step short of the end)
     aligned = end - math.ceil((end - start) / step - 1e-9) * step
     rel: Relabel | None = None
+    follow: PeerFollowUp | None = None
     if q.signal:
         grid = (aligned, end, (end - aligned) / step + 1)
-        expr, rel = _signal_expr(q, _narrowed(prof.signal(q.signal), only_hosts), wtxt, hosts, gpus, grid)
+        sig = _narrowed(prof.signal(q.signal), only_hosts)
+        expr, rel = _signal_expr(q, sig, wtxt, hosts, gpus, grid)
+        if _peers(q, sig, gpus, grid[2]) and q.kind != "instant":
+            # asked in two: the second part knows the pack's median and the candidates from the first
+            follow = PeerFollowUp.of(sig, q.agg or sig.agg, direction=q.peers, start=aligned, end=end)
     else:
         expr = q.promql.replace("{window}", wtxt)
         for s in q.signals:
@@ -85,7 +90,21 @@ def render_query(
     window_s = w if uses_window else 0.0
     if q.kind == "instant":
         return PlannedQuery(q.name, expr, "instant", start, end, None, window_s, rel)
-    return PlannedQuery(q.name, expr, "range", aligned, end, step, window_s, rel)
+    return PlannedQuery(q.name, expr, "range", aligned, end, step, window_s, rel, follow)
+
+
+def _bits(q: QuerySpec, sig: Any, gpus: int, points: float) -> bool:
+    """Return whether a declared query asks which GPUs reach a value as bits per host (`_diagnose_bits`)."""
+    if q.at_least is None or sig.scope != "gpu" or q.fn or not _plain(sig) or sig.gpu_index:
+        return False
+    return gpus * points >= PEERS_MIN_POINTS
+
+
+def _peers(q: QuerySpec, sig: Any, gpus: int, points: float) -> bool:
+    """Return whether a declared query compares each GPU with the pack in Prometheus (`_diagnose_peers`)."""
+    if not q.peers or sig.scope != "gpu" or q.fn or _bits(q, sig, gpus, points):
+        return False
+    return gpus * points >= PEERS_MIN_POINTS
 
 
 def _signal_expr(
@@ -98,14 +117,7 @@ def _signal_expr(
     points = grid[2]
     fn = q.fn or None
     parts = sig.selector.split(" | ")
-    if (
-        q.at_least is not None
-        and sig.scope == "gpu"
-        and not fn
-        and _plain(sig)
-        and not sig.gpu_index
-        and gpus * points >= PEERS_MIN_POINTS
-    ):
+    if q.at_least is not None and _bits(q, sig, gpus, points):
         # which GPUs reach a value, as bits per host: only where one series per GPU costs more to send
         # and parse than the bits cost Prometheus (8,192 GPUs; not 1,024, where the bits cost it 0.1 s more)
         agg = q.agg or sig.agg
@@ -118,7 +130,7 @@ def _signal_expr(
                 _pushdown(s, None, wtxt, ("host", "gpu"), agg) or s.expr(None, by=("host", "gpu"), agg=agg)
             ),
         )
-    elif q.peers and sig.scope == "gpu" and not fn and gpus * points >= PEERS_MIN_POINTS:
+    elif _peers(q, sig, gpus, points):
         expr = peer_expr(sig, q.agg or sig.agg, direction=q.peers, start=grid[0], end=grid[1])
     elif len(parts) > 1 and sig.is_counter and (q.agg or sig.agg) == "sum":
         # Sum each counter by the output labels first, then join the small results: joining every raw

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._diagnose_peers import PeerFollowUp
 from ._diagnose_relabel import Relabel
 from .errors import PlaybooksError
 
@@ -84,6 +85,8 @@ class PlannedQuery:
         window_s: the range of the query's function in seconds (0 when none), for the detectors.
         relabel: how Stepwise names the answer's series (`promql` answers by the exporter's own labels), or
             None when `promql` names them itself.
+        follow_up: how the query is asked in two, the second rendered from the first's answer (a peer query
+            over many GPUs), or None: `promql` answers it alone, and names its answer (the evidence's query).
     """
 
     name: str
@@ -94,6 +97,7 @@ class PlannedQuery:
     step: float | None
     window_s: float = 0.0
     relabel: Relabel | None = None
+    follow_up: PeerFollowUp | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +109,7 @@ class PlannedQuery:
             "step": self.step,
             "window_s": self.window_s,
             "relabel": self.relabel.to_dict() if self.relabel else None,
+            "follow_up": self.follow_up.to_dict() if self.follow_up else None,
         }
 
     @classmethod
@@ -118,6 +123,7 @@ class PlannedQuery:
             step=None if d.get("step") is None else float(d["step"]),
             window_s=float(d.get("window_s", 0.0)),
             relabel=Relabel.from_dict(d["relabel"]) if d.get("relabel") else None,
+            follow_up=PeerFollowUp.from_dict(d["follow_up"]) if d.get("follow_up") else None,
         )
 
 
