@@ -344,6 +344,10 @@ def _timing(
     )
     start_hint = st.start_time if st.start_time is not None else _start_time(out.config)
     end_time = st.cancel_time or (start_hint + st.wall_s if start_hint is not None and st.wall_s else None)
+    if end_time is not None and st.clock is not None and end_time < st.clock:
+        # the job cannot have ended before its last dated line: the start it was counted from (a job id's
+        # stamp) was when the job was submitted, not when it started (it waited in the queue)
+        end_time = st.clock
     stall = None
     if last_ts is not None and end_time is not None:
         stall = end_time - last_ts
