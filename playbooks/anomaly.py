@@ -374,6 +374,9 @@ def change_points(
     steady fall that is no noise. (A steady rise stays in the scale: a climb is `climbs`' to judge.) Only
     `valid` points (warm-up and checkpoint windows excluded) enter baselines or may fire.
 
+    No point is judged before the window holds three changes: until then the noise is unknown (a gauge refreshed
+    every fourth scrape just after warm-up repeats its few values, and 1 % of the level is no noise scale).
+
     The rise must also be `min_rel` of the reference level (whose 1 % also floors the noise scale), or, given
     the series' `origin` (its level when training began) above the reference, of the progress made since
     (origin - reference) when that is smaller: a loss's level is mostly what no training removes, so early in
@@ -405,6 +408,8 @@ def change_points(
             continue
         steps = dx[lo : k - 1]
         steps = steps[steps != 0]
+        if len(steps) < 3:
+            continue
         scale = max(_fall_noise(steps), 0.01 * level, 1e-12)
         if (xk - ref) / scale >= z:
             out.append(int(idx[k]))

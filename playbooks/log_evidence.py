@@ -27,7 +27,16 @@ import numpy as np
 from .context import Context, Finding, triage_get
 from .detectors.counters import _fatal_rise
 from .hostnames import short_name
-from .log_series import climb_into_nonfinite, log_loss_departure, print_interval_s
+from .log_series import (
+    LOG_QUERY,
+    climb_into_nonfinite,
+    gauge_step_times,
+    judged_window,
+    log_loss_departure,
+    print_interval_s,
+    steps_per_point,
+)
+from .report import fmt_time
 from .triage import HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence", "hw_xid_hosts"]
@@ -78,20 +87,34 @@ def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:
         "interpretation": "the trainer computed a non-finite loss: the training diverged",
     }
     step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
-    t = _undated_report(ctx.triage, float(t)) if bad.get("undated") else float(t) - step_s
+    inferred = bool(triage_get(ctx.triage, "details", "step_times_inferred"))
+    named = bad.get("step")
+    began = _gauge_times(ctx, [named - 1])[0] if inferred and isinstance(named, int) else None
+    if began is not None:
+        t = began  # the step that computed it began when the gauge saw the one before it complete
+    else:
+        t = _undated_report(ctx.triage, float(t)) if bad.get("undated") else float(t) - step_s
+    # a time the log only infers (an undated report, a bar's clock) is no match for a departure the data dated
+    guessed = began is None and (inferred or bool(bad.get("undated")))
     earlier = [
-        f for f in _active(findings, klass="training-instability") if f.onset is not None and f.onset <= t
+        f
+        for f in _active(findings, klass="training-instability")
+        if f.onset is not None and (f.onset <= t or guessed)
     ]
+    earlier.sort(key=lambda f: float(f.onset or 0.0))
     if earlier:
         earlier[0].evidence.append(ev)
         earlier[0].severity = "critical"  # the divergence it saw ended in a non-finite loss: confirmed
         return
     # no jump the data confirmed: a climb of the logged losses into it (too few scrapes for the rule) began
     # the divergence
-    climb = climb_into_nonfinite(
-        triage_get(ctx.triage, "details", "log_loss") or [], t + step_s, _CLIMB_WINDOW_S
-    )
-    t = t if climb is None else min(t, climb)
+    points = _log_points(ctx)
+    window = judged_window(ctx.triage, _CLIMB_WINDOW_S)
+    climb = climb_into_nonfinite(points, t + step_s, window, steps_per_point(ctx.triage, len(points)))
+    evs = [ev]
+    if climb is not None and climb < t:
+        t = climb
+        evs.insert(0, _climb_evidence(points, climb, t + step_s))
     findings.append(
         _cause(
             "training",
@@ -100,9 +123,46 @@ def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:
             [],
             float(t),
             "Loss non-finite (NaN/Inf)",
-            [ev],
+            evs,
         )
     )
+
+
+def _log_points(ctx: Context) -> list[list[Any]]:
+    """Return the log's [time, loss] points: dated by the TSDB's step gauge where the log's own step times
+    were inferred (a progress bar's clock, undated step lines placed by their durations), as they read."""
+    points = triage_get(ctx.triage, "details", "log_loss") or []
+    steps = triage_get(ctx.triage, "details", "log_loss_steps") or []
+    if not triage_get(ctx.triage, "details", "step_times_inferred") or len(steps) != len(points):
+        return list(points)
+    times = _gauge_times(ctx, steps)
+    if all(x is None for x in times):
+        return list(points)
+    return [[x, p[1]] for x, p in zip(times, points, strict=True) if x is not None]
+
+
+def _gauge_times(ctx: Context, steps: Sequence[float]) -> list[float | None]:
+    """When each step completed by the TSDB's step gauge (None without one, or where it cannot tell)."""
+    g = ctx.grid("step")
+    s = g.single() if g is not None else None
+    if g is None or s is None:
+        return [None] * len(steps)
+    return gauge_step_times(g.t, s, steps)
+
+
+def _climb_evidence(points: Sequence[Sequence[Any]], began: float, bad_t: float) -> dict[str, Any]:
+    """The logged losses' climb into the non-finite one: from the last loss before it began to the last one."""
+    seen = [(float(p[0]), float(p[1])) for p in points if p[0] is not None and p[1] is not None]
+    before = [v for tt, v in seen if tt <= began]
+    after = [(tt, v) for tt, v in seen if began < tt < bad_t]
+    last = after[-1] if after else (began, before[-1] if before else float("nan"))
+    return {
+        "query": LOG_QUERY,
+        "labels": {},
+        "value": last[1],
+        "interpretation": f"the logged loss climbed from {before[-1] if before else float('nan'):.4g} to "
+        f"{last[1]:.4g} (at {fmt_time(last[0])}) before it turned non-finite: the divergence began then",
+    }
 
 
 def _undated_report(triage: Mapping[str, Any] | None, t: float) -> float:
@@ -228,7 +288,7 @@ def _finer_loss_onset(ctx: Context, findings: list[Finding]) -> None:
     is the log's own metric: its departure in the log dates it. Another training metric (gradient norm,
     MoE load-balance loss) takes the log's loss departure only within that bracket: the same move, seen
     finer."""
-    points = triage_get(ctx.triage, "details", "log_loss") or []
+    points = _log_points(ctx)
     times = np.array(sorted(float(p[0]) for p in points if p[0] is not None))
     if len(times) < 3:
         return
@@ -239,7 +299,12 @@ def _finer_loss_onset(ctx: Context, findings: list[Finding]) -> None:
             continue
         if not spacing < float(cross) - float(prev):
             continue  # the series is as fine as the log
-        t_on = log_loss_departure(points, float(cross), float(f.extra.get("window", 1200.0)))
+        t_on = log_loss_departure(
+            points,
+            float(cross),
+            float(f.extra.get("window", 1200.0)),
+            steps_per_point(ctx.triage, len(points)),
+        )
         if t_on is None:
             continue
         if f.rule == "loss_jump" or float(prev) - spacing <= t_on <= float(cross):

@@ -36,12 +36,49 @@ LOG_STEP_QUERY = "log: the time between the timed step lines"
 def loss_points(steps: Mapping[int, tuple[Any, ...]]) -> list[list[float | None]]:
     """Return [time, loss] of the timed steps that logged a loss, in time order, at most MAX_POINTS of them
     (evenly strided; a non-finite loss is None). `steps` is the scan's step -> (seconds, TGS, loss, time, line)."""
-    rows = sorted((row[3], row[2]) for row in steps.values() if row[3] is not None and row[2] is not None)
+    return [[round(t, 3), loss if math.isfinite(loss) else None] for t, loss, _s in _kept(steps)]
+
+
+def loss_steps(steps: Mapping[int, tuple[Any, ...]]) -> list[int]:
+    """Return the steps of `loss_points`, point by point."""
+    return [s for _t, _loss, s in _kept(steps)]
+
+
+def _kept(steps: Mapping[int, tuple[Any, ...]]) -> list[tuple[float, float, int]]:
+    rows = sorted(
+        (row[3], row[2], s) for s, row in steps.items() if row[3] is not None and row[2] is not None
+    )
     stride = max(1, math.ceil(len(rows) / MAX_POINTS))
     kept = rows[::stride]
     if rows and kept[-1] is not rows[-1]:
         kept.append(rows[-1])
-    return [[round(t, 3), loss if math.isfinite(loss) else None] for t, loss in kept]
+    return kept
+
+
+def gauge_step_times(t: np.ndarray, s: np.ndarray, steps: Sequence[float]) -> list[float | None]:
+    """Return when each of `steps` completed by a step gauge sampled at `t` (values `s`, the last completed
+    step), or None where it cannot tell (before its first sample, beyond its last value). The one place a
+    log's steps are dated by the TSDB's clock.
+
+    After a restart the counter went back: the last run's samples tell (a log's last steps are its). A step
+    completed after the last sample below it and no later than the first at or above it; steps complete
+    evenly between two samples, the first of them half a step's share after the earlier sample."""
+    seen = np.nonzero(np.isfinite(s))[0]
+    if len(seen) < 2:
+        return [None] * len(steps)
+    back = np.nonzero(np.diff(s[seen]) < 0)[0]
+    seen = seen[back[-1] + 1 :] if len(back) else seen
+    ts, ss = t[seen], s[seen]
+    out: list[float | None] = []
+    for n in steps:
+        j = int(np.searchsorted(ss, n, side="left"))  # the first sample at or above n (non-decreasing)
+        if j == 0 or j >= len(ss):
+            out.append(None)
+            continue
+        per = float(ss[j] - ss[j - 1])
+        share = (float(n) - float(ss[j - 1]) - 0.5) / per
+        out.append(float(ts[j - 1] + share * (ts[j] - ts[j - 1])))
+    return out
 
 
 def with_log_loss(outputs: Sequence[Any], triage: Mapping[str, Any] | None, interval: float) -> list[Any]:
@@ -181,7 +218,7 @@ def _as_result(
 
 
 def log_loss_departure(
-    points: Sequence[Sequence[float | None]], cross_t: float, window: float
+    points: Sequence[Sequence[float | None]], cross_t: float, window: float, per_point: float = 1.0
 ) -> float | None:
     """Return when the log's per-step loss left its level on the way to a rise seen at `cross_t`, or None.
 
@@ -189,11 +226,12 @@ def log_loss_departure(
     between two steps is no part of a divergence, which grows step by step), on a log scale (a divergence
     grows by factors). A jump (one step makes most of the rise, far beyond the steps' noise) is dated at
     the step before it; a climb at the break of a baseline-then-rise fit (`departure`). Either is dated when
-    the last step of the baseline completed: the first diverging step began then.
+    the first diverging step began (`_began`). `per_point`: the steps between two printed points
+    (`steps_per_point`); the points must stand for MIN_POINTS steps, and be at least MIN_PRINTS.
     """
     pts = [(float(t), float(v)) for t, v in points if t is not None and v is not None and v > 0]
     pts = [p for p in pts if cross_t - window <= p[0] <= cross_t]
-    if len(pts) < MIN_POINTS:
+    if len(pts) < MIN_PRINTS or len(pts) * max(1.0, per_point) < MIN_POINTS:
         return None
     t = np.array([p[0] for p in pts])
     y = np.log(np.array([p[1] for p in pts]))
@@ -201,13 +239,32 @@ def log_loss_departure(
     k = int(np.argmax(d))  # the largest step up: between points k and k + 1
     base = float(np.median(y[: k + 1][-30:]))
     if d[k] > 3 * step_noise(y[: k + 1]) and d[k] >= 0.5 * (float(np.max(y[k + 1 :])) - base):
-        return float(t[k])
+        return _began(t, k, per_point)
     tau = departure(np.arange(len(y), dtype=float), y, len(y) - 1, len(y) - 1, earliest=0.0)
-    return float(t[int(math.floor(tau))]) if tau is not None else None
+    return _began(t, int(math.floor(tau)), per_point) if tau is not None else None
+
+
+def _began(t: np.ndarray, k: int, per_point: float) -> float:
+    """Return when the first diverging step began, the last point of the baseline being `k`: when that
+    point's step completed, if every step is printed. A log that prints every Nth step trained N - 1 steps
+    unseen before the point that shows the move: any of them began it, none more likely (the move is
+    interval-censored between the two prints), so the middle of the span from the last normal print to
+    the start of the printed step that shows it."""
+    if per_point <= 1.0 or k + 1 >= len(t):
+        return float(t[k])
+    step = (float(t[k + 1]) - float(t[k])) / per_point
+    return (float(t[k]) + float(t[k + 1]) - step) / 2
+
+
+def judged_window(triage: Mapping[str, Any] | None, window: float) -> float:
+    """Return the seconds of losses a departure is judged on: `window`, or, for a log that prints every Nth
+    step, long enough to hold twice MIN_PRINTS of its prints (the noise scale needs them, however sparse)."""
+    every = print_interval_s(triage)
+    return window if every is None else max(window, 2 * MIN_PRINTS * every)
 
 
 def climb_into_nonfinite(
-    points: Sequence[Sequence[float | None]], bad_t: float, window: float
+    points: Sequence[Sequence[float | None]], bad_t: float, window: float, per_point: float = 1.0
 ) -> float | None:
     """Return when the log's per-step loss left its level on its way to the non-finite loss logged at
     `bad_t`, or None when the steps before it stayed at their level (a NaN out of the blue).
@@ -215,18 +272,17 @@ def climb_into_nonfinite(
     A divergence often ends in NaN within a few steps: too few for a scraped series to confirm a jump, yet
     the log printed every one of them. The departure of the finite losses before `bad_t`
     (`log_loss_departure`) counts only when the last of them stands far above the baseline before it
-    (CLIMB_Z times the steps' noise, on a log scale): the climb is then the instability's start."""
+    (CLIMB_Z times the steps' noise, on a log scale): the climb is then the instability's start. `per_point`
+    as for `log_loss_departure`."""
     pts = [(float(t), float(v)) for t, v in points if t is not None and v is not None and v > 0]
     pts = [p for p in pts if bad_t - window <= p[0] < bad_t]
-    if len(pts) < MIN_POINTS:
-        return None
-    t_on = log_loss_departure(pts, pts[-1][0], window)
+    t_on = log_loss_departure(pts, pts[-1][0], window, per_point) if pts else None
     if t_on is None:
         return None
     t = np.array([p[0] for p in pts])
     y = np.log(np.array([p[1] for p in pts]))
     base = y[t <= t_on]
-    if len(base) < MIN_POINTS // 2:
-        return None
+    if len(base) < MIN_PRINTS - 2 or len(base) * max(1.0, per_point) < MIN_POINTS // 2:
+        return None  # too short a baseline to judge the climb against (step_noise needs four values)
     rise = float(y[-1]) - float(np.median(base[-30:]))
     return t_on if rise > CLIMB_Z * max(step_noise(base), 1e-9) else None

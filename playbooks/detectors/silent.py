@@ -74,6 +74,8 @@ def _det_host_silent(
         else:
             t_on = float(t[i]) - ref.step / 2
             how = "GPUs at 0 W / 0 %"
+        if d[e] and h not in reported and _trained_on(ctx, up, h, t, (i, e), t_on + length):
+            continue
         text = f"{how} from {fmt_time(t_on)} while the other hosts still report"
         starts[h] = t_on
         t_on, before = silence_onset(ctx, rule, h, float(t[i]), t_on)
@@ -95,6 +97,21 @@ def _det_host_silent(
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
     return _finding(pb, rule, out_hosts, [], onset, ev, aliases=named)
+
+
+def _trained_on(
+    ctx: Context, up: Grid | None, h: str, t: np.ndarray, span: tuple[int, int], until: float
+) -> bool:
+    """Return True if a host whose GPU data went silent over `span` (grid indices, to the data's end) is
+    alive: its own exporter target answered throughout, and the job's steps still advanced at `until` (the
+    silence's start plus its minimum duration: a dead host's ranks would have stopped every collective): its
+    GPU exporter stopped (a restart, a hang), not the host."""
+    u = up.row(host=h) if up is not None and len(up.t) == len(t) else None
+    last = ctx.timeline.last_advance
+    i, e = span
+    if u is None or last is None:
+        return False
+    return bool(np.all(u[i : e + 1] >= 1)) and last >= until
 
 
 def _rebooted(

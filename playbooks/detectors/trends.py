@@ -7,8 +7,9 @@ import math
 import numpy as np
 
 from playbooks.anomaly import change_points, climbs, first_sustained, nan_median, walk_back
-from playbooks.context import Context, Finding
+from playbooks.context import Context, Finding, triage_get
 from playbooks.departure import departure
+from playbooks.log_series import LOG_QUERY, LOG_STEP_QUERY
 from playbooks.model import Playbook, RuleSpec
 from playbooks.profiles import PROFILES
 from playbooks.report import SLOWDOWN, fmt_time
@@ -76,10 +77,18 @@ def _det_change_point(
     # between (the log's finer per-step losses may date it: `log_evidence`)
     before = np.nonzero(np.isfinite(y[:cross]))[0]
     prev = float(g.t[before[-1]]) if len(before) else float(g.t[cross])
-    if firsts_jump and step_s and float(g.t[i]) - prev > 3 * step_s:
-        # a jump between two values several steps apart (a log that prints every 10th step, a gauge refreshed
+    left = np.nonzero(np.isfinite(y[:i]))[0]  # the last distinct value before the departure
+    if step_s and len(left) and float(g.t[i]) - float(g.t[left[-1]]) > 3 * step_s:
+        # a move between two values several steps apart (a log that prints every 10th step, a gauge refreshed
         # every few steps): any of the steps between began it, none more likely: the middle of that span
-        t_on = max(t_on, (prev + float(g.t[i]) - step_s) / 2)
+        # (interval-censored). No earlier for a jump a fit dated before it; the middle for a move no fit dated,
+        # unless the values are the log's at times it inferred (undated lines placed by their durations, a
+        # progress bar's clock): the earliest the steps can have ended, dated where they show the move
+        mid = (float(g.t[left[-1]]) + float(g.t[i]) - step_s) / 2
+        if tau is None and not _inferred_log_times(ctx, rule.queries[0]):
+            t_on = min(t_on, mid)
+        elif tau is not None and firsts_jump:
+            t_on = max(t_on, mid)
     ev = [
         _ev(
             ctx,
@@ -91,6 +100,13 @@ def _det_change_point(
         )
     ]
     return _finding(pb, rule, [], [], t_on, ev, cross=float(g.t[cross]), prev=prev, window=window)
+
+
+def _inferred_log_times(ctx: Context, name: str) -> bool:
+    """Whether the series `name` is the log's (`log_series`) at step times the log inferred."""
+    return ctx.promql(name) in (LOG_QUERY, LOG_STEP_QUERY) and bool(
+        triage_get(ctx.triage, "details", "step_times_inferred")
+    )
 
 
 def _per_run(

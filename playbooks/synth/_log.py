@@ -217,6 +217,11 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
     """One metrics line per completed step and rank, checkpoint saves and the TensorBoard reminder."""
     job, K = w.job, w.job.nodes
     tokens = float(job.tokens)
+    hf = w.fmt == "srun-hf"
+    # "Running training" comes minutes before the bar's clock starts (the loaders' and the model's warm-up)
+    late = float(np.random.default_rng([job.seed, 4343]).uniform(120, 360)) if hf else 0.0
+    for x in _lt.hf_start(job.train_start - late, job.steps_total) if hf else []:
+        w.add(job.train_start - late, x, 0)
     for i, step in enumerate(job.step_num):
         te = float(job.step_end[i])
         if int(step) % w.every:  # a trainer that prints every Nth step trains quietly between
@@ -233,7 +238,11 @@ def _steps(w: _Writer, job_dir_name: str) -> None:
             f"Tokens/s/device: {tokens / secs:.3f}, total_weights: {int(tokens * K * job.gpus)}, "
             f"loss: {float(job.loss[i]):.3f}"
         )
-        if w.fmt:  # the trainer's own step line, on rank 0
+        if hf:
+            grad, bar = float(job.grad_norm[i]), te - job.train_start
+            for x in _lt.hf_step(int(step), job.steps_total, float(job.loss[i]), grad, bar, secs):
+                w.add(te, x, 0)
+        elif w.fmt:  # the trainer's own step line, on rank 0
             w.add(te, _lt.step_line(w.fmt, te, int(step), secs, float(job.loss[i]), job.steps_total), 0)
         for r in range(K if not w.fmt else 0):
             jit = float(w.rng.random()) * 0.05

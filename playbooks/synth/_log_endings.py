@@ -109,7 +109,7 @@ def _nan_ending(job: Job, w: _Writer) -> None:
     """The trainer sees a non-finite loss, skips the update, and raises after three of them: exit 1
     (`nan_traceback`: it raises at once, an undated traceback its only report)."""
     crash = float(job.crash_time or job.job_end)
-    if "nan_traceback" in job.variants:
+    if "nan_traceback" in job.variants or "blowup_traceback" in job.variants:
         _nan_traceback(job, w, crash)
     else:
         first = int(np.argmax(~np.isfinite(job.loss)))

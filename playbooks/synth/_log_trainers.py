@@ -8,6 +8,12 @@ real tools print them, so the triage's readers of these formats are exercised en
 - ``kubectl-nemo``: the same prefix; rank 0 logs NeMo's (Megatron-core through Lightning) undated
   ``Training epoch 0, iteration 12/9999 | ... | reduced_train_loss: 9.5 | train_step_timing in s: 4.662 | ...``;
 - ``srun-nemo``: NeMo's undated step lines behind srun's task label (``0: ``), the seed's other lines as they are;
+- ``srun-hf``: Hugging Face Trainer's behind srun's task label: ``***** Running training *****`` and ``Total
+  optimization steps = N`` in its logger's format (``[INFO|trainer.py:2128] 2026-06-14 11:50:54,123 >> ``, UTC),
+  then per step its undated dict (``{'loss': 4.4992, 'grad_norm': 37.113, ...}``) and tqdm's bar (``280/20000
+  [30:57<32:28:34, 5.93s/it]``), whose clock starts with the training loop, 2-6 minutes after "Running
+  training" (the data loaders' and the model's warm-up between): a bar placed from that line puts every step
+  minutes early;
 - ``slurm-nemo``: NeMo as a plain Slurm script runs it: the script's ``Start: Wed Jun 24 05:04:06 CEST 2026``
   (local time, UTC+2) first, no dated line before the steps (no barrier), every step undated with its own
   duration (``train_step_timing in s``: the step alone, without the save or validation after the one before),
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-LOG_FORMATS = ("kubectl-titan", "kubectl-nemo", "srun-nemo", "slurm-nemo")
+LOG_FORMATS = ("kubectl-titan", "kubectl-nemo", "srun-nemo", "slurm-nemo", "srun-hf")
 _TITAN_TZ = dt.timezone(dt.timedelta(hours=5, minutes=30))
 #: the machines' zone of a format whose job script prints it (slurm-nemo's `Start:` line), seconds east of UTC
 _LOCAL_TZ = {"slurm-nemo": 7200.0}
@@ -88,6 +94,35 @@ def step_line(fmt: str, ts: float, step: int, secs: float, loss: float, total: i
         f"Training epoch 0, iteration {step}/{total} | lr: 0.0003 | global_batch_size: 512 | global_step: {step} | "
         f"reduced_train_loss: {loss:.4f} | train_step_timing in s: {secs:.3f} | consumed_samples: {(step + 1) * 512}"
     )
+
+
+def hf_stamp(ts: float) -> str:
+    """Hugging Face's logger format before one line (``[INFO|trainer.py:2128] 2026-06-14 11:50:54,123 >> ``)."""
+    d = dt.datetime.fromtimestamp(ts, dt.UTC)
+    return f"[INFO|trainer.py:2128] {d:%Y-%m-%d %H:%M:%S},{d.microsecond // 1000:03d} >> "
+
+
+def hf_start(ts: float, total: int) -> list[str]:
+    """The Trainer's lines as its training loop begins."""
+    return [
+        hf_stamp(ts) + "***** Running training *****",
+        hf_stamp(ts) + f"  Total optimization steps = {total:,}",
+    ]
+
+
+def hf_step(step: int, total: int, loss: float, grad: float, elapsed: float, secs: float) -> list[str]:
+    """The Trainer's undated dict for one step and tqdm's bar after it (`elapsed`: by the bar's own clock)."""
+    left = max(0.0, (total - step) * secs)
+    return [
+        f"{{'loss': {loss:.4f}, 'grad_norm': {grad:.4f}, 'learning_rate': 0.0003, 'epoch': {step / total:.2f}}}",
+        f"{100 * step // total:3d}%|          | {step}/{total} [{_clock(elapsed)}<{_clock(left)}, {secs:.2f}s/it]",
+    ]
+
+
+def _clock(s: float) -> str:
+    m, sec = divmod(int(max(0.0, s)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{sec:02d}" if h else f"{m:02d}:{sec:02d}"
 
 
 _STUCK = (

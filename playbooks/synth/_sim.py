@@ -203,11 +203,12 @@ def _run_steps(job: Job, rng: np.random.Generator, inc: Incident) -> None:
             _instability(job, rng, i0)
         if "nan_stop" in job.variants or "nan_traceback" in job.variants:
             _variants_apply.nan_stop(job, i0, STEP_FIELDS, rng, at_once="nan_traceback" in job.variants)
-        elif "climb_to_nan" in job.variants:
-            steps, factor = job.variants["climb_to_nan"]
+        elif "climb_to_nan" in job.variants or "blowup_traceback" in job.variants:
+            steps, factor = job.variants.get("climb_to_nan") or job.variants["blowup_traceback"]
             climb = np.arange(len(job.step_num)) - i0 + 1
             job.loss = job.loss * np.where(climb > 0, factor ** np.clip(climb, 0, None), 1.0)
-            _variants_apply.nan_stop(job, i0 + steps, STEP_FIELDS, rng)
+            at_once = "blowup_traceback" in job.variants
+            _variants_apply.nan_stop(job, i0 + steps, STEP_FIELDS, rng, at_once=at_once)
 
     # steps config: complete jobs ran all their steps; others meant to go further.
     last = job.last_step if job.last_step is not None else 0

@@ -115,6 +115,10 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
 - training-instability `nan_traceback`: the loss turns NaN at the onset's step and the trainer raises at once,
   before that step's line is printed: the only report is an undated Python traceback (a `FloatingPointError:
   NaN loss at step N` or Megatron-core's `found NaN in local grad norm`), and the job fails (exit 1).
+- training-instability `blowup_traceback`: the loss blows up by 20-35 % a step for 14-25 steps from the onset
+  (tripled within five steps, tens of times its level by the end), then turns NaN and the trainer raises at
+  once as for `nan_traceback` (an undated traceback): with a log that prints every 10th step, one or two
+  prints show the blow-up, dated, before the undated NaN; the blow-up is the onset.
 """
 
 from __future__ import annotations
@@ -141,6 +145,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "nan_stop": "training-instability",
     "nan_traceback": "training-instability",
     "climb_to_nan": "training-instability",
+    "blowup_traceback": "training-instability",
     "sparse_gauges": "training-instability",
     "wide_background": "restore-resource-leak",
     "leak_at_launch": "restore-resource-leak",
@@ -284,6 +289,12 @@ def _training_instability(job: Any, rng: np.random.Generator, draws: np.ndarray,
     if "climb_to_nan" in job.opt_in:
         r = stream(job, 29).uniform(0, 1, 2)
         v["climb_to_nan"] = (int(4 + 5 * r[0]), float(1.25 + 0.2 * r[1]))  # (steps of climb, factor a step)
+    if "blowup_traceback" in job.opt_in:
+        r = stream(job, 53).uniform(0, 1, 2)
+        v["blowup_traceback"] = (
+            int(14 + 12 * r[0]),
+            float(1.2 + 0.15 * r[1]),
+        )  # (steps of climb, factor a step)
 
 
 def _healthy(job: Any, rng: np.random.Generator, draws: np.ndarray, v: dict[str, Any]) -> None:

@@ -151,7 +151,7 @@ def elastic_restart(job: Any, onset: float, fields: tuple[str, ...]) -> None:
 
 
 #: the variants whose job ends with the trainer raising on a non-finite loss (exit 1)
-NAN_ENDINGS = frozenset({"nan_stop", "nan_traceback", "climb_to_nan"})
+NAN_ENDINGS = frozenset({"nan_stop", "nan_traceback", "climb_to_nan", "blowup_traceback"})
 
 
 def nan_stop(

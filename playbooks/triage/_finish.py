@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from typing import Any
 
-from playbooks.log_series import loss_points
+from playbooks.log_series import loss_points, loss_steps
 
 from ._events import rank_host, resolve_events, resolve_gpu_bus
 from ._kubectl import pod_nodes
@@ -67,7 +68,9 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
     if st.events.gpu_bus:
         out.details["gpu_bus"] = resolve_gpu_bus(st.events, out.nodes)
     if any(row[2] is not None for row in st.steps.values()):
-        out.details["log_loss"] = loss_points(st.steps)
+        out.details["log_loss"], out.details["log_loss_steps"] = loss_points(st.steps), loss_steps(st.steps)
+    if st.clock_inferred or out.details.get("last_step_time_estimated"):
+        out.details["step_times_inferred"] = True  # a step gauge in the TSDB dates them better (log_evidence)
     if st.pauses and (windows := pause_windows(st, out.details.get("log_loss") or [])):
         out.details["pauses"] = windows
     if (st.bar_from_job_start or st.step_placed) and steps:
@@ -103,20 +106,37 @@ def _nonfinite_loss(st: _State, out: Triage) -> None:
         for s, row in st.steps.items()
         if row[3] is not None and row[2] is not None and not math.isfinite(row[2])
     ]
+    steps = {row[4]: s for s, row in st.steps.items()}  # a step line's line -> its step
     if st.nonfinite is not None:
-        bound = st.nonfinite[0]
+        report = st.nonfinite
+        if st.nonfinite_undated:
+            report = (_after_steps_before(st, report[0], report[1]), *report[1:])
+        bound = report[0]
         if not (st.nonfinite_undated and any(t >= bound for t, _n, _text in bad)):
-            bad.append(st.nonfinite)
+            bad.append(report)
         # else an undated report's time is only a bound (the last dated line's): a step placed after it with
         # that non-finite loss dates the same event
     if bad:
         first = min(bad)
         t, n, text = first
         out.details["nonfinite_loss"] = {"time": round(float(t), 3), "line": n, "text": text}
-        if first is st.nonfinite and st.nonfinite_undated:
+        named = steps.get(n) if n in steps else _AT_STEP.search(text)
+        if named is not None:  # the step that computed it (a report's `... at step N`)
+            out.details["nonfinite_loss"]["step"] = named if isinstance(named, int) else int(named.group(1))
+        if st.nonfinite is not None and first[1] == st.nonfinite[1] and st.nonfinite_undated:
             out.details["nonfinite_loss"]["undated"] = (
                 True  # after that time (the last dated line's), no earlier
             )
+
+
+_AT_STEP = re.compile(r"\bat (?:step|iteration):? ?(\d+)\b", re.IGNORECASE)
+
+
+def _after_steps_before(st: _State, t: float, line: int) -> float:
+    """Return the earliest time of an undated line `line` whose last dated line was at `t`: no earlier than
+    any step line the log printed before it (undated step lines are timed after the scan, from their own
+    durations: the report came after them, whatever their clock)."""
+    return max([t, *(row[3] for row in st.steps.values() if row[3] is not None and row[4] < line)])
 
 
 def _last_step_line(st: _State) -> int:
@@ -324,6 +344,10 @@ def _timing(
     )
     start_hint = st.start_time if st.start_time is not None else _start_time(out.config)
     end_time = st.cancel_time or (start_hint + st.wall_s if start_hint is not None and st.wall_s else None)
+    if end_time is not None and st.clock is not None and end_time < st.clock:
+        # the job cannot have ended before its last dated line: the start it was counted from (a job id's
+        # stamp) was when the job was submitted, not when it started (it waited in the queue)
+        end_time = st.clock
     stall = None
     if last_ts is not None and end_time is not None:
         stall = end_time - last_ts

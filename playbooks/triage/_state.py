@@ -44,6 +44,8 @@ class _State:
         step_placed: the last step line read was placed so (its time is the earliest it can have ended).
         pauses: (the step it followed, the line's time, its length) of each evaluation the log names (`_pauses`).
         save_lengths: step -> (when training went on, the save's length) of the saves whose report times them.
+        clock_inferred: some step's time was inferred, not read from its line (a progress bar's elapsed time,
+            an undated step line placed by its duration).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -92,6 +94,7 @@ class _State:
     step_placed: bool = False
     pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
     save_lengths: dict[int, tuple[float, float]] = field(default_factory=dict)
+    clock_inferred: bool = False
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

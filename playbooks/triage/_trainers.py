@@ -199,6 +199,7 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
         secs = float(ms.group(1)) / 1000.0 if ms else _f(nemo.group(1)) if nemo else None
         # an undated step line (NeMo's) ended at the earliest its own duration after the last dated line
         st.step_placed = ts is None and secs is not None and st.clock is not None
+        st.clock_inferred = st.clock_inferred or st.step_placed
         if ts is None and secs is not None and st.clock is not None:
             ts = st.clock + secs
         record(st, rank, int(m.group(1)), secs, _f(loss), ts, n)
@@ -242,6 +243,7 @@ def _tqdm(st: _State, n: int, rank: int | None, bar: tuple[str, ...]) -> None:
     if secs is not None and unit == "it/s":
         secs = 1.0 / secs if secs > 0 else None
     loss, st.pending_loss = st.pending_loss, None
+    st.clock_inferred = True  # the bar's own clock, from when it began: no line's time
     record(st, rank, int(step), secs, loss, start + elapsed, n)
 
 
@@ -358,6 +360,7 @@ def place_leading(st: _State) -> None:
         if st.job_start is not None and t < st.job_start:
             return
         st.steps[s] = (*st.steps[s][:3], t, st.steps[s][4])
+        st.clock_inferred = True  # placed by durations, not read
         nxt = s
 
 

@@ -10,7 +10,8 @@ from playbooks.anomaly import MAD_SCALE, _median, change_points, climbs
 
 
 def _jumps(x, t, valid, *, window, z, min_rel, ref_points=8, origin=None):
-    """The definition: each point against the median of the ref_points before it and the noise of its window."""
+    """The definition: each point against the median of the ref_points before it and the noise of its window
+    (no point judged before the window holds three changes: the noise is unknown until then)."""
     out = []
     idx = np.nonzero(valid & ~np.isnan(x))[0]
     if len(idx) < ref_points + 2:
@@ -25,7 +26,9 @@ def _jumps(x, t, valid, *, window, z, min_rel, ref_points=8, origin=None):
         steps = dx[lo : k - 1]
         steps = steps[steps != 0]
         fall = min(0.0, float(np.median(steps))) if len(steps) else 0.0
-        noise = MAD_SCALE * float(np.median(np.abs(steps - fall))) if len(steps) >= 3 else 0.0
+        if len(steps) < 3:
+            continue
+        noise = MAD_SCALE * float(np.median(np.abs(steps - fall)))
         level = abs(ref)
         if origin is not None and origin > ref:
             level = min(level, origin - ref)

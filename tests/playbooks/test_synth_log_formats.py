@@ -27,8 +27,10 @@ def test_every_step_of_a_generated_log_is_read_at_its_time(fmt, tmp_path):
     t = triage_log(path.read_text().splitlines())
     assert t.details["steps_logged"] == len(job.step_num)
     assert (t.first_step, t.last_step) == (int(job.step_num[0]), int(job.step_num[-1]))
-    # undated NeMo steps are placed by their own durations after the last dated line: seconds off at most
-    assert t.progress["last_step_time"] == pytest.approx(float(job.step_end[-1]), abs=5.0)
+    # undated NeMo steps are placed by their own durations after the last dated line: seconds off at most;
+    # Hugging Face's bar began with the loop, 2-6 minutes after the "Running training" it is placed from
+    late = float(job.step_end[-1]) - t.progress["last_step_time"]
+    assert 120 - 5 <= late <= 360 + 5 if fmt == "srun-hf" else abs(late) <= 5.0
     assert t.status == "completed" and t.triage_class is None
     if fmt.startswith("kubectl-"):
         assert t.nodes == job.hosts
