@@ -220,7 +220,8 @@ def _rdma_verdict(p: _Pair) -> Verdict | None:
 def _thermal_verdict(p: _Pair) -> Verdict | None:
     """One GPU hot and throttled in one run: a thermal straggler. Judged against each job's own GPUs, as
     GPU models and cooling differ between runs: how far the hottest GPU is above the median one and how
-    far the slowest clock is below the median clock."""
+    far the slowest clock is below the median clock, and the same GPU among the three hottest and the three
+    slowest (a hot GPU that keeps its clock beside a cool one that clocks low is no straggler)."""
     jobs, base, other, rows, concurrency = p.jobs, p.base, p.other, p.rows, p.concurrency
     b, o = jobs[base], jobs[other]
     if all(n in rows for n in ("gpu_temp", "gpu_temp_max", "gpu_clock", "gpu_clock_min")):
@@ -238,7 +239,13 @@ def _thermal_verdict(p: _Pair) -> Verdict | None:
             and slow_o - slow_b > rows["gpu_clock_min"].metric.rel_floor
         ):
             hot = extreme_gpus(o, rows["gpu_temp_max"].signal, True, concurrency)
-            culprits: list[dict[str, str | None]] = [{"host": h, "gpu": g} for h, g, _ in hot[:1]]
+            slow = {(h, g) for h, g, _ in extreme_gpus(o, rows["gpu_clock_min"].signal, False, concurrency)}
+            both = [x for x in hot if (x[0], x[1]) in slow]
+            if hot and slow and not both:
+                # the hottest GPUs are not the slowest: a cooler or another model's GPU clocks low beside a
+                # warm one that keeps its clock, two spreads and no GPU both hot and throttled
+                return None
+            culprits: list[dict[str, str | None]] = [{"host": h, "gpu": g} for h, g, _ in (both or hot)[:1]]
             return Verdict(
                 "thermal-straggler",
                 "thermal",

@@ -128,7 +128,8 @@ def _rebooted(
 
     The job stalled as it went silent (its silence begins within `near` of the last step), it stayed silent
     while most hosts reported for at least `short` (several scrapes), and when it reported again its GPUs
-    idled while the others still busy-waited in their collectives: it never rejoined the job."""
+    idled while the others still busy-waited in their collectives (two scrapes at least, before the job was
+    killed and every GPU idled): it never rejoined the job."""
     tl = ctx.timeline
     if not tl.stalled or tl.last_advance is None or util is None or len(util.t) != len(t):
         return None
@@ -141,9 +142,10 @@ def _rebooted(
     for i, j in zip(runs[::2], runs[1::2], strict=True):
         if abs(float(t[i]) - tl.last_advance) > near or float(t[j - 1] - t[i]) + (t[1] - t[0]) < short:
             continue
+        # judged while the others still busy-wait: once the job is killed (a watchdog's timeout) every GPU idles
         after = np.zeros(len(t), bool)
-        after[j:] = np.isfinite(u[j:]) & np.isfinite(pack_u[j:])
-        if after.sum() >= 2 and np.nanmedian(u[after]) < 5 and np.nanmedian(pack_u[after]) >= 50:
+        after[j:] = np.isfinite(u[j:]) & np.isfinite(pack_u[j:]) & (pack_u[j:] >= 50)
+        if after.sum() >= 2 and np.nanmedian(u[after]) < 5:
             return int(i)
     return None
 

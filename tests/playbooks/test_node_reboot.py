@@ -17,7 +17,7 @@ HOSTS = "abcde"
 STALL = 120  # the steps stop here; the others busy-wait from then on
 
 
-def _evaluate(back_idle: bool, *, stalled: bool = True):
+def _evaluate(back_idle: bool, *, stalled: bool = True, killed: int | None = None):
     samples = {(h, None): np.full(N, 16.0) for h in HOSTS}
     up = {(h, None): np.ones(N) for h in HOSTS}
     power = {(h, None): np.r_[np.full(STALL, 600.0), np.full(N - STALL, 180.0)] for h in HOSTS}
@@ -33,6 +33,10 @@ def _evaluate(back_idle: bool, *, stalled: bool = True):
     if back_idle:  # back from the reboot: its GPUs idle, in no collective
         power[("c", None)][gone.stop :] = 60.0
         util[("c", None)][gone.stop :] = 0.0
+    if killed is not None:  # the watchdog kills the job: every GPU idles to the data's end
+        for h in HOSTS:
+            power[(h, None)][killed:] = 60.0
+            util[(h, None)][killed:] = 0.0
     results = {
         "gpu_samples": _grid(samples),
         "up_host": _grid(up),
@@ -50,6 +54,13 @@ def test_a_node_that_rebooted_as_the_job_hung_is_node_death():
     [f] = _evaluate(back_idle=True)
     assert f.klass == "node-death" and f.hosts == ["c"]
     assert abs(f.onset - (NOW + (STALL + 1) * STEP)) <= 2 * STEP
+
+
+def test_a_node_back_idle_a_few_scrapes_before_the_job_was_killed_is_node_death():
+    """The others busy-waited four scrapes after it came back, then the watchdog killed the job and every GPU
+    idled for longer than that to the data's end: judged while the others still spun, it never rejoined."""
+    [f] = _evaluate(back_idle=True, killed=STALL + 29)
+    assert f.klass == "node-death" and f.hosts == ["c"]
 
 
 def test_a_host_whose_exporter_paused_and_that_busy_waits_with_the_others_is_no_death():
