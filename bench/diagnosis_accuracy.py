@@ -64,6 +64,12 @@ SHORT = {
 # ------------------------------------------------------------------------------------------- corpus
 
 
+def _scenarios_of(variant: str) -> tuple[str, ...]:
+    """Return the scenarios an opt-in variant applies to (OPT_IN names one or several)."""
+    allowed = OPT_IN.get(variant, ())
+    return (allowed,) if isinstance(allowed, str) else tuple(allowed)
+
+
 def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Return one entry per job to judge: {dir, truth, role, compare_with}; generate what is not cached."""
     out = Path(args.out)
@@ -86,7 +92,7 @@ def build_corpus(args: argparse.Namespace) -> list[dict[str, Any]]:
                     "hours": args.hours,
                     "interval": args.interval,
                 }
-                mine = sorted(v for v in variants if OPT_IN.get(v) == scenario)
+                mine = sorted(v for v in variants if scenario in _scenarios_of(v))
                 if mine:
                     opts["variants"] = mine
                 tag = "".join(f"-{v}" for v in mine)
@@ -398,7 +404,7 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown variant {', '.join(unknown)}; known: {', '.join(OPT_IN)}")
     if args.scenarios is None:
-        named = [OPT_IN[v] for v in (args.variant or "").split(",") if v]
+        named = [s for v in (args.variant or "").split(",") if v for s in _scenarios_of(v)]
         args.scenarios = ",".join(dict.fromkeys(named)) if named else ",".join(SCENARIOS)
 
     t0 = time.monotonic()

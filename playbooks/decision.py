@@ -10,6 +10,7 @@ import numpy as np
 from .classes import load_classes
 from .context import Context, Finding, Timeline, _r
 from .log_evidence import apply_log_evidence
+from .recurrence import recurs
 from .report import fmt_time
 
 __all__ = ["decide_diagnosis", "score"]
@@ -232,26 +233,12 @@ def _slowed_at(ctx: Context, onset: float) -> bool | None:
 def _recurs(ctx: Context, f: Finding) -> bool:
     """Whether a finding's departure recurs on one of its hosts: at least `recurs` separate stretches
     where the host's value stands above the midpoint between the pack's level and its own peak (scrape
-    timeouts that come and go, not one hung exporter that timed out for a few minutes once)."""
+    timeouts that come and go, not one hung exporter that timed out for a few minutes once), more of them
+    than the fleet's own lost scrapes give a host by chance (`recurrence.recurs`)."""
     if "recurs" not in f.extra or f.extra.get("censored"):
         return False  # a stretch the data's end cut short cannot show that it recurs: it needs corroboration
-    want, query = f.extra["recurs"]
-    g = ctx.grid(query)
-    if g is None:
-        return False
-    with np.errstate(all="ignore"):
-        level = g.pack["median"] if "median" in g.pack else np.nanmedian(g.values, axis=0)
-    for h in f.hosts:
-        x = g.row(host=h)
-        if x is None or len(x) != len(level):
-            continue
-        seen = np.isfinite(x) & np.isfinite(level)
-        if not seen.any():
-            continue
-        above = (x > (level + np.nanmax(x[seen])) / 2)[seen]
-        if int(np.sum(above[1:] & ~above[:-1])) + int(above[0]) >= want:
-            return True
-    return False
+    want, query, mask, alpha = f.extra["recurs"]
+    return recurs(ctx, f.hosts, int(want), str(query), str(mask), float(alpha))
 
 
 def _no_hang_before_kill(findings: list[Finding]) -> None:

@@ -46,7 +46,9 @@ def _finding(
     if rule.params.get("needs"):
         extra = {**extra, "needs": tuple(rule.params["needs"])}
     if rule.params.get("recurs"):
-        extra = {**extra, "recurs": (int(rule.params["recurs"]), rule.queries[0])}
+        # (stretches, the query, its node `up` mask, the chance below which they beat the fleet's own)
+        mask, alpha = str(rule.params.get("mask", "")), float(rule.params.get("alpha", 1e-3))
+        extra = {**extra, "recurs": (int(rule.params["recurs"]), rule.queries[0], mask, alpha)}
     return Finding(
         playbook=pb.name,
         rule=rule.id,

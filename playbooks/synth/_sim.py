@@ -83,6 +83,8 @@ def simulate(job: Job) -> Job:
     job.present = s.host.present
     job.gpu_present = s.host.gpu_present & s.host.present
     job.scrape_timeout_mask = s.host.timeouts
+    if "scrape_blips" in job.variants:
+        _variants_apply.scrape_blips(job)
     _tb_export(job, rng)
     return job
 

@@ -108,6 +108,7 @@ class Job:
     gpu_down: np.ndarray = field(
         default_factory=lambda: np.zeros(0)
     )  # (K, N) GPU scrape refused (late_driver)
+    node_failed: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (K, N) node_exporter scrape failed
     exporters: Exporters | None = None  # how the exporters are deployed (set by build; None for amd)
     monitoring_outage: tuple[float, float] | None = None  # (start, end): Prometheus stored no sample
     # what the simulation decided on the way, for the log and the truth

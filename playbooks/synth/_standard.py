@@ -42,7 +42,7 @@ def _mask(job: Job, h: int, vals: np.ndarray, *, gpu: bool = False, hw: bool = T
     if hw != ("node_freeze" in job.variants) and h in job.frozen_from:
         i = job.frozen_from[h]
         v[i : job.frozen_to.get(h, len(v))] = v[i]
-    pres = job.gpu_present[h] if gpu else job.present[h]
+    pres = job.gpu_present[h] if gpu else _node_answered(job, h)
     v[~pres] = np.nan
     return v
 
@@ -402,19 +402,21 @@ def _targets(lay: _Layout) -> Iterator[Item]:
     late = np.arange(len(t)) < ex.gpu_late_scrapes
     for h in range(job.nodes):
         up = job.present[h].astype(float)
-        yield "up", lay.node_labels(h), t, up, "d"
+        yield "up", lay.node_labels(h), t, _node_answered(job, h).astype(float), "d"
         if ex.gpu != "none":
             gup = np.where(late | _failed(job, h) | _down(job, h), 0.0, up)
             for lab, part in lay.gpu_targets(h):
                 yield "up", lab, t, _part(gup, part), "d"
     for h in range(job.nodes):
-        dur = np.where(job.present[h], 0.02 + 0.01 * np.sin(np.arange(len(t)) + h) ** 2, 10.0)
+        quick = 0.02 + 0.01 * np.sin(np.arange(len(t)) + h) ** 2
+        dur = np.where(_node_answered(job, h), quick, 10.0)
         yield "scrape_duration_seconds", lay.node_labels(h), t, dur, "f4"
         if ex.gpu == "none":
             continue
         # a slow scrape takes its collection's time (a hung plugin: the 10 s timeout, 9.99 stored)
         slow = np.minimum(9.99, job.host_sig["scrape"][h])
-        gdur = np.where(_failed(job, h), 9.99, np.where(job.scrape_timeout_mask[h], slow, dur))
+        ok = np.where(job.present[h], quick, 10.0)
+        gdur = np.where(_failed(job, h), 9.99, np.where(job.scrape_timeout_mask[h], slow, ok))
         # a refused scrape (the exporter restarting) fails at once: `up` 0, its duration a few milliseconds
         gdur = np.where(_down(job, h), 0.004, gdur)
         for lab, part in lay.gpu_targets(h):
@@ -432,6 +434,13 @@ def _failed(job: Job, h: int) -> np.ndarray:
     """Return where the GPU exporter's scrapes of host `h` failed at random (none unless asked)."""
     mask = job.failed_scrape_mask
     return mask[h] if len(mask) else np.zeros(len(job.t), dtype=bool)
+
+
+def _node_answered(job: Job, h: int) -> np.ndarray:
+    """Return where host `h`'s node_exporter answered its scrape (present, and not lost: `scrape_blips`)."""
+    lost = job.node_failed
+    pres: np.ndarray = job.present[h] & ~lost[h] if len(lost) else job.present[h]
+    return pres
 
 
 def _down(job: Job, h: int) -> np.ndarray:

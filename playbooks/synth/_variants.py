@@ -74,6 +74,10 @@ Off by default (a caller asks for them: `generate_job(..., variants=...)`), so n
   6.5-9.9 s (its peers' a few hundredths) and 25-40 % of them fail outright (the exporter restarting refuses
   them: `up` 0 for the GPU exporter's target, no GPU sample, a scrape duration of a few milliseconds), no
   kernel error count: a stretch the data's end cuts short. The GPU exporter's own target (standard profiles).
+- every scenario `scrape_blips` (standard profiles): network blips drop random scrapes across the fleet: every
+  target, the GPU exporter's and node_exporter's, on every host, fails each scrape independently at one fleet
+  rate of 0.3-1 % (a timed-out scrape: `up` 0, `scrape_duration_seconds` the timeout, none of the target's
+  samples at that scrape): a few lost scrapes on each target, nobody's fault.
 - thermal-straggler `culprit_stall`: the hot GPU's host's exporter stalls once for 2-5 minutes while the GPU
   heats (10-50 % into its ramp): its values are held, then it serves again, hotter.
 - training-instability `sparse_gauges`: the trainer's bridge refreshes its gauges (step, loss, grad norm...)
@@ -129,6 +133,8 @@ from typing import Any
 
 import numpy as np
 
+from ._models import SCENARIOS
+
 #: the variants a caller may ask for, by the scenario that has them
 OPT_IN: dict[str, str | tuple[str, ...]] = {
     "death_at_end": "node-death",
@@ -170,6 +176,7 @@ OPT_IN: dict[str, str | tuple[str, ...]] = {
     "faint_heat": "thermal-straggler",  # _variants_thermal
     "settled_heat": "thermal-straggler",  # _variants_thermal
     "late_host": ("healthy", "thermal-straggler", "rdma-degradation"),  # _variants_thermal
+    "scrape_blips": SCENARIOS,  # every scenario
 }
 
 
@@ -199,6 +206,8 @@ def choose(job: Any) -> dict[str, Any]:
         v["eval_pauses"] = (int(stream(job, 47).integers(40, 61)), 60.0, 95.0)  # (every N steps, seconds)
     if "sparse_evals" in job.opt_in:
         v["eval_pauses"] = (int(stream(job, 48).integers(70, 111)), 25.0, 45.0)
+    if "scrape_blips" in job.opt_in:
+        v["scrape_blips"] = float(stream(job, 51).uniform(0.003, 0.01))  # each scrape's chance to fail
     return v
 
 

@@ -230,6 +230,20 @@ def restart_at_end(job: Any, gpu_present: np.ndarray, t: np.ndarray) -> None:
     job.red_herrings["restart_at_end"] = f"{job.hosts[h]} for {secs:.0f} s"
 
 
+def scrape_blips(job: Any) -> None:
+    """`scrape_blips`: every target of every host (the GPU exporter's, node_exporter's) fails each scrape at
+    random, independently, at the fleet's rate (a timed-out scrape: no sample of the target at it)."""
+    rate = float(job.variants["scrape_blips"])
+    rng = stream(job, 52)
+    shape = job.present.shape
+    gpu, node = rng.random(shape) < rate, rng.random(shape) < rate
+    job.failed_scrape_mask = gpu & job.present
+    job.gpu_present = job.gpu_present & ~gpu
+    job.node_failed = node & job.present
+    job.notes.append(f"network blips: {rate:.1%} of every target's scrapes fail at random, on every host")
+    job.red_herrings["scrape_blips"] = f"{rate:.2%} of the scrapes of every target"
+
+
 def late_exporter(job: Any, present: np.ndarray) -> None:
     """Half the seeds: one host's exporter comes up one or two scrapes after the others."""
     rng = stream(job, 5)
