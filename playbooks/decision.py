@@ -182,7 +182,10 @@ def _demote_unsupported(ctx: Context, findings: list[Finding]) -> None:
         ):
             f.severity = "info"
             if "recurs" in f.extra:
-                f.title += " (one stretch, no driver error on the host: an outage of the monitoring)"
+                f.title += (
+                    " (no driver error on the host, and its timeouts are one outage or no more than the fleet's"
+                    " own lost scrapes: the monitoring, not the GPU driver)"
+                )
     # rdma-degradation means the job slowed down: without a step-time rise overlapping it, retransmits are a
     # note when the job's step times across their onset say it did not slow. A slowdown dated more than 15 min
     # before them is no evidence either way: the steps' own time across the retransmits' onset says whether

@@ -35,6 +35,9 @@ def test_an_exporter_stall_among_fleet_wide_scrape_blips_is_no_driver_fault(serv
     stalled = truth["red_herrings"]["exporter_stall"].split()[0]
     notes = [f for f in result["findings"] if f["class"] == "gpu-driver-fault"]
     assert notes and all(f["severity"] == "info" and f["hosts"] == [stalled] for f in notes)
+    # the note says why it is no driver fault, whichever of the two it was (one outage, or the fleet's rate)
+    timeouts = [f for f in notes if "time out" in f["title"]]
+    assert timeouts and all("no more than the fleet's own lost scrapes" in f["title"] for f in timeouts)
 
 
 def test_a_driver_fault_among_fleet_wide_scrape_blips_is_still_found(served_job):
