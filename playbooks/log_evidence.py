@@ -27,6 +27,7 @@ import numpy as np
 from .context import Context, Finding, triage_get
 from .detectors.counters import _fatal_rise
 from .hostnames import short_name
+from .log_addresses import name_addresses
 from .log_series import (
     LOG_QUERY,
     climb_into_nonfinite,
@@ -71,6 +72,7 @@ def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
     for e in xids:
         e["gpu"] = buses.get((e["host"], e.get("pci"))) or buses.get((None, e.get("pci")))
     _xids(ctx, findings, xids)
+    name_addresses(ctx, findings, [*xids, *by_kind.get("gpu-ecc", [])])
 
 
 def _nonfinite_loss(ctx: Context, findings: list[Finding]) -> None:

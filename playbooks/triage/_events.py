@@ -104,6 +104,8 @@ _TORCH_FIELD = re.compile(r"^\s*(time|host|rank)\s*:\s*(\S+)")
 _TORCH_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d)_(\d\d):(\d\d):(\d\d)")
 _XID = re.compile(r"NVRM: Xid \(([^)]{0,40})\): (\d{1,4})\b")
 _NCCL_HOST = re.compile(r"^([A-Za-z0-9._-]+):\d+:\d+ \[\d+\] NCCL")
+#: NCCL's prefix names the host and the CUDA device (`host:pid:tid [dev] NCCL WARN ...`)
+_NCCL_DEV = re.compile(r"^([A-Za-z0-9._-]+):\d+:\d+ \[(\d{1,2})\] NCCL WARN")
 _NCCL_COMM = re.compile(r"NCCL INFO comm 0x[0-9a-fA-F]+ rank (\d+) nranks \d+")
 _SYSLOG = re.compile(
     r"^(?:<\d+>)?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +(\d{1,2}) (\d\d):(\d\d):(\d\d) "
@@ -318,6 +320,10 @@ def _nccl(ev: EventScan, msg: str, grank: int | None) -> _Found | None:
     if "Watchdog caught" in msg:
         w = watchdog_line(msg, grank)
         return ("nccl-timeout", None, w[0], None, None) if w else None
+    if "NCCL WARN" in msg and "uncorrectable ECC" in msg:
+        # CUDA reported an uncorrectable ECC error on this host's device: the GPU fault, placed by NCCL's prefix
+        d = _NCCL_DEV.match(msg)
+        return ("gpu-ecc", _host(d.group(1)), None, None, int(d.group(2))) if d else None
     if "NCCL WARN" in msg and ("imeout" in msg or "Timeout waiting for" in msg):
         h = _NCCL_HOST.match(msg)
         return "nccl-timeout", _host(h.group(1)) if h else None, None, None, None
@@ -345,7 +351,7 @@ def resolve_events(ev: EventScan, nodes: list[str]) -> list[dict[str, Any]]:
     for r in ev.raw:
         host = rank_host(ev, nodes, r.label, r.rank, r.host)
         e = {"kind": r.kind, "host": host, "time": r.time, "line": r.line, "code": r.code, "text": r.text}
-        out.append(e | ({"pci": r.pci} if r.pci else {}))
+        out.append(e | ({"pci": r.pci} if r.pci else {}) | ({"gpu": r.code} if r.kind == "gpu-ecc" else {}))
     failed = {e["host"] for e in out if e["kind"] == "node-failure" and e["host"]}
     when = min((e["time"] for e in out if e["kind"] == "node-failure" and e["time"]), default=None)
     for e in out:
