@@ -223,6 +223,13 @@ def test_selecting_a_finding_highlights_its_hosts_and_its_onset_opens_it(page, c
     row.locator("td").nth(1).click()  # selecting it again clears the selection
     expect(page.locator(".timeline-selection")).to_be_hidden()
     expect(row).not_to_have_class(re.compile("finding-highlight"))
+    # the panels reload without the selection: the mark is clicked on the redrawn figure, not on one being replaced
+    page.wait_for_function(
+        "() => { const el = document.querySelector('#timeline-panel-gpu_temp');"
+        " const p = el.querySelector('.timeline-plot'); const d = p.data || [];"
+        " return !el.dataset.loading && p.dataset.state === 'drawn' && d.length > 0"
+        " && d.every(t => !(t.opacity < 1)); }"
+    )
     page.locator("#timeline-panel-gpu_temp .annotation-text", has_text="Culprit found").click(force=True)
     expect(row).to_have_class(re.compile("finding-highlight"))
     expect(page.locator(f"#finding-{ids['finding']}-evidence")).not_to_be_empty()
