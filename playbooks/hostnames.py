@@ -25,6 +25,7 @@ __all__ = [
     "host_names",
     "rename_outputs",
     "result_hosts",
+    "is_ipv4",
     "same_host",
     "short_name",
     "without_port",
@@ -33,6 +34,11 @@ __all__ = [
 _IPV4 = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}$")
 #: `instance` without its port (host names, IPv4, bracketed IPv6), as the profiles' PromQL strips it.
 _PORT = re.compile(r"^(.+?)(?::[0-9]+)?$", re.DOTALL)
+
+
+def is_ipv4(name: str) -> bool:
+    """Return True if `name` is a bare IPv4 address (a target no node name joins)."""
+    return bool(_IPV4.match(name))
 
 
 def without_port(instance: str) -> str:

@@ -12,17 +12,16 @@ names nobody.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .context import Context, Finding
+from .hostnames import is_ipv4
 
 __all__ = ["name_addresses"]
 
 #: the log's fault and the exporter's are the same event within this many seconds (a scrape, a retry)
 WITHIN_S = 600.0
-_IPV4 = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}$")
 #: per-host GPU results of the node playbook, whichever this source answered
 _GPU_GRIDS = ("gpu_samples", "power_by_host")
 
@@ -38,14 +37,14 @@ def name_addresses(ctx: Context, findings: list[Finding], events: Iterable[Mappi
         if f.klass != "gpu-hardware-fault" or f.onset is None:
             continue
         for addr in f.hosts:
-            if not _IPV4.match(addr) or addr not in with_gpus:
+            if not is_ipv4(addr) or addr not in with_gpus:
                 continue
             nodes = {
                 str(e["host"])
                 for e in faults
                 if str(e["gpu"]) in f.gpus
                 and abs(float(e["time"]) - f.onset) <= WITHIN_S
-                and not _IPV4.match(str(e["host"]))
+                and not is_ipv4(str(e["host"]))
                 and str(e["host"]) not in with_gpus
             }
             if len(nodes) == 1:

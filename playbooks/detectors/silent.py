@@ -3,13 +3,13 @@ death began: `_silent.py`)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 import numpy as np
 
 from playbooks.anomaly import Grid
 from playbooks.context import Context, Finding, triage_get
+from playbooks.hostnames import is_ipv4
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
@@ -150,9 +150,6 @@ def _rebooted(
     return None
 
 
-_IPV4 = re.compile(r"^[0-9]{1,3}(?:\.[0-9]{1,3}){3}$")
-
-
 def _gpu_addresses_named(
     ctx: Context, hosts: list[str], gpu: Grid, starts: dict[str, float], within: float
 ) -> dict[str, str]:
@@ -166,13 +163,12 @@ def _gpu_addresses_named(
     reported = _reported_dead(ctx, hosts)
     found: dict[str, str] = {}
     for addr in starts:
-        if addr not in with_gpus or not _IPV4.match(addr):
+        if addr not in with_gpus or not is_ipv4(addr):
             continue
         nodes = [
             n
             for n in plain
-            if not _IPV4.match(n)
-            and (abs(starts.get(n, float("inf")) - starts[addr]) <= within or n in reported)
+            if not is_ipv4(n) and (abs(starts.get(n, float("inf")) - starts[addr]) <= within or n in reported)
         ]
         if len(nodes) == 1:
             found[addr] = nodes[0]
