@@ -76,7 +76,7 @@ def node_series(om: Om, fl: Fleet, tl: Timeline, eff: Effects, hi: int, rng: ran
             {
                 "domainname": dom if fl.site == "gcp" else "(none)",
                 "machine": arch,
-                "nodename": h.name if fl.site != "gcp" else h.name,
+                "nodename": h.name,
                 "release": "5.15.0-1063-nvidia",
                 "sysname": "Linux",
                 "version": "#64-Ubuntu SMP",

@@ -146,6 +146,9 @@ def _base(
         fl.owned = list(range(fl.gpu.per_host // 2))
     if cls == "training-instability":
         fl.train_gauges = fl.train_gauges or fl.log == "composer"
+    while fl.scrape_s < 30 and 1.2e6 * fl.scrape_s / _series_estimate(fl) / 60.0 < 45:
+        fl.scrape_s += 10.0  # big fleets are scraped less often (as sites do), keeping the TSDB small
+        fl.timeout_s = min(fl.scrape_s, max(fl.timeout_s, 10.0))
     minutes, step_s = _size(rng, _series_estimate(fl), fl.scrape_s)
     eff = Effects()
     if cotenant:
