@@ -8,6 +8,7 @@ a restart), a member reads it a scrape late (`lag_move`), or the log names a pau
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -84,4 +85,48 @@ def in_spans(t: np.ndarray, spans: Sequence[tuple[float, float]]) -> np.ndarray:
     out = np.zeros(len(t), bool)
     for a, b in spans:
         out |= (t >= a) & (t <= b)
+    return out
+
+
+def place_before_leaving(
+    dev: np.ndarray,
+    base: np.ndarray,
+    earlier: Sequence[np.ndarray],
+    scale: np.ndarray,
+    sign: float,
+    p: Mapping[str, Any],
+) -> np.ndarray:
+    """Return `dev` (each row's distance from the pack less its median over the baseline instants `base`)
+    with the habitual place of a row that left it within the baseline taken where it stood before it left.
+
+    A short job's baseline window is a good part of its training: a GPU that begins to heat a few minutes
+    after warm-up heats within it, and the window's median takes in part of its heat as its habit. A row
+    leaves its place within the window where, from some instant on (after three of its own at least), it
+    stands in the rule's direction beyond its own earlier median by as much as dates a departure (`onset_z`
+    times the pack's spread) at most instants (`min_fraction`) up to the window's end, and beyond the place
+    it held before the window too (its median over each of the `earlier` stretches, such as the idle before
+    training and the warm-up, that has three instants: the highest in the rule's direction): its place is
+    then that earlier median. A row already at its place at the window's start, however far from the pack, one
+    that only wanders within it, or one back at the place it held before the window (a GPU that lagged
+    the pack's warm-up and caught up within the window) keeps the window's median."""
+    cols = np.nonzero(base)[0]
+    with np.errstate(all="ignore"):
+        step = float(p.get("onset_z", 2.0)) * float(np.nanmedian(scale[cols])) if len(cols) else np.nan
+    if not np.isfinite(step):
+        return dev
+    frac = float(p.get("min_fraction", 0.8))
+    out = dev.copy()
+    for r in range(len(dev)):
+        x = sign * dev[r, cols]
+        x = x[np.isfinite(x)]
+        held = -np.inf
+        for span in earlier:
+            pre = sign * dev[r, span]
+            pre = pre[np.isfinite(pre)]
+            held = max(held, float(np.median(pre)) if len(pre) >= 3 else -np.inf)
+        for k in range(3, len(x) - 2):
+            lo = float(np.median(x[:k]))
+            if np.mean(x[k:] >= max(lo, held) + step) >= frac:
+                out[r] -= sign * lo
+                break
     return out

@@ -16,14 +16,14 @@ from playbooks.anomaly import (
     stretch_start,
     walk_back,
 )
-from playbooks.context import Context, Finding
+from playbooks.context import Context, Finding, Timeline
 from playbooks.departure import departure
 from playbooks.model import Playbook, RuleSpec
 from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding
 from ._censored import censored_start, failed_scrapes
-from ._pack import disarray, fleet_move, in_spans, lag_move, usual_level
+from ._pack import disarray, fleet_move, in_spans, lag_move, place_before_leaving, usual_level
 from ._tenant import job_rows
 
 
@@ -107,8 +107,11 @@ def _standing(
         return None
     base = tl.steady_mask(g.t) & enough
     dev, spread, med = peer_deviation(vals, base, g.pack)
-    d = sign * dev
     scale = _scale(spread, med)
+    if p.get("ramp_window"):
+        # a departure (a GPU that heats) may begin within the baseline window: its place is where it stood
+        dev = place_before_leaving(dev, base, _earlier(tl, g.t), scale, sign, p)
+    d = sign * dev
     with np.errstate(all="ignore"):
         zz = d / scale[None, :]
     # while the pack makes a move of its own (a cooling change, a restart: a fleet-wide move) or is in
@@ -132,6 +135,15 @@ def _standing(
     refused = failed_scrapes(ctx, g, p) & judged[None, :]
     cond |= refused
     return _Standing(vals, m, sign, d, zz, scale, med, spread, moving, judged, bar, cond, refused)
+
+
+def _earlier(tl: Timeline, t: np.ndarray) -> list[np.ndarray]:
+    """Return the instants before the baseline window where a device's place may be read: the idle before
+    training and the warm-up."""
+    if tl.train_start is None or tl.steady is None:
+        return []
+    start = min(tl.steady[0], tl.warm_end if tl.warm_end is not None else tl.steady[0])
+    return [t < tl.train_start, (t >= tl.train_start) & (t < start)]
 
 
 def _outlier_finding(
@@ -238,9 +250,13 @@ def _corroborated(ctx: Context, g: Grid, p: Mapping[str, Any]) -> np.ndarray:
     if c is None or _pack_size(c) < 3 or not len(c.t):
         return out
     enough = (~np.isnan(c.values)).sum(axis=0) >= 3 if not c.pack else np.isfinite(c.pack["median"])
-    dev, spread, med = peer_deviation(c.values, ctx.timeline.steady_mask(c.t) & enough, c.pack)
+    base = ctx.timeline.steady_mask(c.t) & enough
+    dev, spread, med = peer_deviation(c.values, base, c.pack)
     scale = _scale(spread, med)
     sign = 1.0 if p.get("corroborate_direction", "down") == "up" else -1.0
+    if p.get("ramp_window"):
+        # the same departure's other sign (the hot GPU's throttle) may begin within the baseline window too
+        dev = place_before_leaving(dev, base, _earlier(ctx.timeline, c.t), scale, sign, p)
     beyond = _beyond(sign * dev, scale, med, np.zeros(len(med)), p)
     beyond &= ~disarray(dev, c.pack, scale)[None, :] & ~np.isnan(c.values)
     # the same instant: the corroborating grid's nearest point, no further than half its step away
