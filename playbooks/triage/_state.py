@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._bar import BarAnchor
 from ._events import EventScan
 from ._gpus_env import GpuEnv
 from ._kubectl import Pods
@@ -46,6 +47,7 @@ class _State:
         save_lengths: step -> (when training went on, the save's length) of the saves whose report times them.
         clock_inferred: some step's time was inferred, not read from its line (a progress bar's elapsed time,
             an undated step line placed by its duration).
+        bar: the bounds the dated lines set on a progress bar's start (`_bar`).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -95,6 +97,7 @@ class _State:
     pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
     save_lengths: dict[int, tuple[float, float]] = field(default_factory=dict)
     clock_inferred: bool = False
+    bar: BarAnchor = field(default_factory=BarAnchor)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -244,6 +244,8 @@ def _tqdm(st: _State, n: int, rank: int | None, bar: tuple[str, ...]) -> None:
         secs = 1.0 / secs if secs > 0 else None
     loss, st.pending_loss = st.pending_loss, None
     st.clock_inferred = True  # the bar's own clock, from when it began: no line's time
+    if int(step) not in st.steps:
+        st.bar.state(int(step), start + elapsed)
     record(st, rank, int(step), secs, loss, start + elapsed, n)
 
 
