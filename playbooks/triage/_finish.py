@@ -14,9 +14,10 @@ from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._pauses import pause_windows
+from ._placing import fit_runs, place_leading
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
-from ._trainers import place_leading, settle
+from ._trainers import settle
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
 # the seed table's training classes but the hang itself and NCCL timeouts, which a hang causes.
@@ -27,6 +28,7 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
+    fit_runs(st)
     place_leading(st)
     settle(st)
     steps = sorted(st.steps)
