@@ -9,6 +9,7 @@ import numpy as np
 
 from .classes import load_classes
 from .context import Context, Finding, Timeline, _r
+from .hostnames import address_note, unnamed_addresses
 from .log_evidence import apply_log_evidence
 from .recurrence import recurs
 from .report import fmt_time
@@ -483,4 +484,5 @@ def _summary(
     )
     if others:
         text += " Also seen: " + ", ".join(others) + "."
-    return text
+    bare = unnamed_addresses(hosts, [str(n) for n in (ctx.triage or {}).get("nodes") or []])
+    return text + " " + address_note(bare) if bare else text

@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "HostNames",
+    "address_note",
     "canonical_names",
     "host_names",
     "rename_outputs",
@@ -28,6 +29,7 @@ __all__ = [
     "is_ipv4",
     "same_host",
     "short_name",
+    "unnamed_addresses",
     "without_port",
 ]
 
@@ -56,6 +58,25 @@ def short_name(name: str) -> str:
 def same_host(a: str, b: str) -> bool:
     """Return True when `a` and `b` name one host: equal, or one is the other's FQDN."""
     return a == b or (short_name(a) == short_name(b) and (short_name(a) in (a, b)))
+
+
+def unnamed_addresses(hosts: Iterable[str], nodes: Iterable[str] = ()) -> list[str]:
+    """Return the `hosts` that are bare addresses and not the log's `nodes`: an exporter scraped at an
+    address (a Kubernetes pod's IP) that no identity series or log line joined to its node's name."""
+    known = {without_port(str(n)) for n in nodes if n}
+    return [h for h in hosts if is_ipv4(without_port(h)) and without_port(h) not in known]
+
+
+def address_note(addresses: list[str]) -> str:
+    """Return the sentence saying that `addresses` (`unnamed_addresses`) name no node: what was looked for,
+    and where the node is found instead (a guess between the nodes would send someone to drain the wrong one)."""
+    one = len(addresses) == 1
+    return (
+        f"{', '.join(addresses)} {'is the address' if one else 'are the addresses'} a GPU or host exporter "
+        f"was scraped at (a pod's or a node's IP), not a node name: neither this TSDB (no `Hostname`, `hostname` "
+        f"or `node` label, no node_uname_info at the same address) nor the log ties {'it' if one else 'them'} "
+        f"to a node; find {'its node' if one else 'their nodes'} in the cluster (`kubectl get pods -A -o wide`)."
+    )
 
 
 def canonical_names(hosts: Iterable[str], nodes: Iterable[str] = ()) -> dict[str, str]:

@@ -78,12 +78,14 @@ def make_hosts(rng: random.Random, n: int, nics: int) -> list[Host]:
     style = rng.choice(["onprem", "aws", "pcluster", "gcp", "dgx"])
     base = rng.randint(1, 200)
     hosts: list[Host] = []
-    used: set[str] = set()
+    used: set[str] = set()  # names and addresses: two hosts never share one (a TSDB would merge them)
     rack = rng.randint(1, 9)
     while len(hosts) < n:
         i = base + len(hosts)
         a, b, c = _ip(rng)
         ip = f"10.{a + 1}.{b}.{c}"
+        if ip in used:
+            continue
         if style == "onprem":
             name, dom = f"gpu-{i:03d}", "cluster.internal"
         elif style == "aws":
@@ -96,9 +98,11 @@ def make_hosts(rng: random.Random, n: int, nics: int) -> list[Host]:
             name, dom = f"dgx-r{rack}{(i // 16) % 10}-{i % 16 + 1:02d}", "hpc.example.org"
         if name in used:
             continue
-        used.add(name)
-        fqdn = f"{name}.{dom}"
         pod_ip = f"192.168.{rng.randint(0, 250)}.{rng.randint(2, 250)}"
+        if pod_ip in used:
+            continue
+        used |= {name, ip, pod_ip}
+        fqdn = f"{name}.{dom}"
         hosts.append(Host(name, fqdn, ip, pod_ip, name, [f"mlx5_{k}" for k in range(nics)]))
     if style == "onprem":  # some clusters sort names; rank order is Slurm's
         hosts.sort(key=lambda h: h.name)

@@ -16,14 +16,22 @@ def _label_text(labels: dict[str, str]) -> str:
 
 
 def write_openmetrics(series: Iterable[Series], path: Path) -> int:
-    """Write every series grouped by family (OpenMetrics wants a family's samples together)."""
+    """Write every series grouped by family (OpenMetrics wants a family's samples together).
+
+    A series twice (two hosts under one address) or a sample back in time is the generator's bug: it is
+    refused here, by name, rather than by promtool's "out of order sample" with no series named.
+    """
     families: dict[str, list[str]] = {}
+    seen: set[str] = set()
     samples = 0
     for s in series:
         ok = ~np.isnan(s.times)
         if not ok.any():
             continue
         prefix = f"{s.name}{{{_label_text(s.labels)}}} "
+        if prefix in seen or (np.diff(s.times[ok]) <= 0).any():
+            raise ValueError(f"series {prefix.strip()} written twice or back in time")
+        seen.add(prefix)
         fmt = "{}{:" + s.fmt + "} {:.3f}"
         vals, times = s.values[ok], s.times[ok]
         families.setdefault(s.name, []).append(

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from playbooks.anomaly import (
-    MAD_SCALE,
     Grid,
     burst_chance,
     first_sustained,
     peer_deviation,
-    robust_spread,
     stretch_start,
     walk_back,
 )
@@ -25,7 +23,27 @@ from playbooks.report import fmt_time
 
 from ._base import _dur, _ev, _finding
 from ._censored import censored_start, failed_scrapes
+from ._pack import disarray, fleet_move, in_spans, lag_move, usual_level
 from ._tenant import job_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class _Standing:
+    """Where each row (GPU or host) of a pack stands against it at each instant, and what judges it."""
+
+    vals: np.ndarray  # the rows' values, NaN where the mask says the exporter was down
+    m: np.ndarray  # instants of the focus that may be judged (under load, after warm-up, pack big enough)
+    sign: float  # +1: the rule looks up, -1: down
+    d: np.ndarray  # signed distance from the pack's median (positive: the rule's direction)
+    zz: np.ndarray  # d in units of the pack's scale
+    scale: np.ndarray
+    med: np.ndarray
+    spread: np.ndarray
+    moving: np.ndarray  # instants that do not date a departure (the pack's own move, a pause)
+    judged: np.ndarray  # instants excess is judged at (no disarray)
+    bar: np.ndarray  # 1, or CORROBORATED where the rule's corroborating signal stood out too
+    cond: np.ndarray  # beyond the bar (or a refused scrape) at a judged instant
+    refused: np.ndarray  # scrapes of the GPU exporter that failed while the host answered
 
 
 def _det_peer_outlier(
@@ -39,8 +57,27 @@ def _det_peer_outlier(
     size = _pack_size(g)
     if g is None or size < 3:
         return None
-    tl = ctx.timeline
-    sign = 1.0 if p.get("direction", "up") == "up" else -1.0
+    st = _standing(ctx, pb, g, p, focus)
+    if st is None:
+        return None
+    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
+    cut: set[int] = set()
+    flagged = _flag(ctx, g, st.cond, st.judged, length, p, cut)
+    # a host whose GPUs stand out together is judged against itself: what its GPUs share is its own
+    least = float(p.get("min_rel", 0.0)) * np.abs(st.med)
+    warm = _host_wide(g, flagged, (st.d, st.zz, st.cond), st.scale, (float(p.get("z", 6.0)), least))
+    if warm:
+        cut.clear()
+        flagged = _flag(ctx, g, st.cond, st.judged, length, p, cut)
+    if not flagged and warm:
+        return _host_note(ctx, pb, rule, g, warm, st.sign)
+    if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
+        return None
+    return _outlier_finding(ctx, pb, rule, g, st, flagged, length, cut)
+
+
+def _masked_values(ctx: Context, g: Grid, p: Mapping[str, Any]) -> np.ndarray:
+    """Return the grid's values, NaN where the rule's mask (an `up` series) says the host was down."""
     vals = g.values.copy()
     up = ctx.grid(str(p["mask"])) if p.get("mask") else None
     if up is not None:
@@ -48,6 +85,16 @@ def _det_peer_outlier(
             u = up.row(host=lab.get("host", ""))
             if u is not None and len(u) == vals.shape[1]:
                 vals[r, ~(u >= 1)] = np.nan
+    return vals
+
+
+def _standing(
+    ctx: Context, pb: Playbook, g: Grid, p: Mapping[str, Any], focus: tuple[float, float]
+) -> _Standing | None:
+    """Return each row's distance from the pack and where it is beyond the bar (None: nothing to judge)."""
+    tl = ctx.timeline
+    sign = 1.0 if p.get("direction", "up") == "up" else -1.0
+    vals = _masked_values(ctx, g, p)
     m = g.mask(*focus)
     under_load = bool(p.get("during_training", pb.name != "exporter_health"))
     if under_load:
@@ -73,7 +120,7 @@ def _det_peer_outlier(
     # (the monitoring's own signals, scrape times, do not idle with the job: for them a pause is evidence)
     moving = unrest | fleet_move(med, scale, m)
     if under_load:
-        moving |= _in_spans(g.t, tl.paused_spans)
+        moving |= in_spans(g.t, tl.paused_spans)
     judged = m & ~unrest
     # a GPU's other sign of the same story (a hot GPU's throttled clock) at the same instant corroborates
     bar = np.where(_corroborated(ctx, g, p), CORROBORATED, 1.0)
@@ -84,26 +131,28 @@ def _det_peer_outlier(
     # a scrape that failed while the host answered timed out or was refused, whatever duration it stored
     refused = failed_scrapes(ctx, g, p) & judged[None, :]
     cond |= refused
-    length = max(1, int(round(_dur(rule, "min_duration", 300.0) / max(g.step, 1e-9))))
-    cut: set[int] = set()
-    flagged = _flag(ctx, g, cond, judged, length, p, cut)
-    # a host whose GPUs stand out together is judged against itself: what its GPUs share is its own
-    least = float(p.get("min_rel", 0.0)) * np.abs(med)
-    warm = _host_wide(g, flagged, (d, zz, cond), scale, (float(p.get("z", 6.0)), least))
-    if warm:
-        cut.clear()
-        flagged = _flag(ctx, g, cond, judged, length, p, cut)
-    if not flagged and warm:
-        return _host_note(ctx, pb, rule, g, warm, sign)
-    if not flagged or len(flagged) > max(1, float(p.get("max_share", 0.25)) * size):
-        return None
+    return _Standing(vals, m, sign, d, zz, scale, med, spread, moving, judged, bar, cond, refused)
+
+
+def _outlier_finding(
+    ctx: Context,
+    pb: Playbook,
+    rule: RuleSpec,
+    g: Grid,
+    st: _Standing,
+    flagged: list[tuple[int, int]],
+    length: int,
+    cut: set[int],
+) -> Finding:
+    """Return the finding on the flagged rows: each dated where it left the pack, with its peak as evidence."""
     hosts, gpus, ev, onset = [], [], [], None
     # values the mask took out (a silent exporter's, held by the lookback) are unknown, not in the pack: a
     # row in its place before such a silence and beyond it after left during it, as across a disarray
-    held = np.isnan(vals) & ~np.isnan(g.values)
+    held = np.isnan(st.vals) & ~np.isnan(g.values)
+    d, med, sign = st.d, st.med, st.sign
     for r, i in flagged:
-        y = np.where(m & ~np.isnan(vals[r]), d[r], np.nan)
-        t_on = _left_pack(g, rule, zz[r], y, moving | held[r], i, length)
+        y = np.where(st.m & ~np.isnan(st.vals[r]), d[r], np.nan)
+        t_on = _left_pack(g, rule, st.zz[r], y, st.moving | held[r], i, length)
         h, gpu = g.key(r)
         onset = t_on if onset is None else min(onset, t_on)
         if h not in hosts:
@@ -111,19 +160,23 @@ def _det_peer_outlier(
         if gpu is not None:
             gpus.append(gpu)
         # the peak of what it stored (a failed scrape's duration tells nothing), else of the failures
-        slow = cond[r] & ~refused[r]
-        peak_i = int(np.nanargmax(np.where(slow if slow.any() else cond[r], d[r], -np.inf)))
+        slow = st.cond[r] & ~st.refused[r]
+        peak_i = int(np.nanargmax(np.where(slow if slow.any() else st.cond[r], d[r], -np.inf)))
         ev.append(
             _ev(
                 ctx,
                 rule.queries[0],
                 {"host": h, "gpu": gpu},
-                vals[r, peak_i],
+                st.vals[r, peak_i],
                 f"{'above' if sign > 0 else 'below'} the pack's median {med[peak_i]:.4g} by "
-                f"{abs(d[r, peak_i]):.3g} (beyond its own usual offset; pack spread {spread[peak_i]:.2g}) "
+                f"{abs(d[r, peak_i]):.3g} (beyond its own usual offset; pack spread {st.spread[peak_i]:.2g}) "
                 f"at {fmt_time(float(g.t[peak_i]))}; left the pack at {fmt_time(t_on)}"
-                + (f"; {p['corroborate']} stood out with it (half the bar)" if bar[r, peak_i] < 1 else "")
-                + _stretch_note(g, refused[r, i:], r in cut),
+                + (
+                    f"; {rule.params['corroborate']} stood out with it (half the bar)"
+                    if st.bar[r, peak_i] < 1
+                    else ""
+                )
+                + _stretch_note(g, st.refused[r, i:], r in cut),
             )
         )
     return _finding(pb, rule, hosts, gpus, onset, ev, censored=bool(cut))
@@ -356,80 +409,6 @@ def _left_pack(
         tau = departure(g.t, y, end, j, earliest=earliest, levels_off=True)
         t_on = min(t_on, tau) if tau is not None else t_on
     return t_on
-
-
-#: The pack is in disarray at an instant where its members wander this many times their typical spread.
-DISARRAY = 3.0
-
-
-def disarray(dev: np.ndarray, pack: Mapping[str, np.ndarray] | None, scale: np.ndarray) -> np.ndarray:
-    """Return the instants where the pack's spread (of the rows' deviations from their own habitual place,
-    or Prometheus's median absolute deviation of the whole pack) exceeds DISARRAY times its typical `scale`."""
-    with np.errstate(all="ignore"):
-        spread_t = MAD_SCALE * pack["mad"] if pack and "mad" in pack else robust_spread(dev, axis=0)
-        out = spread_t > DISARRAY * scale
-    return np.where(np.isnan(out), False, out).astype(bool)
-
-
-#: The pack's usual level at an instant is its median level within this many seconds either side.
-USUAL_LEVEL_S = 1800.0
-
-
-def usual_level(t: np.ndarray, level: np.ndarray, judged: np.ndarray) -> np.ndarray:
-    """Return the pack's usual level at each instant: the median of its `level` over the `judged` instants
-    within USUAL_LEVEL_S either side (a dip or a spike leaves it; a slow drift of the whole pack moves it
-    along); NaN where there is none."""
-    out = np.full(len(level), np.nan)
-    ok = judged & np.isfinite(level)
-    if not ok.any():
-        return out
-    tj, lj = t[ok], level[ok]
-    lo = np.searchsorted(tj, t - USUAL_LEVEL_S, side="left")
-    hi = np.searchsorted(tj, t + USUAL_LEVEL_S, side="right")
-    for k in np.nonzero(hi > lo)[0]:
-        out[k] = float(np.median(lj[lo[k] : hi[k]]))
-    return out
-
-
-def lag_move(level: np.ndarray, judged: np.ndarray, sign: float, per: float) -> np.ndarray:
-    """Return, at each instant, how far the pack's `level` stood in the direction `sign` beyond its level
-    then at the `judged` instants within a scrape either side (`per`: grid points a scrape spans, at least
-    one point): a member read a scrape late (its exporter's collection lags the scrape, the last value
-    Prometheus holds at a grid point is a scrape old) stands where the pack stood a scrape before, apart
-    from it by the pack's own move wherever the pack cools or warms together (a slowdown, a stall, a phase
-    change), for as long as the move takes: that much of its place is the timing of its readings."""
-    out = np.zeros(len(level))
-    ok = judged & np.isfinite(level)
-    with np.errstate(all="ignore"):
-        for k in range(1, int(np.ceil(per - 1e-9)) + 1):
-            for a, b in ((slice(k, None), slice(None, -k)), (slice(None, -k), slice(k, None))):
-                move = sign * (level[b] - level[a])
-                out[a] = np.where(ok[a] & ok[b] & (move > out[a]), move, out[a])
-    return out
-
-
-def fleet_move(level: np.ndarray, scale: np.ndarray, judged: np.ndarray) -> np.ndarray:
-    """Return the instants on either side of a step of the pack's `level` larger than DISARRAY times both
-    the members' typical wander (`scale`) and the level's own large steps while `judged` (the 90th
-    percentile: a pack that dips at every checkpoint makes such moves its rhythm, not an event)."""
-    with np.errstate(all="ignore"):
-        step = np.abs(np.diff(level))
-        usual = step[judged[1:] & judged[:-1] & np.isfinite(step)]
-        typical = float(np.quantile(usual, 0.9)) if len(usual) else 0.0
-        big = step > DISARRAY * np.maximum(scale[1:], typical)
-    big = np.where(np.isnan(big), False, big).astype(bool)
-    out = np.zeros(len(level), bool)
-    out[1:] |= big
-    out[:-1] |= big
-    return out
-
-
-def _in_spans(t: np.ndarray, spans: Sequence[tuple[float, float]]) -> np.ndarray:
-    """Return the instants within any of `spans` ([start, end] each)."""
-    out = np.zeros(len(t), bool)
-    for a, b in spans:
-        out |= (t >= a) & (t <= b)
-    return out
 
 
 def _rare(

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from playbooks.anomaly import change_points, climbs, first_sustained, nan_median, walk_back
+from playbooks.anomaly import Grid, change_points, climbs, first_sustained, nan_median, walk_back
 from playbooks.context import Context, Finding, triage_get
 from playbooks.departure import departure
 from playbooks.log_series import LOG_QUERY, LOG_STEP_QUERY
@@ -31,39 +31,76 @@ def _det_change_point(
     valid = tl.training_mask(g.t) & g.mask(*focus) & ~tl.rewarming(g.t)
     if tl.warm_end is not None:
         valid &= g.t >= tl.warm_end
-    p = rule.params
     # a restart re-runs steps from a checkpoint: the new run's values (the loss back at the checkpoint's
     # level) are judged against the new run's own history, never against the old run's last values
     runs = tl.segment(g.t)
-    idx, _ = _per_run(rule, x, g.t, valid, runs, _origin(x, valid) if p.get("progress") else None)
-    # an isolated one-step spike is ordinary noise in real training; instability lasts several points
-    need, span = int(p.get("min_points", 3)), _dur(rule, "confirm_window", 600.0)
-
-    def confirmed(found: list[int]) -> list[int]:
-        return [i for i in found if sum(1 for k in found if g.t[i] <= g.t[k] <= g.t[i] + span) >= need]
-
-    firsts = confirmed(idx)
-    firsts_jump = bool(firsts)
-    if firsts:
-        i = cross = firsts[0]
-    else:
-        # no jump against the last few points: a climb far above the series' own earlier level, dated where
-        # it left that level
-        idx, levels = _per_run(rule, x, g.t, valid, runs, None, climbing=True)
-        firsts = confirmed(idx)
-        if not firsts:
-            return None
-        cross = firsts[0]
-        i = walk_back(np.where(valid & (runs == runs[cross]), x, np.nan), cross, levels[cross])
+    found = _first_move(rule, g.t, x, valid, runs)
+    if found is None:
+        return None
+    i, cross, jump, anomalous = found
     valid &= runs == runs[i]  # the baseline and the departure are the run's own
     prev = x[:i][valid[:i] & ~np.isnan(x[:i])]
     base = nan_median(prev[-30:]) if len(prev) else float("nan")
     peak = float(np.nanmax(x[i:])) if np.isfinite(x[i:]).any() else float(x[i])
+    window = _dur(rule, "baseline_window", 1200.0)
+    t_on, prev_t = _change_onset(ctx, rule, g, x, valid, (i, cross, jump), window)
+    ev = [
+        _ev(
+            ctx,
+            rule.queries[0],
+            {},
+            float(x[i]),
+            f"jumped from its recent {base:.4g} to {x[i]:.4g} at {fmt_time(t_on)} (peak {peak:.4g}; "
+            f"{anomalous} anomalous points)",
+        )
+    ]
+    return _finding(pb, rule, [], [], t_on, ev, cross=float(g.t[cross]), prev=prev_t, window=window)
+
+
+def _first_move(
+    rule: RuleSpec, t: np.ndarray, x: np.ndarray, valid: np.ndarray, runs: np.ndarray
+) -> tuple[int, int, bool, int] | None:
+    """Return (where the move began, where the rule saw it, whether a jump, the anomalous points) of the
+    series' first confirmed move within its run, else None."""
+    p = rule.params
+    idx, _ = _per_run(rule, x, t, valid, runs, _origin(x, valid) if p.get("progress") else None)
+    # an isolated one-step spike is ordinary noise in real training; instability lasts several points
+    need, span = int(p.get("min_points", 3)), _dur(rule, "confirm_window", 600.0)
+
+    def confirmed(found: list[int]) -> list[int]:
+        return [i for i in found if sum(1 for k in found if t[i] <= t[k] <= t[i] + span) >= need]
+
+    firsts = confirmed(idx)
+    if firsts:
+        return firsts[0], firsts[0], True, len(idx)
+    # no jump against the last few points: a climb far above the series' own earlier level, dated where
+    # it left that level
+    idx, levels = _per_run(rule, x, t, valid, runs, None, climbing=True)
+    firsts = confirmed(idx)
+    if not firsts:
+        return None
+    cross = firsts[0]
+    i = walk_back(np.where(valid & (runs == runs[cross]), x, np.nan), cross, levels[cross])
+    return i, cross, False, len(idx)
+
+
+def _change_onset(
+    ctx: Context,
+    rule: RuleSpec,
+    g: Grid,
+    x: np.ndarray,
+    valid: np.ndarray,
+    move: tuple[int, int, bool],
+    window: float,
+) -> tuple[float, float]:
+    """Return when the move (`_first_move`'s start, crossing, jump) began, and the time of the series' last
+    distinct value before the rule saw it."""
+    i, cross, jump = move
+    tl = ctx.timeline
     step_s = tl.step_s if tl.step_s is not None and 0 < tl.step_s < 600 else 0.0
     # a climb crosses the thresholds late: it began where the series left its own baseline (a jump: midway
     # between the samples either side of it). A positive training metric diverges by factors, its noise in
     # proportion to it: judged on a log scale, where an exponential climb is a straight one
-    window = _dur(rule, "baseline_window", 1200.0)
     y = np.where(valid, x, np.nan)
     # a step's value is one observation however many scrapes see it (a long step, a save): repeats are dropped
     seen = np.nonzero(np.isfinite(y))[0]
@@ -87,19 +124,9 @@ def _det_change_point(
         mid = (float(g.t[left[-1]]) + float(g.t[i]) - step_s) / 2
         if tau is None and not _inferred_log_times(ctx, rule.queries[0]):
             t_on = min(t_on, mid)
-        elif tau is not None and firsts_jump:
+        elif tau is not None and jump:
             t_on = max(t_on, mid)
-    ev = [
-        _ev(
-            ctx,
-            rule.queries[0],
-            {},
-            float(x[i]),
-            f"jumped from its recent {base:.4g} to {x[i]:.4g} at {fmt_time(t_on)} (peak {peak:.4g}; "
-            f"{len(idx)} anomalous points)",
-        )
-    ]
-    return _finding(pb, rule, [], [], t_on, ev, cross=float(g.t[cross]), prev=prev, window=window)
+    return t_on, prev
 
 
 def _inferred_log_times(ctx: Context, name: str) -> bool:

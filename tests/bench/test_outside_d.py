@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bench.outside import gen_d
+from bench.outside._d_fleet import make_hosts
+from bench.outside._d_om import write_openmetrics
+from bench.outside._d_sim import Series
 
 CLASSES = ("network-hang", "restore-resource-leak", "host-oom")
 KEYS = {"class", "family", "culprits", "onset", "scrape_s", "story"}
@@ -62,3 +67,25 @@ def test_the_same_seed_builds_the_same_case(tmp_path: Path, corpus: Path) -> Non
     again = tmp_path / "00-network-hang"
     assert (again / "truth.json").read_text() == (corpus / "00-network-hang" / "truth.json").read_text()
     assert (again / "job.log").read_text() == (corpus / "00-network-hang" / "job.log").read_text()
+
+
+def _series(host: str, times: list[float]) -> Series:
+    labels = {"instance": f"{host}:9100", "job": "nodes"}
+    return Series("up", labels, np.ones(len(times)), np.array(times, dtype=float))
+
+
+def test_two_hosts_never_share_an_address() -> None:
+    # seed 12 drew one node IP for two of its 64 hosts: promtool saw their samples as one series going back
+    for seed in range(40):
+        hosts = make_hosts(random.Random(seed), 64, 2)
+        for attr in ("name", "ip", "pod_ip"):
+            assert len({getattr(h, attr) for h in hosts}) == 64, (seed, attr)
+
+
+def test_the_writer_refuses_a_series_twice_or_back_in_time(tmp_path: Path) -> None:
+    twice = [_series("10.2.3.117", [10.0, 20.0]), _series("10.2.3.117", [5.0, 15.0])]
+    with pytest.raises(ValueError, match="10.2.3.117"):
+        write_openmetrics(twice, tmp_path / "twice.om")
+    with pytest.raises(ValueError, match="back in time"):
+        write_openmetrics([_series("10.2.3.118", [10.0, 5.0])], tmp_path / "back.om")
+    assert write_openmetrics([_series("10.2.3.118", [5.0, float("nan"), 10.0])], tmp_path / "ok.om") == 2

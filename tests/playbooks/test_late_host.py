@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from playbooks.departure import departure, resolution, spread
-from playbooks.detectors.peers import lag_move
+from playbooks.detectors._pack import lag_move
 from playbooks.diagnose import run_diagnosis
 from playbooks.triage import triage_job
 

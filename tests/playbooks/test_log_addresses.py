@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from playbooks.context import Finding
+from playbooks.decision import decide_diagnosis
 from playbooks.log_addresses import name_addresses
 from playbooks.triage import triage_log
 
@@ -65,3 +66,23 @@ def test_ncccls_uncorrectable_ecc_warning_is_a_gpu_fault_of_its_host_and_device(
     ]
     [e] = [e for e in triage_log(lines).details["host_events"] if e["kind"] == "gpu-ecc"]
     assert e["host"] == "dgx-r10-01" and e["gpu"] == 2
+
+
+def _hang(host: str) -> Finding:
+    return Finding("collective_hang", "busy_wait", "collective-hang", "critical", "cause", [host], [], AT,
+                   "GPUs busy-wait in a collective", [])  # fmt: skip
+
+
+def test_a_hang_culprit_no_series_or_line_names_is_said_to_be_an_address_not_a_node():
+    """Corpus D seed 7 case 26 (#10): a host's GPUs never entered the collective, its DCGM exporter (no host
+    label) scraped at its pod's IP, no `node` label, kube_pod_info or node_uname_info at that address, no
+    line of the log on it: the culprit stays the address, and the summary says it names no node."""
+    ctx = _ctx_with(ADDRS)
+    ctx.triage = {"nodes": NODES, "job": {}, "details": {}}
+    d = decide_diagnosis(ctx, [_hang(ADDRS[1])])
+    assert d["class"] == "collective-hang" and [c["host"] for c in d["culprits"]] == [ADDRS[1]]
+    assert f"{ADDRS[1]} is the address a GPU or host exporter was scraped at" in d["summary"]
+    assert "not a node name" in d["summary"] and "ties it to a node" in d["summary"]
+    ctx.triage = {"nodes": [*NODES, ADDRS[1]], "job": {}, "details": {}}  # the log's own name for a node
+    assert "not a node name" not in decide_diagnosis(ctx, [_hang(ADDRS[1])])["summary"]
+    assert "not a node name" not in decide_diagnosis(ctx, [_hang(NODES[0])])["summary"]
