@@ -213,7 +213,10 @@ def make_fleet(rng: random.Random, n: int, needs_rdma: bool = False, site: str |
     node_ip = rng.random() < 0.5
     for h in hosts:
         h.node_instance = f"{h.ip}:9100" if node_ip else f"{h.fqdn}:9100"
-        h.dcgm_instance = f"{h.ip}:9400" if layout == "k8s" or rng.random() < 0.5 else f"{h.fqdn}:9400"
+        if layout == "k8s":  # the gpu-operator's exporter pod is not on the host network: a pod address
+            h.dcgm_instance = f"192.168.{rng.randint(0, 255)}.{rng.randint(2, 254)}:9400"
+        else:
+            h.dcgm_instance = f"{h.ip}:9400" if rng.random() < 0.5 else f"{h.fqdn}:9400"
         h.exporter_pod = f"nvidia-dcgm-exporter-{_pod_suffix(rng)}"
     fl.extra["uuid"] = {
         h.name: [

@@ -16,6 +16,7 @@ from bench.outside._g_fleet import Fleet, pci_bus
 from bench.outside._g_time import CKPT, EVAL, HANG, INIT, STALL, TRAIN, Effects, Timeline
 from bench.outside._g_tsdb import Om, grid, target
 
+THROTTLE_AFTER_S = 40.0  # a failing fan: the GPU reaches its slowdown temperature this long after t_on
 XID_MSG = {
     0: "No Error",
     13: "Graphics Engine Exception",
@@ -212,10 +213,10 @@ def gpu_series(om: Om, fl: Fleet, tl: Timeline, eff: Effects, hi: int, rng: rand
 
 
 def _thermal(v: dict, t: np.ndarray, t_on: float, gp, nr) -> None:
-    """A GPU whose cooling fails at t_on: heat builds over ~2 min, then the clock is pulled down."""
-    ramp = np.clip((t - t_on) / 150.0, 0, 1)
+    """A GPU whose cooling fails at t_on: heat builds over a minute, the clock is pulled down after 40 s."""
+    ramp = np.clip((t - t_on) / 60.0, 0, 1)
     v["heat"] = 38.0 * ramp
-    hot = (t >= t_on + 100) & (v["util"] > 50)
+    hot = (t >= t_on + THROTTLE_AFTER_S) & (v["util"] > 50)
     v["sm"] = np.where(hot, gp.sm_max * nr.uniform(0.58, 0.7, len(t)), v["sm"])
     v["power"] = np.where(hot, v["power"] * 0.72, v["power"])
     v["ev"] = np.where(hot, 0x40 | 0x20, v["ev"])

@@ -32,6 +32,8 @@ def _watchdog(lg: Log, t: float, d: dict) -> None:
     st, fl = lg.st, lg.fl
     g = len(fl.owned)
     seq = 20000 + int((d["since"] - st.tl.t_train) / max(st.tl.step_s, 0.5)) * 24
+    if not len(st.tl.step_t):  # stuck in the first collectives (init barrier, first all-reduce)
+        seq = 2 + len(fl.hosts) % 5
     odd = {h for h, s in st.eff.hang_sets.items() if s and set(s) != set(fl.owned)}
     for h in sorted({0, 1, len(fl.hosts) - 1} | odd):
         if h >= len(fl.hosts) or h in st.eff.dead:

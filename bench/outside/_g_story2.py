@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+from bench.outside._g_gpu import THROTTLE_AFTER_S
 from bench.outside._g_story import Story, _base, _culprit_hosts, _herrings, _truncate
 from bench.outside._g_time import Effects, Timeline, build, during, losses
 
@@ -25,10 +26,10 @@ def thermal(rng: random.Random, launch: float, variant: int) -> Story:
     h, g = rng.randrange(len(fl.hosts)), rng.choice(fl.owned)
     t_on = during(tl, rng, 0.25, 0.55)
     factor = rng.uniform(1.18, 1.4)
-    st.tl = _slow_from(tl, eff, rng, t_on + 100, factor, 0)
+    st.tl = _slow_from(tl, eff, rng, t_on + THROTTLE_AFTER_S, factor, 0)
     said = _herrings(st, rng, heavy=variant == 1)
     eff.thermal = (h, g, t_on)
-    st.culprits, st.onset = [(h, g)], t_on
+    st.culprits, st.onset = [(h, g)], t_on + THROTTLE_AFTER_S / 2  # the heat shows before the clock drops
     st.text = (
         f"GPU {g} of {fl.names[h]} heats up (cooling fault) and is clocked down; every step is "
         f"~{(factor - 1) * 100:.0f} % slower from then on"

@@ -14,9 +14,10 @@ from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._pauses import pause_windows
+from ._placing import fit_runs, place_leading
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
-from ._trainers import place_leading, settle
+from ._trainers import settle
 
 
 def _move_bar(st: _State) -> None:
@@ -41,6 +42,7 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
     _move_bar(st)
+    fit_runs(st)
     place_leading(st)
     settle(st)
     steps = sorted(st.steps)

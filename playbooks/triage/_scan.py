@@ -38,6 +38,7 @@ from ._patterns import (
     _parse_stamp,
     _year_hint,
 )
+from ._placing import dated
 from ._state import _add, _State
 from ._torch import heartbeat_line, setting_line, torchrun_rank
 from ._trainers import TRIGGERS, header_date, trainer_line
@@ -66,9 +67,8 @@ def _scan(
         grank = torchrun_rank(msg)
         ts, msg = _dated(msg, st.year or data_year, st.tz)
         ts = ts if pod is None or pod[1] is None else pod[1]  # kubectl's UTC stamp before the pod's local one
-        st.clock = ts if ts is not None else st.clock
-        if ts is not None and st.bar.last is not None:
-            st.bar.dated(ts)
+        if ts is not None:
+            dated(st, n, ts)
         if ("_GPUS" in msg or "_DEVICE" in msg) and ("=" in msg or ":" in msg):
             gpus_env_line(st.gpus_env, msg)
         if rank is None and not st.header_done and _scan_header(st, out, msg):
