@@ -32,6 +32,7 @@ import datetime as dt
 import math
 import re
 
+from ._kvstep import read_kv_step
 from ._pauses import TRIGGERS as _PAUSE_TRIGGERS
 from ._pauses import pause_line
 from ._placing import dated
@@ -62,7 +63,10 @@ _PL_RESTORE = re.compile(r"Restoring states from the checkpoint path at \S*?step
 _TITAN_START = re.compile(r"^Training starts at step (\d+)")
 # the whole message of a trainer's own end of training: torchtitan's "Training completed", absl/JAX trainers'
 # "Training finished." (a line that merely starts so, "Training finished with errors", is not one)
-_DONE = re.compile(r"^Training (?:completed|finished)\.?\s*$")
+# the trainer's own "done" (Lightning's, a script's `Training complete: 425 steps; saving final state`)
+_DONE = re.compile(
+    r"^(?:.{0,80}?(?:\] |: |- ))?Training (?:complete|completed|finished)\b(?!\s+(?:in|with) error)"
+)
 _MEG_LOSS = re.compile(r"\|\s*([\w .-]{0,40}?loss):\s*(" + _NUM + r")", re.IGNORECASE)
 _MEG_NAN = re.compile(r"number of nan iterations:\s*(\d+)")
 _MEG_SAVE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
@@ -179,7 +183,7 @@ def trainer_line(st: _State, n: int, rank: int | None, ts: float | None, msg: st
         if bars:
             _tqdm(st, n, rank, bars[-1])  # a file holds a bar's every state, split by \r: the last counts
             return True
-    if msg.startswith("{'") or "{'loss'" in msg[:40]:
+    if (msg.startswith("{'") or "{'loss'" in msg[:40]) and "'step'" not in msg:
         return _hf_dict(st, msg)
     if "step" in msg:
         return _step_kv(st, n, rank, ts, msg)
@@ -279,7 +283,16 @@ def _step_kv(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -
         secs = float(t.group(1)) / (1000.0 if t.group(2) == "ms" else 1.0) if t else None
         record(st, rank, int(k.group(1)), secs, _f(loss.group(1)), ts, n)
         return True
-    return _other(st, n, ts, msg)
+    kv = read_kv_step(msg) if not _other(st, n, ts, msg) else None
+    if kv is None:
+        return False
+    step, total, secs, value, epoch = kv
+    when = ts if ts is not None else epoch
+    if when is None:
+        return False  # an undated step line of a trainer the log dates nowhere: no time to give it
+    st.total_steps = st.total_steps or total
+    record(st, rank, step, secs, value, when, n)
+    return True
 
 
 def _other(st: _State, n: int, ts: float | None, msg: str) -> bool:
@@ -316,7 +329,7 @@ def _other(st: _State, n: int, ts: float | None, msg: str) -> bool:
 def _lightning_titan(st: _State, n: int, ts: float | None, msg: str) -> bool:
     """Read NeMo's, Lightning's and torchtitan's checkpoint, restore, start and completion lines."""
     last = st.last_logged
-    if "Trainer.fit` stopped" in msg or _DONE.match(msg):
+    if "Trainer.fit` stopped" in msg or ("raining" in msg and _DONE.match(msg)):
         st.trainer_done = ts or max((row[3] or 0.0 for row in st.steps.values()), default=0.0)
         return True
     saved = _NEMO_SAVE.search(msg) or _PL_SAVE.search(msg) if "ave" in msg or "aving" in msg else None
