@@ -46,6 +46,10 @@ from ._trainers import TRIGGERS, header_date, trainer_line
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Job", "Sta")  # also `Job start:`, `Start:`
 
 
+#: an ISO 8601 stamp at a line's start with a numeric offset from UTC
+_ZONE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?([+-])(\d\d):?(\d\d)\b")
+
+
 def _scan(
     lines: Iterable[tuple[int, str]],
     out: Triage,
@@ -65,6 +69,10 @@ def _scan(
         if st.job_start is None and msg[:3] in _WEEKDAYS and _scan_date(st, msg):
             continue
         grank = torchrun_rank(msg)
+        if not st.tz and st.job_start is None and msg[:1] == "2" and (z := _ZONE.match(msg)):
+            # no `date` header told the hosts' zone: a stamp that carries its own offset does (dmesg -T and
+            # Slurm print the same local time without one)
+            st.tz = (1 if z.group(1) == "+" else -1) * (int(z.group(2)) * 3600 + int(z.group(3)) * 60)
         ts, msg = _dated(msg, st.year or data_year, st.tz)
         ts = ts if pod is None or pod[1] is None else pod[1]  # kubectl's UTC stamp before the pod's local one
         if ts is not None:

@@ -93,3 +93,18 @@ def test_ray_trains_undated_dicts_are_dated_by_their_own_timestamp():
     t = triage_log(lines)
     assert (t.first_step, t.last_step) == (0, 4)
     assert t.progress["last_step_time"] == 1767391013.0
+
+
+def test_an_epilogs_dmesg_under_a_banner_is_the_named_hosts_in_the_logs_own_zone():
+    """A job's epilog prints one host's `dmesg -T` under a banner: its Xid is that host's, and its local time
+    is read in the zone the log's own stamps carry (-05:00), as Slurm's and the kernel's are."""
+    lines = [
+        "0: 2026-01-03T22:25:38.000-05:00 INFO [rank0] step 272/1600 | loss 2.4 | 7.5 s/step | 0.4M tok/s",
+        "srun: error: Node failure on hgx-r13-n2",
+        "==== epilog: dmesg -T on hgx-r13-n2 (NVRM / oom) ====",
+        "[Sat Jan  3 22:25:41 2026] NVRM: Xid (PCI:0000:5d:00): 79, pid=37743, name=python3, GPU has fallen off the bus.",
+    ]
+    t = triage_log(lines)
+    xid = next(e for e in t.details["host_events"] if e["kind"] == "xid")
+    assert xid["host"] == "hgx-r13-n2"
+    assert xid["time"] == pytest.approx(1767497141.0)  # 2026-01-04 03:25:41 UTC
