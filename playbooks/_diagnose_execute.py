@@ -93,12 +93,23 @@ def _json_values(grid: np.ndarray) -> list[float | None]:
 
 def _ask(client: PrometheusClient, q: PlannedQuery) -> tuple[PlannedQuery, list[Series], str]:
     """Return (the query as asked, its answer, why it was coarsened or ""): a query with a follow-up is asked
-    in two on the same grid, the second from the first's answer, and answers as its one `promql` would."""
+    in two on the same grid, the second from the first's answer, and answers as its one `promql` would; a
+    query with a gate is not asked when its gate answers nothing (its answer is then empty)."""
+    if q.gate and not _moved(client, q):
+        return q, [], ""
     if q.follow_up is None:
         return run_planned(client, q)
     asked, first, why = run_planned(client, replace(q, promql=q.follow_up.first))
     grid = (asked.start, asked.end, float(asked.step or 1.0))
     return replace(asked, promql=q.promql), ask_in_two(client, q.follow_up, q.promql, first, grid), why
+
+
+def _moved(client: PrometheusClient, q: PlannedQuery) -> bool:
+    """Return whether the query's gate finds what it reads moved (or could not tell: the query answers)."""
+    try:
+        return bool(client.query(q.gate, at=q.end))
+    except PrometheusError:
+        return True
 
 
 def _run_queries(

@@ -14,8 +14,8 @@ from ._diagnose_relabel import Relabel
 from ._diagnose_types import COARSE_POINTS, FINE_POINTS, SERIES_POINTS, PlannedQuery
 from .model import QuerySpec
 from .profiles import PROFILES
-from .profiles._signal import _ADDRESS, _regex_literal
-from .prometheus import choose_step
+from .profiles._signal import _ADDRESS, _is_simple_selector, _regex_literal
+from .prometheus import choose_step, parse_duration
 
 
 def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: float) -> float:
@@ -29,8 +29,6 @@ def _window_s(q: QuerySpec, step: float, interval: float, start: float, end: flo
     if q.window == "step":
         # the samples since the previous grid point: none, and the point's value is one the lookback held
         return step
-    from .prometheus import parse_duration
-
     return parse_duration(q.window)
 
 
@@ -90,7 +88,8 @@ def render_query(
     window_s = w if uses_window else 0.0
     if q.kind == "instant":
         return PlannedQuery(q.name, expr, "instant", start, end, None, window_s, rel)
-    return PlannedQuery(q.name, expr, "range", aligned, end, step, window_s, rel, follow)
+    gate = _gate(q, _narrowed(prof.signal(q.signal), only_hosts), w, aligned, end) if q.signal else ""
+    return PlannedQuery(q.name, expr, "range", aligned, end, step, window_s, rel, follow, gate)
 
 
 def _bits(q: QuerySpec, sig: Any, gpus: int, points: float) -> bool:
@@ -170,6 +169,50 @@ def _narrowed(sig: Any, hosts: Sequence[str]) -> Any:
         return sig
     alternatives = "|".join(_regex_literal(h) for h in sorted(hosts))
     return with_matcher(sig, f'{sig.host_from}=~"{alternatives}"')
+
+
+#: functions of a window that are 0 wherever none of its series' samples changed within the window (no
+#: sample pair then adds to an increase, a rate, a count of changes or resets, or a difference)
+_STILL_IS_ZERO = frozenset({"increase", "rate", "irate", "changes", "resets", "delta", "idelta"})
+
+
+def _gate(q: QuerySpec, sig: Any, window: float, first: float, end: float) -> str:
+    """Return the PromQL of an instant query at `end` whose empty answer means the range query's is empty, or "".
+
+    Two kinds of range query answer nothing when none of the series they read changed in the union of their
+    windows, which one instant query of `changes` over that union tells, reading it once where the range
+    query evaluates every GPU's windows at each step (1,024 GPUs x 4 h at a 30 s grid: 0.05 s of Prometheus's
+    CPU instead of 0.15-0.23 s, on counters that most jobs never see move):
+
+    - a counter's increase (rate, changes, ...) kept only above some c >= 0 (`post = "> 0"`: the hosts where
+      uncorrectable errors grew), over the union `(first - window, end]`: every window's value is 0 there (a
+      sum, maximum, minimum or average of zeros too), which the filter drops;
+    - a signal present only where its gauge changed within a lookback D (DCGM's Xid: `(x and changes(x[D])
+      > 0)`), read as it is, over `(first - D, end]`.
+
+    The selectors must be the signal's own raw series, unjoined and unfiltered.
+    """
+    if (q.agg or sig.agg) not in ("sum", "max", "min", "avg") or sig.fill_filter or sig.host_join:
+        return ""
+    changed = _CHANGED_ONLY.fullmatch(sig.selector)
+    if changed and not q.fn and not sig.gpu_index:
+        parts, window = [changed["sel"]], parse_duration(changed["within"])
+    else:
+        above = re.fullmatch(r">\s*([0-9]+(?:\.[0-9]*)?)", q.post.strip())
+        parts = sig.selector.split(" | ")
+        if not above or (q.fn or ("rate" if sig.is_counter else "")) not in _STILL_IS_ZERO:
+            return ""
+        if sig.gpu_index or not all(_is_simple_selector(p) for p in parts):
+            return ""
+    # one second more: the instant and the range query's last point may round apart by a millisecond
+    span = f"{math.ceil(end - first + window) + 1}s"
+    return " or ".join(f"group(changes({p}[{span}]) > 0)" for p in parts)
+
+
+#: a signal present only where its selector's series changed within a lookback: `(x and changes(x[D]) > 0)`
+_CHANGED_ONLY = re.compile(
+    r"\((?P<sel>[A-Za-z_:][A-Za-z0-9_:]*(?:\{[^{}]*\})?) and changes\((?P=sel)\[(?P<within>[0-9]+[smh])\]\) > 0\)"
+)
 
 
 #: functions whose values are never negative (a filter `> 0` on a sum's parts drops none of its value)

@@ -87,6 +87,8 @@ class PlannedQuery:
             None when `promql` names them itself.
         follow_up: how the query is asked in two, the second rendered from the first's answer (a peer query
             over many GPUs), or None: `promql` answers it alone, and names its answer (the evidence's query).
+        gate: PromQL of an instant query at `end` whose empty answer means `promql`'s is empty too (the
+            counters it reads did not move in any of its windows): `promql` is then not asked. "" for none.
     """
 
     name: str
@@ -98,6 +100,7 @@ class PlannedQuery:
     window_s: float = 0.0
     relabel: Relabel | None = None
     follow_up: PeerFollowUp | None = None
+    gate: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +113,7 @@ class PlannedQuery:
             "window_s": self.window_s,
             "relabel": self.relabel.to_dict() if self.relabel else None,
             "follow_up": self.follow_up.to_dict() if self.follow_up else None,
+            "gate": self.gate,
         }
 
     @classmethod
@@ -124,6 +128,7 @@ class PlannedQuery:
             window_s=float(d.get("window_s", 0.0)),
             relabel=Relabel.from_dict(d["relabel"]) if d.get("relabel") else None,
             follow_up=PeerFollowUp.from_dict(d["follow_up"]) if d.get("follow_up") else None,
+            gate=str(d.get("gate") or ""),
         )
 
 

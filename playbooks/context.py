@@ -140,6 +140,8 @@ class Context:
     triage: dict[str, Any] | None
     source: Any
     gpu: GpuModel | None
+    #: what one detector worked out from the results for the others that need it too (keyed by its module)
+    memo: dict[Any, Any] = field(default_factory=dict)
 
     def grid(self, name: str) -> Grid | None:
         r = self.results.get(name)

@@ -271,7 +271,8 @@ def _reconcile(
     silent = [f for f in findings if f.rule == "host_silent" and SEV_RANK[f.severity] >= 1]
     if silent and klass in ("gpu-hardware-fault", "gpu-driver-fault", "node-death"):
         dead = silent[0]
-        t_dead = dead.onset if dead.onset is not None else float("inf")
+        # the errors are judged against when it fell silent, not against an onset its own errors moved earlier
+        t_dead = dead.extra.get("silent_at", dead.onset if dead.onset is not None else float("inf"))
         before = [
             f
             for f in findings

@@ -8,7 +8,9 @@ A host that goes silent is a node death; what it reported in the minutes before 
   errors; a hardware Xid is a finding of its own, which the decision takes as the onset): one change is
   specific on a host that then died, so one is enough. It must be news: the data shows the host's
   counters still for a lookback-long stretch before it. A host that trickles errors all along, or whose
-  data began too shortly before (a trickle from the job's start looks the same), is not dated by them.
+  data began too shortly before (a trickle from the job's start looks the same), is not dated by them;
+  nor is a family that changed in the same lookback on one in twenty of the other hosts (the fleet's
+  background: correctable errors ticking on many GPUs), which the dying host shows as likely by chance.
 
 The rule's queries after the four of `host_silent`'s presence: the GPUs reporting per host, then any number
 of hardware error changes per host (one per error family the profile has).
@@ -57,7 +59,7 @@ def _errors_changed(
     best: tuple[float, str] | None = None
     for name, g in grids:
         row = g.row(host=host)
-        if row is None:
+        if row is None or _background(g, host, t_sil, lookback):
             continue
         changed = np.nan_to_num(row, nan=0.0) > 0
         quiet = max(1, int(round(lookback / max(g.step, 1e-9))))
@@ -68,6 +70,22 @@ def _errors_changed(
                     best = (t, name.replace("_", " "))
                 break
     return best
+
+
+#: Share of the other hosts whose counter of an error family changed in the same lookback, from which a change
+#: is the fleet's background (a trickle of correctable errors many GPUs show), not news on the dying host.
+BACKGROUND_SHARE = 0.05
+
+
+def _background(g: Grid, host: str, t_sil: float, lookback: float) -> bool:
+    """Return True if the error family changed, within the same `lookback` before `t_sil`, on at least
+    BACKGROUND_SHARE of the other hosts (at least one): a change the dying host would as likely show by chance."""
+    within = (g.t >= t_sil - lookback) & (g.t <= t_sil)
+    others = [r for r, lab in enumerate(g.labels) if lab.get("host") != host]
+    if not others or not within.any():
+        return False
+    moved = sum(bool((np.nan_to_num(g.values[r, within], nan=0.0) > 0).any()) for r in others)
+    return moved >= max(1.0, BACKGROUND_SHARE * len(others))
 
 
 def _gpus_fell_off(g: Grid | None, host: str, t_sil: float, lookback: float) -> tuple[int, int] | None:

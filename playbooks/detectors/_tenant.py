@@ -55,9 +55,7 @@ def job_gpus(
     keys = list(dict.fromkeys([*keys, *(_key(lab) for lab in power.labels)] if power else keys))
     if not keys:
         return None
-    from_data = _from_data(ctx.timeline, power, trained_ratio) if power is not None else {}
-    if power is not None:
-        from_data = _every_host_holds_some(ctx, power, from_data, trained_ratio)
+    from_data = _phases(ctx, power, trained_ratio) if power is not None else {}
     from_log = _from_log(ctx.triage, keys)
     # a host where the data's phases clearly say otherwise: the log's indices are in another numbering
     # there (a container's or a cgroup's, counted from 0)
@@ -69,6 +67,23 @@ def job_gpus(
         if k[1] in logged if logged is not None else from_data.get(k, (True, False))[0]:
             mine.add(k)
     return None if len(mine) == len(keys) else mine
+
+
+def _phases(ctx: Context, power: Grid, trained_ratio: float) -> Mapping[Key, tuple[bool, bool]]:
+    """Return what the data tells of each GPU of `power` (`_from_data`, then every host holding some), worked
+    out once for a context: each peer rule and the hang's asks it of the same per-GPU power (1,024 GPUs:
+    0.1 s of the decision each time). The grid is kept with the answer, so that another one at the same
+    address is never taken for it.."""
+    key = ("tenant", id(power), trained_ratio)
+    seen = ctx.memo.get(key)
+    if seen is not None and seen[0] is power:
+        told: Mapping[Key, tuple[bool, bool]] = seen[1]
+        return told
+    from_data = _every_host_holds_some(
+        ctx, power, _from_data(ctx.timeline, power, trained_ratio), trained_ratio
+    )
+    ctx.memo[key] = (power, from_data)
+    return from_data
 
 
 def job_rows(ctx: Context, g: Grid, power_query: str, *, trained_ratio: float = 0.75) -> np.ndarray | None:

@@ -96,7 +96,8 @@ def _det_host_silent(
     out_hosts = list(dict.fromkeys(named.get(h, h) for h in out_hosts))
     if not out_hosts or len(out_hosts) > max(1, 0.5 * len(hosts)):
         return None
-    return _finding(pb, rule, out_hosts, [], onset, ev, aliases=named)
+    # silent_at: when the first host fell silent (the onset may be earlier: its errors before the silence)
+    return _finding(pb, rule, out_hosts, [], onset, ev, aliases=named, silent_at=min(starts.values()))
 
 
 def _trained_on(

@@ -150,6 +150,7 @@ class EventScan:
         node_failure: a Slurm node failure was reported.
         seen: (kind, host, label, rank, code, pci) already kept (the first line of each is the event).
         gpu_bus: (srun label or None, bus key) -> GPU index, from nvidia-smi's lines.
+        section_host: the host a banner names for the lines under it (an epilog's `==== dmesg -T on H ====`).
     """
 
     raw: list[_Raw] = field(default_factory=list)
@@ -159,6 +160,7 @@ class EventScan:
     node_failure: bool = False
     seen: set[tuple[Any, ...]] = field(default_factory=set)
     gpu_bus: dict[tuple[int | None, str], str] = field(default_factory=dict)
+    section_host: str | None = None
 
 
 def _host(text: str | None) -> str | None:
@@ -211,6 +213,11 @@ def event_line(
     global rank of torchrun's `[rankN]:` label the line had."""
     if ev.torch_open >= 0 and ("=====" in msg or n - ev.torch_open > 40):
         ev.torch, ev.torch_open = {}, -1
+    if msg[:3] in ("===", "---", "###"):
+        # a banner opens a section: the host it names (`==== epilog: dmesg -T on gpu-7 ====`) is the host of the
+        # kernel's lines under it that name none; another banner closes it
+        b = _BANNER.match(msg)
+        ev.section_host = _host(b.group(1)) if b else None
     for k in _TRIGGERS:  # most lines hold none of these: a plain loop is the cheapest test
         if k in msg:
             break
@@ -227,6 +234,8 @@ def event_line(
             ev.gpu_bus.setdefault((label, smi[1]), smi[0])
         return None
     kind, host, rank, t, code = found
+    if host is None and kind in _KERNEL_KINDS:
+        host = ev.section_host
     t = t - tz if t is not None else t  # Slurm's, the kernel's and torchrun's times are the hosts' local time
     x = _XID.search(msg) if kind == "xid" else None
     pci = bus_key(x.group(1)) if x else None
@@ -243,6 +252,10 @@ def event_line(
 
 
 _Found = tuple[str, str | None, int | None, float | None, int | None]
+#: the events the kernel reports (dmesg), whose host a section's banner may name
+_KERNEL_KINDS = frozenset({"xid", "oom-kill"})
+#: a banner line naming a host: `==== epilog: dmesg -T on hgx-r13-n2 (NVRM / oom) ====`, `--- dmesg from h7 ---`
+_BANNER = re.compile(r"^[=#-]{3,}\s.*?\b(?:on|from|of|for)\s+([A-Za-z][\w.-]*\w)\b.*?[=#-]{3,}\s*$")
 
 
 def srun_task_exit(msg: str) -> tuple[str | None, int] | None:

@@ -14,9 +14,23 @@ from ._kubectl import pod_nodes
 from ._model import _RANK, CLASS_ORDER, Match, Triage
 from ._patterns import NCCL_TIMEOUT, _int, _split_args, _start_time, _year_hint, expand_nodelist
 from ._pauses import pause_windows
+from ._placing import fit_runs, place_leading
 from ._state import _add, _State
 from ._torch import HEARTBEAT_TIMEOUT_DEFAULT_S
-from ._trainers import place_leading, settle
+from ._trainers import settle
+
+
+def _move_bar(st: _State) -> None:
+    """Move a progress bar's states by as much later as the dated lines among them say it began (`_bar`)."""
+    shift = st.bar.shift()
+    if shift <= 0:
+        return
+    for s in st.bar.steps & st.steps.keys():
+        secs, tgs, loss, ts, line = st.steps[s]
+        st.steps[s] = (secs, tgs, loss, None if ts is None else ts + shift, line)
+    if st.trainer_done is not None and st.bar.last is not None and abs(st.trainer_done - st.bar.last) < 1e-6:
+        st.trainer_done += shift  # HF's `train_runtime` dict: its time is the bar's last state
+
 
 # The training failures that end a job by themselves (a stall before them is their effect, not a hang):
 # the seed table's training classes but the hang itself and NCCL timeouts, which a hang causes.
@@ -27,6 +41,8 @@ FATAL_TRAINING = frozenset(CLASS_ORDER[_RANK["heartbeat-timeout"] : _RANK["gpu-h
 
 def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None) -> None:
     _finish_config(st, out)
+    _move_bar(st)
+    fit_runs(st)
     place_leading(st)
     settle(st)
     steps = sorted(st.steps)
@@ -73,7 +89,7 @@ def _finish(st: _State, out: Triage, now: float | None, slurm_state: str | None)
         out.details["step_times_inferred"] = True  # a step gauge in the TSDB dates them better (log_evidence)
     if st.pauses and (windows := pause_windows(st, out.details.get("log_loss") or [])):
         out.details["pauses"] = windows
-    if (st.bar_from_job_start or st.step_placed) and steps:
+    if (st.bar_from_job_start or st.step_placed or st.bar.shift() > 0) and steps:
         # the steps' times are the earliest they can have had (a setup may have run between)
         out.details["last_step_time_estimated"] = True
     if st.restarts:

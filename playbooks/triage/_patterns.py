@@ -114,6 +114,14 @@ _ISO_LOOSE = re.compile(
     r"^(?:[A-Za-z0-9][\w.-]{0,252}: | +)\[(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?)\]\s?"
     r"|^\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\|[^\]]{1,200}\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:,\d+)?) >> "
 )
+# a bare ISO 8601 stamp with its zone at the line's start (`kubectl logs --timestamps`' RFC 3339 with nanoseconds,
+# a logger's `%Y-%m-%dT%H:%M:%S.%f%z`): the 'T' and the zone make it unambiguous
+# (not syslog's `<stamp> <host> <program>[pid]: `, whose host and stamp the host events read themselves)
+_ISO_BARE = re.compile(
+    r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)) (?![\w.-]+ [\w./-]+(?:\[\d+\])?: )"
+)
+# a fraction of a second finer than microseconds, which datetime does not read
+_FINE = re.compile(r"([.,]\d{6})\d+")
 # a trainer reporting a non-finite loss ("loss is nan", "loss=inf", "NaN loss", "non-finite losses")
 _NONFINITE = re.compile(
     r"\bloss\W{0,3}(?:is|=|:|became|becomes)?\W{0,3}(?:nan|[-+]?inf(?:inity)?)\b"
@@ -208,10 +216,11 @@ def _dated(msg: str, year: tuple[int, int] | None, tz: float = 0.0) -> tuple[flo
         return (t - tz if t is not None else None), msg[a.end() :]
     m = _ISO.match(msg) or (_ISO_LOOSE.match(msg) if msg[:1] in " [" or ": [" in msg[:256] else None)
     m = m or (_PYLOG.match(msg) if msg[:1] in "[2" else None)
+    m = m or (_ISO_BARE.match(msg) if msg[:1] == "2" else None)
     if not m:
         return None, msg
     try:
-        d = dt.datetime.fromisoformat(next(g for g in m.groups() if g))
+        d = dt.datetime.fromisoformat(_FINE.sub(r"\1", next(g for g in m.groups() if g)))
     except ValueError:
         return None, msg
     return (d.timestamp() if d.tzinfo else d.replace(tzinfo=dt.UTC).timestamp() - tz), msg[m.end() :]

@@ -38,11 +38,16 @@ from ._patterns import (
     _parse_stamp,
     _year_hint,
 )
+from ._placing import dated
 from ._state import _add, _State
 from ._torch import heartbeat_line, setting_line, torchrun_rank
 from ._trainers import TRIGGERS, header_date, trainer_line
 
 _WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun", "Job", "Sta")  # also `Job start:`, `Start:`
+
+
+#: an ISO 8601 stamp at a line's start with a numeric offset from UTC
+_ZONE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?([+-])(\d\d):?(\d\d)\b")
 
 
 def _scan(
@@ -64,9 +69,14 @@ def _scan(
         if st.job_start is None and msg[:3] in _WEEKDAYS and _scan_date(st, msg):
             continue
         grank = torchrun_rank(msg)
+        if not st.tz and st.job_start is None and msg[:1] == "2" and (z := _ZONE.match(msg)):
+            # no `date` header told the hosts' zone: a stamp that carries its own offset does (dmesg -T and
+            # Slurm print the same local time without one)
+            st.tz = (1 if z.group(1) == "+" else -1) * (int(z.group(2)) * 3600 + int(z.group(3)) * 60)
         ts, msg = _dated(msg, st.year or data_year, st.tz)
         ts = ts if pod is None or pod[1] is None else pod[1]  # kubectl's UTC stamp before the pod's local one
-        st.clock = ts if ts is not None else st.clock
+        if ts is not None:
+            dated(st, n, ts)
         if ("_GPUS" in msg or "_DEVICE" in msg) and ("=" in msg or ":" in msg):
             gpus_env_line(st.gpus_env, msg)
         if rank is None and not st.header_done and _scan_header(st, out, msg):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._bar import BarAnchor
 from ._events import EventScan
 from ._gpus_env import GpuEnv
 from ._kubectl import Pods
@@ -44,8 +45,12 @@ class _State:
         step_placed: the last step line read was placed so (its time is the earliest it can have ended).
         pauses: (the step it followed, the line's time, its length) of each evaluation the log names (`_pauses`).
         save_lengths: step -> (when training went on, the save's length) of the saves whose report times them.
+        save_began: step -> when the save after it began (its report's own clock: when that step ended).
+        open_run: (step, line) of the step lines placed by their durations since the last dated line; runs: each
+            such run once a dated line closed it, with that line's time and number (`_placing.fit_runs`).
         clock_inferred: some step's time was inferred, not read from its line (a progress bar's elapsed time,
             an undated step line placed by its duration).
+        bar: the bounds the dated lines set on a progress bar's start (`_bar`).
     """
 
     steps: dict[int, tuple[float, float | None, float | None, float | None, int]] = field(
@@ -94,7 +99,11 @@ class _State:
     step_placed: bool = False
     pauses: list[tuple[int, float | None, float | None]] = field(default_factory=list)
     save_lengths: dict[int, tuple[float, float]] = field(default_factory=dict)
+    save_began: dict[int, float] = field(default_factory=dict)
+    open_run: list[tuple[int, int]] = field(default_factory=list)
+    runs: list[tuple[list[tuple[int, int]], float, int]] = field(default_factory=list)
     clock_inferred: bool = False
+    bar: BarAnchor = field(default_factory=BarAnchor)
 
 
 def _add(st: _State, klass: str, n: int, text: str) -> None:

@@ -32,8 +32,10 @@ import datetime as dt
 import math
 import re
 
+from ._kvstep import read_kv_step
 from ._pauses import TRIGGERS as _PAUSE_TRIGGERS
 from ._pauses import pause_line
+from ._placing import dated
 from ._state import _State
 
 _NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|nan|inf)"
@@ -61,7 +63,10 @@ _PL_RESTORE = re.compile(r"Restoring states from the checkpoint path at \S*?step
 _TITAN_START = re.compile(r"^Training starts at step (\d+)")
 # the whole message of a trainer's own end of training: torchtitan's "Training completed", absl/JAX trainers'
 # "Training finished." (a line that merely starts so, "Training finished with errors", is not one)
-_DONE = re.compile(r"^Training (?:completed|finished)\.?\s*$")
+# the trainer's own "done" (Lightning's, a script's `Training complete: 425 steps; saving final state`)
+_DONE = re.compile(
+    r"^(?:.{0,80}?(?:\] |: |- ))?Training (?:complete|completed|finished)\b(?!\s+(?:in|with) error)"
+)
 _MEG_LOSS = re.compile(r"\|\s*([\w .-]{0,40}?loss):\s*(" + _NUM + r")", re.IGNORECASE)
 _MEG_NAN = re.compile(r"number of nan iterations:\s*(\d+)")
 _MEG_SAVE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
@@ -178,11 +183,11 @@ def trainer_line(st: _State, n: int, rank: int | None, ts: float | None, msg: st
         if bars:
             _tqdm(st, n, rank, bars[-1])  # a file holds a bar's every state, split by \r: the last counts
             return True
-    if msg.startswith("{'") or "{'loss'" in msg[:40]:
+    if (msg.startswith("{'") or "{'loss'" in msg[:40]) and "'step'" not in msg:
         return _hf_dict(st, msg)
     if "step" in msg:
         return _step_kv(st, n, rank, ts, msg)
-    return _other(st, ts, msg)
+    return _other(st, n, ts, msg)
 
 
 def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -> bool:
@@ -203,6 +208,8 @@ def _megatron(st: _State, n: int, rank: int | None, ts: float | None, msg: str) 
         if ts is None and secs is not None and st.clock is not None:
             ts = st.clock + secs
         record(st, rank, int(m.group(1)), secs, _f(loss), ts, n)
+        if st.step_placed:
+            st.open_run.append((int(m.group(1)), n))  # fitted between the dated lines around it (`_placing`)
         st.clock = ts if ts is not None else st.clock
         return True
     s = _MEG_SAVE.search(msg)
@@ -244,6 +251,8 @@ def _tqdm(st: _State, n: int, rank: int | None, bar: tuple[str, ...]) -> None:
         secs = 1.0 / secs if secs > 0 else None
     loss, st.pending_loss = st.pending_loss, None
     st.clock_inferred = True  # the bar's own clock, from when it began: no line's time
+    if int(step) not in st.steps:
+        st.bar.state(int(step), start + elapsed)
     record(st, rank, int(step), secs, loss, start + elapsed, n)
 
 
@@ -274,11 +283,20 @@ def _step_kv(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -
         secs = float(t.group(1)) / (1000.0 if t.group(2) == "ms" else 1.0) if t else None
         record(st, rank, int(k.group(1)), secs, _f(loss.group(1)), ts, n)
         return True
-    return _other(st, ts, msg)
+    kv = read_kv_step(msg) if not _other(st, n, ts, msg) else None
+    if kv is None:
+        return False
+    step, total, secs, value, epoch = kv
+    when = ts if ts is not None else epoch
+    if when is None:
+        return False  # an undated step line of a trainer the log dates nowhere: no time to give it
+    st.total_steps = st.total_steps or total
+    record(st, rank, step, secs, value, when, n)
+    return True
 
 
-def _other(st: _State, ts: float | None, msg: str) -> bool:
-    if _lightning_titan(st, ts, msg):
+def _other(st: _State, n: int, ts: float | None, msg: str) -> bool:
+    if _lightning_titan(st, n, ts, msg):
         return True
     if "Running training" in msg and "*****" in msg:
         st.train_start = ts if ts is not None else st.job_start
@@ -308,21 +326,26 @@ def _other(st: _State, ts: float | None, msg: str) -> bool:
     return False
 
 
-def _lightning_titan(st: _State, ts: float | None, msg: str) -> bool:
+def _lightning_titan(st: _State, n: int, ts: float | None, msg: str) -> bool:
     """Read NeMo's, Lightning's and torchtitan's checkpoint, restore, start and completion lines."""
     last = st.last_logged
-    if "Trainer.fit` stopped" in msg or _DONE.match(msg):
+    if "Trainer.fit` stopped" in msg or ("raining" in msg and _DONE.match(msg)):
         st.trainer_done = ts or max((row[3] or 0.0 for row in st.steps.values()), default=0.0)
         return True
     saved = _NEMO_SAVE.search(msg) or _PL_SAVE.search(msg) if "ave" in msg or "aving" in msg else None
     if saved:
         st.saved.append(int(saved.group(1)))
-        if saved.re is _NEMO_SAVE and saved.group(2) and ts is None:
+        began, took = (
+            (float(saved.group(2)), float(saved.group(3)))
+            if saved.re is _NEMO_SAVE and saved.group(2)
+            else (0.0, 0.0)
+        )
+        if began > 1e9:
+            st.save_began[int(saved.group(1))] = began  # when its step ended, by the save's own clock
+        if began > 1e9 and ts is None:
             # the save's own clock dates the line: it ended (training went on) its duration after it began
-            began, took = float(saved.group(2)), float(saved.group(3))
-            if began > 1e9:
-                st.save_lengths[int(saved.group(1))] = (began + took, took)
-                st.clock = began + took
+            st.save_lengths[int(saved.group(1))] = (began + took, took)
+            dated(st, n, began + took)
         return True
     if msg.startswith("Finished saving the checkpoint") and last is not None:
         st.saved.append(last)
@@ -333,35 +356,6 @@ def _lightning_titan(st: _State, ts: float | None, msg: str) -> bool:
         st.restored = restored if restored > 0 else st.restored
         return True
     return False
-
-
-def place_leading(st: _State) -> None:
-    """Date the undated step lines before the log's first timed step by their own durations, back from it.
-
-    A trainer that prints every step undated (NeMo's) with a dated line only now and then (a validation, a
-    save's report) leaves the steps before its first dated line with no time: the durations they print
-    place them, each the next one's duration (per step between two printed steps) before the next, less
-    the pauses the log names and times after it (an evaluation's, a save's length). A pause it names
-    without a length leaves the steps before it that much late. A step that would have ended before the
-    job's start (its `date` line) ends the placing: the durations do not account for the time before."""
-    timed = [s for s in sorted(st.steps) if st.steps[s][3] is not None]
-    if not timed:
-        return
-    nxt = timed[0]
-    paused = {after: length for after, _ts, length in st.pauses if length is not None}
-    for s, (_end, length) in st.save_lengths.items():  # a save and a validation after the same step: both
-        paused[s] = paused.get(s, 0.0) + length
-    t = float(st.steps[nxt][3] or 0.0)
-    for s in sorted((s for s in st.steps if s < nxt), reverse=True):
-        secs = st.steps[nxt][0]
-        if math.isnan(secs):
-            return
-        t -= secs * (nxt - s) + paused.get(s, 0.0)
-        if st.job_start is not None and t < st.job_start:
-            return
-        st.steps[s] = (*st.steps[s][:3], t, st.steps[s][4])
-        st.clock_inferred = True  # placed by durations, not read
-        nxt = s
 
 
 def settle(st: _State) -> None:

@@ -250,3 +250,21 @@ def test_a_silent_hosts_error_change_dates_it_only_when_it_is_news(n, changes_at
 
     got = _errors_changed(_errors(changes_at, n), "h", n * 15.0, 1800.0)
     assert (got[0] if got else None) == (None if dated is None else dated * 15.0 - 7.5)
+
+
+@pytest.mark.parametrize(("others_changing", "dated"), [(0, True), (1, False), (5, False)])
+def test_a_silent_hosts_error_change_that_other_hosts_show_alike_does_not_date_it(others_changing, dated):
+    """One correctable change on the dying host 10 min before its silence dates its death only while the
+    other hosts' counters held still in that lookback: where the fleet ticks alike (one host in twenty or
+    more of 19 others; here one already), the dying host's tick is the fleet's background."""
+    from playbooks.anomaly import Grid
+    from playbooks.detectors._silent import _errors_changed
+
+    n, hosts = 240, ["h"] + [f"o{i:02d}" for i in range(19)]
+    v = np.full((len(hosts), n), np.nan)
+    v[0, 200] = 1.0
+    for k in range(others_changing):
+        v[1 + k, 150 + 10 * k] = 1.0
+    grids = [("correctable_errors", Grid(np.arange(n) * 15.0, [{"host": h} for h in hosts], v))]
+    got = _errors_changed(grids, "h", n * 15.0, 1800.0)
+    assert (got is not None) == dated

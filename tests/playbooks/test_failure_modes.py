@@ -326,3 +326,16 @@ def test_a_counter_ticking_steadily_on_every_host_is_no_degradation():
     found = findings(wait)
     assert [f.hosts for f in found] == [["h5"]]
     assert abs(found[0].onset - 2000) <= 15
+
+
+def test_a_gpu_error_between_a_silent_hosts_early_onset_and_its_silence_makes_it_a_node_death():
+    """Mode 3: a host's own correctable errors dated its silence 5 min early; its Xid 79 came after those
+    errors and before the silence. The Xid is judged against when the host fell silent, not against the
+    onset the errors moved: the class is node-death, dated by the earliest of them."""
+    silent = _f("host_silent", "node-death", "critical", ["h05"], 4700.0, silent_at=5000.0)
+    xid = _f("xid_hardware", "gpu-hardware-fault", "critical", ["h05"], 4950.0)
+    stall = _f("step_stall", "collective-hang", "critical", [], 5060.0)
+    d = decide_diagnosis(_ctx(stalled=True, last_advance=5060.0), [xid, silent, stall])
+    assert d["class"] == "node-death"
+    assert [c["host"] for c in d["culprits"]] == ["h05"]
+    assert d["onset"] == 4700.0

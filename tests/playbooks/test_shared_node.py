@@ -205,3 +205,30 @@ def test_phases_misplaced_by_the_log_leave_no_host_without_job_gpus(served_job, 
         assert mine is None or {h for h, _ in mine} == set(truth["hosts"])
     assert diag["class"] == "node-death"
     assert {c["host"] for c in diag["culprits"]} == {c["host"] for c in truth["culprits"]}
+
+
+def test_the_job_gpus_are_told_once_for_every_rule_that_asks(served_job, monkeypatch):
+    """Each peer rule (temperature, clock, utilisation) and the hang's ask which GPUs are the job's of the same
+    per-GPU power: the data's phases are read once a decision (1,024 GPUs: 0.1 s each time), and the
+    verdict is the one read afresh for each rule gives (class, culprits, onset, findings)."""
+    client, truth, job_dir = served_job("thermal-straggler", 63, "nvidia", **VARYING)
+    triage = triage_job(job_dir).to_dict()
+    read: list[int] = []
+    from_data = _tenant._from_data
+
+    def counting(tl, g, trained_ratio):
+        read.append(id(g))
+        return from_data(tl, g, trained_ratio)
+
+    monkeypatch.setattr(_tenant, "_from_data", counting)
+    once = run_diagnosis(client, triage=triage)
+    assert len(read) == len(set(read)) == 1
+    monkeypatch.setattr(
+        _tenant,
+        "_phases",
+        lambda ctx, g, r: _tenant._every_host_holds_some(ctx, g, _tenant._from_data(ctx.timeline, g, r), r),
+    )
+    afresh = run_diagnosis(client, triage=triage)
+    assert len(read) > 2
+    assert once["diagnosis"] == afresh["diagnosis"] and once["diagnosis"]["class"] == truth["class"]
+    assert once["findings"] == afresh["findings"]

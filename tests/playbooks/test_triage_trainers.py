@@ -318,3 +318,30 @@ def test_a_bar_is_placed_from_running_training_whatever_the_saves_say():
         assert abs(saved.progress["last_step_time"] - (began + 31 * 60 + 45)) < 1e-3
     unsaved = triage_log(_hf_late_bar(None))
     assert abs(unsaved.progress["last_step_time"] - (began + 31 * 60 + 45)) < 1e-3
+
+
+def test_a_bar_that_began_after_running_training_is_moved_by_the_dated_save_among_its_states():
+    """A resumed HF run (EST = UTC-5) skipped batches for minutes before its bar began: the save of
+    checkpoint 81, dated 15:47:17, was printed after the bar's step 80 (8:39 in) and before its step 90
+    (10:22 in), so the bar began between 15:36:55 and 15:38:38, not at `Running training` (15:33:41). Its
+    steps are moved to the middle of what the save allows, and their times marked as estimates."""
+    lines = [
+        "Job start: Fri Aug 21 15:33:21 EST 2026",
+        *_SLURM,
+        "[INFO|trainer.py:2128] 2026-08-21 15:33:41,872 >> ***** Running training *****",
+        "[INFO|trainer.py:2134] 2026-08-21 15:33:41,872 >>   Total optimization steps = 20000",
+        "  0%|          | 10/20000 [01:39<55:00:07, 9.91s/it]",
+        "  0%|          | 80/20000 [08:39<33:17:24, 6.02s/it]",
+        "[INFO|trainer.py:3478] 2026-08-21 15:47:17,220 >> Saving model checkpoint to /ckpt/checkpoint-81",
+        "  0%|          | 90/20000 [10:22<33:29:41, 6.06s/it]",
+        "  0%|          | 136/20000 [15:42<39:59:29, 7.25s/it]",
+        "{'train_runtime': 951.8469, 'train_samples_per_second': 73.155, 'train_loss': 6.5671, 'epoch': 3.0}",
+    ]
+    t = triage_log(lines)
+    saved = _utc("2026-08-21T20:47:17.220")
+    lo, hi = saved - (10 * 60 + 22), saved - (8 * 60 + 39)  # when the bar can have begun
+    began = t.details["first_step_time"] - 99
+    assert abs(began - (lo + hi) / 2) < 1e-3
+    assert abs(t.progress["last_step_time"] - (began + 15 * 60 + 42)) < 1e-3
+    assert t.details.get("last_step_time_estimated") is True
+    assert t.status == "completed"
