@@ -414,19 +414,16 @@ def _left_pack(
         # flagged: the stretch itself (most of the data) made that place, so the row left the pack where it
         # left the place it held before
         j = min(j, walk_back(np.where(moving, np.nan, z - before), cross, onset_z))
-    seen = j  # the first orderly instant of the stretch that stood out
     while j > 0 and moving[j - 1]:
         j -= 1
     t_on = float(g.t[j]) - g.step / 2
     if p.get("ramp_window"):
-        # a slow ramp is beyond the pack's spread long after it left its own level: date that departure. A
-        # ramp's fitted break may lie within the disarray just before it (a GPU that began to heat as the
-        # pack warmed up again after a pause): the fit dates it there, not at the disarray's start
+        # a slow ramp is beyond the pack's spread long after it left its own level: date that departure
         y = np.where(moving, np.nan, y)
         end = min(len(y) - 1, cross + length - 1)
         earliest = float(g.t[j]) - _dur(rule, "ramp_window", 3600.0)
-        tau = departure(g.t, y, end, seen, earliest=earliest, levels_off=True)
-        t_on = min(float(g.t[seen]) - g.step / 2, tau) if tau is not None else t_on
+        tau = departure(g.t, y, end, j, earliest=earliest, levels_off=True)
+        t_on = min(t_on, tau) if tau is not None else t_on
     return t_on
 
 

@@ -121,31 +121,3 @@ def test_the_monitorings_own_signals_are_not_moved_by_a_pause():
     found = evaluate(ctx, [pb])
     assert [f.hosts for f in found] == [[HOSTS[bad]]]
     assert abs(found[0].onset - float(t[start])) <= 2 * STEP
-
-
-def _ramp_after_pause(rng: np.random.Generator, hot: int, begin: int) -> np.ndarray:
-    """Every GPU cools through the evaluations; the hot one starts a slow ramp (+0.5 degC a scrape) at
-    `begin`, while the pack warms up again after the second evaluation."""
-    values = _temps(rng, -1)
-    base = 65.0 + rng.normal(0.0, 0.4, N)
-    for a in PAUSES:
-        base[a : a + 6] -= np.linspace(6.0, 17.0, 6)
-        base[a + 6 : a + 10] -= np.linspace(12.0, 3.0, 4)
-    ramp = np.clip(0.5 * (np.arange(N) - begin), 0.0, 25.0)
-    values[hot] = np.round(base + 1.5 + ramp)  # it always ran a little warmer than the pack
-    return values
-
-
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_ramp_that_began_as_the_pack_warmed_up_after_a_pause_is_dated_at_its_start(seed):
-    """The pack's warm-up after an evaluation is disarray (every GPU moves): a GPU whose slow heat began
-    in its last scrapes is dated where the fitted ramp leaves its level, not back at the disarray's start."""
-    rng = np.random.default_rng(seed)
-    hot = int(rng.integers(len(HOSTS) * 4))
-    begin = PAUSES[1] + 6  # the pack warms up again from PAUSES[1] + 6 on
-    ctx = _context(_ramp_after_pause(rng, hot, begin), _logged_pauses())
-    pb = load_playbooks()["gpu_health"]
-    pb = dataclasses.replace(pb, rules=tuple(r for r in pb.rules if r.id == "gpu_hot"))
-    found = evaluate(ctx, [pb])
-    assert [(f.hosts, f.gpus) for f in found] == [([HOSTS[hot // 4]], [str(hot % 4)])]
-    assert abs(found[0].onset - (T0 + STEP * begin)) <= 3 * STEP
