@@ -38,7 +38,7 @@ from .log_series import (
     steps_per_point,
 )
 from .report import fmt_time
-from .triage import HW_XIDS, bus_key
+from .triage import DRIVER_XIDS, HW_XIDS, bus_key
 
 __all__ = ["apply_log_evidence", "hw_xid_hosts"]
 
@@ -68,10 +68,12 @@ def apply_log_evidence(ctx: Context, findings: list[Finding]) -> None:
     _node_failures(ctx, findings, by_kind.get("node-failure", []))
     _kills(ctx, findings, by_kind.get("oom-kill", []), by_kind.get("killed", []))
     xids = [e for e in by_kind.get("xid", []) if e.get("code") in HW_XIDS]
-    buses = _bus_map(ctx, known) if xids else {}
-    for e in xids:
+    drivers = [e for e in by_kind.get("xid", []) if e.get("code") in DRIVER_XIDS]
+    buses = _bus_map(ctx, known) if xids or drivers else {}
+    for e in [*xids, *drivers]:
         e["gpu"] = buses.get((e["host"], e.get("pci"))) or buses.get((None, e.get("pci")))
     _xids(ctx, findings, xids)
+    _driver_xids(findings, drivers)
     name_addresses(ctx, findings, [*xids, *by_kind.get("gpu-ecc", [])])
 
 
@@ -428,5 +430,37 @@ def _xids(ctx: Context, findings: list[Finding], events: list[dict[str, Any]]) -
                 f"Xid {codes} on {where} (job log)",
                 ev,
                 gpus,
+            )
+        )
+
+
+def _driver_xids(findings: list[Finding], events: list[dict[str, Any]]) -> None:
+    """The driver's or firmware's own Xids the log shows (62, 109, 119, 120) on a host the data reports none
+    on: the same note as the `xid_driver` rule's (alone a note; with scrape timeouts or metric gaps on the
+    host, a GPU driver fault), read from the log."""
+    seen = {h for f in findings if f.rule == "xid_driver" for h in f.hosts}
+    for host in dict.fromkeys(e["host"] for e in events if e["host"] not in seen):
+        mine = [e for e in events if e["host"] == host]
+        times = [e["time"] for e in mine if e.get("time") is not None]
+        codes = ", ".join(str(c) for c in dict.fromkeys(e.get("code") for e in mine))
+        gpus = list(dict.fromkeys(str(e["gpu"]) for e in mine if e.get("gpu") is not None))
+        ev = [
+            _evidence(e, f"The NVIDIA driver reported Xid {e.get('code')}, its own or its firmware's.")
+            for e in mine
+        ]
+        where = f"{host} GPU {', '.join(gpus)}" if gpus else host
+        findings.append(
+            Finding(
+                "gpu_health",
+                "xid_driver",
+                "gpu-driver-fault",
+                "info",
+                "cause",
+                [host],
+                gpus,
+                min(times) if times else None,
+                f"Xid {codes} on {where} (job log)",
+                ev,
+                {"source": "log"},
             )
         )

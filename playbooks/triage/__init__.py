@@ -10,7 +10,7 @@ points).
 """
 
 from ._api import find_job_log, triage_job, triage_log
-from ._events import HW_XIDS
+from ._events import DRIVER_XIDS, HW_XIDS
 from ._gpu_bus import bus_key
 from ._model import CLASS_ORDER, MAX_LINE, MAX_MATCHES_PER_CLASS, Match, Triage, TriageError
 from ._patterns import HARMLESS, SIGNATURES, expand_nodelist
@@ -20,6 +20,7 @@ __all__ = [
     "BLOCK",
     "CLASS_ORDER",
     "HARMLESS",
+    "DRIVER_XIDS",
     "HW_XIDS",
     "MAX_LINE",
     "MAX_MATCHES_PER_CLASS",

@@ -37,6 +37,7 @@ from ._patterns import _abs_time
 from ._torch import watchdog_line
 
 __all__ = [
+    "DRIVER_XIDS",
     "HW_XIDS",
     "KINDS",
     "EventScan",
@@ -51,8 +52,11 @@ __all__ = [
 KINDS = ("node-failure", "oom-kill", "killed", "exited", "xid", "nccl-timeout")
 #: Xids of a failing GPU, not of the program (13, 31, 43, 45 are the application's own faults or cleanup):
 #: 48 double-bit ECC, 63/64 row remapping, 74 NVLink, 79 fallen off the bus, 92 high single-bit ECC rate,
-#: 94/95 contained/uncontained ECC, 119/120 GSP errors.
-HW_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+#: 94/95 contained/uncontained ECC.
+HW_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95})
+#: Xids of the driver or the GPU's firmware failing (the `xid_driver` rule's codes): 62 internal
+#: micro-controller halt, 109 context-switch timeout, 119 GSP RPC timeout, 120 GSP error.
+DRIVER_XIDS = frozenset({62, 109, 119, 120})
 MAX_EVENTS = 2000  # distinct (kind, host, code) events kept; a log cannot grow the triage without bound
 
 _TRIGGERS = (

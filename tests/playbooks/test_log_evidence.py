@@ -334,3 +334,17 @@ def test_an_oom_kill_known_only_from_the_log_is_dated_at_the_start_of_its_fatal_
     d = decide_diagnosis(_mem_ctx([_ev("killed", "h01", code=137)], rows), [])
     assert d["class"] == "host-oom" and [c["host"] for c in d["culprits"]] == ["h01"]
     assert d["onset"] == 3000.0 + 33 * 30.0 - 15.0
+
+
+def test_a_gsp_xid_in_the_log_corroborates_scrape_timeouts_as_a_driver_fault_not_a_hardware_one():
+    """Xid 119 (a GSP RPC timeout) is the driver's and its firmware's, as the `xid_driver` rule reads it from
+    the metrics: from the log too it is a note on its host that makes the host's GPU exporter timeouts a GPU
+    driver fault, never a hardware fault of its own (G2 21 and 22 read gpu-hardware-fault)."""
+    stretch = _f("gpu_exporter_slow", "gpu-driver-fault", "warning", ["h04"], 4200.0)
+    stretch.extra["needs"] = ("dmesg_gpu_errors", "gpu_metric_gaps", "xid_driver")
+    findings = [stretch]
+    d = decide_diagnosis(_ctx([_ev("xid", "h04", 4150.0, 119)], stalled=False, last_advance=None), findings)
+    assert d["class"] == "gpu-driver-fault" and [c["host"] for c in d["culprits"]] == ["h04"]
+    xid = next(f for f in findings if f.rule == "xid_driver")
+    assert (xid.klass, xid.severity, xid.hosts, xid.onset) == ("gpu-driver-fault", "info", ["h04"], 4150.0)
+    assert not any(f.klass == "gpu-hardware-fault" for f in findings)
