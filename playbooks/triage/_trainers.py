@@ -283,7 +283,9 @@ def _step_kv(st: _State, n: int, rank: int | None, ts: float | None, msg: str) -
         secs = float(t.group(1)) / (1000.0 if t.group(2) == "ms" else 1.0) if t else None
         record(st, rank, int(k.group(1)), secs, _f(loss.group(1)), ts, n)
         return True
-    kv = read_kv_step(msg) if not _other(st, n, ts, msg) else None
+    if _other(st, n, ts, msg):
+        return True
+    kv = read_kv_step(msg)
     if kv is None:
         return False
     step, total, secs, value, epoch = kv

@@ -108,3 +108,19 @@ def test_an_epilogs_dmesg_under_a_banner_is_the_named_hosts_in_the_logs_own_zone
     xid = next(e for e in t.details["host_events"] if e["kind"] == "xid")
     assert xid["host"] == "hgx-r13-n2"
     assert xid["time"] == pytest.approx(1767497141.0)  # 2026-01-04 03:25:41 UTC
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "Training complete: 425 steps; saving final state",
+        "Restoring states from the checkpoint path at /c/step=40.ckpt",
+    ],
+)
+def test_a_trainer_line_that_names_steps_but_is_no_step_is_still_read_as_the_trainers(line):
+    """A completion or restore line that names steps is the trainer's own line (read, and not scanned again for
+    failures or host events), though no key-value step."""
+    from playbooks.triage._state import _State
+    from playbooks.triage._trainers import trainer_line
+
+    assert trainer_line(_State(), 7, None, 1767431156.0, line) is True
