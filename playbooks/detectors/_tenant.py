@@ -73,7 +73,7 @@ def _phases(ctx: Context, power: Grid, trained_ratio: float) -> Mapping[Key, tup
     """Return what the data tells of each GPU of `power` (`_from_data`, then every host holding some), worked
     out once for a context: each peer rule and the hang's asks it of the same per-GPU power (1,024 GPUs:
     0.1 s of the decision each time). The grid is kept with the answer, so that another one at the same
-    address is never taken for it.."""
+    address is never taken for it."""
     key = ("tenant", id(power), trained_ratio)
     seen = ctx.memo.get(key)
     if seen is not None and seen[0] is power:
